@@ -1,0 +1,46 @@
+# Thin front end over CMake. Every target installs missing Debian packages
+# first (scripts/deps.sh), so a fresh Debian 12 machine needs nothing else.
+#   make            build (Release, -march=native)
+#   make demo       build, make the demo model, run it
+#   make test       build and run the whole suite (ctest)
+#   make test SANITIZE=1   the same under ASan+UBSan (separate build folder)
+#   make bench      build and run the benchmarks
+
+SANITIZE ?= 0
+JOBS ?= $(shell nproc)
+ifeq ($(SANITIZE),1)
+BUILD := build-san
+CMAKE_FLAGS := -DTESSERA_SANITIZE=ON -DCMAKE_BUILD_TYPE=Debug
+else
+BUILD := build
+CMAKE_FLAGS := -DCMAKE_BUILD_TYPE=Release
+endif
+TESSERA := $(BUILD)/tessera
+DEMO_MODEL := models/demo-15m.gguf
+
+.PHONY: all deps build demo test bench clean
+
+all: build
+
+deps:
+	@scripts/deps.sh
+
+build: deps
+	@cmake -S . -B $(BUILD) $(CMAKE_FLAGS) >/dev/null
+	@cmake --build $(BUILD) -j $(JOBS)
+
+$(DEMO_MODEL): | build
+	@mkdir -p models
+	$(TESSERA) mkmodel $(DEMO_MODEL) --preset 15m --type f32
+
+demo: build $(DEMO_MODEL)
+	$(TESSERA) generate --model $(DEMO_MODEL) --prompt "Once upon a time" -n 48 --temp 0.8 --seed 1
+
+test: build
+	@cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
+
+bench: build
+	@$(BUILD)/bench_engine
+
+clean:
+	rm -rf build build-san
