@@ -1,0 +1,198 @@
+"""Compare tessera's logits against the independent NumPy reference.
+
+Usage:
+  compare.py --model M.gguf --ids IDS.txt --logits L.bin --type {f32,f16,bf16,q8_0} --n 33
+
+IDS.txt is the stdout of `tessera generate ... --ids`: line 1 the prompt token
+ids (incl. BOS if any), line 2 the generated ids (n of them, or fewer ending
+with EOS). L.bin holds float32 rows of n_vocab: P prefill rows (one per prompt
+position), then one row per decode step after feeding generated token j,
+j = 0..G-2; P + G - 1 rows in all.
+
+The reference runs once over prompt + generated[:-1] (float64, full sequence,
+no KV cache) and yields the same P + G - 1 rows. Checks:
+
+  * per row: err = max_v |c - r| / max_v |r|  <= tol(type)
+      f32, f16, bf16: 1e-4  -- same (dequantized) weights on both sides, so
+                               only float32 accumulation error remains.
+      q8_0:           5e-2  -- weights are identical after dequantization,
+                               but the engine may also quantize activations
+                               to 8 bits per 32-block (llama.cpp style
+                               vec_dot_q8_0_q8_0) before each matmul; that
+                               costs ~1/254 relative per product and
+                               compounds over layers, so 5e-2 is a loose
+                               bound that still catches structural bugs
+                               (a wrong rope / mask / GQA mapping is >> 5e-2,
+                               as the self-check below demonstrates).
+  * greedy: generated[j] must be the argmax of reference row P-1+j.
+      f32: exact, as the spec demands.
+      f16/bf16/q8_0: a different token is tolerated only at a near-tie,
+      i.e. r[argmax] - r[generated[j]] <= 2 * tol * max|r| (each of the two
+      logits may legitimately be off by tol * max|r|). Such rows are listed.
+  * the engine is self-consistent: generated[j] is an argmax of its own
+    logits row P-1+j (confirms the dumped rows are the ones it sampled from).
+  * SELF-CHECK (teeth): the same C rows compared against (a) the reference
+    run with the other rope pairing and (b) the reference shifted by one row
+    must show an error > max(1e-2, 2 * tol); otherwise this comparison could
+    not detect such bugs and the test fails.
+
+Exit status 0 when everything passes, 1 otherwise.
+"""
+
+import argparse
+import os
+import sys
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from llama_ref import LlamaRef  # noqa: E402
+
+TOL = {"f32": 1e-4, "f16": 1e-4, "bf16": 1e-4, "q8_0": 5e-2}
+
+
+def row_rel_err(c, r):
+    """Per-row max|c - r| / max|r| for 2-D arrays of equal shape."""
+    return np.max(np.abs(c - r), axis=1) / np.maximum(np.max(np.abs(r), axis=1), 1e-30)
+
+
+def parse_ids(path):
+    with open(path) as f:
+        lines = [ln.strip() for ln in f.read().splitlines()]
+    while lines and lines[-1] == "":
+        lines.pop()
+    if len(lines) != 2:
+        raise ValueError("expected exactly 2 lines of token ids on stdout, got %d: %r"
+                         % (len(lines), lines[:4]))
+    prompt = [int(t) for t in lines[0].split()]
+    gen = [int(t) for t in lines[1].split()]
+    return prompt, gen
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--model", required=True)
+    ap.add_argument("--ids", required=True)
+    ap.add_argument("--logits", required=True)
+    ap.add_argument("--type", required=True, choices=sorted(TOL))
+    ap.add_argument("--n", type=int, required=True, help="-n passed to generate")
+    ap.add_argument("--tol", type=float, default=None, help="override the per-type tolerance")
+    args = ap.parse_args(argv)
+    tol = args.tol if args.tol is not None else TOL[args.type]
+    tag = "[%s]" % args.type
+    failures = []
+
+    def fail(msg):
+        failures.append(msg)
+        print("%s FAIL: %s" % (tag, msg))
+
+    ref = LlamaRef(args.model)
+    V = ref.vocab
+    prompt, gen = parse_ids(args.ids)
+    P, G = len(prompt), len(gen)
+    print("%s model %s: arch=%s dim=%d layers=%d heads=%d kv_heads=%d vocab=%d rope=%s"
+          % (tag, os.path.basename(args.model), ref.arch, ref.dim, ref.n_layers,
+             ref.n_heads, ref.n_kv_heads, V, ref.rope_mode))
+    print("%s prompt ids (%d): %s" % (tag, P, " ".join(map(str, prompt))))
+    print("%s generated ids (%d): %s" % (tag, G, " ".join(map(str, gen))))
+
+    # ---- contract of the ids lines
+    if P < 1 or G < 1:
+        print("%s FAIL: need at least one prompt and one generated token" % tag)
+        return 1
+    eos = ref.g.get("tokenizer.ggml.eos_token_id")
+    if G > args.n:
+        fail("generated %d tokens, more than -n %d" % (G, args.n))
+    elif G < args.n:
+        if eos is None or gen[-1] != int(eos):
+            fail("generated only %d of %d tokens and the last (%d) is not EOS (%s)"
+                 % (G, args.n, gen[-1], eos))
+    if eos is not None and int(eos) in gen[:-1]:
+        fail("EOS %d appears before the last generated token" % int(eos))
+
+    # ---- logits file
+    n_rows = P + G - 1
+    size = os.path.getsize(args.logits)
+    if size != n_rows * V * 4:
+        print("%s FAIL: logits file has %d bytes, expected (P + G - 1) * n_vocab * 4 = "
+              "(%d + %d - 1) * %d * 4 = %d" % (tag, size, P, G, V, n_rows * V * 4))
+        return 1
+    c = np.fromfile(args.logits, dtype="<f4").astype(np.float64).reshape(n_rows, V)
+    if not np.all(np.isfinite(c)):
+        bad = np.where(~np.all(np.isfinite(c), axis=1))[0]
+        print("%s FAIL: non-finite logits in rows %s" % (tag, bad[:10].tolist()))
+        return 1
+
+    # ---- reference over prompt + generated[:-1]
+    tokens = prompt + gen[:-1]
+    if len(tokens) > ref.n_ctx:
+        fail("sequence of %d tokens exceeds context_length %d" % (len(tokens), ref.n_ctx))
+    r = ref.forward(tokens)                                   # (n_rows, V)
+
+    # ---- per-row relative error, per phase
+    err = row_rel_err(c, r)
+    for phase, rows in (("prefill", range(0, P)), ("decode", range(P, n_rows))):
+        rows = list(rows)
+        if not rows:
+            print("%s %-7s rows: none" % (tag, phase))
+            continue
+        e = err[rows]
+        worst = rows[int(np.argmax(e))]
+        print("%s %-7s rows %3d..%3d: worst rel err %.3e (row %d), median %.3e, tol %.0e"
+              % (tag, phase, rows[0], rows[-1], float(e.max()), worst, float(np.median(e)), tol))
+    bad_rows = np.where(err > tol)[0]
+    if bad_rows.size:
+        fail("%d of %d rows exceed rel err %.0e; first bad rows: %s"
+             % (bad_rows.size, n_rows, tol,
+                ", ".join("%d(%s, %.2e)" % (i, "prefill" if i < P else "decode", err[i])
+                          for i in bad_rows[:8])))
+
+    # ---- greedy tokens
+    near_ties = []
+    for j in range(G):
+        row = P - 1 + j
+        ref_top = int(np.argmax(r[row]))
+        # engine self-consistency: its sampled token is a maximum of its own row
+        if c[row, gen[j]] < np.max(c[row]):
+            fail("step %d: engine chose %d but its own logits row %d peaks at %d (%.6g > %.6g)"
+                 % (j, gen[j], row, int(np.argmax(c[row])), np.max(c[row]), c[row, gen[j]]))
+        if ref_top == gen[j]:
+            continue
+        gap = float(r[row, ref_top] - r[row, gen[j]])
+        allowed = 2.0 * tol * float(np.max(np.abs(r[row])))
+        if args.type != "f32" and gap <= allowed:
+            near_ties.append("step %d: ref %d vs engine %d, gap %.2e <= %.2e" % (j, ref_top, gen[j], gap, allowed))
+        else:
+            fail("greedy step %d (row %d): reference argmax %d, engine generated %d "
+                 "(reference gap %.3e, max|r| %.3e)"
+                 % (j, row, ref_top, gen[j], gap, float(np.max(np.abs(r[row])))))
+    for s in near_ties:
+        print("%s note: near-tie greedy difference tolerated: %s" % (tag, s))
+    n_match = sum(int(np.argmax(r[P - 1 + j])) == gen[j] for j in range(G))
+    print("%s greedy tokens: %d/%d equal to the reference argmax" % (tag, n_match, G))
+
+    # ---- self-check: the comparison must be able to fail
+    teeth = max(1e-2, 2.0 * tol)
+    wrong_mode = "neox" if ref.rope_mode == "normal" else "normal"
+    r_wrong = ref.forward(tokens, rope_mode=wrong_mode)
+    e_wrong = float(row_rel_err(c, r_wrong).max())
+    print("%s self-check: vs reference with %s rope (wrong pairing): worst rel err %.3e (must be > %.0e)"
+          % (tag, wrong_mode, e_wrong, teeth))
+    if not e_wrong > teeth:
+        fail("self-check: a wrong rope pairing is not detected (err %.3e)" % e_wrong)
+    if n_rows >= 2:
+        e_shift = float(row_rel_err(c[1:], r[:-1]).max())
+        print("%s self-check: vs reference shifted by one row: worst rel err %.3e (must be > %.0e)"
+              % (tag, e_shift, teeth))
+        if not e_shift > teeth:
+            fail("self-check: an off-by-one row is not detected (err %.3e)" % e_shift)
+
+    if failures:
+        print("%s %d failure(s)" % (tag, len(failures)))
+        return 1
+    print("%s PASS" % tag)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
