@@ -1,0 +1,12 @@
+/*
+ * cmd.h - the subcommands of the tessera binary. Each takes the arguments
+ * after its name (argv[0] is the subcommand) and returns the process exit
+ * status: 0 on success, 1 on a runtime failure, 2 on a usage error.
+ */
+#ifndef TS_CMD_H
+#define TS_CMD_H
+
+int cmd_mkmodel(int argc, char **argv);
+int cmd_generate(int argc, char **argv);
+
+#endif

@@ -1,0 +1,27 @@
+/*
+ * backend.h - the interface every execution backend implements (internal to
+ * src/engine). engine.c validates batches and limits, then calls through
+ * this table; a backend may assume every batch it sees is valid. Each backend
+ * lives in its own folder (cpu/, later cuda/) and exports one eng_backend.
+ */
+#ifndef TS_BACKEND_H
+#define TS_BACKEND_H
+
+#include "engine.h"
+
+typedef struct eng_backend {
+    const char *name;
+    /* Allocate run state: activations, scratch and a KV pool of n_blocks
+     * blocks of o->block_size positions. Writes the thread count in force
+     * back into o->n_threads. */
+    int (*create)(const model *m, eng_opts *o, int n_blocks, void **state, char *err,
+                  size_t errlen);
+    void (*destroy)(void *state);
+    int (*forward)(void *state, const eng_batch *b, float *logits);
+    int (*kv_copy_out)(void *state, const int32_t *blocks, int n, void *host);
+    int (*kv_copy_in)(void *state, const int32_t *blocks, int n, const void *host);
+} eng_backend;
+
+extern const eng_backend eng_backend_cpu;
+
+#endif

@@ -1,0 +1,297 @@
+/*
+ * cpu_backend.c - the reference backend: the llama forward pass on the CPU,
+ * over a paged KV cache in host memory.
+ *
+ * One step, for T tokens flattened across the batch's sequences:
+ *   x = embed(tokens)                                          (T, dim)
+ *   per layer:
+ *     h = rmsnorm(x) * attn_norm
+ *     q, k, v = h Wq^T (+bq), h Wk^T (+bk), h Wv^T (+bv)       (T, qd), (T, kvd) x2
+ *     rotate q, k by position; store k, v into each sequence's blocks
+ *     att = per token, per head: softmax(q . K[0..pos] / sqrt(hd)) V
+ *     x += att Wo^T
+ *     h = rmsnorm(x) * ffn_norm
+ *     x += (silu(h Wgate^T) * h Wup^T) Wdown^T
+ *   logits = rmsnorm(x[rows wanted]) * out_norm  Wout^T
+ * The dense products see all T tokens at once (that is what batching buys);
+ * attention is the only per-sequence part. K/V of a step's tokens are stored
+ * before attention runs, so a prefill chunk attends causally to itself.
+ *
+ * Cache layout, per block: [layer][k|v][slot][kv_dim] in f32, so one block
+ * is one contiguous range and swapping it is one memcpy.
+ */
+#include <math.h>
+#include <omp.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend.h"
+#include "err.h"
+#include "ops.h"
+
+typedef struct cpu_state {
+    const model *m;
+    int bs;                 /* block size (positions) */
+    int n_blocks;
+    int max_T;              /* tokens per step */
+    int max_ctx;            /* positions one sequence can attend to */
+    int n_threads;
+    size_t block_floats;    /* floats per block: n_layers * 2 * bs * kvd */
+    float *kv;              /* (n_blocks, n_layers, 2, bs, kvd) */
+    /* activations, (max_T, width) each */
+    float *x, *xb, *q, *k, *v, *att, *hb, *hb2;
+    float *rope_cos, *rope_sin; /* (max_T, head_dim / 2) */
+    float *inv_freq;        /* (head_dim / 2) */
+    float *scores;          /* (n_threads, max_ctx) */
+    int32_t *tok_seq;       /* (max_T) sequence index of each flattened token */
+    int32_t *tok_pos;       /* (max_T) position of each flattened token */
+    ops_scratch *mm;
+} cpu_state;
+
+static void *xalloc(size_t n) {
+    void *p = NULL;
+    if (posix_memalign(&p, 64, n ? n : 64)) return NULL;
+    return p;
+}
+
+static void cpu_destroy(void *st) {
+    cpu_state *s = st;
+    if (!s) return;
+    free(s->kv);
+    free(s->x); free(s->xb); free(s->q); free(s->k); free(s->v);
+    free(s->att); free(s->hb); free(s->hb2);
+    free(s->rope_cos); free(s->rope_sin); free(s->inv_freq);
+    free(s->scores); free(s->tok_seq); free(s->tok_pos);
+    ops_scratch_free(s->mm);
+    free(s);
+}
+
+static int cpu_create(const model *m, eng_opts *o, int n_blocks, void **out, char *err, size_t errlen) {
+    const model_config *c = &m->cfg;
+    cpu_state *s = calloc(1, sizeof(*s));
+    if (!s) goto err;
+    s->m = m;
+    s->bs = o->block_size;
+    s->n_blocks = n_blocks;
+    s->max_T = o->max_batch_tokens;
+    s->n_threads = ops_set_threads(o->n_threads);
+    o->n_threads = s->n_threads;
+    int64_t cap = (int64_t)n_blocks * s->bs;
+    s->max_ctx = cap < c->ctx_len ? (int)cap : c->ctx_len;
+    size_t T = (size_t)s->max_T, qd = (size_t)c->n_heads * c->head_dim;
+    size_t kvd = (size_t)c->n_kv_heads * c->head_dim, half = (size_t)c->head_dim / 2;
+    s->block_floats = (size_t)c->n_layers * 2 * (size_t)s->bs * kvd;
+    s->kv = xalloc((size_t)n_blocks * s->block_floats * sizeof(float));
+    s->x = xalloc(T * c->dim * sizeof(float));
+    s->xb = xalloc(T * (qd > (size_t)c->dim ? qd : (size_t)c->dim) * sizeof(float));
+    s->q = xalloc(T * qd * sizeof(float));
+    s->k = xalloc(T * kvd * sizeof(float));
+    s->v = xalloc(T * kvd * sizeof(float));
+    s->att = xalloc(T * qd * sizeof(float));
+    s->hb = xalloc(T * c->ffn_dim * sizeof(float));
+    s->hb2 = xalloc(T * c->ffn_dim * sizeof(float));
+    s->rope_cos = xalloc(T * half * sizeof(float));
+    s->rope_sin = xalloc(T * half * sizeof(float));
+    s->inv_freq = xalloc(half * sizeof(float));
+    s->scores = xalloc((size_t)s->n_threads * s->max_ctx * sizeof(float));
+    s->tok_seq = xalloc(T * sizeof(int32_t));
+    s->tok_pos = xalloc(T * sizeof(int32_t));
+    int64_t widest = c->dim > c->ffn_dim ? c->dim : c->ffn_dim;
+    if ((int64_t)qd > widest) widest = (int64_t)qd;
+    s->mm = ops_scratch_new(s->max_T, widest, s->n_threads);
+    if (!s->kv || !s->x || !s->xb || !s->q || !s->k || !s->v || !s->att || !s->hb || !s->hb2 ||
+        !s->rope_cos || !s->rope_sin || !s->inv_freq || !s->scores || !s->tok_seq || !s->tok_pos ||
+        !s->mm)
+        goto err;
+    /* Fresh cache memory is zeroed so a block read before it is written
+     * (which validation prevents) could at worst give zeros, not garbage. */
+    memset(s->kv, 0, (size_t)n_blocks * s->block_floats * sizeof(float));
+    for (size_t i = 0; i < half; i++)
+        s->inv_freq[i] = (float)pow((double)c->rope_base, -2.0 * (double)i / (double)c->head_dim);
+    *out = s;
+    return 0;
+err:
+    if (err && errlen)
+        snprintf(err, errlen, "out of memory for the CPU engine (%d KV blocks of %zu bytes)", n_blocks,
+                 s ? s->block_floats * sizeof(float) : 0);
+    cpu_destroy(s);
+    return TS_ERR_NOMEM;
+}
+
+/* Flatten the batch: token -> (sequence, position), and the rotary angles of
+ * every token computed once for all layers. Angles in double: at position
+ * 100k a float product p * inv_freq has lost the low digits the sine needs. */
+static int flatten(cpu_state *s, const eng_batch *b) {
+    int half = s->m->cfg.head_dim / 2, T = 0;
+    for (int i = 0; i < b->n_seqs; i++)
+        for (int j = 0; j < b->seqs[i].n_tokens; j++, T++) {
+            s->tok_seq[T] = i;
+            s->tok_pos[T] = b->seqs[i].pos + j;
+        }
+    #pragma omp parallel for schedule(static)
+    for (int t = 0; t < T; t++)
+        for (int i = 0; i < half; i++) {
+            double a = (double)s->tok_pos[t] * (double)s->inv_freq[i];
+            s->rope_cos[(size_t)t * half + i] = (float)cos(a);
+            s->rope_sin[(size_t)t * half + i] = (float)sin(a);
+        }
+    return T;
+}
+
+static void embed(cpu_state *s, const eng_batch *b) {
+    int dim = s->m->cfg.dim, t = 0;
+    for (int i = 0; i < b->n_seqs; i++)
+        for (int j = 0; j < b->seqs[i].n_tokens; j++, t++)
+            ops_dequant_row(s->x + (size_t)t * dim, &s->m->tok_embd, b->seqs[i].tokens[j]);
+}
+
+/* Rotate one head vector in place. llama-arch GGUF files pair adjacent
+ * elements (2i, 2i+1) because the converter permutes Wq/Wk; NeoX-style
+ * models (qwen2) pair i with i + head_dim/2. */
+static void rope_head(float *v, const float *cs, const float *sn, int hd, int neox) {
+    int half = hd / 2;
+    for (int i = 0; i < half; i++) {
+        int a = neox ? i : 2 * i, bi = neox ? i + half : 2 * i + 1;
+        float x0 = v[a], x1 = v[bi];
+        v[a] = x0 * cs[i] - x1 * sn[i];
+        v[bi] = x0 * sn[i] + x1 * cs[i];
+    }
+}
+
+static void add_bias(float *y, const float *bias, int T, int n) {
+    if (!bias) return;
+    for (int t = 0; t < T; t++) ops_add(y + (size_t)t * n, bias, n);
+}
+
+static float *kv_slot(cpu_state *s, int block, int layer, int which, int slot) {
+    size_t kvd = (size_t)s->m->cfg.n_kv_heads * s->m->cfg.head_dim;
+    return s->kv + (size_t)block * s->block_floats +
+           (((size_t)layer * 2 + (size_t)which) * (size_t)s->bs + (size_t)slot) * kvd;
+}
+
+/* Rotate q and k, then store k and v at each token's cache slot. */
+static void rope_and_store(cpu_state *s, const eng_batch *b, int layer, int T) {
+    const model_config *c = &s->m->cfg;
+    int hd = c->head_dim, half = hd / 2;
+    size_t qd = (size_t)c->n_heads * hd, kvd = (size_t)c->n_kv_heads * hd;
+    #pragma omp parallel for schedule(static)
+    for (int t = 0; t < T; t++) {
+        const float *cs = s->rope_cos + (size_t)t * half, *sn = s->rope_sin + (size_t)t * half;
+        for (int h = 0; h < c->n_heads; h++) rope_head(s->q + t * qd + (size_t)h * hd, cs, sn, hd, c->rope_neox);
+        for (int h = 0; h < c->n_kv_heads; h++) rope_head(s->k + t * kvd + (size_t)h * hd, cs, sn, hd, c->rope_neox);
+        const eng_seq *q = &b->seqs[s->tok_seq[t]];
+        int p = s->tok_pos[t], blk = q->blocks[p / s->bs], slot = p % s->bs;
+        memcpy(kv_slot(s, blk, layer, 0, slot), s->k + t * kvd, kvd * sizeof(float));
+        memcpy(kv_slot(s, blk, layer, 1, slot), s->v + t * kvd, kvd * sizeof(float));
+    }
+}
+
+/* One query head of one token over its sequence's cached positions 0..p. */
+static void attend_head(cpu_state *s, const eng_seq *q, int layer, int p, const float *qh, int kvh,
+                        float *out, float *sc) {
+    int hd = s->m->cfg.head_dim;
+    float scale = 1.0f / sqrtf((float)hd);
+    size_t off = (size_t)kvh * hd;
+    for (int j = 0; j <= p; j++)
+        sc[j] = ops_dot(qh, kv_slot(s, q->blocks[j / s->bs], layer, 0, j % s->bs) + off, hd) * scale;
+    ops_softmax(sc, p + 1);
+    memset(out, 0, (size_t)hd * sizeof(float));
+    for (int j = 0; j <= p; j++)
+        ops_axpy(out, sc[j], kv_slot(s, q->blocks[j / s->bs], layer, 1, j % s->bs) + off, hd);
+}
+
+static void attention(cpu_state *s, const eng_batch *b, int layer, int T) {
+    const model_config *c = &s->m->cfg;
+    int hd = c->head_dim, group = c->n_heads / c->n_kv_heads;
+    size_t qd = (size_t)c->n_heads * hd;
+    int items = T * c->n_heads;
+    /* Work per item grows with position; dynamic chunks keep threads even. */
+    #pragma omp parallel for schedule(dynamic, 4)
+    for (int it = 0; it < items; it++) {
+        int t = it / c->n_heads, h = it % c->n_heads;
+        float *sc = s->scores + (size_t)omp_get_thread_num() * s->max_ctx;
+        attend_head(s, &b->seqs[s->tok_seq[t]], layer, s->tok_pos[t], s->q + t * qd + (size_t)h * hd,
+                    h / group, s->att + t * qd + (size_t)h * hd, sc);
+    }
+}
+
+static void norm_rows(float *out, const float *x, const float *w, int T, int n, float eps) {
+    #pragma omp parallel for schedule(static)
+    for (int t = 0; t < T; t++) ops_rmsnorm(out + (size_t)t * n, x + (size_t)t * n, w, n, eps);
+}
+
+static void layer_forward(cpu_state *s, const eng_batch *b, int l, int T) {
+    const model_config *c = &s->m->cfg;
+    const model_layer *L = &s->m->layers[l];
+    int dim = c->dim, ffn = c->ffn_dim;
+    int qd = c->n_heads * c->head_dim, kvd = c->n_kv_heads * c->head_dim;
+    norm_rows(s->xb, s->x, L->attn_norm, T, dim, c->rms_eps);
+    ops_matmul(s->q, qd, s->xb, T, &L->wq, s->mm);
+    ops_matmul(s->k, kvd, s->xb, T, &L->wk, s->mm);
+    ops_matmul(s->v, kvd, s->xb, T, &L->wv, s->mm);
+    add_bias(s->q, L->bq, T, qd);
+    add_bias(s->k, L->bk, T, kvd);
+    add_bias(s->v, L->bv, T, kvd);
+    rope_and_store(s, b, l, T);
+    attention(s, b, l, T);
+    ops_matmul(s->xb, dim, s->att, T, &L->wo, s->mm);
+    for (int t = 0; t < T; t++) ops_add(s->x + (size_t)t * dim, s->xb + (size_t)t * dim, dim);
+    norm_rows(s->xb, s->x, L->ffn_norm, T, dim, c->rms_eps);
+    ops_matmul(s->hb, ffn, s->xb, T, &L->w_gate, s->mm);
+    ops_matmul(s->hb2, ffn, s->xb, T, &L->w_up, s->mm);
+    #pragma omp parallel for schedule(static)
+    for (int t = 0; t < T; t++) ops_silu_mul(s->hb + (size_t)t * ffn, s->hb2 + (size_t)t * ffn, ffn);
+    ops_matmul(s->xb, dim, s->hb, T, &L->w_down, s->mm);
+    for (int t = 0; t < T; t++) ops_add(s->x + (size_t)t * dim, s->xb + (size_t)t * dim, dim);
+}
+
+/* Final norm over just the rows whose logits were asked for, gathered into
+ * xb, then one product with the output matrix. */
+static void output_logits(cpu_state *s, const eng_batch *b, float *logits) {
+    const model_config *c = &s->m->cfg;
+    int rows = 0, t = 0;
+    for (int i = 0; i < b->n_seqs; i++) {
+        const eng_seq *q = &b->seqs[i];
+        for (int j = 0; j < q->n_tokens; j++, t++)
+            if (q->logits == ENG_LOGITS_ALL || (q->logits == ENG_LOGITS_LAST && j == q->n_tokens - 1))
+                ops_rmsnorm(s->xb + (size_t)rows++ * c->dim, s->x + (size_t)t * c->dim, s->m->out_norm,
+                            c->dim, c->rms_eps);
+    }
+    if (rows) ops_matmul(logits, c->vocab, s->xb, rows, &s->m->output, s->mm);
+}
+
+static int cpu_forward(void *st, const eng_batch *b, float *logits) {
+    cpu_state *s = st;
+    int T = flatten(s, b);
+    embed(s, b);
+    for (int l = 0; l < s->m->cfg.n_layers; l++) layer_forward(s, b, l, T);
+    output_logits(s, b, logits);
+    return 0;
+}
+
+static int cpu_kv_copy_out(void *st, const int32_t *blocks, int n, void *host) {
+    cpu_state *s = st;
+    size_t bytes = s->block_floats * sizeof(float);
+    for (int i = 0; i < n; i++)
+        memcpy((char *)host + (size_t)i * bytes, s->kv + (size_t)blocks[i] * s->block_floats, bytes);
+    return 0;
+}
+
+static int cpu_kv_copy_in(void *st, const int32_t *blocks, int n, const void *host) {
+    cpu_state *s = st;
+    size_t bytes = s->block_floats * sizeof(float);
+    for (int i = 0; i < n; i++)
+        memcpy(s->kv + (size_t)blocks[i] * s->block_floats, (const char *)host + (size_t)i * bytes, bytes);
+    return 0;
+}
+
+const eng_backend eng_backend_cpu = {
+    .name = "cpu",
+    .create = cpu_create,
+    .destroy = cpu_destroy,
+    .forward = cpu_forward,
+    .kv_copy_out = cpu_kv_copy_out,
+    .kv_copy_in = cpu_kv_copy_in,
+};

@@ -1,0 +1,91 @@
+/*
+ * engine.h - execute one forward step of a model over a batch of sequences
+ * against a paged KV cache. The engine only executes: which sequences run,
+ * how many tokens each processes and which cache blocks each owns are the
+ * scheduler's decisions, passed in every step.
+ *
+ * A batch mixes sequences in prefill (many tokens, possibly one chunk of a
+ * longer prompt) and in decode (one token). All tokens of all sequences are
+ * flattened for the dense layers; attention runs per sequence over its own
+ * block table, so sequences never see each other's cache.
+ *
+ * The KV pool is sized in bytes and cut into blocks of block_size token
+ * positions. Block b holds, for every layer, the keys and values of
+ * block_size consecutive positions of whichever sequence owns it; position p
+ * of a sequence lives in block table[p / block_size] at slot p % block_size.
+ * eng_kv_copy_out/in move whole blocks to and from host memory: that is what
+ * swap-based preemption uses.
+ *
+ * The engine validates each batch before touching anything: a bad batch gets
+ * a negative code and changes neither the cache nor any other state. No
+ * allocation happens inside eng_forward; all scratch is sized at eng_new from
+ * the limits in eng_opts. Backends (cpu today) sit behind one interface in
+ * backend.h; no backend type appears here.
+ */
+#ifndef TS_ENGINE_H
+#define TS_ENGINE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "model.h"
+
+/* Which logits a sequence wants back from a step. */
+enum {
+    ENG_LOGITS_NONE = 0,    /* a prefill chunk that is not the last */
+    ENG_LOGITS_LAST = 1,    /* the usual: the row of the last token */
+    ENG_LOGITS_ALL = 2,     /* every processed token (tests, scoring) */
+};
+
+typedef struct eng_seq {
+    const int32_t *tokens;  /* (n_tokens) token ids to process this step */
+    int n_tokens;
+    int pos;                /* position of tokens[0] = tokens already cached */
+    const int32_t *blocks;  /* (n_blocks) block table covering pos + n_tokens */
+    int n_blocks;
+    int logits;             /* ENG_LOGITS_* */
+} eng_seq;
+
+typedef struct eng_batch {
+    const eng_seq *seqs;    /* (n_seqs) */
+    int n_seqs;
+} eng_batch;
+
+typedef struct eng_opts {
+    const char *backend;    /* "cpu" (default when NULL) */
+    size_t kv_pool_bytes;   /* bytes of KV cache; rounded down to whole blocks */
+    int block_size;         /* token positions per KV block (default 16) */
+    int max_batch_tokens;   /* tokens per step across all sequences (default 512) */
+    int max_seqs;           /* sequences per step (default 64) */
+    int n_threads;          /* compute threads; <= 0 means all cores */
+} eng_opts;
+
+typedef struct eng eng;
+
+/* Create an engine for m (which must outlive it). Zeroed fields of o take
+ * their defaults. */
+int eng_new(const model *m, const eng_opts *o, eng **out, char *err, size_t errlen);
+void eng_free(eng *e);
+
+/* Run one step. logits receives, in sequence order, the rows each sequence
+ * asked for: (n_rows, vocab) with n_rows = eng_batch_logit_rows(b).
+ * Returns 0, or a negative TS_ERR_* (and changes nothing) when the batch
+ * is invalid: unknown token, block id out of range, a block table too short
+ * for pos + n_tokens, beyond the context length, or over the limits. */
+int eng_forward(eng *e, const eng_batch *b, float *logits);
+int eng_batch_logit_rows(const eng_batch *b);
+
+/* Pool geometry. */
+int eng_kv_n_blocks(const eng *e);
+int eng_block_size(const eng *e);
+size_t eng_kv_block_bytes(const eng *e);
+int eng_vocab(const eng *e);
+const char *eng_backend_name(const eng *e);
+int eng_threads(const eng *e);
+
+/* Copy n blocks to host (n * eng_kv_block_bytes bytes, in table order) and
+ * back. The block ids on the way in need not be the ones on the way out. */
+int eng_kv_copy_out(eng *e, const int32_t *blocks, int n, void *host);
+int eng_kv_copy_in(eng *e, const int32_t *blocks, int n, const void *host);
+
+#endif
