@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Independent numerical reference check of the llama forward pass.
 #
-# For each weight type (f32, f16, q8_0, and bf16 when mkmodel offers it) this
-# makes a tiny GQA model, runs greedy generation with --ids/--logits, and
-# compares every prefill and decode logits row against a float64 NumPy
-# implementation written from the equations (tests/ref/llama_ref.py). The
-# comparison and its tolerances live in tests/ref/compare.py.
+# For each weight type (f32, f16, q8_0, and bf16 when mkmodel offers it), and
+# for qwen2 with tied output (f32, q8_0), this makes a tiny GQA model, runs
+# greedy generation with --ids/--logits, and compares every prefill and decode
+# logits row against a float64 NumPy implementation written from the
+# equations (tests/ref/llama_ref.py). The comparison, its tolerances and a
+# self-check that it can fail live in tests/ref/compare.py.
 #
 # Environment: TS_TESSERA (binary), TS_TMPDIR (scratch), TS_SRC (repo root).
 set -euo pipefail
@@ -31,29 +32,38 @@ mkdir -p "$WORK"
 #    GQA mapping, causal vs. slow KV-cache path). Fast, no binary needed.
 "$PY" "$REF/gguf_write_test.py"
 
-# 2. Which weight types can mkmodel write?
-types=(f32 f16 q8_0)
+# 2. Cases: NAME TYPE [extra mkmodel args]. The four weight types on the
+#    llama tiny GQA model (bf16 only when mkmodel lists it), plus qwen2 (neox
+#    rope, q/k/v biases) with a tied output matrix in f32 and q8_0.
 mk_help=$("$TS_TESSERA" mkmodel --help 2>&1 || true)
+cases=("llama-f32 f32" "llama-f16 f16" "llama-q8_0 q8_0")
 if grep -qiw 'bf16' <<<"$mk_help"; then
-    types+=(bf16)
+    cases+=("llama-bf16 bf16")
 else
     echo "ref_forward: mkmodel does not list bf16; skipping bf16"
+fi
+if grep -qiw 'qwen2' <<<"$mk_help"; then
+    cases+=("qwen2-tied-f32 f32 --arch qwen2 --tied" "qwen2-tied-q8_0 q8_0 --arch qwen2 --tied")
+else
+    echo "ref_forward: mkmodel does not list --arch qwen2; skipping qwen2"
 fi
 
 status=0
 summary=()
-for t in "${types[@]}"; do
-    model="$WORK/tiny-$t.gguf"
-    echo "=== $t ==="
+for c in "${cases[@]}"; do
+    read -r name t extra <<<"$c"
+    model="$WORK/$name.gguf"
+    echo "=== $name ==="
+    # shellcheck disable=SC2086  # $extra is a list of flags
     "$TS_TESSERA" mkmodel "$model" --preset tiny --type "$t" --dims 64 --layers 2 \
-        --heads 8 --kv-heads 2 --vocab 512 --seed 7
+        --heads 8 --kv-heads 2 --vocab 512 --seed 7 $extra
     "$TS_TESSERA" generate --model "$model" --prompt "$PROMPT" -n "$N" --temp 0 \
-        --ids --logits "$WORK/logits-$t.bin" > "$WORK/ids-$t.txt"
-    if "$PY" "$REF/compare.py" --model "$model" --ids "$WORK/ids-$t.txt" \
-            --logits "$WORK/logits-$t.bin" --type "$t" --n "$N"; then
-        summary+=("$t: pass")
+        --ids --logits "$WORK/$name.logits" > "$WORK/$name.ids"
+    if "$PY" "$REF/compare.py" --model "$model" --ids "$WORK/$name.ids" \
+            --logits "$WORK/$name.logits" --type "$t" --n "$N" --name "$name"; then
+        summary+=("$name: pass")
     else
-        summary+=("$t: FAIL")
+        summary+=("$name: FAIL")
         status=1
     fi
 done
