@@ -154,6 +154,8 @@ uint64_t gguf_row_bytes(uint32_t type, uint64_t n) {
 /* Element counts beyond this are absurd for any model we could run and would
  * risk overflow in byte arithmetic. */
 #define GGUF_MAX_ELEMS (1ull << 40)
+/* More keys or tensors than any real model has by orders of magnitude. */
+#define GGUF_MAX_COUNT (1ull << 24)
 
 static int rd_tensor_info(cursor *c, gguf_tensor *t) {
     int rc;
@@ -225,8 +227,11 @@ static int parse(gguf_ctx *g, char *err, size_t errlen) {
     if ((rc = rd_u64(&c, &g->n_kv, "metadata count"))) return rc;
     /* A key/value takes at least 8 (key length) + 4 (type) + 1 bytes and a
      * tensor info at least 8 + 4 + 8 + 4 + 8: bound the counts by the file. */
+    if (g->n_kv > GGUF_MAX_COUNT || g->n_tensors > GGUF_MAX_COUNT)
+        return fail(err, errlen, TS_ERR_GGUF_CORRUPT, "header claims an absurd %llu keys and %llu tensors",
+                    (unsigned long long)g->n_kv, (unsigned long long)g->n_tensors);
     if (g->n_kv > g->size / 13 || g->n_tensors > g->size / 32)
-        return fail(err, errlen, TS_ERR_GGUF_CORRUPT,
+        return fail(err, errlen, TS_ERR_GGUF_TRUNCATED,
                     "header claims %llu keys and %llu tensors, more than a %llu-byte file holds",
                     (unsigned long long)g->n_kv, (unsigned long long)g->n_tensors,
                     (unsigned long long)g->size);

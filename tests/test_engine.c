@@ -1,0 +1,296 @@
+/*
+ * test_engine.c - the batched forward against itself run one sequence at a
+ * time: mixing prefill chunks and decodes of several sequences in one batch,
+ * over interleaved, non-contiguous block tables, must not change any
+ * sequence's logits; neither may swapping a sequence's blocks out and back
+ * in (to other block ids). Bad batches are refused and change nothing.
+ */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "engine.h"
+#include "err.h"
+#include "gguf.h"
+#include "mkmodel.h"
+#include "model.h"
+#include "testutil.h"
+
+#define N_SEQ 4
+#define BS 4        /* small blocks so every sequence spans several */
+#define MAX_LEN 48
+
+typedef struct seq_ref {
+    int len;                    /* tokens in the sequence */
+    int32_t ids[MAX_LEN];
+    float *logits;              /* (len, vocab): logits after each position */
+} seq_ref;
+
+typedef struct fixture {
+    model *m;
+    int vocab;
+    seq_ref seqs[N_SEQ];
+} fixture;
+
+static const int LENS[N_SEQ] = {7, 23, 40, 2};
+
+static model *make_model(uint32_t type) {
+    mkmodel_spec s;
+    char path[512], err[256];
+    mkmodel_preset("tiny", &s);
+    s.type = type;
+    s.n_heads = 8;
+    s.n_kv_heads = 2; /* GQA */
+    s.seed = 11;
+    tu_path(path, sizeof(path), "engine.gguf");
+    assert_int_equal(mkmodel_write(&s, path, err, sizeof(err)), 0);
+    model *m;
+    int rc = model_load(path, &m, err, sizeof(err));
+    if (rc) fail_msg("%s", err);
+    remove(path);
+    return m;
+}
+
+static eng *make_engine(const model *m, int n_blocks, int max_T) {
+    eng_opts o = {.kv_pool_bytes = model_kv_bytes_per_token(&m->cfg) * BS * (size_t)n_blocks,
+                  .block_size = BS, .max_batch_tokens = max_T, .max_seqs = 8, .n_threads = 2};
+    eng *e;
+    char err[256];
+    assert_int_equal(eng_new(m, &o, &e, err, sizeof(err)), 0);
+    assert_int_equal(eng_kv_n_blocks(e), n_blocks);
+    return e;
+}
+
+/* Solo reference: each sequence alone, prompt in one step with every row's
+ * logits, over the plain table 0, 1, 2, ... */
+static void run_solo(fixture *f) {
+    eng *e = make_engine(f->m, 16, 64);
+    int32_t table[16];
+    for (int i = 0; i < 16; i++) table[i] = i;
+    for (int s = 0; s < N_SEQ; s++) {
+        seq_ref *r = &f->seqs[s];
+        eng_seq q = {r->ids, r->len, 0, table, 16, ENG_LOGITS_ALL};
+        eng_batch b = {&q, 1};
+        assert_int_equal(eng_forward(e, &b, r->logits), 0);
+    }
+    eng_free(e);
+}
+
+static int setup_type(void **state, uint32_t type) {
+    fixture *f = calloc(1, sizeof(*f));
+    f->m = make_model(type);
+    f->vocab = f->m->cfg.vocab;
+    uint64_t x = 12345;
+    for (int s = 0; s < N_SEQ; s++) {
+        seq_ref *r = &f->seqs[s];
+        r->len = LENS[s];
+        for (int i = 0; i < r->len; i++) {
+            x = x * 6364136223846793005ull + 1442695040888963407ull;
+            r->ids[i] = (int32_t)((x >> 33) % (uint64_t)f->vocab);
+        }
+        r->logits = malloc((size_t)r->len * f->vocab * sizeof(float));
+    }
+    run_solo(f);
+    *state = f;
+    return 0;
+}
+
+static int setup_f32(void **state) { return setup_type(state, GGUF_TT_F32); }
+static int setup_f16(void **state) { return setup_type(state, GGUF_TT_F16); }
+static int setup_q8(void **state) { return setup_type(state, GGUF_TT_Q8_0); }
+
+static int teardown(void **state) {
+    fixture *f = *state;
+    for (int s = 0; s < N_SEQ; s++) free(f->seqs[s].logits);
+    model_free(f->m);
+    free(f);
+    return 0;
+}
+
+/* max |a - b| / max |b| over one row. */
+static double row_err(const float *a, const float *b, int n) {
+    double d = 0, m = 0;
+    for (int i = 0; i < n; i++) {
+        d = fmax(d, fabs((double)a[i] - b[i]));
+        m = fmax(m, fabs((double)b[i]));
+    }
+    return d / (m > 0 ? m : 1);
+}
+
+/* Per-sequence progress through a batched schedule. */
+typedef struct live {
+    int done;                   /* positions processed */
+    int32_t table[MAX_LEN / BS + 1];
+} live;
+
+/* Each step, every unfinished sequence processes a chunk whose size comes
+ * from a fixed schedule (1 = a decode-like step), so batches mix prefill
+ * chunks and single tokens. Compares each returned row with the solo run. */
+static double run_batched(fixture *f, eng *e, live *lv, const int (*chunks)[N_SEQ], int n_steps,
+                          int swap_step) {
+    float *logits = malloc((size_t)MAX_LEN * N_SEQ * f->vocab * sizeof(float));
+    double worst = 0;
+    for (int step = 0; step < n_steps; step++) {
+        eng_seq qs[N_SEQ];
+        int who[N_SEQ], n = 0;
+        for (int s = 0; s < N_SEQ; s++) {
+            int c = chunks[step][s], left = f->seqs[s].len - lv[s].done;
+            if (c > left) c = left;
+            if (c <= 0) continue;
+            qs[n] = (eng_seq){f->seqs[s].ids + lv[s].done, c, lv[s].done, lv[s].table,
+                              MAX_LEN / BS + 1, ENG_LOGITS_ALL};
+            who[n++] = s;
+        }
+        if (!n) break;
+        eng_batch b = {qs, n};
+        assert_int_equal(eng_forward(e, &b, logits), 0);
+        int row = 0;
+        for (int i = 0; i < n; i++) {
+            seq_ref *r = &f->seqs[who[i]];
+            for (int j = 0; j < qs[i].n_tokens; j++, row++) {
+                double d = row_err(logits + (size_t)row * f->vocab,
+                                   r->logits + (size_t)(qs[i].pos + j) * f->vocab, f->vocab);
+                worst = fmax(worst, d);
+            }
+            lv[who[i]].done += qs[i].n_tokens;
+        }
+        if (step == swap_step) {
+            /* Swap sequence 1 out, clobber its blocks, and bring it back into
+             * different blocks (the spare ids 40..). */
+            int nb = (lv[1].done + BS - 1) / BS;
+            size_t bytes = eng_kv_block_bytes(e) * (size_t)nb;
+            char *host = malloc(bytes), *junk = malloc(bytes);
+            memset(junk, 0x7f, bytes);
+            assert_int_equal(eng_kv_copy_out(e, lv[1].table, nb, host), 0);
+            assert_int_equal(eng_kv_copy_in(e, lv[1].table, nb, junk), 0);
+            for (int i = 0; i < nb; i++) lv[1].table[i] = 40 + i;
+            assert_int_equal(eng_kv_copy_in(e, lv[1].table, nb, host), 0);
+            free(host);
+            free(junk);
+        }
+    }
+    for (int s = 0; s < N_SEQ; s++) assert_int_equal(lv[s].done, f->seqs[s].len);
+    free(logits);
+    return worst;
+}
+
+/* Interleaved, shuffled block ids: sequence s gets ids s, s+4, s+8, ...
+ * permuted, so neighbours in a table are never neighbours in the pool. */
+static void interleave_tables(live *lv) {
+    memset(lv, 0, sizeof(live) * N_SEQ);
+    for (int s = 0; s < N_SEQ; s++)
+        for (int i = 0; i <= MAX_LEN / BS; i++) lv[s].table[i] = ((i * 7) % 13) * N_SEQ + s;
+}
+
+static const int SCHEDULE[][N_SEQ] = {
+    {3, 23, 10, 1}, {4, 1, 10, 1}, {1, 1, 20, 1}, {1, 1, 1, 1},
+    {1, 5, 1, 1},   {1, 1, 1, 1},  {1, 1, 1, 1},  {1, 1, 1, 1},
+};
+
+static void check_batched(void **state, double tol) {
+    fixture *f = *state;
+    eng *e = make_engine(f->m, 64, 64);
+    live lv[N_SEQ];
+    interleave_tables(lv);
+    double worst = run_batched(f, e, lv, SCHEDULE, 8, -1);
+    print_message("batched vs solo: worst relative row error %.3g\n", worst);
+    assert_true(worst <= tol);
+    eng_free(e);
+}
+
+static void test_batch_equivalence_f32(void **state) { check_batched(state, 1e-5); }
+static void test_batch_equivalence_f16(void **state) { check_batched(state, 1e-5); }
+/* Q8_0 quantizes activations per call; a token's activation blocks are the
+ * same whatever else is in the batch, so the results still agree closely. */
+static void test_batch_equivalence_q8(void **state) { check_batched(state, 1e-5); }
+
+static void test_swap_roundtrip(void **state) {
+    fixture *f = *state;
+    eng *e = make_engine(f->m, 64, 64);
+    live lv[N_SEQ];
+    interleave_tables(lv);
+    double worst = run_batched(f, e, lv, SCHEDULE, 8, 1);
+    print_message("after swap out/in to new blocks: worst relative row error %.3g\n", worst);
+    assert_true(worst <= 1e-5);
+    eng_free(e);
+}
+
+/* A refused batch must leave the cache as it was: run sequence 0 halfway,
+ * throw bad batches at the engine, finish it and compare with solo. */
+static void test_bad_batches_change_nothing(void **state) {
+    fixture *f = *state;
+    eng *e = make_engine(f->m, 16, 32);
+    seq_ref *r = &f->seqs[2];
+    int32_t table[16];
+    for (int i = 0; i < 16; i++) table[i] = 15 - i;
+    float *logits = malloc((size_t)64 * f->vocab * sizeof(float));
+    eng_seq q = {r->ids, 20, 0, table, 16, ENG_LOGITS_LAST};
+    eng_batch b = {&q, 1};
+    assert_int_equal(eng_forward(e, &b, logits), 0);
+
+    int32_t bad_ids[2] = {r->ids[20], f->vocab}; /* second id out of range */
+    eng_seq bq = {bad_ids, 2, 20, table, 16, ENG_LOGITS_LAST};
+    eng_batch bb = {&bq, 1};
+    assert_int_equal(eng_forward(e, &bb, logits), TS_ERR_TOK_RANGE);
+    int32_t bad_table[16];
+    memcpy(bad_table, table, sizeof(table));
+    bad_table[5] = 16;
+    bq = (eng_seq){r->ids + 20, 2, 20, bad_table, 16, ENG_LOGITS_LAST};
+    assert_int_equal(eng_forward(e, &bb, logits), TS_ERR_KV_BLOCK);
+    bq = (eng_seq){r->ids + 20, 2, 20, table, 5, ENG_LOGITS_LAST}; /* table too short */
+    assert_int_equal(eng_forward(e, &bb, logits), TS_ERR_KV_CAPACITY);
+    bq = (eng_seq){r->ids, 33, 20, table, 16, ENG_LOGITS_LAST}; /* over max_batch_tokens */
+    assert_int_equal(eng_forward(e, &bb, logits), TS_ERR_BATCH_LIMIT);
+    bq = (eng_seq){r->ids, 2, f->m->cfg.ctx_len - 1, table, 16, ENG_LOGITS_LAST};
+    assert_int_equal(eng_forward(e, &bb, logits), TS_ERR_CTX_LIMIT);
+    eng_seq two[2] = {{r->ids + 20, 1, 20, table, 16, ENG_LOGITS_LAST},
+                      {r->ids, 1, 0, table + 5, 11, ENG_LOGITS_LAST}}; /* both write block 10 */
+    eng_batch tb = {two, 2};
+    assert_int_equal(eng_forward(e, &tb, logits), TS_ERR_KV_BLOCK);
+
+    q = (eng_seq){r->ids + 20, r->len - 20, 20, table, 16, ENG_LOGITS_ALL};
+    assert_int_equal(eng_forward(e, &b, logits), 0);
+    double worst = 0;
+    for (int j = 0; j < r->len - 20; j++)
+        worst = fmax(worst, row_err(logits + (size_t)j * f->vocab, r->logits + (size_t)(20 + j) * f->vocab,
+                                    f->vocab));
+    assert_true(worst <= 1e-5);
+    free(logits);
+    eng_free(e);
+}
+
+static void test_engine_options(void **state) {
+    fixture *f = *state;
+    eng_opts o = {.kv_pool_bytes = 10, .block_size = 16};
+    eng *e;
+    char err[256];
+    assert_int_equal(eng_new(f->m, &o, &e, err, sizeof(err)), TS_ERR_INVAL);
+    assert_non_null(strstr(err, "blocks"));
+    o = (eng_opts){.kv_pool_bytes = 1 << 20, .backend = "tpu"};
+    assert_int_equal(eng_new(f->m, &o, &e, err, sizeof(err)), TS_ERR_INVAL);
+    assert_non_null(strstr(err, "tpu"));
+    o = (eng_opts){.kv_pool_bytes = 1 << 20, .block_size = -3};
+    assert_int_equal(eng_new(f->m, &o, &e, err, sizeof(err)), TS_ERR_INVAL);
+}
+
+int main(void) {
+    const struct CMUnitTest f32[] = {
+        cmocka_unit_test(test_batch_equivalence_f32),
+        cmocka_unit_test(test_swap_roundtrip),
+        cmocka_unit_test(test_bad_batches_change_nothing),
+        cmocka_unit_test(test_engine_options),
+    };
+    const struct CMUnitTest f16[] = {cmocka_unit_test(test_batch_equivalence_f16)};
+    const struct CMUnitTest q8[] = {cmocka_unit_test(test_batch_equivalence_q8)};
+    int fails = cmocka_run_group_tests_name("engine_f32", f32, setup_f32, teardown);
+    fails += cmocka_run_group_tests_name("engine_f16", f16, setup_f16, teardown);
+    fails += cmocka_run_group_tests_name("engine_q8_0", q8, setup_q8, teardown);
+    return fails;
+}
