@@ -1,0 +1,223 @@
+/* cost.c - online step-time and copy-bandwidth model; see cost.h for the
+ * model, the RLS equations and the guards. */
+#include "cost.h"
+
+#include <math.h>
+#include <stddef.h>
+
+#include "err.h"
+
+#define NF 4    /* features: 1, prefill, decode, context */
+
+static const double feat_scale[NF] = {
+    1.0, COST_SCALE_PREFILL, COST_SCALE_DECODE, COST_SCALE_CONTEXT,
+};
+
+/* x = the scaled feature vector of f. */
+static void feat_vec(const cost_features *f, double x[NF]) {
+    x[0] = 1.0;
+    x[1] = f->prefill_tokens / COST_SCALE_PREFILL;
+    x[2] = f->decode_seqs / COST_SCALE_DECODE;
+    x[3] = f->context_tokens / COST_SCALE_CONTEXT;
+}
+
+static int feat_ok(const cost_features *f) {
+    return isfinite(f->prefill_tokens) && f->prefill_tokens >= 0 &&
+           isfinite(f->decode_seqs) && f->decode_seqs >= 0 &&
+           isfinite(f->context_tokens) && f->context_tokens >= 0;
+}
+
+static double dot(const double a[NF], const double b[NF]) {
+    double s = 0.0;
+    for (int i = 0; i < NF; i++) s += a[i] * b[i];
+    return s;
+}
+
+static double floor_pred(double y) {
+    return y >= COST_PRED_FLOOR_US ? y : COST_PRED_FLOOR_US;  /* NaN -> floor */
+}
+
+static double max3(double a, double b, double c) {
+    double m = a > b ? a : b;
+    return m > c ? m : c;
+}
+
+static int model_finite(const cost_model *m) {
+    for (int i = 0; i < NF; i++) {
+        if (!isfinite(m->theta[i])) return 0;
+        for (int j = 0; j < NF; j++)
+            if (!isfinite(m->P[i][j])) return 0;
+    }
+    return isfinite(m->err_us);
+}
+
+double cost_attended(double pos, double n_tokens) {
+    return n_tokens * pos + n_tokens * (n_tokens + 1.0) / 2.0;
+}
+
+int cost_init(cost_model *m, const double seed_theta[4], double lambda,
+              double prior_var, double seed_copy_bytes_per_us) {
+    if (!m || !seed_theta) return TS_ERR_INVAL;
+    if (!(lambda > 0.0 && lambda <= 1.0)) return TS_ERR_INVAL;
+    if (!(prior_var > 0.0 && isfinite(prior_var))) return TS_ERR_INVAL;
+    if (!(seed_copy_bytes_per_us > 0.0 && isfinite(seed_copy_bytes_per_us)))
+        return TS_ERR_INVAL;
+    for (int i = 0; i < NF; i++)
+        if (!(seed_theta[i] >= 0.0 && isfinite(seed_theta[i]))) return TS_ERR_INVAL;
+
+    cost_model z = {0};
+    for (int i = 0; i < NF; i++) {
+        z.theta[i] = seed_theta[i] * feat_scale[i];   /* raw -> us per scale unit */
+        z.P[i][i] = prior_var;
+    }
+    z.lambda = lambda;
+    z.trace_max = NF * prior_var;
+    z.copy_bytes_per_us = seed_copy_bytes_per_us;
+    *m = z;
+    return 0;
+}
+
+/* Clip the a-priori residual e to COST_CLIP_K error scales (after warm-up)
+ * and fold it into the running error scale. pred is the unfloored
+ * prediction, used for the relative floor of the scale. */
+static double residual_clip(cost_model *m, double e, double pred) {
+    double ae = fabs(e);
+    if (m->n_obs < COST_WARMUP) {
+        /* No scale yet: take the residual as is, scale = mean |e| so far. */
+        m->err_us += (ae - m->err_us) / (double)(m->n_obs + 1);
+        return e;
+    }
+    double s = max3(m->err_us, COST_ERR_FLOOR_REL * pred, COST_ERR_FLOOR_US);
+    double lim = COST_CLIP_K * s;
+    if (ae > lim) {
+        m->n_clipped++;
+        ae = lim;
+        e = e > 0 ? lim : -lim;
+    }
+    m->err_us += COST_ERR_ALPHA * (ae - m->err_us);
+    return e;
+}
+
+/* P = (P - k (P x)') / lambda, kept symmetric, then its trace capped. */
+static void cov_update(cost_model *m, const double k[NF], const double Px[NF]) {
+    for (int i = 0; i < NF; i++)
+        for (int j = 0; j < NF; j++)
+            m->P[i][j] = (m->P[i][j] - k[i] * Px[j]) / m->lambda;
+    double tr = 0.0;
+    for (int i = 0; i < NF; i++) {
+        for (int j = i + 1; j < NF; j++) {
+            double s = 0.5 * (m->P[i][j] + m->P[j][i]);  /* rounding drifts apart */
+            m->P[i][j] = m->P[j][i] = s;
+        }
+        tr += m->P[i][i];
+    }
+    if (tr > m->trace_max) {
+        double r = m->trace_max / tr;
+        for (int i = 0; i < NF; i++)
+            for (int j = 0; j < NF; j++) m->P[i][j] *= r;
+    }
+}
+
+int cost_observe(cost_model *m, const cost_features *f, double step_us) {
+    if (!m || !f || !feat_ok(f)) return TS_ERR_INVAL;
+    if (!(step_us > 0.0 && isfinite(step_us))) return TS_ERR_INVAL;
+
+    double x[NF], Px[NF];
+    feat_vec(f, x);
+    for (int i = 0; i < NF; i++) Px[i] = dot(m->P[i], x);
+    double xPx = dot(x, Px);
+    if (!(xPx > COST_MIN_XPX)) {          /* nothing to learn along x */
+        m->n_skipped++;
+        return 0;
+    }
+
+    cost_model saved = *m;                /* rollback if anything goes non-finite */
+    double pred = dot(m->theta, x);
+    double e = residual_clip(m, step_us - pred, pred);
+    double k[NF];
+    for (int i = 0; i < NF; i++) {
+        k[i] = Px[i] / (m->lambda + xPx);
+        m->theta[i] += k[i] * e;
+        if (m->theta[i] < 0.0) m->theta[i] = 0.0;   /* keep theta >= 0 */
+    }
+    cov_update(m, k, Px);
+    if (!model_finite(m)) {
+        *m = saved;
+        m->n_skipped++;
+        return 0;
+    }
+    m->n_obs++;
+    return 0;
+}
+
+double cost_predict_us(const cost_model *m, const cost_features *f) {
+    double x[NF];
+    feat_vec(f, x);
+    return floor_pred(dot(m->theta, x));
+}
+
+int cost_observe_copy(cost_model *m, double bytes, double us) {
+    if (!m) return TS_ERR_INVAL;
+    if (!(bytes > 0.0 && isfinite(bytes) && us > 0.0 && isfinite(us)))
+        return TS_ERR_INVAL;
+    double bw = bytes / us;
+    if (!(bw > 0.0 && isfinite(bw))) return TS_ERR_INVAL;   /* over/underflow */
+    m->copy_bytes_per_us += COST_COPY_ALPHA * (bw - m->copy_bytes_per_us);
+    m->n_copy_obs++;
+    return 0;
+}
+
+double cost_swap_us(const cost_model *m, double kv_bytes) {
+    if (!(kv_bytes > 0.0)) return 0.0;
+    return 2.0 * kv_bytes / m->copy_bytes_per_us;
+}
+
+double cost_recompute_us(const cost_model *m, double context_tokens) {
+    if (!(context_tokens > 0.0)) return 0.0;
+    return m->theta[1] * (context_tokens / COST_SCALE_PREFILL) +
+           m->theta[3] * (cost_attended(0.0, context_tokens) / COST_SCALE_CONTEXT);
+}
+
+/* Predicted step time with t budgeted prefill tokens; see cost_budget_for. */
+static double budget_pred(const cost_model *m, int t, double decode_seqs,
+                          double context_tokens, double prefill_pos) {
+    cost_features f = {
+        .prefill_tokens = (double)t,
+        .decode_seqs = decode_seqs,
+        .context_tokens = context_tokens + cost_attended(prefill_pos, (double)t),
+    };
+    return cost_predict_us(m, &f);
+}
+
+int cost_budget_for(const cost_model *m, double target_us, double decode_seqs,
+                    double context_tokens, double prefill_pos, int lo, int hi) {
+    if (!m || lo < 0 || lo > hi) return TS_ERR_INVAL;
+    if (!(budget_pred(m, lo, decode_seqs, context_tokens, prefill_pos) <= target_us))
+        return lo;
+    if (budget_pred(m, hi, decode_seqs, context_tokens, prefill_pos) <= target_us)
+        return hi;
+    /* Invariant: lo fits, hi does not. The prediction is non-decreasing in t
+     * because theta >= 0, so the boundary is unique. */
+    while (hi - lo > 1) {
+        int mid = lo + (hi - lo) / 2;
+        if (budget_pred(m, mid, decode_seqs, context_tokens, prefill_pos) <= target_us)
+            lo = mid;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+void cost_theta(const cost_model *m, double out[4]) {
+    for (int i = 0; i < NF; i++) out[i] = m->theta[i] / feat_scale[i];
+}
+
+double cost_err_us(const cost_model *m) { return m->err_us; }
+
+double cost_copy_bytes_per_us(const cost_model *m) { return m->copy_bytes_per_us; }
+
+double cost_trace(const cost_model *m) {
+    double tr = 0.0;
+    for (int i = 0; i < NF; i++) tr += m->P[i][i];
+    return tr;
+}

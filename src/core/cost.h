@@ -1,0 +1,215 @@
+/*
+ * cost.h - the scheduler's model of how long an engine step takes, and of
+ * how fast KV blocks move between device and host, both learned online from
+ * what the engine measures.
+ *
+ * Step time is modelled as linear in four features of the batch:
+ *
+ *     step_us = a + b * prefill_tokens + c * decode_seqs + d * context_tokens
+ *
+ * a is the fixed per-step overhead (launches, sampling, bookkeeping), b the
+ * cost of one prompt token through the dense layers, c the cost of one decode
+ * sequence (its token through the dense layers plus per-sequence overhead),
+ * and d the cost of attending one cached position. context_tokens is the
+ * ATTENDED context, defined per token: every token processed in the step at
+ * position p (0-based) attends to the p + 1 positions 0..p, so a sequence
+ * that processes n tokens starting at position pos (pos = tokens already in
+ * its KV cache, eng_seq.pos) contributes
+ *
+ *     cost_attended(pos, n) = n * pos + n * (n + 1) / 2
+ *
+ * and context_tokens is the sum of that over the batch. A decode step of a
+ * sequence of length L (pos = L - 1, n = 1) contributes L. This is the count
+ * of query-key dot products, so it is what attention time is proportional to,
+ * and it has a useful property: the total over a prompt is the same however
+ * the prompt is chunked, so recompute cost does not depend on chunking.
+ *
+ * The coefficients theta = (a, b, c, d) are fitted by recursive least squares
+ * (RLS) with exponential forgetting. With x the feature vector (1, prefill,
+ * decode, context), y the measured step time and lambda in (0, 1]:
+ *
+ *     e     = y - x' theta                      (a-priori residual)
+ *     k     = P x / (lambda + x' P x)           (gain)
+ *     theta = theta + k e
+ *     P     = (P - k x' P) / lambda
+ *
+ * This minimises sum_i lambda^(n-i) (y_i - x_i' theta)^2 plus the prior's
+ * term, so an observation's weight halves every ln 2 / (1 - lambda) steps
+ * (about 140 steps at lambda = 0.995): old steps fade and the model follows
+ * a machine whose speed drifts (thermal throttling, a neighbour on the GPU,
+ * a new model build). A lasting change in speed is absorbed at that rate:
+ * predictions are within ~3% again after about four half-lives (~600 steps
+ * at 0.995; the test measures it); a smaller lambda follows faster at the
+ * price of noisier coefficients. P is the covariance of theta in units of
+ * the step-time noise variance, so it is dimensionless.
+ *
+ * Internally every feature is divided by a fixed power-of-two scale
+ * (COST_SCALE_*) so that each is O(1) in a typical batch: P stays well
+ * conditioned and one prior variance means the same for every coefficient.
+ * The scales are powers of two so that the division is exact.
+ *
+ * RLS has known failure modes; each is guarded here:
+ *  - Wind-up. When the batches keep looking alike (a steady decode-only
+ *    load), the data excite one direction only and P / lambda inflates every
+ *    other direction without bound; the next unusual batch then gets a huge
+ *    gain. After each update the trace of P is capped at the prior's trace
+ *    (4 * prior_var): the model is never less sure than it was told to be at
+ *    start. An observation with x' P x below COST_MIN_XPX (the model is
+ *    already sure along x, or P lost positive definiteness to rounding) is
+ *    skipped entirely, forgetting included.
+ *  - Outliers. A step stalled by a page fault, a stray GC in a neighbour or
+ *    the first call into a driver can take 100x the usual time. Least squares
+ *    moves theta in proportion to the residual, so one such step would
+ *    wreck the fit. The residual is clipped to COST_CLIP_K (3) times a
+ *    running scale of recent residuals (an EWMA of their clipped absolute
+ *    value), which bounds any single step's influence (a Huber-style
+ *    M-estimate). The scale is updated with the clipped value, so one
+ *    outlier raises it by at most alpha * (K - 1) = 10%, while a real,
+ *    lasting change in speed raises it by ~10% per step until the residuals
+ *    fit again (about 30 steps for a 50x jump, small next to forgetting).
+ *    The first COST_WARMUP steps are not clipped (there is no scale yet, so
+ *    an outlier among them does get in), and the scale never drops below 1%
+ *    of the prediction or 1 us, so a noise-free fit cannot freeze itself.
+ *  - Negative predictions and extrapolation. Every coefficient is kept >= 0
+ *    (projected after each update). Physically none can be negative, and
+ *    an unconstrained fit that has only seen decode-heavy batches can land
+ *    on a negative prefill cost by collinearity, which would make a huge
+ *    prefill look free. With theta >= 0 and features >= 0 the prediction is
+ *    monotone non-decreasing in every feature, which cost_budget_for relies
+ *    on. Predictions are also floored at COST_PRED_FLOOR_US so that callers
+ *    may divide by them. The projection is not exact constrained least
+ *    squares; it costs a little bias when a true coefficient is near zero.
+ *  - Non-finite values. Observations with NaN, infinite or negative inputs
+ *    are refused, and an update that would leave anything non-finite is
+ *    rolled back.
+ *
+ * Copy bandwidth (host <-> device KV swaps) is an EWMA of bytes/us over
+ * observed copies, seeded from configuration.
+ *
+ * The caller owns the cost_model (plain struct, no heap, no pointers; it may
+ * be copied with memcpy). Nothing here reads a clock, allocates, or keeps
+ * state outside the struct: the same calls in the same order give a bitwise
+ * identical model for a given build. (Across builds, compilers may contract
+ * a * b + c into FMA differently; the simulator and the server share one
+ * binary, so they agree.)
+ */
+#ifndef TS_COST_H
+#define TS_COST_H
+
+#include <stdint.h>
+
+/* Feature scales; powers of two so scaling is exact (see above). */
+#define COST_SCALE_PREFILL  1024.0        /* tokens */
+#define COST_SCALE_DECODE   64.0          /* sequences */
+#define COST_SCALE_CONTEXT  1048576.0     /* attended positions */
+
+#define COST_PRED_FLOOR_US  1.0     /* us; lowest prediction ever returned */
+#define COST_MIN_XPX        1e-12   /* x' P x below this: skip the update */
+#define COST_CLIP_K         3.0     /* residual clipped to K x error scale */
+#define COST_ERR_ALPHA      0.05    /* EWMA weight of the error scale */
+#define COST_ERR_FLOOR_REL  0.01    /* error scale >= this x prediction */
+#define COST_ERR_FLOOR_US   1.0     /* us; error scale >= this */
+#define COST_WARMUP         8       /* steps observed before clipping starts */
+#define COST_COPY_ALPHA     0.1     /* EWMA weight of a bandwidth sample */
+
+/* Features of one step's batch; all >= 0. */
+typedef struct cost_features {
+    double prefill_tokens;    /* tokens processed by sequences in prefill */
+    double decode_seqs;       /* sequences decoding one token */
+    double context_tokens;    /* attended positions, sum of cost_attended() */
+} cost_features;
+
+/* Model state. Fields are private to cost.c; read them through the
+ * accessors below. */
+typedef struct cost_model {
+    double theta[4];          /* coefficients in scaled units: us per scale unit
+                                 of (1, prefill, decode, context); all >= 0 */
+    double P[4][4];           /* covariance of theta / noise variance, symmetric */
+    double lambda;            /* forgetting factor, (0, 1] */
+    double trace_max;         /* cap on trace(P) = trace of the prior */
+    double err_us;            /* us; running scale of |residual| */
+    double copy_bytes_per_us; /* bytes/us; EWMA of measured copy bandwidth */
+    uint64_t n_obs;           /* step observations applied */
+    uint64_t n_skipped;       /* ... skipped as uninformative (x' P x tiny) */
+    uint64_t n_clipped;       /* ... whose residual was clipped */
+    uint64_t n_copy_obs;      /* copy observations applied */
+} cost_model;
+
+/* Attended positions of n tokens processed starting at position pos (pos =
+ * tokens already cached): n * pos + n * (n + 1) / 2. Sum it over the batch's
+ * sequences to get cost_features.context_tokens. */
+double cost_attended(double pos, double n_tokens);
+
+/* Set m up from configuration.
+ *   seed_theta: (a, b, c, d) in raw units: us, us/prefill token,
+ *               us/decode sequence, us/attended position; each >= 0, finite.
+ *   lambda:     forgetting factor in (0, 1]; 0.995 forgets with a half-life
+ *               of ~140 steps; 1 never forgets.
+ *   prior_var:  > 0, how loosely the seed is held: along a direction where a
+ *               batch's scaled features have norm about 1, the first step
+ *               moves the prediction prior_var / (1 + prior_var) of the way
+ *               to the measurement. 1e2 lets the first steps override a rough
+ *               seed; 1e-2 trusts the seed for a hundred steps or so.
+ *   seed_copy_bytes_per_us: > 0, finite; bytes/us of a host<->device copy
+ *               (1 GB/s = 1000 bytes/us).
+ * Returns 0, or TS_ERR_INVAL (m untouched) for a NULL pointer or a value
+ * outside those ranges. */
+int cost_init(cost_model *m, const double seed_theta[4], double lambda,
+              double prior_var, double seed_copy_bytes_per_us);
+
+/* Feed one measured step: f its batch features, step_us its wall time.
+ * Returns 0 when the step was used or deliberately skipped (see wind-up
+ * above; counted in n_skipped), TS_ERR_INVAL (m untouched) for a NULL
+ * pointer, a feature that is negative or not finite, or step_us that is not
+ * finite and > 0. O(16) flops, no allocation. */
+int cost_observe(cost_model *m, const cost_features *f, double step_us);
+
+/* Predicted step time of a batch with features f, in us; never below
+ * COST_PRED_FLOOR_US (also for NaN or negative features), non-decreasing in
+ * every feature. */
+double cost_predict_us(const cost_model *m, const cost_features *f);
+
+/* Feed one measured host<->device copy of bytes in us. Observe whole swaps,
+ * not single small blocks: small copies are latency-bound and would drag the
+ * bandwidth estimate down. Returns 0, or TS_ERR_INVAL (m untouched) unless
+ * both are finite and > 0. */
+int cost_observe_copy(cost_model *m, double bytes, double us);
+
+/* Time to swap a sequence's KV out now and back in later:
+ * 2 * kv_bytes / bandwidth, in us. */
+double cost_swap_us(const cost_model *m, double kv_bytes);
+
+/* Extra step time to rebuild context_tokens of KV by prefill, in us:
+ * b * C + d * cost_attended(0, C). The fixed step overhead a is left out
+ * because the recompute rides in steps that run anyway; by the definition of
+ * attended context the figure is the same however the prefill is chunked.
+ * Compare with cost_swap_us to choose the preemption mode. */
+double cost_recompute_us(const cost_model *m, double context_tokens);
+
+/* Largest prefill token budget t in [lo, hi] whose predicted step time stays
+ * <= target_us, for a batch that also holds decode_seqs decoding sequences
+ * and context_tokens attended positions besides the budgeted tokens. The t
+ * budgeted tokens are charged as one chunk starting at position prefill_pos
+ * (their attended context is cost_attended(prefill_pos, t)); passing the
+ * largest cached prefix among the sequences that may receive the budget
+ * makes this an upper bound whichever way the budget is split among them.
+ * Returns lo when even lo tokens miss the target (the step must still make
+ * progress), hi when hi fits, or TS_ERR_INVAL for a NULL m, lo < 0 or
+ * lo > hi. Binary search, O(log(hi - lo)) predictions. */
+int cost_budget_for(const cost_model *m, double target_us, double decode_seqs,
+                    double context_tokens, double prefill_pos, int lo, int hi);
+
+/* Current coefficients (a, b, c, d) in raw units, as in cost_init. */
+void cost_theta(const cost_model *m, double out[4]);
+
+/* Running scale of |measured - predicted|, in us (0 before any step). A
+ * scheduler may keep this much margin below an SLO target. */
+double cost_err_us(const cost_model *m);
+
+/* Current copy bandwidth estimate, bytes/us. */
+double cost_copy_bytes_per_us(const cost_model *m);
+
+/* trace(P), for tests and metrics: bounded by 4 * prior_var. */
+double cost_trace(const cost_model *m);
+
+#endif

@@ -1,0 +1,395 @@
+/* test_cost.c - unit tests of the online step-time model (src/core/cost.c).
+ *
+ * The fitting tests generate synthetic steps from known coefficients plus
+ * noise with a small generator of their own (splitmix64, Irwin-Hall normal),
+ * seeded with constants, so every run sees the same numbers and a failure is
+ * reproducible. Arithmetic that has an exact answer (attended context, swap,
+ * recompute, bandwidth EWMA) is checked with dyadic hand values so that
+ * equality is exact.
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <math.h>
+#include <string.h>
+
+#include "cost.h"
+#include "err.h"
+
+/* ---- synthetic data ------------------------------------------------------ */
+
+typedef struct rng { uint64_t s; } rng;
+
+static uint64_t rng_next(rng *r) {
+    uint64_t z = (r->s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+static double rng_unif(rng *r) { return (double)(rng_next(r) >> 11) * 0x1.0p-53; }
+
+static int rng_int(rng *r, int lo, int hi) {    /* uniform in [lo, hi] */
+    return lo + (int)(rng_next(r) % (uint64_t)(hi - lo + 1));
+}
+
+static double rng_normal(rng *r) {               /* Irwin-Hall, mean 0, var 1 */
+    double s = 0.0;
+    for (int i = 0; i < 12; i++) s += rng_unif(r);
+    return s - 6.0;
+}
+
+/* A random mixed batch: some decoding sequences with contexts of 100..4000,
+ * and sometimes a prefill chunk of up to 2048 tokens at position 0..2000. */
+static cost_features rand_batch(rng *r) {
+    cost_features f = {0};
+    int nd = rng_int(r, 0, 64);
+    for (int i = 0; i < nd; i++) f.context_tokens += cost_attended(rng_int(r, 100, 4000), 1);
+    f.decode_seqs = nd;
+    if (nd == 0 || rng_unif(r) < 0.6) {
+        int n = rng_int(r, 1, 2048), pos = rng_int(r, 0, 2000);
+        f.prefill_tokens = n;
+        f.context_tokens += cost_attended(pos, n);
+    }
+    return f;
+}
+
+static double true_us(const double th[4], const cost_features *f) {
+    return th[0] + th[1] * f->prefill_tokens + th[2] * f->decode_seqs +
+           th[3] * f->context_tokens;
+}
+
+/* Feed n synthetic steps from true coefficients th with relative noise. */
+static void feed(cost_model *m, rng *r, const double th[4], int n, double noise) {
+    for (int i = 0; i < n; i++) {
+        cost_features f = rand_batch(r);
+        double y = true_us(th, &f);
+        y *= 1.0 + noise * rng_normal(r);
+        assert_int_equal(cost_observe(m, &f, y), 0);
+    }
+}
+
+static void assert_rel(double got, double want, double tol, const char *what) {
+    if (!(fabs(got - want) <= tol * fabs(want)))
+        fail_msg("%s: got %.6g, want %.6g (tolerance %.1f%%)", what, got, want, tol * 100);
+}
+
+static void assert_theta_near(const cost_model *m, const double th[4], double tol) {
+    static const char *name[4] = {"a (us)", "b (us/prefill tok)", "c (us/decode seq)",
+                                  "d (us/attended pos)"};
+    double got[4];
+    cost_theta(m, got);
+    for (int i = 0; i < 4; i++) assert_rel(got[i], th[i], tol, name[i]);
+}
+
+/* Largest relative prediction error over 200 fresh batches. */
+static double max_pred_err(const cost_model *m, const double th[4], uint64_t seed) {
+    rng r = {seed};
+    double worst = 0.0;
+    for (int i = 0; i < 200; i++) {
+        cost_features f = rand_batch(&r);
+        double want = true_us(th, &f);
+        double e = fabs(cost_predict_us(m, &f) - want) / want;
+        if (e > worst) worst = e;
+    }
+    return worst;
+}
+
+static const double TRUE_TH[4] = {3000.0, 15.0, 40.0, 0.002};
+static const double SEED_TH[4] = {1000.0, 5.0, 100.0, 0.01};
+
+static void init_default(cost_model *m) {
+    assert_int_equal(cost_init(m, SEED_TH, 0.995, 100.0, 1000.0), 0);
+}
+
+/* ---- tests --------------------------------------------------------------- */
+
+static void test_attended_hand(void **st) {
+    (void)st;
+    assert_true(cost_attended(0, 1) == 1.0);     /* first token sees itself */
+    assert_true(cost_attended(9, 1) == 10.0);    /* decode at length 10 */
+    assert_true(cost_attended(3, 4) == 22.0);    /* 4+5+6+7 */
+    assert_true(cost_attended(0, 1000) == 500500.0);
+    /* Chunking does not change the total: 0..999 as 300 + 700. */
+    assert_true(cost_attended(0, 300) + cost_attended(300, 700) == 500500.0);
+    assert_true(cost_attended(5, 0) == 0.0);
+}
+
+static void test_init_rejects(void **st) {
+    (void)st;
+    cost_model m, ref;
+    memset(&m, 0xab, sizeof m);
+    ref = m;
+    double neg[4] = {1, -1, 1, 1}, nan4[4] = {1, 1, NAN, 1};
+    assert_int_equal(cost_init(NULL, SEED_TH, 0.99, 1, 1), TS_ERR_INVAL);
+    assert_int_equal(cost_init(&m, NULL, 0.99, 1, 1), TS_ERR_INVAL);
+    assert_int_equal(cost_init(&m, SEED_TH, 0.0, 1, 1), TS_ERR_INVAL);
+    assert_int_equal(cost_init(&m, SEED_TH, 1.5, 1, 1), TS_ERR_INVAL);
+    assert_int_equal(cost_init(&m, SEED_TH, NAN, 1, 1), TS_ERR_INVAL);
+    assert_int_equal(cost_init(&m, SEED_TH, 0.99, 0, 1), TS_ERR_INVAL);
+    assert_int_equal(cost_init(&m, SEED_TH, 0.99, INFINITY, 1), TS_ERR_INVAL);
+    assert_int_equal(cost_init(&m, SEED_TH, 0.99, 1, 0), TS_ERR_INVAL);
+    assert_int_equal(cost_init(&m, SEED_TH, 0.99, 1, NAN), TS_ERR_INVAL);
+    assert_int_equal(cost_init(&m, neg, 0.99, 1, 1), TS_ERR_INVAL);
+    assert_int_equal(cost_init(&m, nan4, 0.99, 1, 1), TS_ERR_INVAL);
+    assert_memory_equal(&m, &ref, sizeof m);
+    assert_int_equal(cost_init(&m, SEED_TH, 1.0, 1, 1), 0);    /* lambda 1 is fine */
+    double th[4];
+    cost_theta(&m, th);
+    for (int i = 0; i < 4; i++) assert_true(th[i] == SEED_TH[i]);  /* scales exact */
+}
+
+static void test_observe_rejects(void **st) {
+    (void)st;
+    cost_model m;
+    init_default(&m);
+    cost_model ref = m;
+    cost_features good = {10, 2, 100};
+    cost_features bad[] = {
+        {-1, 0, 0}, {0, -1, 0}, {0, 0, -1}, {NAN, 0, 0}, {0, INFINITY, 0}, {0, 0, NAN},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        assert_int_equal(cost_observe(&m, &bad[i], 100.0), TS_ERR_INVAL);
+    assert_int_equal(cost_observe(&m, &good, 0.0), TS_ERR_INVAL);
+    assert_int_equal(cost_observe(&m, &good, -5.0), TS_ERR_INVAL);
+    assert_int_equal(cost_observe(&m, &good, NAN), TS_ERR_INVAL);
+    assert_int_equal(cost_observe(&m, &good, INFINITY), TS_ERR_INVAL);
+    assert_int_equal(cost_observe(NULL, &good, 1.0), TS_ERR_INVAL);
+    assert_int_equal(cost_observe(&m, NULL, 1.0), TS_ERR_INVAL);
+    assert_memory_equal(&m, &ref, sizeof m);
+}
+
+static void test_converges(void **st) {
+    (void)st;
+    cost_model m;
+    init_default(&m);
+    rng r = {1};
+    feed(&m, &r, TRUE_TH, 4000, 0.01);
+    assert_theta_near(&m, TRUE_TH, 0.03);
+    assert_true(max_pred_err(&m, TRUE_TH, 77) < 0.01);
+    /* The error scale tracks the noise: mean |N(0, 1%)| is 0.8% of ~20 ms. */
+    assert_true(cost_err_us(&m) > 10.0 && cost_err_us(&m) < 1000.0);
+}
+
+static void test_tracks_change(void **st) {
+    (void)st;
+    cost_model m;
+    init_default(&m);
+    rng r = {2};
+    feed(&m, &r, TRUE_TH, 3000, 0.01);
+    /* The machine slows down: dense layers 1.5x, attention 2x, overhead up. */
+    const double th2[4] = {4000.0, 22.5, 60.0, 0.004};
+    feed(&m, &r, th2, 1500, 0.01);
+    assert_theta_near(&m, th2, 0.05);
+    assert_true(max_pred_err(&m, th2, 78) < 0.02);
+}
+
+static void test_outlier(void **st) {
+    (void)st;
+    cost_model m;
+    init_default(&m);
+    rng r = {3};
+    feed(&m, &r, TRUE_TH, 3000, 0.01);
+    double before[4], after[4];
+    cost_theta(&m, before);
+    uint64_t clipped = m.n_clipped;
+    double err0 = max_pred_err(&m, TRUE_TH, 79);
+
+    cost_features f = rand_batch(&r);
+    assert_int_equal(cost_observe(&m, &f, 100.0 * true_us(TRUE_TH, &f)), 0);
+    assert_int_equal(m.n_clipped, clipped + 1);
+    cost_theta(&m, after);
+    /* Without clipping this one step would throw predictions off by ~170%
+     * (measured with the clip disabled); with it they stay within 1% of
+     * where they were, and of the truth. */
+    assert_true(max_pred_err(&m, TRUE_TH, 79) < err0 + 0.01);
+    for (int i = 0; i < 4; i++) assert_rel(after[i], before[i], 0.05, "coefficient");
+
+    /* And a burst of low outliers (steps that measured nearly nothing) too. */
+    for (int i = 0; i < 3; i++) {
+        f = rand_batch(&r);
+        assert_int_equal(cost_observe(&m, &f, 1.0), 0);
+    }
+    assert_true(max_pred_err(&m, TRUE_TH, 79) < err0 + 0.03);
+}
+
+static void test_no_windup(void **st) {
+    (void)st;
+    cost_model m;
+    const double prior = 100.0;
+    assert_int_equal(cost_init(&m, SEED_TH, 0.99, prior, 1000.0), 0);
+    /* The same decode-only batch for 100000 steps: only one direction is
+     * excited; without the cap P would grow like 0.99^-100000. */
+    cost_features f = {0, 32, 32 * 2000.0};
+    double y = true_us(TRUE_TH, &f);
+    for (int i = 0; i < 100000; i++) {
+        assert_int_equal(cost_observe(&m, &f, y), 0);
+        assert_true(cost_trace(&m) <= 4 * prior * (1 + 1e-12));
+    }
+    for (int i = 0; i < 4; i++) {
+        assert_true(isfinite(m.theta[i]) && m.theta[i] >= 0.0);
+        for (int j = 0; j < 4; j++) assert_true(isfinite(m.P[i][j]));
+    }
+    assert_rel(cost_predict_us(&m, &f), y, 1e-6, "repeated batch");
+    /* An unusual batch afterwards gets a bounded gain: the model stays finite,
+     * non-negative, and fits it. */
+    cost_features g = {2048, 0, cost_attended(0, 2048)};
+    assert_int_equal(cost_observe(&m, &g, true_us(TRUE_TH, &g)), 0);
+    for (int i = 0; i < 4; i++) assert_true(isfinite(m.theta[i]) && m.theta[i] >= 0.0);
+    assert_true(cost_trace(&m) <= 4 * prior * (1 + 1e-12));
+}
+
+static void test_skip_when_certain(void **st) {
+    (void)st;
+    /* A model told to trust its seed absolutely (x' P x below COST_MIN_XPX)
+     * skips updates, forgetting included, and never moves. */
+    cost_model m;
+    assert_int_equal(cost_init(&m, SEED_TH, 0.5, 1e-15, 1000.0), 0);
+    cost_model ref = m;
+    cost_features f = {0, 0, 0};
+    for (int i = 0; i < 10; i++) assert_int_equal(cost_observe(&m, &f, 5e6), 0);
+    assert_int_equal(m.n_skipped, 10);
+    m.n_skipped = 0;
+    assert_memory_equal(&m, &ref, sizeof m);
+}
+
+static void test_never_negative(void **st) {
+    (void)st;
+    cost_model m;
+    init_default(&m);
+    rng r = {4};
+    /* Adversarial steps: big batches that "took" 1 us, empty ones that took
+     * a second. An unconstrained fit would go negative somewhere. */
+    for (int i = 0; i < 5000; i++) {
+        cost_features f = rand_batch(&r);
+        if (i % 2) f = (cost_features){0, 0, 0};
+        double y = (i % 2) ? 1e6 : 1.0;
+        if (i % 7 == 0) y = 1.0 + 1e5 * rng_unif(&r);
+        assert_int_equal(cost_observe(&m, &f, y), 0);
+        for (int j = 0; j < 4; j++) assert_true(m.theta[j] >= 0.0);
+        cost_features q = rand_batch(&r);
+        assert_true(cost_predict_us(&m, &q) >= COST_PRED_FLOOR_US);
+    }
+    cost_features odd[] = {{0, 0, 0}, {-1e9, -1e9, -1e9}, {NAN, 0, 0}, {0, NAN, NAN}};
+    for (size_t i = 0; i < sizeof odd / sizeof odd[0]; i++)
+        assert_true(cost_predict_us(&m, &odd[i]) >= COST_PRED_FLOOR_US);
+    /* All-zero coefficients predict the floor. */
+    const double zero[4] = {0, 0, 0, 0};
+    assert_int_equal(cost_init(&m, zero, 0.99, 1, 1), 0);
+    cost_features big = {1e6, 1e3, 1e12};
+    assert_true(cost_predict_us(&m, &big) == COST_PRED_FLOOR_US);
+}
+
+static void test_budget(void **st) {
+    (void)st;
+    cost_model m;
+    init_default(&m);
+    rng r = {5};
+    feed(&m, &r, TRUE_TH, 2000, 0.01);
+    const double nd = 16, ctx = 16 * 1500.0, pos = 512;
+    int prev = 0;
+    for (double target = 0; target <= 400000; target += 500) {
+        int t = cost_budget_for(&m, target, nd, ctx, pos, 16, 8192);
+        assert_true(t >= 16 && t <= 8192);
+        assert_true(t >= prev);                    /* monotone in the target */
+        prev = t;
+        cost_features f = {t, nd, ctx + cost_attended(pos, t)};
+        cost_features f1 = {t + 1, nd, ctx + cost_attended(pos, t + 1)};
+        if (t > 16) assert_true(cost_predict_us(&m, &f) <= target);   /* fits */
+        if (t < 8192) assert_true(cost_predict_us(&m, &f1) > target); /* largest */
+    }
+    assert_int_equal(prev, 8192);                   /* a loose target gives hi */
+    /* Nothing fits: the floor lo, so the step still makes progress. */
+    assert_int_equal(cost_budget_for(&m, 1.0, nd, ctx, pos, 16, 8192), 16);
+    assert_int_equal(cost_budget_for(&m, NAN, nd, ctx, pos, 16, 8192), 16);
+    assert_int_equal(cost_budget_for(&m, 1e9, nd, ctx, pos, 7, 7), 7);
+    /* More decode load or a later chunk position never raises the budget. */
+    int a = cost_budget_for(&m, 30000, nd, ctx, pos, 0, 8192);
+    assert_true(cost_budget_for(&m, 30000, nd + 32, ctx, pos, 0, 8192) <= a);
+    assert_true(cost_budget_for(&m, 30000, nd, ctx * 4, pos, 0, 8192) <= a);
+    assert_true(cost_budget_for(&m, 30000, nd, ctx, pos * 8, 0, 8192) <= a);
+    assert_int_equal(cost_budget_for(&m, 1e4, 1, 1, 0, -1, 5), TS_ERR_INVAL);
+    assert_int_equal(cost_budget_for(&m, 1e4, 1, 1, 0, 6, 5), TS_ERR_INVAL);
+    assert_int_equal(cost_budget_for(NULL, 1e4, 1, 1, 0, 0, 5), TS_ERR_INVAL);
+
+    /* Hand-checked: a = 1000, b = 1, no decode, no attention cost:
+     * 1000 + t <= 1500 -> t = 500. */
+    const double th[4] = {1000, 1, 0, 0};
+    assert_int_equal(cost_init(&m, th, 0.99, 1, 1), 0);
+    assert_int_equal(cost_budget_for(&m, 1500, 0, 0, 0, 0, 100000), 500);
+    assert_int_equal(cost_budget_for(&m, 1499.5, 0, 0, 0, 0, 100000), 499);
+}
+
+static void test_swap_recompute_hand(void **st) {
+    (void)st;
+    cost_model m;
+    /* Dyadic coefficients so every product is exact: d = 1/1024. */
+    const double th[4] = {100, 2, 7, 1.0 / 1024};
+    assert_int_equal(cost_init(&m, th, 0.99, 1, 1000.0), 0);
+    assert_true(cost_swap_us(&m, 5e5) == 1000.0);        /* 2 * 5e5 / 1000 */
+    assert_true(cost_swap_us(&m, 0) == 0.0);
+    /* 2 * 1000 + 500500 / 1024; the overhead a is not charged. */
+    assert_true(cost_recompute_us(&m, 1000) == 2000.0 + 488.76953125);
+    assert_true(cost_recompute_us(&m, 0) == 0.0);
+    cost_features f = {1000, 0, 500500};
+    assert_true(cost_predict_us(&m, &f) == 100.0 + 2488.76953125);
+    cost_features g = {0, 3, 1024};
+    assert_true(cost_predict_us(&m, &g) == 100.0 + 21.0 + 1.0);
+
+    /* Bandwidth EWMA: 1000 + 0.1 * (2000 - 1000). */
+    assert_int_equal(cost_observe_copy(&m, 2e6, 1000.0), 0);
+    assert_true(cost_copy_bytes_per_us(&m) == 1100.0);
+    assert_true(cost_swap_us(&m, 5.5e5) == 1000.0);
+    cost_model ref = m;
+    assert_int_equal(cost_observe_copy(&m, 0, 1), TS_ERR_INVAL);
+    assert_int_equal(cost_observe_copy(&m, 1, 0), TS_ERR_INVAL);
+    assert_int_equal(cost_observe_copy(&m, NAN, 1), TS_ERR_INVAL);
+    assert_int_equal(cost_observe_copy(&m, 1, INFINITY), TS_ERR_INVAL);
+    assert_int_equal(cost_observe_copy(&m, 1e300, 1e-300), TS_ERR_INVAL);
+    assert_memory_equal(&m, &ref, sizeof m);
+    /* Many copies at one speed converge to it. */
+    for (int i = 0; i < 500; i++) assert_int_equal(cost_observe_copy(&m, 3e6, 1e3), 0);
+    assert_rel(cost_copy_bytes_per_us(&m), 3000.0, 1e-12, "bandwidth");
+}
+
+static void test_deterministic(void **st) {
+    (void)st;
+    cost_model a, b;
+    init_default(&a);
+    init_default(&b);
+    rng ra = {6}, rb = {6};
+    feed(&a, &ra, TRUE_TH, 1000, 0.05);
+    cost_model mid = a;             /* a plain copy carries on identically */
+    feed(&b, &rb, TRUE_TH, 1000, 0.05);
+    assert_memory_equal(&a, &b, sizeof a);
+    rng rc = ra;
+    feed(&a, &ra, TRUE_TH, 500, 0.05);
+    feed(&mid, &rc, TRUE_TH, 500, 0.05);
+    assert_memory_equal(&a, &mid, sizeof a);
+    for (int i = 0; i < 10; i++) {
+        cost_observe_copy(&a, 1e6 + i, 300 + i);
+        cost_observe_copy(&mid, 1e6 + i, 300 + i);
+    }
+    assert_memory_equal(&a, &mid, sizeof a);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_attended_hand),
+        cmocka_unit_test(test_init_rejects),
+        cmocka_unit_test(test_observe_rejects),
+        cmocka_unit_test(test_converges),
+        cmocka_unit_test(test_tracks_change),
+        cmocka_unit_test(test_outlier),
+        cmocka_unit_test(test_no_windup),
+        cmocka_unit_test(test_skip_when_certain),
+        cmocka_unit_test(test_never_negative),
+        cmocka_unit_test(test_budget),
+        cmocka_unit_test(test_swap_recompute_hand),
+        cmocka_unit_test(test_deterministic),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
