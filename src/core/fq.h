@@ -1,0 +1,78 @@
+/*
+ * fq.h - the per-band fair queue of tenants: virtual token counters in the
+ * manner of the Virtual Token Counter (VTC, Sheng et al., OSDI '24) and of
+ * the Linux fair scheduler's vruntime.
+ *
+ * Theory. Each tenant f has weight w_f and receives service S_f(t): tokens
+ * processed for it, input tokens counted w_in each and output tokens w_out
+ * each (output is dearer: it occupies the batch for a whole step per token).
+ * Its virtual counter is
+ *     v_f = S_f / w_f        (plus the lifts below)
+ * charged in one place (fq_charge) as tokens are actually scheduled. Always
+ * serving the backlogged tenant with the smallest v_f keeps the counters of
+ * continuously backlogged tenants within one unit of service of each other:
+ * whenever f is served ahead of g, v_f <= v_g held just before, and one
+ * service unit moves v_f by at most U / w_f, where U is the largest single
+ * charge (a whole prompt chunk, or one step's outputs). So for f and g
+ * continuously backlogged over an interval,
+ *     | S_f / w_f - S_g / w_g | <= 2U      (VTC, Theorem 4.1)
+ * independent of how long the interval is.
+ *
+ * Idle time is never banked. A tenant that was idle kept its old, small
+ * counter; served by the rule above it would monopolise the band until it
+ * caught up. So when a tenant becomes backlogged, its counter is lifted to
+ *     v_f = max(v_f, min over backlogged tenants of v_g)
+ * (with no tenant backlogged, to the floor: the largest such minimum ever
+ * seen, which only moves forward, like CFS's min_vruntime). The returning
+ * tenant is then served next (it is tied for the minimum) but owns no credit.
+ *
+ * Counters are uint64 fixed point (FQ_SCALE units per weighted token) and
+ * always compared through a signed difference, so wrap-around is harmless.
+ * The heap breaks ties by the order tenants became backlogged, so the same
+ * events give the same order. fq never allocates after fq_init.
+ */
+#ifndef TS_FQ_H
+#define TS_FQ_H
+
+#include <stdint.h>
+
+#define FQ_SCALE 1024   /* counter units per weighted token */
+
+/* Embedded in the owner's tenant struct. */
+typedef struct fq_entity {
+    uint64_t vtime;     /* virtual counter, FQ_SCALE units */
+    uint64_t seq;       /* tie-break: when it last became backlogged */
+    int32_t heap_pos;   /* index in the heap, -1 when not backlogged */
+} fq_entity;
+
+typedef struct fq {
+    fq_entity **heap;   /* (cap) min-heap on (vtime, seq) */
+    int32_t n, cap;
+    uint64_t floor;     /* monotone: max over time of the backlogged minimum */
+    uint64_t next_seq;
+} fq;
+
+int fq_init(fq *q, int32_t cap);
+void fq_deinit(fq *q);
+void fq_entity_init(fq_entity *e);
+
+/* e becomes backlogged: lift its counter (see above) and queue it. */
+void fq_enqueue(fq *q, fq_entity *e);
+/* Put back an entity taken out with fq_dequeue during one planning pass,
+ * without lifting its counter: it was backlogged all along. */
+void fq_restore(fq *q, fq_entity *e);
+/* e is no longer backlogged. */
+void fq_dequeue(fq *q, fq_entity *e);
+/* The backlogged entity with the smallest counter, or NULL. */
+fq_entity *fq_peek(const fq *q);
+/* Charge service: vtime += cost * FQ_SCALE / weight, rounded; keeps the
+ * heap ordered if e is queued. A negative cost refunds a provisional charge
+ * (the counters are modular, so subtraction is the same addition). Returns
+ * the charge in counter units. */
+int64_t fq_charge(fq *q, fq_entity *e, double cost, double weight);
+/* Signed comparison of two counters: < 0 when a is behind b. */
+static inline int64_t fq_diff(uint64_t a, uint64_t b) { return (int64_t)(a - b); }
+/* Current lower bound of the band's counters (floor or heap minimum). */
+uint64_t fq_min_vtime(const fq *q);
+
+#endif

@@ -1,0 +1,297 @@
+/*
+ * sched.h - the multi-tenant scheduler: at every engine step, which
+ * tenants' tokens run.
+ *
+ * Pure policy: no I/O, no threads, no clock (time is the now_us argument),
+ * no allocation after sched_new, deterministic for the same calls. The live
+ * server and the simulator drive this same code.
+ *
+ * The loop it expects, from one thread:
+ *     sched_submit / sched_cancel       as requests arrive or leave
+ *     sched_step(now, &plan)            what to run this step
+ *     ... the executor copies plan.swap_out, then plan.swap_in, then runs
+ *         the forward pass over plan.items and samples ...
+ *     sched_step_done(now, &result)     what happened
+ *     sched_poll_end(&ev)               requests that ended, each once
+ *
+ * Model. A tier is a priority band (lower number served first) with TTFT and
+ * TPOT targets, a minimum share of the step token budget while backlogged,
+ * and a maximum queue wait. A tenant belongs to one tier and has a weight and
+ * quotas (KV blocks, running and queued requests). A request holds counts,
+ * not tokens: the executor keeps each request's token ids (prompt, then
+ * generated) and the plan says which slice of them to feed:
+ *     n_total     tokens known (prompt + generated so far)
+ *     n_computed  tokens whose K/V are in the cache
+ * An item runs tokens [n_computed, n_computed + n) of the request; when that
+ * reaches n_total the executor samples one new token from the last row.
+ * Prefill is n_total - n_computed > 1, decode is exactly 1: the same path.
+ *
+ * States: WAITING -> PREFILLING -> DECODING -> FINISHED, with
+ * PREEMPTED_SWAPPED (K/V copied to host, comes back by swap-in) and
+ * PREEMPTED_RECOMPUTE (K/V dropped, requeued at the head of its tenant's
+ * queue to prefill prompt + generated again), and the ends CANCELLED and
+ * FAILED(reason). Every accepted request ends exactly once: the one function
+ * that ends a request queues an end event and refuses a second end.
+ *
+ * Policy, in one step (details at each function in sched.c):
+ *  1. queued requests past their tier's max queue wait fail (timeout);
+ *  2. the token budget adapts so the predicted step time meets the
+ *     strictest TPOT target among running requests (cost model), within
+ *     [budget_min, budget_max];
+ *  3. every decoding request gets its token; one that needs a new block
+ *     when none is free preempts a victim (lowest band, then largest KV,
+ *     then newest);
+ *  4. swapped-out requests come back, highest band first, before new
+ *     admissions of the same or a lower band;
+ *  5. prefill chunks (chunked prefill) fill the rest of the budget: first
+ *     each backlogged band's minimum share, then strictly by band; inside
+ *     a band the tenant with the smallest virtual counter goes first
+ *     (fq.h). A new request is admitted only while the KV pool is under
+ *     its watermarks (kv.h) and its tenant under its quotas; a request of
+ *     a band whose TTFT target is predicted to be missed may preempt
+ *     running requests of lower bands;
+ *  6. preemption mode: swap when 2 x KV bytes / copy bandwidth is cheaper
+ *     than recomputing the context and swap space is free, else recompute.
+ * With policy SCHED_POLICY_FCFS all of that collapses to one arrival-order
+ * queue with no tiers, shares or fairness: the common baseline.
+ */
+#ifndef TS_SCHED_H
+#define TS_SCHED_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define SCHED_MAX_TIERS 8
+#define SCHED_NAME_MAX 48
+
+/* Why a request was rejected at arrival or failed later:
+ *      name             http  message */
+#define SCHED_REASON_TABLE(X)                                                        \
+    X(NONE,             200, "none")                                                  \
+    X(BAD_REQUEST,      400, "prompt must have at least one token and max_tokens must be >= 1") \
+    X(UNKNOWN_TENANT,   400, "unknown tenant")                                        \
+    X(CONTEXT,          400, "prompt + max_tokens exceeds the model's context length") \
+    X(TOO_LARGE,        400, "prompt + max_tokens can never fit in the KV cache")     \
+    X(OVER_QUOTA,       429, "prompt + max_tokens exceeds the tenant's KV quota")     \
+    X(QUEUE_FULL,       429, "the tenant's queue is full")                            \
+    X(PREDICTED_WAIT,   429, "predicted queue wait exceeds the tier's limit")         \
+    X(NO_SLOTS,         503, "the server's request table is full")                    \
+    X(QUEUE_TIMEOUT,    503, "queued longer than the tier's max queue wait")          \
+    X(EXECUTOR,         500, "the engine step failed")
+
+typedef enum sched_reason {
+#define SCHED_REASON_ENUM(name, http, msg) SCHED_R_##name,
+    SCHED_REASON_TABLE(SCHED_REASON_ENUM)
+#undef SCHED_REASON_ENUM
+    SCHED_R_COUNT
+} sched_reason;
+
+const char *sched_reason_str(sched_reason r);
+const char *sched_reason_name(sched_reason r);
+int sched_reason_http(sched_reason r);
+
+typedef enum sched_state {
+    SCHED_WAITING,
+    SCHED_PREFILLING,
+    SCHED_DECODING,
+    SCHED_PREEMPTED_SWAPPED,
+    SCHED_PREEMPTED_RECOMPUTE,
+    SCHED_FINISHED,
+    SCHED_CANCELLED,
+    SCHED_FAILED,
+} sched_state;
+
+const char *sched_state_str(sched_state s);
+
+enum { SCHED_POLICY_FAIR = 0, SCHED_POLICY_FCFS = 1 };
+
+/* Heuristics behind named switches, all on by default. */
+enum {
+    SCHED_FEAT_TTFT_PREEMPT = 1u << 0,   /* higher bands may preempt lower ones */
+    SCHED_FEAT_MIN_SHARE = 1u << 1,      /* bands' minimum shares of the budget */
+    SCHED_FEAT_ADAPTIVE_BUDGET = 1u << 2, /* budget from the strictest TPOT */
+    SCHED_FEAT_SWAP = 1u << 3,           /* swap as a preemption mode */
+    SCHED_FEAT_ALL = 0xf,
+};
+
+typedef struct sched_tier {
+    char name[SCHED_NAME_MAX];
+    int band;               /* 0 first; bands are 0 .. SCHED_MAX_TIERS - 1 */
+    uint32_t ttft_ms;       /* time-to-first-token target, 0 = best effort */
+    uint32_t tpot_ms;       /* time-per-output-token target, 0 = none */
+    double min_share;       /* share of the step budget while backlogged, 0..1 */
+    uint32_t max_queue_ms;  /* longest wait in the queue, 0 = unbounded */
+} sched_tier;
+
+typedef struct sched_tenant_cfg {
+    char name[SCHED_NAME_MAX];
+    int tier;               /* index from sched_tier_add */
+    double weight;          /* share within the band, > 0 */
+    int32_t max_kv_blocks;  /* 0 = no absolute limit */
+    double max_kv_frac;     /* fraction of the pool, 0 = no limit */
+    uint32_t max_running;   /* 0 = no limit */
+    uint32_t max_queued;    /* 0 = no limit */
+} sched_tenant_cfg;
+
+typedef struct sched_config {
+    int policy;             /* SCHED_POLICY_* */
+    unsigned features;      /* SCHED_FEAT_* */
+    int32_t n_blocks;       /* device KV blocks (the engine's pool) */
+    int32_t n_swap_blocks;  /* host swap slots, one block each */
+    int block_size;         /* positions per block */
+    double block_bytes;     /* bytes per block, for the swap cost */
+    double kv_high, kv_low; /* admission watermarks, fractions of n_blocks */
+    int32_t max_requests;   /* request slots (queued + running + ended unpolled) */
+    int32_t max_tenants;
+    int32_t max_running;    /* sequences per step (the engine's max_seqs) */
+    int32_t max_ctx;        /* positions per sequence */
+    int budget_min;         /* tokens per step, adaptive range */
+    int budget_max;
+    double w_in, w_out;     /* service weight of an input / output token */
+    double cost_seed[4];    /* us: a, per prefill token, per decode seq, per context token */
+    double cost_lambda;     /* forgetting factor of the online fit */
+    double copy_bytes_per_us; /* seed of the swap bandwidth */
+} sched_config;
+
+/* Defaults for everything but the pool geometry (n_blocks, block_size,
+ * block_bytes, max_ctx), which must then be set. */
+void sched_config_default(sched_config *c);
+
+typedef struct sched sched;
+
+int sched_new(const sched_config *c, sched **out);
+void sched_free(sched *s);
+/* Add a tier; returns its index or a negative code. */
+int sched_tier_add(sched *s, const sched_tier *t);
+/* gold (band 0, TTFT 200 ms), silver (band 1, 500 ms, min share 0.10),
+ * bronze (band 2, best effort, min share 0.05, max queue 30 s). */
+int sched_tiers_default(sched *s);
+/* Add a tenant; returns its id (0, 1, ...) or a negative code. */
+int sched_tenant_add(sched *s, const sched_tenant_cfg *t);
+
+typedef uint64_t sched_id;   /* slot and generation; never reused for another request */
+
+/* Offer a request. Returns 0 and its id, or 1 (rejected) with *why set;
+ * a rejected request leaves no trace but the tenant's rejection count. */
+int sched_submit(sched *s, int64_t now_us, int32_t tenant, int32_t prompt_tokens,
+                 int32_t max_new_tokens, sched_id *id, sched_reason *why);
+/* The client left. Ends the request (CANCELLED) now, or at the next
+ * sched_step_done if it is part of the step in flight. TS_ERR_INVAL for an
+ * unknown or already ended id. */
+int sched_cancel(sched *s, int64_t now_us, sched_id id);
+
+typedef struct sched_item {
+    sched_id id;
+    int32_t tenant;
+    int32_t pos;            /* first position to process = n_computed */
+    int32_t n_tokens;       /* tokens [pos, pos + n_tokens) */
+    uint8_t is_prefill;
+    uint8_t sample;         /* 1: sample a token from the last row */
+    const int32_t *blocks;  /* block table, valid until sched_step_done */
+    int32_t n_blocks;
+} sched_item;
+
+typedef struct sched_copy {
+    int32_t dev_block;
+    int32_t host_slot;
+} sched_copy;
+
+typedef struct sched_preemption {
+    sched_id id;
+    uint8_t swapped;        /* 1 swap, 0 recompute */
+} sched_preemption;
+
+/* A step's plan; all arrays belong to the scheduler and stay valid until
+ * sched_step_done. */
+typedef struct sched_plan {
+    sched_item *items;
+    int32_t n_items;
+    sched_copy *swap_out;   /* device -> host, before swap_in */
+    int32_t n_swap_out;
+    sched_copy *swap_in;    /* host -> device, before the forward */
+    int32_t n_swap_in;
+    sched_preemption *preempted;
+    int32_t n_preempted;
+    int32_t n_failed;       /* requests that failed this step (see sched_poll_end) */
+    int32_t budget;         /* token budget used for this step */
+    int32_t n_tokens;       /* tokens in the batch */
+    double predicted_us;    /* cost model's step time for this batch */
+} sched_plan;
+
+typedef struct sched_item_result {
+    uint8_t finished;       /* the sampled token was a stop token */
+} sched_item_result;
+
+/* What the executor reports: one entry per plan item, same order. */
+typedef struct sched_result {
+    const sched_item_result *items;
+    int32_t n_items;
+    double step_us;         /* measured duration of the step */
+    double copy_us;         /* time spent on this step's swap copies */
+    int failed;             /* 1: the step failed; its requests fail */
+} sched_result;
+
+/* Plan the next step. An empty plan (n_items == 0) means nothing to run.
+ * TS_ERR_INVAL if a step is already in flight. */
+int sched_step(sched *s, int64_t now_us, sched_plan *plan);
+int sched_step_done(sched *s, int64_t now_us, const sched_result *r);
+
+typedef struct sched_end {
+    sched_id id;
+    int32_t tenant;
+    sched_state state;      /* FINISHED, CANCELLED or FAILED */
+    sched_reason reason;    /* for FAILED */
+    int32_t prompt_tokens;
+    int32_t generated;
+    int64_t arrival_us;
+    int64_t first_token_us; /* 0 if none */
+    int64_t end_us;
+    uint32_t preemptions;
+    double engine_us;       /* step time attributed to this request */
+} sched_end;
+
+/* Take the next end event; 1 if one was returned, 0 if none. The request's
+ * slot is reused only after its end has been polled. */
+int sched_poll_end(sched *s, sched_end *ev);
+
+/* Live state of one request (for the executor and tests); TS_ERR_INVAL
+ * for unknown ids. */
+typedef struct sched_req_info {
+    sched_state state;
+    int32_t tenant;
+    int32_t n_total, n_computed, prompt_tokens, generated, max_new;
+    int32_t n_blocks;
+} sched_req_info;
+int sched_req_get(const sched *s, sched_id id, sched_req_info *out);
+
+/* Per-tenant counters, cumulative unless noted. */
+typedef struct sched_tenant_stats {
+    double service;         /* weighted tokens: w_in * input + w_out * output */
+    uint64_t vtime;         /* virtual counter (fq units) */
+    uint64_t prompt_tokens; /* input tokens processed (recompute included) */
+    uint64_t output_tokens;
+    double engine_us;       /* step time attributed by token share */
+    uint64_t submitted, completed, cancelled, failed;
+    uint64_t rejected[SCHED_R_COUNT];
+    uint64_t preempt_swap, preempt_recompute;
+    int32_t queued, running, swapped;   /* now */
+    int32_t kv_blocks;                  /* now, device */
+} sched_tenant_stats;
+int sched_tenant_stats_get(const sched *s, int32_t tenant, sched_tenant_stats *out);
+
+typedef struct sched_stats {
+    int32_t n_tenants, n_tiers;
+    int32_t kv_free, kv_used, kv_total, swap_used, swap_total;
+    int32_t queued, running, swapped;
+    int admitting;          /* watermark state */
+    uint64_t steps;
+    double cost_theta[4];   /* current fit */
+} sched_stats;
+void sched_stats_get(const sched *s, sched_stats *out);
+
+/* Check every invariant (block conservation, table contents, queue
+ * membership, counts); 0 or TS_ERR_KV_BLOCK / TS_ERR_INVAL. O(everything):
+ * for tests. */
+int sched_check(const sched *s);
+
+#endif

@@ -1,0 +1,504 @@
+/*
+ * test_sched.c - the scheduler's policies, each in a constructed scenario
+ * with a fake clock and the synthetic executor of sched_harness.h:
+ * admission control, chunked prefill, watermark hysteresis, KV quotas,
+ * victim order, swap-vs-recompute, swap-in priority, band minimum shares,
+ * TTFT preemption, the adaptive budget, cancellation and timeouts.
+ * (Randomised properties live in test_sched_prop.c.)
+ */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "err.h"
+#include "sched_harness.h"
+
+static int32_t add_tier(harness *h, const char *name, int band, uint32_t ttft, uint32_t tpot, double share,
+                        uint32_t max_queue) {
+    sched_tier t = {"", band, ttft, tpot, share, max_queue};
+    snprintf(t.name, sizeof(t.name), "%s", name);
+    int rc = sched_tier_add(h->s, &t);
+    assert_true(rc >= 0);
+    return rc;
+}
+
+static int32_t add_tenant(harness *h, const char *name, int tier, double weight, int32_t max_kv) {
+    sched_tenant_cfg c = {"", tier, weight, max_kv, 0, 0, 0};
+    snprintf(c.name, sizeof(c.name), "%s", name);
+    int rc = sched_tenant_add(h->s, &c);
+    assert_true(rc >= 0);
+    return rc;
+}
+
+static sched_id submit(harness *h, int32_t tenant, int32_t prompt, int32_t max_new) {
+    sched_id id;
+    sched_reason why;
+    int rc = sched_submit(h->s, h->now_us, tenant, prompt, max_new, &id, &why);
+    if (rc) fail_msg("submit rejected: %s", sched_reason_str(why));
+    return id;
+}
+
+static sched_reason reject(harness *h, int32_t tenant, int32_t prompt, int32_t max_new) {
+    sched_id id;
+    sched_reason why;
+    assert_int_equal(sched_submit(h->s, h->now_us, tenant, prompt, max_new, &id, &why), 1);
+    return why;
+}
+
+static sched_state state(harness *h, sched_id id) {
+    sched_req_info in;
+    assert_int_equal(sched_req_get(h->s, id, &in), 0);
+    return in.state;
+}
+
+static void check(harness *h) {
+    assert_int_equal(sched_check(h->s), 0);
+    if (h->err[0]) fail_msg("plan error: %s", h->err);
+}
+
+static int count_ends(harness *h, sched_state want, sched_reason why) {
+    sched_end e;
+    int n = 0;
+    while (sched_poll_end(h->s, &e)) n += e.state == want && e.reason == why;
+    return n;
+}
+
+/* ---------------------------------------------------------------------------- */
+
+static void test_admission_rejections(void **state_) {
+    harness h;
+    sched_config c;
+    h_config(&c, 64, 0);
+    c.max_ctx = 512;
+    c.max_requests = 8;
+    assert_int_equal(h_init(&h, &c, 1), 0);
+    add_tier(&h, "best", 0, 0, 0, 0, 1000);
+    int32_t t = add_tenant(&h, "a", 0, 1, 8);
+    sched_tenant_cfg small = {"q", 0, 1, 0, 0, 0, 2};
+    int32_t q = sched_tenant_add(h.s, &small);
+    assert_int_equal(reject(&h, t, 0, 10), SCHED_R_BAD_REQUEST);
+    assert_int_equal(reject(&h, t, 10, 0), SCHED_R_BAD_REQUEST);
+    assert_int_equal(reject(&h, 99, 10, 10), SCHED_R_UNKNOWN_TENANT);
+    assert_int_equal(reject(&h, t, 500, 100), SCHED_R_CONTEXT);
+    assert_int_equal(reject(&h, t, 100, 100), SCHED_R_OVER_QUOTA); /* 13 blocks > 8 */
+    submit(&h, q, 10, 10);
+    submit(&h, q, 10, 10);
+    assert_int_equal(reject(&h, q, 10, 10), SCHED_R_QUEUE_FULL);
+    /* Best effort with a 1 s queue limit: a huge backlog predicts too long a wait. */
+    for (int i = 0; i < 6; i++) submit(&h, t, 100, 10);
+    assert_int_equal(reject(&h, t, 100, 10), SCHED_R_NO_SLOTS);
+    sched_tenant_stats st;
+    sched_tenant_stats_get(h.s, t, &st);
+    assert_int_equal(st.rejected[SCHED_R_CONTEXT], 1);
+    assert_int_equal(st.submitted, 6);
+    check(&h);
+    h_deinit(&h);
+}
+
+static void test_predicted_wait_rejects_best_effort(void **state_) {
+    harness h;
+    sched_config c;
+    h_config(&c, 4096, 0);
+    c.max_ctx = 4096;
+    assert_int_equal(h_init(&h, &c, 1), 0);
+    add_tier(&h, "bronze", 0, 0, 0, 0, 100); /* 100 ms */
+    int32_t t = add_tenant(&h, "a", 0, 1, 0);
+    /* Seed cost: ~2 ms + 50 us/token; 256 tokens a step = ~15 ms a step:
+     * 100 ms covers about 1,700 queued tokens. */
+    int accepted = 0;
+    sched_reason why = SCHED_R_NONE;
+    for (int i = 0; i < 100 && why == SCHED_R_NONE; i++) {
+        sched_id id;
+        if (sched_submit(h.s, h.now_us, t, 200, 10, &id, &why) == 0) accepted++;
+    }
+    assert_int_equal(why, SCHED_R_PREDICTED_WAIT);
+    assert_true(accepted >= 3 && accepted < 20);
+    h_deinit(&h);
+}
+
+static void test_chunked_prefill_then_decode(void **state_) {
+    harness h;
+    sched_config c;
+    h_config(&c, 256, 0);
+    c.features &= ~SCHED_FEAT_ADAPTIVE_BUDGET;
+    c.budget_max = 100;
+    assert_int_equal(h_init(&h, &c, 1), 0);
+    sched_tiers_default(h.s);
+    int32_t t = add_tenant(&h, "a", 0, 1, 0);
+    sched_id a = submit(&h, t, 250, 5);
+    sched_plan p;
+    h_step(&h, &p);
+    assert_int_equal(p.n_items, 1);
+    assert_int_equal(p.items[0].n_tokens, 100);
+    assert_int_equal(p.items[0].pos, 0);
+    assert_false(p.items[0].sample);
+    assert_int_equal(state(&h, a), SCHED_PREFILLING);
+    sched_id b = submit(&h, t, 10, 5);
+    h_step(&h, &p);
+    assert_int_equal(p.items[0].n_tokens, 100);
+    h_step(&h, &p); /* last 50 of a, then b's 10 in the same step */
+    assert_int_equal(p.n_items, 2);
+    assert_int_equal(p.items[0].n_tokens, 50);
+    assert_true(p.items[0].sample);
+    assert_int_equal(p.items[1].n_tokens, 10);
+    assert_int_equal(state(&h, a), SCHED_DECODING);
+    h_step(&h, &p); /* decodes first: both decode */
+    assert_int_equal(p.n_items, 2);
+    assert_int_equal(p.items[0].n_tokens, 1);
+    assert_int_equal(p.items[0].pos, 250);
+    for (int i = 0; i < 5; i++) h_step(&h, &p);
+    assert_int_equal(count_ends(&h, SCHED_FINISHED, SCHED_R_NONE), 2);
+    check(&h);
+    (void)b;
+    h_deinit(&h);
+}
+
+/* Usage climbs to the high watermark: admission stops and only resumes
+ * once usage is below the low one. */
+static void test_watermark_hysteresis(void **state_) {
+    harness h;
+    sched_config c;
+    h_config(&c, 100, 0);
+    c.kv_high = 0.85;
+    c.kv_low = 0.70;
+    c.max_running = 64;
+    assert_int_equal(h_init(&h, &c, 1), 0);
+    add_tier(&h, "t", 0, 0, 0, 0, 0);
+    int32_t t = add_tenant(&h, "a", 0, 1, 0);
+    sched_id ids[20];
+    /* 65 tokens: 5 blocks, room for 15 tokens before a 6th. */
+    for (int i = 0; i < 20; i++) ids[i] = submit(&h, t, 65, 400);
+    sched_plan p;
+    sched_stats st;
+    for (int i = 0; i < 8; i++) h_step(&h, &p);
+    sched_stats_get(h.s, &st);
+    /* 17 requests x 5 blocks = 85 reaches the high watermark. */
+    assert_int_equal(st.running, 17);
+    assert_false(st.admitting);
+    /* Finish two: 75 used, still above low, no admission. */
+    for (int i = 0; i < 2; i++) assert_int_equal(sched_cancel(h.s, h.now_us, ids[i]), 0);
+    h_step(&h, &p);
+    sched_stats_get(h.s, &st);
+    assert_int_equal(st.running, 15);
+    assert_false(st.admitting);
+    /* Three more: 60 used, below low: admission resumes. */
+    for (int i = 2; i < 5; i++) sched_cancel(h.s, h.now_us, ids[i]);
+    h_step(&h, &p);
+    sched_stats_get(h.s, &st);
+    assert_true(st.running > 12);
+    check(&h);
+    h_deinit(&h);
+}
+
+static void test_tenant_kv_quota(void **state_) {
+    harness h;
+    sched_config c;
+    h_config(&c, 200, 0);
+    assert_int_equal(h_init(&h, &c, 1), 0);
+    add_tier(&h, "t", 0, 0, 0, 0, 0);
+    int32_t a = add_tenant(&h, "capped", 0, 1, 12);
+    int32_t b = add_tenant(&h, "free", 0, 1, 0);
+    for (int i = 0; i < 10; i++) {
+        submit(&h, a, 60, 100);
+        submit(&h, b, 60, 100);
+    }
+    sched_plan p;
+    sched_tenant_stats sa, sb;
+    for (int i = 0; i < 60; i++) {
+        h_step(&h, &p);
+        sched_tenant_stats_get(h.s, a, &sa);
+        assert_true(sa.kv_blocks <= 12);
+        check(&h);
+    }
+    sched_tenant_stats_get(h.s, b, &sb);
+    assert_true(sb.kv_blocks > 12);
+    assert_true(sa.preempt_recompute + sa.preempt_swap > 0); /* growth past the quota preempts its own */
+    h_deinit(&h);
+}
+
+/* Pool exhaustion by growth: the victim is the lowest band, then the
+ * largest KV, then the newest. */
+static void test_victim_order(void **state_) {
+    harness h;
+    sched_config c;
+    h_config(&c, 20, 0);
+    c.kv_high = c.kv_low = 1.0;
+    c.budget_max = 512; /* every prompt in one step */
+    c.features &= ~SCHED_FEAT_TTFT_PREEMPT;
+    assert_int_equal(h_init(&h, &c, 1), 0);
+    add_tier(&h, "hi", 0, 0, 0, 0, 0);
+    add_tier(&h, "lo", 1, 0, 0, 0, 0);
+    int32_t g = add_tenant(&h, "g", 0, 1, 0), l = add_tenant(&h, "l", 1, 1, 0);
+    sched_id g1 = submit(&h, g, 64, 16);  /* 4 blocks, then 5 after 1 token */
+    sched_id l_small = submit(&h, l, 32, 16);
+    sched_id l_big1 = submit(&h, l, 64, 16);
+    sched_id l_big2 = submit(&h, l, 64, 16);
+    sched_id g2 = submit(&h, g, 64, 16);
+    sched_plan p;
+    h_step(&h, &p); /* all five admitted: 4+2+4+4+4 = 18 of 20 blocks */
+    assert_int_equal(p.n_items, 5);
+    /* Four decodes at position 64 need a 5th block and l_small at 32 a
+     * 3rd: 5 wanted, 2 free. g1 and g2 take them; l_small then needs a
+     * victim. g2 is the newest and largest overall, but band 1 goes first;
+     * within it the largest KV (l_big1, l_big2 over l_small), then the
+     * newest: l_big2. Its 4 blocks cover l_small and l_big1. */
+    h_step(&h, &p);
+    assert_int_equal(p.n_preempted, 1);
+    assert_true(p.preempted[0].id == l_big2);
+    assert_int_equal(state(&h, g1), SCHED_DECODING);
+    assert_int_equal(state(&h, g2), SCHED_DECODING);
+    assert_int_equal(state(&h, l_small), SCHED_DECODING);
+    assert_int_equal(state(&h, l_big1), SCHED_DECODING);
+    assert_int_equal(state(&h, l_big2), SCHED_PREEMPTED_RECOMPUTE); /* no swap space */
+    check(&h);
+    h_deinit(&h);
+}
+
+static void test_swap_vs_recompute(void **state_) {
+    for (int big = 0; big < 2; big++) {
+        harness h;
+        sched_config c;
+        h_config(&c, 12, 64);
+        c.kv_high = c.kv_low = 1.0;
+        /* Cheap copies favour swap; a 1 GB block makes the copy dearer
+         * than recomputing 64 tokens. */
+        c.block_bytes = big ? 1e9 : 1024;
+        assert_int_equal(h_init(&h, &c, 1), 0);
+        add_tier(&h, "t", 0, 0, 0, 0, 0);
+        int32_t t = add_tenant(&h, "a", 0, 1, 0);
+        sched_id a = submit(&h, t, 64, 100), b = submit(&h, t, 64, 100), d = submit(&h, t, 64, 100);
+        sched_plan p;
+        h_step(&h, &p); /* 12 blocks used */
+        h_step(&h, &p); /* each needs a 5th: one victim, the newest */
+        assert_int_equal(p.n_preempted, 1);
+        assert_true(p.preempted[0].id == d);
+        assert_int_equal(p.preempted[0].swapped, !big);
+        assert_int_equal(p.n_swap_out, big ? 0 : 4);
+        assert_int_equal(state(&h, d), big ? SCHED_PREEMPTED_RECOMPUTE : SCHED_PREEMPTED_SWAPPED);
+        check(&h);
+        (void)a; (void)b;
+        h_deinit(&h);
+    }
+}
+
+/* A swapped request comes back (by swap-in, before any new admission of
+ * its band) once blocks free up, and its copies name the same host slots. */
+static void test_swap_in_before_new_admissions(void **state_) {
+    harness h;
+    sched_config c;
+    h_config(&c, 12, 64);
+    c.kv_high = c.kv_low = 1.0;
+    c.block_bytes = 1024;
+    assert_int_equal(h_init(&h, &c, 1), 0);
+    add_tier(&h, "t", 0, 0, 0, 0, 0);
+    int32_t t = add_tenant(&h, "a", 0, 1, 0);
+    sched_id a = submit(&h, t, 64, 100);
+    submit(&h, t, 64, 100);
+    sched_id d = submit(&h, t, 64, 100);
+    sched_plan p;
+    h_step(&h, &p);
+    h_step(&h, &p);
+    assert_int_equal(state(&h, d), SCHED_PREEMPTED_SWAPPED);
+    int32_t host0 = p.swap_out[0].host_slot;
+    sched_id late = submit(&h, t, 70, 10); /* arrives while d is out; needs 5 blocks */
+    sched_cancel(h.s, h.now_us, a);         /* frees 5 blocks: room for one of them */
+    h_step(&h, &p);
+    assert_int_equal(p.n_swap_in, 4);
+    assert_int_equal(p.swap_in[0].host_slot, host0);
+    assert_int_equal(state(&h, d), SCHED_DECODING);
+    /* d came first; late only gets the 2 blocks left over (a partial chunk). */
+    sched_req_info li;
+    assert_int_equal(sched_req_get(h.s, late, &li), 0);
+    assert_true(li.n_blocks <= 2);
+    check(&h);
+    h_deinit(&h);
+}
+
+/* Gold saturates the budget; bronze still gets its minimum share each
+ * step. With gold idle, bronze gets the whole budget. */
+static void test_band_min_share(void **state_) {
+    harness h;
+    sched_config c;
+    h_config(&c, 4096, 0);
+    c.max_ctx = 8192;
+    c.features &= ~SCHED_FEAT_ADAPTIVE_BUDGET;
+    c.budget_max = 200;
+    c.max_running = 8;
+    assert_int_equal(h_init(&h, &c, 1), 0);
+    sched_tiers_default(h.s); /* bronze: band 2, share 0.05 */
+    int32_t g = add_tenant(&h, "g", 0, 1, 0), b = add_tenant(&h, "b", 2, 1, 0);
+    for (int i = 0; i < 4; i++) submit(&h, g, 2000, 10);
+    sched_id bid = submit(&h, b, 2000, 10);
+    sched_plan p;
+    for (int i = 0; i < 5; i++) {
+        h_step(&h, &p);
+        int bronze = 0, gold = 0;
+        for (int32_t k = 0; k < p.n_items; k++) {
+            if (p.items[k].tenant == b) bronze += p.items[k].n_tokens;
+            else gold += p.items[k].n_tokens;
+        }
+        assert_int_equal(bronze, 10); /* ceil(0.05 x 200) */
+        assert_int_equal(gold, 190);
+    }
+    /* Gold leaves: bronze gets everything. */
+    sched_end e;
+    sched_req_info in;
+    for (uint32_t slot = 0; slot < 8; slot++) {
+        sched_id id = slot;
+        if (sched_req_get(h.s, id, &in) == 0 && in.tenant == g) sched_cancel(h.s, h.now_us, id);
+    }
+    while (sched_poll_end(h.s, &e)) {}
+    h_step(&h, &p);
+    assert_int_equal(p.n_items, 1);
+    assert_true(p.items[0].id == bid);
+    assert_int_equal(p.items[0].n_tokens, 200);
+    check(&h);
+    h_deinit(&h);
+}
+
+/* Bronze fills the pool; a gold request that would miss its TTFT preempts
+ * bronze and is admitted at once, past the watermark. */
+static void test_ttft_preemption(void **state_) {
+    harness h;
+    sched_config c;
+    h_config(&c, 40, 0);
+    c.max_running = 4;
+    assert_int_equal(h_init(&h, &c, 1), 0);
+    sched_tiers_default(h.s);
+    int32_t g = add_tenant(&h, "g", 0, 1, 0), b = add_tenant(&h, "b", 2, 1, 0);
+    for (int i = 0; i < 4; i++) submit(&h, b, 100, 500);
+    sched_plan p;
+    for (int i = 0; i < 4; i++) h_step(&h, &p);
+    sched_stats st;
+    sched_stats_get(h.s, &st);
+    assert_int_equal(st.running, 4); /* all seats taken by long bronze requests */
+    sched_id gid = submit(&h, g, 50, 10);
+    h_step(&h, &p); /* a seat frees only after ~490 more steps: gold preempts */
+    assert_true(p.n_preempted >= 1);
+    assert_true(state(&h, gid) == SCHED_PREFILLING || state(&h, gid) == SCHED_DECODING);
+    sched_tenant_stats sb;
+    sched_tenant_stats_get(h.s, b, &sb);
+    assert_true(sb.preempt_recompute + sb.preempt_swap >= 1);
+    check(&h);
+    /* Without the feature, gold waits. */
+    h_deinit(&h);
+
+    h_config(&c, 40, 0);
+    c.max_running = 4;
+    c.features &= ~SCHED_FEAT_TTFT_PREEMPT;
+    assert_int_equal(h_init(&h, &c, 1), 0);
+    sched_tiers_default(h.s);
+    g = add_tenant(&h, "g", 0, 1, 0);
+    b = add_tenant(&h, "b", 2, 1, 0);
+    for (int i = 0; i < 4; i++) submit(&h, b, 100, 500);
+    for (int i = 0; i < 4; i++) h_step(&h, &p);
+    gid = submit(&h, g, 50, 10);
+    h_step(&h, &p);
+    assert_int_equal(p.n_preempted, 0);
+    assert_int_equal(state(&h, gid), SCHED_WAITING);
+    h_deinit(&h);
+}
+
+/* With a TPOT target running, the budget shrinks so the predicted step
+ * meets it; without one it is the maximum. */
+static void test_adaptive_budget(void **state_) {
+    harness h;
+    sched_config c;
+    h_config(&c, 4096, 0);
+    c.max_ctx = 8192;
+    c.budget_max = 1024;
+    assert_int_equal(h_init(&h, &c, 1), 0);
+    add_tier(&h, "fast", 0, 0, 20, 0, 0);    /* 20 ms TPOT */
+    add_tier(&h, "batch", 1, 0, 0, 0, 0);
+    int32_t f = add_tenant(&h, "f", 0, 1, 0), bt = add_tenant(&h, "b", 1, 1, 0);
+    submit(&h, bt, 4000, 10);
+    sched_plan p;
+    h_step(&h, &p);
+    assert_int_equal(p.budget, 1024);
+    submit(&h, f, 10, 100);
+    h_step(&h, &p);
+    h_step(&h, &p); /* f is decoding now */
+    /* Seed: 2 ms + 50 us/token + 500 us/seq: 20 ms allows ~350 tokens. */
+    assert_true(p.budget < 1024);
+    assert_true(p.predicted_us <= 20000 * 1.05);
+    check(&h);
+    h_deinit(&h);
+}
+
+static void test_cancel_in_flight_and_timeout(void **state_) {
+    harness h;
+    sched_config c;
+    h_config(&c, 64, 0);
+    c.max_running = 1;
+    assert_int_equal(h_init(&h, &c, 1), 0);
+    add_tier(&h, "t", 0, 0, 0, 0, 50); /* 50 ms max queue */
+    int32_t t = add_tenant(&h, "a", 0, 1, 0);
+    sched_id a = submit(&h, t, 10, 1000), b = submit(&h, t, 10, 10);
+    sched_plan p;
+    assert_int_equal(sched_step(h.s, h.now_us, &p), 0);
+    assert_int_equal(sched_step(h.s, h.now_us, &p), TS_ERR_INVAL); /* one step at a time */
+    assert_int_equal(sched_cancel(h.s, h.now_us, a), 0);            /* in flight: deferred */
+    sched_end e;
+    assert_int_equal(sched_poll_end(h.s, &e), 0);
+    sched_item_result r = {0};
+    sched_result res = {&r, 1, 1000, 0, 0};
+    assert_int_equal(sched_step_done(h.s, h.now_us, &res), 0);
+    assert_int_equal(sched_poll_end(h.s, &e), 1);
+    assert_true(e.id == a);
+    assert_int_equal(e.state, SCHED_CANCELLED);
+    assert_int_equal(sched_cancel(h.s, h.now_us, a), TS_ERR_INVAL); /* ends once */
+    /* b waited past 50 ms without a seat?  It had one now; make c wait. */
+    sched_id d = submit(&h, t, 10, 1000);
+    h_step(&h, &p); /* b admitted */
+    h.now_us += 60000;
+    h_step(&h, &p);
+    assert_int_equal(count_ends(&h, SCHED_FAILED, SCHED_R_QUEUE_TIMEOUT), 1);
+    assert_int_equal(sched_req_get(h.s, d, &(sched_req_info){0}), TS_ERR_INVAL); /* slot released */
+    (void)b;
+    check(&h);
+    h_deinit(&h);
+}
+
+static void test_fcfs_order(void **state_) {
+    harness h;
+    sched_config c;
+    h_config(&c, 256, 0);
+    c.policy = SCHED_POLICY_FCFS;
+    c.budget_max = 64;
+    assert_int_equal(h_init(&h, &c, 1), 0);
+    sched_tiers_default(h.s);
+    int32_t g = add_tenant(&h, "g", 0, 1, 0), b = add_tenant(&h, "b", 2, 1, 0);
+    sched_id first = submit(&h, b, 64, 5);
+    submit(&h, g, 64, 5);
+    sched_plan p;
+    h_step(&h, &p); /* arrival order, tiers ignored: bronze first */
+    assert_int_equal(p.n_items, 1);
+    assert_true(p.items[0].id == first);
+    check(&h);
+    h_deinit(&h);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_admission_rejections),
+        cmocka_unit_test(test_predicted_wait_rejects_best_effort),
+        cmocka_unit_test(test_chunked_prefill_then_decode),
+        cmocka_unit_test(test_watermark_hysteresis),
+        cmocka_unit_test(test_tenant_kv_quota),
+        cmocka_unit_test(test_victim_order),
+        cmocka_unit_test(test_swap_vs_recompute),
+        cmocka_unit_test(test_swap_in_before_new_admissions),
+        cmocka_unit_test(test_band_min_share),
+        cmocka_unit_test(test_ttft_preemption),
+        cmocka_unit_test(test_adaptive_budget),
+        cmocka_unit_test(test_cancel_in_flight_and_timeout),
+        cmocka_unit_test(test_fcfs_order),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
