@@ -713,6 +713,32 @@ static void test_stop_ids(void **state) {
     smp_deinit(&s);
 }
 
+/* A sequence sampling through a shared scratch draws exactly the stream
+ * it would with its own. */
+static void test_shared_scratch(void **state) {
+    (void)state;
+    enum { V = 300 };
+    float logits[V];
+    for (int i = 0; i < V; i++) logits[i] = (float)((i * 37) % 101) / 25.0f;
+    smp_params p = {0.9f, 40, 0.95f, 1234, NULL, 0};
+    smp own, mine, scratch;
+    assert_int_equal(smp_init(&own, V, &p), 0);
+    assert_int_equal(smp_init_params(&mine, V, &p), 0);
+    smp_params q = {0.0f, 0, 1.0f, 1, NULL, 0};
+    assert_int_equal(smp_init(&scratch, V, &q), 0);
+    assert_int_equal(smp_sample(&mine, logits), TS_ERR_INVAL); /* no scratch of its own */
+    for (int i = 0; i < 200; i++)
+        assert_int_equal(smp_sample(&own, logits), smp_sample_with(&mine, &scratch, logits));
+    smp_params r = p;
+    smp other;
+    assert_int_equal(smp_init_params(&other, V + 1, &r), 0);
+    assert_int_equal(smp_sample_with(&other, &scratch, logits), TS_ERR_INVAL); /* size mismatch */
+    smp_deinit(&own);
+    smp_deinit(&mine);
+    smp_deinit(&scratch);
+    smp_deinit(&other);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_greedy_argmax_and_ties),
@@ -730,6 +756,7 @@ int main(void) {
         cmocka_unit_test(test_invalid_params),
         cmocka_unit_test(test_nan_logits),
         cmocka_unit_test(test_stop_ids),
+        cmocka_unit_test(test_shared_scratch),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

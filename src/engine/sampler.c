@@ -267,7 +267,7 @@ static int32_t draw(const float *w, const int32_t *ids, size_t c, double target,
 
 /* ---- public ------------------------------------------------------------- */
 
-int smp_init(smp *s, int n_vocab, const smp_params *p) {
+int smp_init_params(smp *s, int n_vocab, const smp_params *p) {
     if (!s) return TS_ERR_INVAL;
     memset(s, 0, sizeof *s);
     if (!p || n_vocab <= 0) return TS_ERR_INVAL;
@@ -292,7 +292,15 @@ int smp_init(smp *s, int n_vocab, const smp_params *p) {
     uint64_t x = p->seed;
     for (int i = 0; i < 4; i++)
         s->rng[i] = splitmix64(&x);
+    return 0;
+}
 
+int smp_init(smp *s, int n_vocab, const smp_params *p) {
+    int rc = smp_init_params(s, n_vocab, p);
+    if (rc) {
+        if (s) memset(s, 0, sizeof *s);
+        return rc;
+    }
     s->idx = malloc((size_t)n_vocab * sizeof *s->idx);
     if (!s->idx) goto err;
     s->w = malloc((size_t)n_vocab * sizeof *s->w);
@@ -302,6 +310,16 @@ int smp_init(smp *s, int n_vocab, const smp_params *p) {
 err:
     smp_deinit(s);
     return TS_ERR_NOMEM;
+}
+
+int32_t smp_sample_with(smp *s, const smp *scratch, const float *logits) {
+    if (!s || !scratch || scratch->n_vocab != s->n_vocab) return TS_ERR_INVAL;
+    smp view = *s;
+    view.idx = scratch->idx;
+    view.w = scratch->w;
+    int32_t tok = smp_sample(&view, logits);
+    memcpy(s->rng, view.rng, sizeof s->rng);
+    return tok;
 }
 
 void smp_deinit(smp *s) {

@@ -63,6 +63,15 @@ typedef struct smp {
  * copied and may be freed once this returns. */
 int smp_init(smp *s, int n_vocab, const smp_params *p);
 
+/* The same validation and random stream as smp_init, without scratch: for
+ * a server sampling many sequences from one thread, each sequence keeps
+ * its parameters and stream in its own smp and borrows one shared scratch
+ * (an smp from smp_init with the same n_vocab) through smp_sample_with.
+ * Such an smp owns nothing; smp_deinit on it is harmless. */
+int smp_init_params(smp *s, int n_vocab, const smp_params *p);
+/* smp_sample for s, using scratch's buffers. Not thread-safe on scratch. */
+int32_t smp_sample_with(smp *s, const smp *scratch, const float *logits);
+
 /* Free the scratch. Safe on a zeroed or failed-init smp and twice in a row. */
 void smp_deinit(smp *s);
 
