@@ -9,7 +9,8 @@
  *     applied to all T activation vectors (AVX2/FMA/F16C; Q8_0 by int8 dot
  *     products against activations quantized to Q8_0), parallel over rows;
  *   - large T (prefill): F32/F16/BF16 go through OpenBLAS sgemm (F16/BF16
- *     dequantized a tile of rows at a time into per-thread scratch).
+ *     dequantized a tile of rows at a time into per-thread scratch); Q8_0
+ *     stays on its int8 kernel at every T.
  * Threads come from OpenMP; OpenBLAS itself is kept single-threaded and
  * called from inside the OpenMP region on disjoint output tiles, so exactly
  * one pool of threads exists.
@@ -32,7 +33,7 @@ typedef struct ops_mat {
 } ops_mat;
 
 /* Scratch for ops_matmul, sized once for the largest call (no allocation in
- * the step). */
+ * the step). One scratch serves one ops_matmul call at a time. */
 typedef struct ops_scratch ops_scratch;
 
 /* Allocate scratch for up to max_T activation rows of at most max_n_in
@@ -41,12 +42,19 @@ ops_scratch *ops_scratch_new(int max_T, int64_t max_n_in, int n_threads);
 void ops_scratch_free(ops_scratch *s);
 
 /* Set the OpenMP thread count used by the kernels (and pin OpenBLAS to one
- * thread). n <= 0 means all cores. Returns the count in force. */
+ * thread). n <= 0 means all cores. Returns the count in force. OpenMP keeps
+ * the count per calling thread: call this from the thread that runs the
+ * kernels. ops_matmul never uses more threads than its scratch was made for. */
 int ops_set_threads(int n);
 
 /* y = x W^T.  y: (T, ldy) with the first n_out columns written; x: (T, n_in).
  * T must be <= the scratch's max_T and n_in <= its max_n_in. */
 void ops_matmul(float *y, int64_t ldy, const float *x, int T, const ops_mat *w, ops_scratch *s);
+
+/* The scalar path of ops_matmul at every T, whatever the build targets:
+ * what a build without AVX2 runs for small T, and the reference the tests
+ * hold the vector kernels against. Same contract as ops_matmul. */
+void ops_matmul_ref(float *y, int64_t ldy, const float *x, int T, const ops_mat *w, ops_scratch *s);
 
 /* Dequantize row r of w into out (n_in floats). Used for embeddings. */
 void ops_dequant_row(float *out, const ops_mat *w, int64_t r);
@@ -56,6 +64,11 @@ float ops_f16_to_f32(uint16_t h);
 uint16_t ops_f32_to_f16(float f);     /* round to nearest even */
 float ops_bf16_to_f32(uint16_t h);
 uint16_t ops_f32_to_bf16(float f);    /* round to nearest even */
+/* Bit-level f16 conversions, always compiled: what a build without F16C
+ * uses, and the reference the F16C instructions are tested against. NaNs
+ * come out quiet, as F16C makes them. */
+float ops_f16_to_f32_ref(uint16_t h);
+uint16_t ops_f32_to_f16_ref(float f);
 /* Quantize n floats (multiple of 32) to Q8_0 blocks as ggml does: per block
  * d = max|x| / 127, q = round(x / d). out: n/32 * 34 bytes. */
 void ops_quantize_q8_0(void *out, const float *x, int64_t n);
