@@ -1,0 +1,364 @@
+/* chat.c - chat template detection and rendering; see chat.h.
+ *
+ * Every family is written as a sequence of two kinds of appends: tpl() for
+ * template text, recorded as a segment, and body() for message content,
+ * which is not. Keeping the split at the point of writing is what makes the
+ * segments exact: nothing has to be re-parsed afterwards. */
+#include "chat.h"
+
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "err.h"
+
+enum { R_SYSTEM, R_USER, R_ASSISTANT, R_TOOL, R_BAD };
+
+static int role_of(const char *r) {
+    if (!r) return R_BAD;
+    if (strcmp(r, "system") == 0 || strcmp(r, "developer") == 0) return R_SYSTEM;
+    if (strcmp(r, "user") == 0) return R_USER;
+    if (strcmp(r, "assistant") == 0) return R_ASSISTANT;
+    if (strcmp(r, "tool") == 0) return R_TOOL;
+    return R_BAD;
+}
+
+/* ---- detection ---------------------------------------------------------- */
+
+static int has(const char *s, size_t len, const char *marker) {
+    size_t m = strlen(marker);
+    if (m > len) return 0;
+    for (size_t i = 0; i + m <= len; i++)
+        if (s[i] == marker[0] && memcmp(s + i, marker, m) == 0) return 1;
+    return 0;
+}
+
+chat_family chat_detect(const char *jinja, size_t len) {
+    if (!jinja || len == 0) return CHAT_DEFAULT;
+    /* Most specific first: "<|user|>" alone would match Phi-3 too, and
+     * "[INST]" alone would match Llama 2 too. */
+    if (has(jinja, len, "<|im_start|>"))
+        return has(jinja, len, "<|im_sep|>") ? CHAT_DEFAULT : CHAT_CHATML;
+    if (has(jinja, len, "<|start_header_id|>")) return CHAT_LLAMA3;
+    if (has(jinja, len, "<start_of_turn>")) return CHAT_GEMMA;
+    if (has(jinja, len, "[INST]"))
+        return has(jinja, len, "<<SYS>>") ? CHAT_LLAMA2 : CHAT_MISTRAL;
+    if (has(jinja, len, "<|user|>"))
+        return has(jinja, len, "<|end|>") ? CHAT_PHI3 : CHAT_ZEPHYR;
+    return CHAT_DEFAULT;
+}
+
+const char *chat_family_name(chat_family f) {
+    static const char *const names[CHAT_N_FAMILIES] = {
+        [CHAT_DEFAULT] = "default", [CHAT_CHATML] = "chatml",
+        [CHAT_LLAMA3] = "llama3",   [CHAT_LLAMA2] = "llama2",
+        [CHAT_MISTRAL] = "mistral", [CHAT_ZEPHYR] = "zephyr",
+        [CHAT_GEMMA] = "gemma",     [CHAT_PHI3] = "phi3",
+    };
+    if ((int)f < 0 || f >= CHAT_N_FAMILIES) return "unknown";
+    return names[f];
+}
+
+/* ---- writer ------------------------------------------------------------- */
+
+typedef struct wr {
+    char *p;
+    size_t len, cap;
+    chat_seg *segs;               /* NULL when not tracking */
+    size_t n_segs, cap_segs;
+    int track;                    /* record template segments */
+    int err;                      /* sticky TS_ERR_NOMEM */
+} wr;
+
+static int grow(void **p, size_t *cap, size_t need, size_t elem) {
+    if (need <= *cap) return 0;
+    size_t c = *cap ? *cap : 16;
+    while (c < need) {
+        if (c > SIZE_MAX / 2 / elem) return -1;
+        c *= 2;
+    }
+    void *q = realloc(*p, c * elem);
+    if (!q) return -1;
+    *p = q;
+    *cap = c;
+    return 0;
+}
+
+static void put(wr *w, const char *s, size_t n) {
+    if (w->err || (n == 0 && w->p)) return;
+    if (n > SIZE_MAX - w->len - 1 ||
+        grow((void **)&w->p, &w->cap, w->len + n + 1, 1) != 0) {
+        w->err = TS_ERR_NOMEM;
+        return;
+    }
+    memcpy(w->p + w->len, s, n);
+    w->len += n;
+    w->p[w->len] = '\0';
+}
+
+/* Template text: appended and, when tracking, recorded (merged with the
+ * previous segment when they touch). */
+static void tpl(wr *w, const char *s) {
+    size_t n = strlen(s), off = w->len;
+    put(w, s, n);
+    if (w->err || !w->track || n == 0) return;
+    if (w->n_segs > 0) {
+        chat_seg *last = &w->segs[w->n_segs - 1];
+        if (last->off + last->len == off) {
+            last->len += n;
+            return;
+        }
+    }
+    if (grow((void **)&w->segs, &w->cap_segs, w->n_segs + 1, sizeof *w->segs) != 0) {
+        w->err = TS_ERR_NOMEM;
+        return;
+    }
+    w->segs[w->n_segs++] = (chat_seg){off, n};
+}
+
+/* Message content: appended, never a segment. */
+static void body(wr *w, const char *s, size_t n) { put(w, s, n); }
+
+/* ---- trimming ----------------------------------------------------------- */
+
+typedef struct span {
+    const char *p;
+    size_t n;
+} span;
+
+static int is_ws(char c) {
+    return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v';
+}
+
+static span rtrim(span s) {
+    while (s.n > 0 && is_ws(s.p[s.n - 1])) s.n--;
+    return s;
+}
+
+/* Jinja's |trim and Python's str.strip(), for ASCII whitespace. */
+static span trim(span s) {
+    while (s.n > 0 && is_ws(s.p[0])) {
+        s.p++;
+        s.n--;
+    }
+    return rtrim(s);
+}
+
+static span text_of(const chat_msg *m) { return (span){m->content, m->content_len}; }
+
+/* ---- families with a turn per role -------------------------------------- */
+
+static void render_default(wr *w, const chat_msg *m, const int *role, int n) {
+    static const char *const prefix[] = {"system: ", "user: ", "assistant: ", "tool: "};
+    for (int i = 0; i < n; i++) {
+        tpl(w, prefix[role[i]]);
+        body(w, m[i].content, m[i].content_len);
+        tpl(w, "\n");
+    }
+    tpl(w, "assistant:");
+}
+
+static void render_chatml(wr *w, const chat_msg *m, const int *role, int n) {
+    static const char *const open[] = {
+        "<|im_start|>system\n", "<|im_start|>user\n", "<|im_start|>assistant\n",
+        "<|im_start|>tool\n"};
+    for (int i = 0; i < n; i++) {
+        tpl(w, open[role[i]]);
+        body(w, m[i].content, m[i].content_len);
+        tpl(w, "<|im_end|>\n");
+    }
+    tpl(w, "<|im_start|>assistant\n");
+}
+
+static void render_llama3(wr *w, const chat_msg *m, const int *role, int n) {
+    static const char *const open[] = {
+        "<|start_header_id|>system<|end_header_id|>\n\n",
+        "<|start_header_id|>user<|end_header_id|>\n\n",
+        "<|start_header_id|>assistant<|end_header_id|>\n\n",
+        "<|start_header_id|>ipython<|end_header_id|>\n\n"};   /* Llama 3.1 tools */
+    tpl(w, "<|begin_of_text|>");
+    for (int i = 0; i < n; i++) {
+        span c = trim(text_of(&m[i]));
+        tpl(w, open[role[i]]);
+        body(w, c.p, c.n);
+        tpl(w, "<|eot_id|>");
+    }
+    tpl(w, "<|start_header_id|>assistant<|end_header_id|>\n\n");
+}
+
+/* Zephyr and Phi-3 differ only in the end-of-turn text; neither has a tool
+ * role, so tools speak as the user. */
+static void render_tagged(wr *w, const chat_msg *m, const int *role, int n,
+                          const char *eot) {
+    static const char *const open[] = {"<|system|>\n", "<|user|>\n", "<|assistant|>\n",
+                                       "<|user|>\n"};
+    for (int i = 0; i < n; i++) {
+        tpl(w, open[role[i]]);
+        body(w, m[i].content, m[i].content_len);
+        tpl(w, eot);
+    }
+    tpl(w, "<|assistant|>\n");
+}
+
+/* ---- families without a free-standing system turn ----------------------- */
+
+/* System messages held for the next user turn: msgs[first .. first+count). */
+typedef struct held {
+    int first, count;
+} held;
+
+/* The held system texts, joined by blank lines, as content. */
+static void held_body(wr *w, const chat_msg *m, held h) {
+    for (int i = 0; i < h.count; i++) {
+        if (i) tpl(w, "\n\n");
+        body(w, m[h.first + i].content, m[h.first + i].content_len);
+    }
+}
+
+/* One user turn of the family f carrying the held system prompt (if any)
+ * and the user text u (NULL for a system prompt standing alone). */
+static void user_turn(wr *w, chat_family f, const chat_msg *m, held h, const span *u) {
+    span t = u ? *u : (span){"", 0};
+    switch (f) {
+    case CHAT_LLAMA2:
+        /* The template strips the whole "<<SYS>>...<</SYS>>\n\n" + user
+         * text, so with a system block only the user text's tail is trimmed,
+         * and an empty user text takes the blank line with it. */
+        tpl(w, "<s>[INST] ");
+        if (h.count) {
+            tpl(w, "<<SYS>>\n");
+            held_body(w, m, h);
+            tpl(w, "\n<</SYS>>");
+            t = rtrim(t);
+            if (t.n) tpl(w, "\n\n");
+        } else {
+            t = trim(t);
+        }
+        body(w, t.p, t.n);
+        tpl(w, " [/INST]");
+        break;
+    case CHAT_MISTRAL:
+        tpl(w, "[INST] ");
+        if (h.count) {
+            held_body(w, m, h);
+            if (u) tpl(w, "\n\n");
+        }
+        body(w, t.p, t.n);
+        tpl(w, " [/INST]");
+        break;
+    default: /* CHAT_GEMMA */
+        tpl(w, "<start_of_turn>user\n");
+        if (h.count) {
+            held_body(w, m, h);
+            if (u) tpl(w, "\n\n");
+        }
+        t = trim(t);
+        body(w, t.p, t.n);
+        tpl(w, "<end_of_turn>\n");
+        break;
+    }
+}
+
+static void assistant_turn(wr *w, chat_family f, const chat_msg *a) {
+    span t = text_of(a);
+    switch (f) {
+    case CHAT_LLAMA2:
+        t = trim(t);
+        tpl(w, " ");
+        body(w, t.p, t.n);
+        tpl(w, " </s>");
+        break;
+    case CHAT_MISTRAL:
+        body(w, t.p, t.n);
+        tpl(w, "</s>");
+        break;
+    default: /* CHAT_GEMMA */
+        t = trim(t);
+        tpl(w, "<start_of_turn>model\n");
+        body(w, t.p, t.n);
+        tpl(w, "<end_of_turn>\n");
+        break;
+    }
+}
+
+static void render_folded(wr *w, chat_family f, const chat_msg *m, const int *role,
+                          int n) {
+    held h = {0, 0};
+    if (f == CHAT_MISTRAL) tpl(w, "<s>");
+    if (f == CHAT_GEMMA) tpl(w, "<bos>");
+    for (int i = 0; i < n; i++) {
+        if (role[i] == R_SYSTEM) {
+            if (h.count == 0) h.first = i;
+            h.count++;
+            continue;
+        }
+        if (role[i] == R_ASSISTANT) {
+            if (h.count) user_turn(w, f, m, h, NULL);
+            h.count = 0;
+            assistant_turn(w, f, &m[i]);
+            continue;
+        }
+        span u = text_of(&m[i]);                     /* user or tool */
+        user_turn(w, f, m, h, &u);
+        h.count = 0;
+    }
+    if (h.count) user_turn(w, f, m, h, NULL);
+    /* Llama 2 and Mistral: the closing [/INST] already opens the answer. */
+    if (f == CHAT_GEMMA) tpl(w, "<start_of_turn>model\n");
+}
+
+/* ---- entry points ------------------------------------------------------- */
+
+int chat_render_segs(chat_family f, const chat_msg *msgs, int n,
+                     char **out, size_t *len, int *add_bos,
+                     chat_seg **segs, size_t *n_segs) {
+    *out = NULL;
+    *len = 0;
+    *add_bos = 0;
+    if (segs) *segs = NULL;
+    if (n_segs) *n_segs = 0;
+    if (!msgs || n < 1 || (int)f < 0 || f >= CHAT_N_FAMILIES) return TS_ERR_INVAL;
+    int *role = malloc((size_t)n * sizeof *role);
+    if (!role) return TS_ERR_NOMEM;
+    for (int i = 0; i < n; i++) {
+        role[i] = role_of(msgs[i].role);
+        if (role[i] == R_BAD || (!msgs[i].content && msgs[i].content_len > 0)) {
+            free(role);
+            return TS_ERR_INVAL;
+        }
+    }
+
+    wr w = {.track = segs != NULL};
+    put(&w, "", 0);
+    int bos_in_text = 0;
+    switch (f) {
+    case CHAT_DEFAULT: render_default(&w, msgs, role, n); break;
+    case CHAT_CHATML: render_chatml(&w, msgs, role, n); break;
+    case CHAT_LLAMA3: render_llama3(&w, msgs, role, n); bos_in_text = 1; break;
+    case CHAT_ZEPHYR: render_tagged(&w, msgs, role, n, "</s>\n"); break;
+    case CHAT_PHI3: render_tagged(&w, msgs, role, n, "<|end|>\n"); break;
+    default:
+        render_folded(&w, f, msgs, role, n);
+        bos_in_text = 1;
+        break;
+    }
+    free(role);
+    if (w.err || !w.p) {
+        free(w.p);
+        free(w.segs);
+        return TS_ERR_NOMEM;
+    }
+    *out = w.p;
+    *len = w.len;
+    *add_bos = !bos_in_text;
+    if (segs) {
+        *segs = w.segs;
+        *n_segs = w.n_segs;
+    }
+    return 0;
+}
+
+int chat_render(chat_family f, const chat_msg *msgs, int n,
+                char **out, size_t *len, int *add_bos) {
+    return chat_render_segs(f, msgs, n, out, len, add_bos, NULL, NULL);
+}
