@@ -1,0 +1,199 @@
+/*
+ * oai.h - the OpenAI API wire format: request bodies of POST /v1/completions
+ * and POST /v1/chat/completions parsed and validated into an oai_request,
+ * and every response body tessera sends back (completions, chat
+ * completions, SSE stream chunks, the usage chunk, mid-stream errors, the
+ * [DONE] terminator, the /v1/models list, and OpenAI-shaped errors).
+ *
+ * Everything here is a pure function of its arguments: no I/O, no threads,
+ * no clock (ids and "created" times are passed in), no global state, so the
+ * HTTP threads may call it concurrently. Parsing uses cJSON and only its
+ * thread-safe entry points (the parse-end pointer, never cJSON_GetErrorPtr's
+ * global).
+ *
+ * Ownership: an oai_request owns every string and array it points to;
+ * oai_request_free releases them. Every response builder returns a malloc'd,
+ * NUL-terminated string the caller frees, or NULL when out of memory. An
+ * oai_error is a plain value with inline buffers: nothing to free.
+ *
+ * Validation is strict, because invariant 4 of DESIGN.md says bad input gets
+ * a clear error and a request that silently loses a parameter is worse than
+ * one that is refused: wrong types, out-of-range values, invalid UTF-8 (in
+ * any string or key of the body, checked strictly: overlongs, surrogates,
+ * code points above U+10FFFF), raw control characters inside strings and the
+ * \u0000 escape are refused with a 400 that names the field, and so are
+ * features tessera does not implement (n > 1, penalties, logprobs, tools,
+ * structured output, echo, suffix, best_of, logit_bias) instead of being
+ * ignored. Unknown fields are ignored, as most OpenAI-compatible servers do,
+ * so that clients sending vendor extensions keep working. JSON null counts
+ * as "absent" for every optional field.
+ *
+ * Response text is written as valid JSON whatever bytes it holds: control
+ * characters are escaped and every ill-formed UTF-8 subsequence becomes one
+ * U+FFFD (Unicode's "maximal subpart" rule), so a tokenizer that splits a
+ * character can never make tessera emit invalid JSON.
+ *
+ * Known limits: numbers come through cJSON as doubles, so integers beyond
+ * 2^53 (only plausible for "seed") are rounded to the nearest double, and
+ * 5.0 reads as the integer 5; of duplicate keys the first one counts; a
+ * prompt or message list is limited only by the body size the HTTP layer
+ * accepts. Token ids in a pre-tokenized prompt are checked to be
+ * non-negative 32-bit integers only: the vocabulary range is the
+ * tokenizer's business (TS_ERR_TOK_RANGE).
+ */
+#ifndef TS_OAI_H
+#define TS_OAI_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define OAI_MAX_STOP        4         /* stop strings a request may name */
+#define OAI_MAX_TOKENS_CAP  1000000u  /* max_tokens above this is refused */
+#define OAI_ERR_MSG_MAX     320       /* bytes of an error message, with NUL */
+#define OAI_ERR_PARAM_MAX   64        /* bytes of an error param, with NUL */
+
+/* The SSE event that ends every stream, successful or not. */
+#define OAI_SSE_DONE        "data: [DONE]\n\n"
+
+/* ---- requests ------------------------------------------------------------ */
+
+typedef enum oai_kind {
+    OAI_COMPLETION = 0,       /* POST /v1/completions */
+    OAI_CHAT,                 /* POST /v1/chat/completions */
+} oai_kind;
+
+typedef enum oai_role {
+    OAI_ROLE_SYSTEM = 0,      /* "system", and "developer" (its newer name) */
+    OAI_ROLE_USER,
+    OAI_ROLE_ASSISTANT,
+    OAI_ROLE_TOOL,
+} oai_role;
+
+typedef struct oai_message {
+    oai_role role;
+    char *content;            /* owned UTF-8, NUL-terminated, no NUL inside;
+                                 text parts concatenated; "" when null/empty */
+    size_t content_len;       /* bytes, without the NUL */
+} oai_message;
+
+/* A validated request. Text fields are owned, valid UTF-8, NUL-terminated
+ * and hold no NUL byte inside. */
+typedef struct oai_request {
+    oai_kind kind;
+    char *model;              /* non-empty */
+
+    /* Completions: exactly one of prompt / prompt_tokens is set. */
+    char *prompt;             /* text prompt (may be ""), or NULL */
+    size_t prompt_len;        /* bytes */
+    int32_t *prompt_tokens;   /* (n_prompt_tokens) pre-tokenized prompt, or NULL */
+    size_t n_prompt_tokens;   /* >= 1 when prompt_tokens is set */
+
+    /* Chat: the conversation, in order. */
+    oai_message *messages;    /* (n_messages), n_messages >= 1 */
+    size_t n_messages;
+
+    uint32_t max_tokens;      /* 1..OAI_MAX_TOKENS_CAP; 0 = server default */
+    float temperature;        /* 0..2; default 1; 0 = greedy */
+    float top_p;              /* (0, 1]; default 1 = off */
+    int32_t top_k;            /* >= 0; 0 = off (extension; -1 reads as 0) */
+    bool has_seed;            /* seed was given */
+    uint64_t seed;            /* two's complement of a negative seed */
+    char *stop[OAI_MAX_STOP]; /* (n_stop) non-empty stop strings */
+    size_t n_stop;
+    bool stream;              /* answer as SSE */
+    bool include_usage;       /* stream_options.include_usage: end with a usage chunk */
+    char *user;               /* end-user id for abuse tracking, or NULL */
+} oai_request;
+
+/* An OpenAI-shaped error. A plain value: copy it, no free. */
+typedef struct oai_error {
+    int status;               /* HTTP status: 400, 401, 404, 413, 429, 500, 503 */
+    const char *type;         /* static: "invalid_request_error", "authentication_error",
+                                 "not_found_error", "rate_limit_error", "server_error" */
+    const char *code;         /* static machine-readable code, or NULL */
+    char param[OAI_ERR_PARAM_MAX];  /* offending field ("messages[1].content"); "" = null */
+    char message[OAI_ERR_MSG_MAX];  /* human-readable, UTF-8 */
+} oai_error;
+
+/* Parse and validate a POST /v1/completions body of len bytes (need not be
+ * NUL-terminated; body may be NULL when len is 0).
+ *   out: OUT: the request; on failure it is left empty (zeroed), so
+ *        oai_request_free on it is always harmless.
+ *   err: OUT: filled on failure (may be NULL).
+ * Returns 0; TS_ERR_INVAL for a bad request (err->status 400); TS_ERR_NOMEM
+ * (err->status 503, type server_error). */
+int oai_parse_completion(const char *body, size_t len, oai_request *out, oai_error *err);
+
+/* The same for a POST /v1/chat/completions body. */
+int oai_parse_chat(const char *body, size_t len, oai_request *out, oai_error *err);
+
+/* Free what r owns and zero it. Safe on a zeroed request and twice. */
+void oai_request_free(oai_request *r);
+
+/* ---- errors -------------------------------------------------------------- */
+
+/* Fill e. type and code must be static strings (code may be NULL); param may
+ * be NULL (JSON null) and is truncated to fit; the message is printf-style
+ * and truncated to fit at a UTF-8 character boundary. For the HTTP layer's
+ * own errors (401 bad key, 404 unknown model, 429 limits, 503 overload). */
+void oai_error_set(oai_error *e, int status, const char *type, const char *param,
+                   const char *code, const char *fmt, ...)
+    __attribute__((format(printf, 6, 7)));
+
+/* {"error":{"message":...,"type":...,"param":...,"code":...}}; malloc'd. */
+char *oai_error_json(const oai_error *e);
+
+/* The same object as one SSE event, "data: {...}\n\n", for a stream that
+ * fails after its headers went out; follow it with OAI_SSE_DONE. */
+char *oai_error_sse(const oai_error *e);
+
+/* ---- responses ----------------------------------------------------------- */
+
+typedef enum oai_finish {
+    OAI_FINISH_NONE = 0,      /* still running: finish_reason null */
+    OAI_FINISH_STOP,          /* "stop": end-of-sequence token or a stop string */
+    OAI_FINISH_LENGTH,        /* "length": max_tokens or the context ran out */
+} oai_finish;
+
+/* What every response of one request shares. */
+typedef struct oai_head {
+    oai_kind kind;            /* selects the object names and the id prefix */
+    uint64_t id;              /* printed as "cmpl-<16 hex>" / "chatcmpl-<16 hex>" */
+    int64_t created;          /* unix seconds */
+    const char *model;        /* echoed as given (sanitised like text) */
+} oai_head;
+
+typedef struct oai_usage {
+    uint32_t prompt_tokens;
+    uint32_t completion_tokens;   /* total_tokens is their sum */
+} oai_usage;
+
+/* The whole answer of a non-streaming request: for OAI_COMPLETION
+ * {id, object:"text_completion", created, model,
+ *  choices:[{index:0, text, finish_reason, logprobs:null}], usage},
+ * for OAI_CHAT {id, object:"chat.completion", created, model,
+ *  choices:[{index:0, message:{role:"assistant", content}, finish_reason}],
+ *  usage}. text is len bytes of UTF-8 (NULL allowed when len is 0). */
+char *oai_response_json(const oai_head *h, const char *text, size_t len,
+                        oai_finish finish, const oai_usage *usage);
+
+/* One streamed piece as an SSE event "data: {...}\n\n". For OAI_COMPLETION
+ * choices:[{index:0, text, finish_reason}] (text NULL reads as "");
+ * for OAI_CHAT object "chat.completion.chunk" with
+ * choices:[{index:0, delta:{role?, content?}, finish_reason}]: role
+ * "assistant" appears when first is true (the first chunk of a stream),
+ * content when text is not NULL, so the closing chunk can carry an empty
+ * delta and only the finish_reason. */
+char *oai_chunk_sse(const oai_head *h, bool first, const char *text, size_t len,
+                    oai_finish finish);
+
+/* The last chunk of a stream that asked for include_usage: choices:[] and
+ * usage, as an SSE event. */
+char *oai_usage_sse(const oai_head *h, const oai_usage *usage);
+
+/* GET /v1/models: {object:"list", data:[{id, object:"model", created,
+ * owned_by:"tessera"}...]} for n model ids (ids may be NULL when n is 0). */
+char *oai_models_json(const char *const *ids, size_t n, int64_t created);
+
+#endif
