@@ -15,6 +15,8 @@ typedef struct subcommand {
 static const subcommand COMMANDS[] = {
     {"mkmodel", cmd_mkmodel, "write a deterministic random-weight llama GGUF model"},
     {"generate", cmd_generate, "generate text from a GGUF model"},
+    {"serve", cmd_serve, "run the OpenAI-compatible multi-tenant server"},
+    {"keygen", cmd_keygen, "print a new API key and the SHA-256 the config stores"},
 };
 
 static void usage(FILE *f) {

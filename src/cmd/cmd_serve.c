@@ -1,0 +1,163 @@
+/*
+ * cmd_serve.c - `tessera serve` and `tessera keygen`.
+ *
+ * serve runs until SIGTERM or SIGINT, then drains: it stops accepting, lets
+ * in-flight requests finish within the configured grace, ends the rest with
+ * an explicit error, and exits 0. Signals are blocked before any thread
+ * starts and taken with sigwait here, so no thread is interrupted mid-step.
+ */
+#include <getopt.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "auth.h"
+#include "cmd.h"
+#include "config.h"
+#include "sched.h"
+#include "server.h"
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: tessera serve (--config tessera.yaml | --model M.gguf) [--listen HOST:PORT]\n"
+            "                     [--policy fair|fcfs]\n"
+            "  --config   the YAML configuration (see examples/demo.yaml)\n"
+            "  --model    serve one GGUF with defaults: one tenant, whose new key is printed\n"
+            "  --listen   override the listen address (port 0: any free port)\n"
+            "  --policy   fair (tiers, fair share; the default) or fcfs (one arrival-order queue)\n");
+}
+
+/* host:port, [v6]:port, or :port. */
+static int parse_listen(const char *s, cfg *c) {
+    const char *colon = strrchr(s, ':');
+    if (!colon) return -1;
+    char *end;
+    long port = strtol(colon + 1, &end, 10);
+    if (*end || colon[1] == 0 || port < 0 || port > 65535) return -1;
+    size_t hl = (size_t)(colon - s);
+    if (hl >= 2 && s[0] == '[' && s[hl - 1] == ']') {
+        s++;
+        hl -= 2;
+    }
+    if (hl >= sizeof(c->host)) return -1;
+    if (hl) {
+        memcpy(c->host, s, hl);
+        c->host[hl] = 0;
+    }
+    c->port = (uint16_t)port;
+    return 0;
+}
+
+static void banner(const cfg *c, uint16_t port, const char *new_key) {
+    printf("tessera: listening on http://%s:%u (policy %s)\n", c->host, (unsigned)port,
+           c->policy == SCHED_POLICY_FCFS ? "fcfs" : "fair");
+    for (size_t i = 0; i < c->n_models; i++) printf("tessera: model %s from %s\n", c->models[i].name, c->models[i].path);
+    for (size_t i = 0; i < c->n_tenants; i++)
+        printf("tessera: tenant %s (tier %s, weight %g)\n", c->tenants[i].sched.name,
+               c->tiers[c->tenants[i].sched.tier].name, c->tenants[i].sched.weight);
+    if (new_key) {
+        printf("tessera: API key of tenant 'default': %s\n", new_key);
+        printf("  curl -s http://%s:%u/v1/completions -H 'Authorization: Bearer %s' "
+               "-H 'Content-Type: application/json' -d '{\"model\":\"%s\",\"prompt\":\"Hello\",\"max_tokens\":16}'\n",
+               c->host, (unsigned)port, new_key, c->models[0].name);
+    }
+    fflush(stdout);
+}
+
+static int load_config(const char *config, const char *model, cfg *c, char *key, size_t key_cap) {
+    char err[512];
+    if (config) {
+        if (cfg_load(config, c, err, sizeof(err))) {
+            fprintf(stderr, "serve: %s\n", err);
+            return -1;
+        }
+        return 0;
+    }
+    uint8_t hash[AUTH_HASH_LEN];
+    char hex[AUTH_HEX_LEN + 1];
+    if (auth_keygen(key, key_cap)) {
+        fprintf(stderr, "serve: cannot make a key\n");
+        return -1;
+    }
+    auth_hash(key, strlen(key), hash);
+    auth_hex_encode(hash, AUTH_HASH_LEN, hex);
+    if (cfg_single_model(c, model, hex)) {
+        fprintf(stderr, "serve: bad model path '%s'\n", model);
+        return -1;
+    }
+    return 0;
+}
+
+int cmd_serve(int argc, char **argv) {
+    static const struct option opts[] = {{"config", required_argument, 0, 'c'}, {"model", required_argument, 0, 'm'},
+                                         {"listen", required_argument, 0, 'l'}, {"policy", required_argument, 0, 'p'},
+                                         {"help", no_argument, 0, 'h'},         {0, 0, 0, 0}};
+    const char *config = NULL, *model = NULL, *listen = NULL, *policy = NULL;
+    int ch;
+    optind = 1;
+    while ((ch = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+        switch (ch) {
+        case 'c': config = optarg; break;
+        case 'm': model = optarg; break;
+        case 'l': listen = optarg; break;
+        case 'p': policy = optarg; break;
+        case 'h': usage(stdout); return 0;
+        default: usage(stderr); return 2;
+        }
+    }
+    if (!config == !model || optind != argc || (policy && strcmp(policy, "fair") && strcmp(policy, "fcfs"))) {
+        usage(stderr);
+        return 2;
+    }
+    cfg c;
+    char key[AUTH_KEY_LEN + 8], err[512] = "";
+    if (load_config(config, model, &c, key, sizeof(key))) return 1;
+    if (listen && parse_listen(listen, &c)) {
+        fprintf(stderr, "serve: bad --listen '%s' (HOST:PORT)\n", listen);
+        cfg_free(&c);
+        return 2;
+    }
+    if (policy) c.policy = strcmp(policy, "fcfs") == 0 ? SCHED_POLICY_FCFS : SCHED_POLICY_FAIR;
+    sigset_t sigs;
+    sigemptyset(&sigs);
+    sigaddset(&sigs, SIGINT);
+    sigaddset(&sigs, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &sigs, NULL);
+    signal(SIGPIPE, SIG_IGN);
+    srv *s;
+    if (srv_new(&c, &s, err, sizeof(err)) || srv_start(s, err, sizeof(err))) {
+        fprintf(stderr, "serve: %s\n", err);
+        cfg_free(&c);
+        return 1;
+    }
+    banner(&c, srv_port(s), config ? NULL : key);
+    int sig = 0;
+    sigwait(&sigs, &sig);
+    printf("tessera: %s: draining (grace %u s)\n", sig == SIGINT ? "SIGINT" : "SIGTERM", c.limits.shutdown_grace_s);
+    fflush(stdout);
+    srv_shutdown(s);
+    srv_free(s);
+    cfg_free(&c);
+    printf("tessera: stopped\n");
+    return 0;
+}
+
+int cmd_keygen(int argc, char **argv) {
+    (void)argv;
+    if (argc != 1) {
+        fprintf(stderr, "usage: tessera keygen\n");
+        return 2;
+    }
+    char key[AUTH_KEY_LEN + 8], hex[AUTH_HEX_LEN + 1];
+    uint8_t hash[AUTH_HASH_LEN];
+    if (auth_keygen(key, sizeof(key))) {
+        fprintf(stderr, "keygen: the random number generator failed\n");
+        return 1;
+    }
+    auth_hash(key, strlen(key), hash);
+    auth_hex_encode(hash, AUTH_HASH_LEN, hex);
+    printf("key:        %s\nkey_sha256: %s\n", key, hex);
+    return 0;
+}

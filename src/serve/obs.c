@@ -1,0 +1,241 @@
+/* obs.c - see obs.h. */
+#include "obs.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const int STATUS_CODES[] = {200, 400, 401, 404, 405, 413, 429, 499, 500, 503};
+#define N_CODES ((int)(sizeof(STATUS_CODES) / sizeof(STATUS_CODES[0])))
+/* Reasons the HTTP layer rejects for, besides the scheduler's. */
+static const char *const HTTP_REASONS[] = {"rate_requests", "rate_tokens", "concurrency", "too_large"};
+#define N_HTTP_REASONS 4
+
+typedef struct obs_tenant {
+    met_series *requests[N_CODES + 1];  /* last: any other code */
+    met_series *ttft, *itl, *e2e;
+    met_series *prompt_tokens, *completion_tokens, *engine_seconds;
+    met_series *queue, *running, *kv_blocks;
+    met_series *preempt_swap, *preempt_recompute;
+    met_series *rejected[SCHED_R_COUNT + N_HTTP_REASONS];
+    /* last values seen, to turn the scheduler's cumulative counts into increments */
+    uint64_t seen_swap, seen_recompute;
+    double seen_service;
+} obs_tenant;
+
+typedef struct obs_model {
+    obs *o;
+    int index;
+    met_series *step, *tokens, *kv_util, *busy, *busy_seconds, *jain;
+    met_window *window;
+    obs_tenant *tenant_state; /* (n_tenants) per-model cumulative trackers */
+    double busy_ewma;
+} obs_model;
+
+struct obs {
+    met_registry *reg;
+    int n_tenants, n_models;
+    double *weights;
+    obs_tenant *tenants;    /* (n_tenants + 1): the last is "unauthenticated" */
+    obs_model *models;
+};
+
+static const double TOKEN_BUCKETS[] = {1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048};
+
+static void setup_tenant(obs *o, obs_tenant *t, const char *name, met_family **f) {
+    char code[8];
+    for (int i = 0; i <= N_CODES; i++) {
+        if (i < N_CODES) snprintf(code, sizeof(code), "%d", STATUS_CODES[i]);
+        else snprintf(code, sizeof(code), "other");
+        const char *v[] = {name, code};
+        t->requests[i] = met_series_get(f[0], v);
+    }
+    const char *v[] = {name};
+    t->ttft = met_series_get(f[1], v);
+    t->itl = met_series_get(f[2], v);
+    t->e2e = met_series_get(f[3], v);
+    t->prompt_tokens = met_series_get(f[4], v);
+    t->completion_tokens = met_series_get(f[5], v);
+    t->engine_seconds = met_series_get(f[6], v);
+    t->queue = met_series_get(f[7], v);
+    t->running = met_series_get(f[8], v);
+    t->kv_blocks = met_series_get(f[9], v);
+    const char *sw[] = {name, "swap"}, *rc[] = {name, "recompute"};
+    t->preempt_swap = met_series_get(f[10], sw);
+    t->preempt_recompute = met_series_get(f[10], rc);
+    for (int r = 1; r < SCHED_R_COUNT + N_HTTP_REASONS; r++) {
+        const char *reason = r < SCHED_R_COUNT ? sched_reason_name((sched_reason)r) : HTTP_REASONS[r - SCHED_R_COUNT];
+        char lower[48];
+        size_t k = 0;
+        for (; reason[k] && k + 1 < sizeof(lower); k++)
+            lower[k] = (char)(reason[k] >= 'A' && reason[k] <= 'Z' ? reason[k] + 32 : reason[k]);
+        lower[k] = 0;
+        const char *rv[] = {name, lower};
+        t->rejected[r] = met_series_get(f[11], rv);
+    }
+    (void)o;
+}
+
+static int setup_families(obs *o, const char *const *names) {
+    const char *tl[] = {"tenant"}, *tc[] = {"tenant", "code"}, *tm[] = {"tenant", "mode"}, *tr[] = {"tenant", "reason"};
+    met_family *f[12] = {
+        met_counter(o->reg, "tessera_requests_total", "HTTP requests answered, by tenant and status code", tc, 2),
+        met_histogram(o->reg, "tessera_ttft_seconds", "Time to first token", tl, 1, met_latency_buckets, MET_LATENCY_N_BUCKETS),
+        met_histogram(o->reg, "tessera_itl_seconds", "Inter-token latency", tl, 1, met_latency_buckets, MET_LATENCY_N_BUCKETS),
+        met_histogram(o->reg, "tessera_e2e_seconds", "End-to-end request latency", tl, 1, met_latency_buckets, MET_LATENCY_N_BUCKETS),
+        met_counter(o->reg, "tessera_prompt_tokens_total", "Prompt tokens of finished requests", tl, 1),
+        met_counter(o->reg, "tessera_completion_tokens_total", "Generated tokens", tl, 1),
+        met_counter(o->reg, "tessera_engine_seconds_total", "Engine time attributed by token share", tl, 1),
+        met_gauge(o->reg, "tessera_queue_depth", "Requests waiting in the scheduler", tl, 1),
+        met_gauge(o->reg, "tessera_running_requests", "Requests holding KV blocks", tl, 1),
+        met_gauge(o->reg, "tessera_kv_blocks", "KV blocks held", tl, 1),
+        met_counter(o->reg, "tessera_preemptions_total", "Preemptions by mode", tm, 2),
+        met_counter(o->reg, "tessera_rejections_total", "Requests rejected, by reason", tr, 2),
+    };
+    for (int i = 0; i < 12; i++)
+        if (!f[i]) return -1;
+    for (int i = 0; i < o->n_tenants; i++) setup_tenant(o, &o->tenants[i], names[i], f);
+    setup_tenant(o, &o->tenants[o->n_tenants], "unauthenticated", f);
+    return 0;
+}
+
+static int setup_models(obs *o, const char *const *names) {
+    const char *ml[] = {"model"};
+    met_family *step = met_histogram(o->reg, "tessera_step_seconds", "Engine step time", ml, 1, met_step_buckets, MET_STEP_N_BUCKETS);
+    met_family *toks = met_histogram(o->reg, "tessera_tokens_per_step", "Tokens per engine step", ml, 1, TOKEN_BUCKETS,
+                                    (int)(sizeof(TOKEN_BUCKETS) / sizeof(TOKEN_BUCKETS[0])));
+    met_family *kv = met_gauge(o->reg, "tessera_kv_utilization", "Share of KV blocks in use", ml, 1);
+    met_family *busy = met_gauge(o->reg, "tessera_busy_ratio", "Share of recent wall time spent in engine steps", ml, 1);
+    met_family *busy_s = met_counter(o->reg, "tessera_engine_busy_seconds_total", "Wall time spent in engine steps", ml, 1);
+    met_family *jain = met_gauge(o->reg, "tessera_fairness_jain", "Jain's index of weighted service among backlogged tenants, last minute", ml, 1);
+    if (!step || !toks || !kv || !busy || !busy_s || !jain) return -1;
+    for (int m = 0; m < o->n_models; m++) {
+        obs_model *om = &o->models[m];
+        const char *v[] = {names[m]};
+        om->o = o;
+        om->index = m;
+        om->step = met_series_get(step, v);
+        om->tokens = met_series_get(toks, v);
+        om->kv_util = met_series_get(kv, v);
+        om->busy = met_series_get(busy, v);
+        om->busy_seconds = met_series_get(busy_s, v);
+        om->jain = met_series_get(jain, v);
+        met_set(om->jain, 1.0);
+        om->window = met_window_new(o->n_tenants);
+        om->tenant_state = calloc((size_t)o->n_tenants + 1, sizeof(obs_tenant));
+        if (!om->window || !om->tenant_state) return -1;
+    }
+    return 0;
+}
+
+obs *obs_new(const char *const *tenant_names, const double *weights, int n_tenants,
+             const char *const *model_names, int n_models) {
+    obs *o = calloc(1, sizeof(*o));
+    if (!o) return NULL;
+    o->n_tenants = n_tenants;
+    o->n_models = n_models;
+    o->reg = met_new();
+    o->weights = malloc((size_t)(n_tenants + 1) * sizeof(double));
+    o->tenants = calloc((size_t)n_tenants + 1, sizeof(obs_tenant));
+    o->models = calloc((size_t)(n_models ? n_models : 1), sizeof(obs_model));
+    if (!o->reg || !o->weights || !o->tenants || !o->models || setup_families(o, tenant_names) ||
+        setup_models(o, model_names)) {
+        obs_free(o);
+        return NULL;
+    }
+    memcpy(o->weights, weights, (size_t)n_tenants * sizeof(double));
+    return o;
+}
+
+void obs_free(obs *o) {
+    if (!o) return;
+    for (int m = 0; o->models && m < o->n_models; m++) {
+        met_window_free(o->models[m].window);
+        free(o->models[m].tenant_state);
+    }
+    met_free(o->reg);
+    free(o->weights);
+    free(o->tenants);
+    free(o->models);
+    free(o);
+}
+
+static obs_tenant *tenant_of(obs *o, int t) {
+    return &o->tenants[t >= 0 && t < o->n_tenants ? t : o->n_tenants];
+}
+
+void obs_request(obs *o, int tenant, int status) {
+    obs_tenant *t = tenant_of(o, tenant);
+    int i = 0;
+    while (i < N_CODES && STATUS_CODES[i] != status) i++;
+    met_inc(t->requests[i], 1);
+}
+
+void obs_reject(obs *o, int tenant, const char *reason) {
+    obs_tenant *t = tenant_of(o, tenant);
+    for (int i = 0; i < N_HTTP_REASONS; i++)
+        if (strcmp(reason, HTTP_REASONS[i]) == 0) met_inc(t->rejected[SCHED_R_COUNT + i], 1);
+}
+
+int obs_render(obs *o, char **buf, size_t *len) { return met_render(o->reg, buf, len); }
+
+/* ---- worker hooks (engine thread of one model) ------------------------------ */
+
+static void on_token(void *ctx, const wk_req *r, int64_t now_us, int first) {
+    obs_model *m = ctx;
+    obs_tenant *t = tenant_of(m->o, r->tenant);
+    if (first) met_observe(t->ttft, (double)(now_us - r->arrival_us) / 1e6);
+    else if (r->last_token_us) met_observe(t->itl, (double)(now_us - r->last_token_us) / 1e6);
+    met_inc(t->completion_tokens, 1);
+}
+
+static void on_end(void *ctx, const wk_req *r, const sched_end *e) {
+    obs_model *m = ctx;
+    obs_tenant *t = tenant_of(m->o, r->tenant);
+    met_inc(t->prompt_tokens, e->prompt_tokens);
+    met_inc(t->engine_seconds, e->engine_us / 1e6);
+    if (e->state == SCHED_FINISHED) met_observe(t->e2e, (double)(e->end_us - e->arrival_us) / 1e6);
+    if (e->state == SCHED_FAILED) met_inc(t->rejected[e->reason], 1);
+}
+
+static void on_reject(void *ctx, const wk_req *r, sched_reason why) {
+    obs_model *m = ctx;
+    met_inc(tenant_of(m->o, r->tenant)->rejected[why], 1);
+}
+
+/* Per-tenant gauges, preemption increments and the fairness window. */
+static void on_step(void *ctx, const wk_step_info *s) {
+    obs_model *m = ctx;
+    obs *o = m->o;
+    if (s->n_items) {
+        met_observe(m->step, s->step_us / 1e6);
+        met_observe(m->tokens, s->tokens);
+        met_inc(m->busy_seconds, s->step_us / 1e6);
+        double wall = s->step_us + s->idle_us;
+        double share = wall > 0 ? s->step_us / wall : 1;
+        m->busy_ewma += 0.05 * (share - m->busy_ewma);
+        met_set(m->busy, m->busy_ewma);
+    }
+    if (s->kv_total) met_set(m->kv_util, (double)s->kv_used / s->kv_total);
+    for (int i = 0; i < s->n_tenants && i < o->n_tenants; i++) {
+        const sched_tenant_stats *st = &s->tenants[i];
+        obs_tenant *t = &o->tenants[i], *seen = &m->tenant_state[i];
+        met_set(t->queue, st->queued);
+        met_set(t->running, st->running);
+        met_set(t->kv_blocks, st->kv_blocks);
+        met_inc(t->preempt_swap, (double)(st->preempt_swap - seen->seen_swap));
+        met_inc(t->preempt_recompute, (double)(st->preempt_recompute - seen->seen_recompute));
+        seen->seen_swap = st->preempt_swap;
+        seen->seen_recompute = st->preempt_recompute;
+        double delta = st->service - seen->seen_service;
+        seen->seen_service = st->service;
+        int backlogged = st->queued + st->running + st->swapped > 0;
+        met_window_add(m->window, i, s->now_us, delta / (o->weights[i] > 0 ? o->weights[i] : 1), backlogged);
+    }
+    met_set(m->jain, met_window_jain(m->window, s->now_us));
+}
+
+wk_hooks obs_hooks(obs *o, int m) {
+    wk_hooks h = {&o->models[m], on_token, on_end, on_reject, on_step};
+    return h;
+}

@@ -1,0 +1,807 @@
+/*
+ * server.c - see server.h.
+ *
+ * A connection's life (conn): libmicrohttpd calls on_request several times
+ * per request: once with no data (we set up), then with body pieces (we
+ * collect up to max_body_bytes), then with none (we act). Acting on a
+ * generation request ends with the request handed to a worker and the
+ * connection suspended; the worker's notify resumes it, on_request runs
+ * again and queues the answer: an SSE stream whose reader pulls text from
+ * the outbox (suspending again whenever it is empty), or the whole JSON
+ * once the request is done. on_completed runs once per connection at the
+ * very end, whatever happened: it cancels work the client no longer
+ * waits for, returns rate-limit reservations and counts the status.
+ */
+#include "server.h"
+
+#include <arpa/inet.h>
+#include <microhttpd.h>
+#include <netdb.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "auth.h"
+#include "chat.h"
+#include "err.h"
+#include "limits.h"
+#include "oai.h"
+#include "obs.h"
+#include "worker.h"
+
+#define DEFAULT_MAX_TOKENS 256  /* when a request names none */
+
+typedef struct special {
+    int32_t id;
+    const char *text;
+    size_t len;
+} special;
+
+typedef struct srv_model {
+    wk_worker *w;
+    chat_family chat;
+    special *specials;      /* control and user-defined tokens, longest first */
+    int n_specials;
+} srv_model;
+
+struct srv {
+    const cfg *c;
+    srv_model *models;
+    int n_models;
+    auth_table *auth;
+    lim_tenant *lims;       /* (n_tenants) under lim_mu */
+    pthread_mutex_t lim_mu;
+    obs *obs;
+    struct MHD_Daemon *d;
+    uint16_t port;
+    atomic_int draining;
+    atomic_int n_conns;     /* connections with a context, for the drain */
+    atomic_uint_fast64_t next_id;
+};
+
+enum { R_NONE, R_COMPLETIONS, R_CHAT, R_MODELS, R_HEALTH, R_METRICS, R_ADMIN, R_BAD_METHOD };
+
+typedef struct conn {
+    srv *s;
+    struct MHD_Connection *mc;
+    int route;
+    char *body;
+    size_t len, cap;
+    int too_big;
+    int acted;              /* the request was acted on */
+    int status;             /* HTTP status answered */
+    int tenant, model;
+    oai_kind kind;
+    int stream, include_usage;
+    char model_name[SCHED_NAME_MAX];
+    uint64_t id;
+    int64_t created;
+    wk_req *req;
+    int suspended;          /* under req->mu */
+    uint64_t reserved;      /* tokens reserved with the tenant's limits */
+    int lim_taken;
+    /* streaming */
+    size_t sent_text;
+    int sent_first, final_sent;
+    char *pend;
+    size_t pend_len, pend_off;
+} conn;
+
+/* ---- replies ---------------------------------------------------------------- */
+
+static enum MHD_Result reply(conn *c, int status, const char *ctype, char *body, size_t len,
+                             int64_t retry_after_s) {
+    struct MHD_Response *r = MHD_create_response_from_buffer(len, body, MHD_RESPMEM_MUST_FREE);
+    if (!r) {
+        free(body);
+        return MHD_NO;
+    }
+    MHD_add_response_header(r, "Content-Type", ctype);
+    if (retry_after_s > 0) {
+        char v[32];
+        snprintf(v, sizeof(v), "%lld", (long long)retry_after_s);
+        MHD_add_response_header(r, MHD_HTTP_HEADER_RETRY_AFTER, v);
+    }
+    enum MHD_Result ok = MHD_queue_response(c->mc, (unsigned)status, r);
+    MHD_destroy_response(r);
+    c->status = status;
+    return ok;
+}
+
+static enum MHD_Result reply_text(conn *c, int status, const char *ctype, const char *text) {
+    char *b = strdup(text);
+    return b ? reply(c, status, ctype, b, strlen(b), 0) : MHD_NO;
+}
+
+static enum MHD_Result reply_err(conn *c, int status, const char *type, const char *param, const char *code,
+                                 int64_t retry_after_s, const char *msg) {
+    oai_error e;
+    oai_error_set(&e, status, type, param, code, "%s", msg);
+    char *j = oai_error_json(&e);
+    return j ? reply(c, status, "application/json", j, strlen(j), retry_after_s) : MHD_NO;
+}
+
+static enum MHD_Result reply_oai_err(conn *c, const oai_error *e) {
+    char *j = oai_error_json(e);
+    return j ? reply(c, e->status, "application/json", j, strlen(j), 0) : MHD_NO;
+}
+
+/* ---- authentication and limits ------------------------------------------------ */
+
+/* The tenant behind the Authorization header, AUTH_ADMIN, or AUTH_NONE. */
+static int authenticate(conn *c) {
+    const char *h = MHD_lookup_connection_value(c->mc, MHD_HEADER_KIND, "Authorization");
+    const char *key;
+    size_t len;
+    if (!h || auth_parse_bearer(h, &key, &len)) return AUTH_NONE;
+    return auth_lookup(c->s->auth, key, len);
+}
+
+static const char *lim_obs_name(lim_reason r) {
+    switch (r) {
+    case LIM_RATE_REQUESTS: return "rate_requests";
+    case LIM_RATE_TOKENS: return "rate_tokens";
+    case LIM_CONCURRENCY: return "concurrency";
+    default: return "too_large";
+    }
+}
+
+/* Reserve prompt + max_tokens with the tenant's limits; on a denial,
+ * answer 429 (with Retry-After when a wait would help). */
+static int take_limits(conn *c, uint64_t tokens, enum MHD_Result *res) {
+    srv *s = c->s;
+    int64_t retry = 0;
+    pthread_mutex_lock(&s->lim_mu);
+    lim_reason why = lim_admit(&s->lims[c->tenant], tokens, wk_now_us(), &retry);
+    pthread_mutex_unlock(&s->lim_mu);
+    if (why == LIM_OK) {
+        c->reserved = tokens;
+        c->lim_taken = 1;
+        return 0;
+    }
+    obs_reject(s->obs, c->tenant, lim_obs_name(why));
+    char msg[160];
+    snprintf(msg, sizeof(msg), "rate limit: %s", lim_reason_str(why));
+    int64_t secs = retry > 0 ? (retry + 999999) / 1000000 : 0;
+    *res = reply_err(c, 429, "rate_limit_error", NULL, lim_obs_name(why), secs, msg);
+    return -1;
+}
+
+static void give_back_limits(conn *c) {
+    if (!c->lim_taken) return;
+    uint64_t used = 0;
+    if (c->req) {
+        pthread_mutex_lock(&c->req->mu);
+        used = (uint64_t)c->req->n_prompt + (uint64_t)c->req->n_generated;
+        pthread_mutex_unlock(&c->req->mu);
+    }
+    pthread_mutex_lock(&c->s->lim_mu);
+    lim_finish(&c->s->lims[c->tenant], c->reserved, used < c->reserved ? used : c->reserved, wk_now_us());
+    pthread_mutex_unlock(&c->s->lim_mu);
+    c->lim_taken = 0;
+}
+
+/* ---- tokenizing ------------------------------------------------------------- */
+
+/* Append the encoding of text to ids (grown as needed). */
+static int encode_append(const tok *t, const char *text, size_t len, int add_bos, int32_t **ids, int *n, int *cap) {
+    int need;
+    int rc = tok_encode(t, text, len, add_bos, NULL, 0, &need);
+    if (rc && rc != TS_ERR_INVAL) return rc;
+    if (*n + need > *cap) {
+        int nc = (*n + need) * 2 + 16;
+        int32_t *ni = realloc(*ids, (size_t)nc * sizeof(int32_t));
+        if (!ni) return TS_ERR_NOMEM;
+        *ids = ni;
+        *cap = nc;
+    }
+    int got;
+    rc = tok_encode(t, text, len, add_bos, *ids + *n, *cap - *n, &got);
+    if (rc) return rc;
+    *n += got;
+    return 0;
+}
+
+/* Template text may contain special tokens (<|im_start|>): match them by
+ * their exact text, longest first, and encode what lies between as text. */
+static int encode_template(const srv_model *m, const tok *t, const char *p, size_t len, int32_t **ids, int *n,
+                           int *cap) {
+    size_t start = 0;
+    for (size_t i = 0; i < len;) {
+        const special *hit = NULL;
+        for (int k = 0; k < m->n_specials && !hit; k++)
+            if (m->specials[k].len <= len - i && memcmp(p + i, m->specials[k].text, m->specials[k].len) == 0)
+                hit = &m->specials[k];
+        if (!hit) { i++; continue; }
+        int rc = i > start ? encode_append(t, p + start, i - start, 0, ids, n, cap) : 0;
+        if (rc) return rc;
+        if (*n + 1 > *cap) {
+            int32_t *ni = realloc(*ids, (size_t)(*cap * 2 + 16) * sizeof(int32_t));
+            if (!ni) return TS_ERR_NOMEM;
+            *ids = ni;
+            *cap = *cap * 2 + 16;
+        }
+        (*ids)[(*n)++] = hit->id;
+        i += hit->len;
+        start = i;
+    }
+    return len > start ? encode_append(t, p + start, len - start, 0, ids, n, cap) : 0;
+}
+
+static const char *role_name(oai_role r) {
+    switch (r) {
+    case OAI_ROLE_SYSTEM: return "system";
+    case OAI_ROLE_USER: return "user";
+    case OAI_ROLE_ASSISTANT: return "assistant";
+    default: return "tool";
+    }
+}
+
+/* The chat rendered with the model's template; template ranges may hold
+ * special tokens, message content never does (a user typing <|im_end|>
+ * gets text, not a turn boundary). */
+static int tokenize_chat(const srv_model *m, const tok *t, const oai_request *q, int32_t **ids, int *n) {
+    chat_msg *msgs = calloc(q->n_messages, sizeof(chat_msg));
+    if (!msgs) return TS_ERR_NOMEM;
+    for (size_t i = 0; i < q->n_messages; i++)
+        msgs[i] = (chat_msg){role_name(q->messages[i].role), q->messages[i].content, q->messages[i].content_len};
+    char *text = NULL;
+    size_t len = 0, n_segs = 0;
+    int add_bos = 0, cap = 0;
+    chat_seg *segs = NULL;
+    int rc = chat_render_segs(m->chat, msgs, (int)q->n_messages, &text, &len, &add_bos, &segs, &n_segs);
+    free(msgs);
+    *ids = NULL;
+    *n = 0;
+    if (!rc && add_bos && tok_add_bos(t)) rc = encode_append(t, "", 0, 1, ids, n, &cap);
+    size_t at = 0;
+    for (size_t k = 0; !rc && k <= n_segs; k++) {
+        size_t seg_off = k < n_segs ? segs[k].off : len;
+        if (seg_off > at) rc = encode_append(t, text + at, seg_off - at, 0, ids, n, &cap);
+        if (!rc && k < n_segs) rc = encode_template(m, t, text + segs[k].off, segs[k].len, ids, n, &cap);
+        if (k < n_segs) at = segs[k].off + segs[k].len;
+    }
+    free(text);
+    free(segs);
+    return rc;
+}
+
+static int tokenize(conn *c, const oai_request *q, int32_t **ids, int *n) {
+    const srv_model *m = &c->s->models[c->model];
+    const tok *t = wk_tok(m->w);
+    if (q->kind == OAI_CHAT) return tokenize_chat(m, t, q, ids, n);
+    if (q->prompt_tokens) {
+        *ids = malloc(q->n_prompt_tokens * sizeof(int32_t));
+        if (!*ids) return TS_ERR_NOMEM;
+        for (size_t i = 0; i < q->n_prompt_tokens; i++) {
+            if (q->prompt_tokens[i] < 0 || q->prompt_tokens[i] >= tok_n_vocab(t)) return TS_ERR_TOK_RANGE;
+            (*ids)[i] = q->prompt_tokens[i];
+        }
+        *n = (int)q->n_prompt_tokens;
+        return 0;
+    }
+    int cap = 0;
+    *ids = NULL;
+    *n = 0;
+    return encode_append(t, q->prompt, q->prompt_len, tok_add_bos(t), ids, n, &cap);
+}
+
+/* ---- generation ------------------------------------------------------------- */
+
+/* Called by the worker with r->mu held: wake the connection if it sleeps. */
+static void on_outbox(wk_req *r) {
+    conn *c = r->user;
+    if (c && c->suspended) {
+        c->suspended = 0;
+        MHD_resume_connection(c->mc);
+    }
+}
+
+/* Sleep until the outbox changes past what was seen; returns 1 if suspended,
+ * 0 if there is already something new to act on. Caller holds r->mu. */
+static int suspend_locked(conn *c) {
+    c->suspended = 1;
+    MHD_suspend_connection(c->mc);
+    return 1;
+}
+
+static wk_req *build_req(conn *c, const oai_request *q, int32_t *ids, int n, uint32_t max_new) {
+    wk_req *r = wk_req_new(n, (int32_t)max_new);
+    if (!r) return NULL;
+    memcpy(r->tokens, ids, (size_t)n * sizeof(int32_t));
+    r->tenant = c->tenant;
+    r->sp.temperature = q->temperature;
+    r->sp.top_p = q->top_p;
+    r->sp.top_k = q->top_k > 0 ? q->top_k : 0;
+    r->sp.seed = q->has_seed ? q->seed : c->id;
+    r->n_stops = (int)(q->n_stop < DTK_MAX_STOPS ? q->n_stop : DTK_MAX_STOPS);
+    for (int i = 0; i < r->n_stops; i++) snprintf(r->stops[i], DTK_MAX_STOP_LEN, "%s", q->stop[i]);
+    r->notify = on_outbox;
+    r->user = c;
+    return r;
+}
+
+/* Validate, tokenize, check limits and hand the request to its worker. */
+static enum MHD_Result start_generation(conn *c, const oai_request *q) {
+    srv *s = c->s;
+    int m = cfg_model_find(s->c, q->model);
+    if (m < 0) return reply_err(c, 404, "not_found_error", "model", "model_not_found", 0, "the model does not exist");
+    c->model = m;
+    snprintf(c->model_name, sizeof(c->model_name), "%s", q->model);
+    const model_config *mc = &wk_model(s->models[m].w)->cfg;
+    int32_t *ids = NULL;
+    int n = 0;
+    int rc = tokenize(c, q, &ids, &n);
+    if (rc || n < 1) {
+        free(ids);
+        return reply_err(c, 400, "invalid_request_error", q->kind == OAI_CHAT ? "messages" : "prompt", NULL, 0,
+                         rc == TS_ERR_TOK_RANGE ? "prompt token id out of range" : "the prompt is empty or cannot be tokenized");
+    }
+    uint32_t max_new = q->max_tokens ? q->max_tokens : DEFAULT_MAX_TOKENS;
+    if (!q->max_tokens && (int64_t)n + max_new > mc->ctx_len) max_new = (uint32_t)(mc->ctx_len > n ? mc->ctx_len - n : 0);
+    if (max_new < 1 || (int64_t)n + max_new > mc->ctx_len) {
+        free(ids);
+        char msg[200];
+        snprintf(msg, sizeof(msg), "this model's context length is %d tokens; the prompt has %d and max_tokens is %u",
+                 mc->ctx_len, n, max_new);
+        return reply_err(c, 400, "invalid_request_error", "max_tokens", "context_length_exceeded", 0, msg);
+    }
+    enum MHD_Result res;
+    if (take_limits(c, (uint64_t)n + max_new, &res)) {
+        free(ids);
+        return res;
+    }
+    c->req = build_req(c, q, ids, n, max_new);
+    free(ids);
+    if (!c->req) return reply_err(c, 503, "server_error", NULL, NULL, 0, "out of memory");
+    c->kind = q->kind;
+    c->stream = q->stream;
+    c->include_usage = q->include_usage;
+    if ((rc = wk_submit(s->models[m].w, c->req)))
+        return reply_err(c, 503, "server_error", NULL, "shutting_down", 0, "the server is shutting down");
+    pthread_mutex_lock(&c->req->mu);
+    if (c->req->phase == WK_QUEUED) suspend_locked(c);
+    pthread_mutex_unlock(&c->req->mu);
+    return MHD_YES;
+}
+
+static oai_head head_of(const conn *c) {
+    return (oai_head){c->kind, c->id, c->created, c->model_name};
+}
+
+static oai_finish finish_of(const wk_req *r) {
+    return r->finish && strcmp(r->finish, "stop") == 0 ? OAI_FINISH_STOP : OAI_FINISH_LENGTH;
+}
+
+/* The next SSE bytes for the client, or NULL when there is nothing new.
+ * Caller holds r->mu. */
+static char *next_event(conn *c, int *end) {
+    wk_req *r = c->req;
+    oai_head h = head_of(c);
+    *end = 0;
+    if (r->text_len > c->sent_text) {
+        char *ev = oai_chunk_sse(&h, !c->sent_first, r->text + c->sent_text, r->text_len - c->sent_text, OAI_FINISH_NONE);
+        c->sent_text = r->text_len;
+        c->sent_first = 1;
+        return ev;
+    }
+    if (r->phase != WK_DONE || c->final_sent) {
+        *end = c->final_sent;
+        return NULL;
+    }
+    c->final_sent = 1;
+    char *last, *usage = NULL;
+    if (r->status) {
+        oai_error e;
+        oai_error_set(&e, r->status, r->error_type, NULL, NULL, "%s", r->error);
+        last = oai_error_sse(&e);
+    } else {
+        last = oai_chunk_sse(&h, !c->sent_first, "", 0, finish_of(r));
+        oai_usage u = {(uint32_t)r->n_prompt, (uint32_t)r->n_generated};
+        if (c->include_usage) usage = oai_usage_sse(&h, &u);
+    }
+    size_t a = last ? strlen(last) : 0, b = usage ? strlen(usage) : 0, d = strlen(OAI_SSE_DONE);
+    char *all = malloc(a + b + d + 1);
+    if (all) {
+        memcpy(all, last ? last : "", a);
+        memcpy(all + a, usage ? usage : "", b);
+        memcpy(all + a + b, OAI_SSE_DONE, d + 1);
+    }
+    free(last);
+    free(usage);
+    return all;
+}
+
+static ssize_t sse_reader(void *cls, uint64_t pos, char *buf, size_t max) {
+    conn *c = cls;
+    (void)pos;
+    if (!c->pend || c->pend_off == c->pend_len) {
+        free(c->pend);
+        c->pend = NULL;
+        int end;
+        pthread_mutex_lock(&c->req->mu);
+        char *ev = next_event(c, &end);
+        if (!ev && !end) suspend_locked(c);
+        pthread_mutex_unlock(&c->req->mu);
+        if (!ev) return end ? MHD_CONTENT_READER_END_OF_STREAM : 0;
+        c->pend = ev;
+        c->pend_len = strlen(ev);
+        c->pend_off = 0;
+    }
+    size_t n = c->pend_len - c->pend_off < max ? c->pend_len - c->pend_off : max;
+    memcpy(buf, c->pend + c->pend_off, n);
+    c->pend_off += n;
+    return (ssize_t)n;
+}
+
+/* The worker moved the request on: answer now, or sleep again. */
+static enum MHD_Result continue_generation(conn *c) {
+    wk_req *r = c->req;
+    pthread_mutex_lock(&r->mu);
+    int phase = r->phase, status = r->status;
+    if (phase == WK_DONE && status) {
+        char msg[sizeof(r->error)];
+        const char *type = r->error_type;
+        memcpy(msg, r->error, sizeof(msg));
+        pthread_mutex_unlock(&r->mu);
+        return reply_err(c, status, type, NULL, NULL, 0, msg);
+    }
+    if (c->stream && phase >= WK_ADMITTED) {
+        pthread_mutex_unlock(&r->mu);
+        struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, sse_reader, c, NULL);
+        if (!resp) return MHD_NO;
+        MHD_add_response_header(resp, "Content-Type", "text/event-stream");
+        MHD_add_response_header(resp, "Cache-Control", "no-cache");
+        enum MHD_Result ok = MHD_queue_response(c->mc, 200, resp);
+        MHD_destroy_response(resp);
+        c->status = 200;
+        return ok;
+    }
+    if (phase != WK_DONE) {
+        suspend_locked(c);
+        pthread_mutex_unlock(&r->mu);
+        return MHD_YES;
+    }
+    oai_head h = head_of(c);
+    oai_usage u = {(uint32_t)r->n_prompt, (uint32_t)r->n_generated};
+    char *j = oai_response_json(&h, r->text ? r->text : "", r->text_len, finish_of(r), &u);
+    pthread_mutex_unlock(&r->mu);
+    return j ? reply(c, 200, "application/json", j, strlen(j), 0) : MHD_NO;
+}
+
+/* ---- other routes ------------------------------------------------------------ */
+
+static enum MHD_Result route_models(conn *c) {
+    const char **ids = malloc((size_t)c->s->n_models * sizeof(char *));
+    if (!ids) return MHD_NO;
+    for (int i = 0; i < c->s->n_models; i++) ids[i] = c->s->c->models[i].name;
+    char *j = oai_models_json(ids, (size_t)c->s->n_models, (int64_t)time(NULL));
+    free(ids);
+    return j ? reply(c, 200, "application/json", j, strlen(j), 0) : MHD_NO;
+}
+
+static enum MHD_Result route_metrics(conn *c) {
+    char *text;
+    size_t len;
+    if (obs_render(c->s->obs, &text, &len)) return reply_err(c, 500, "server_error", NULL, NULL, 0, "metrics failed");
+    return reply(c, 200, "text/plain; version=0.0.4", text, len, 0);
+}
+
+/* Live per-tenant state of every model, from the workers' snapshots. */
+static enum MHD_Result route_admin(conn *c) {
+    srv *s = c->s;
+    size_t nt = s->c->n_tenants, cap = 256 + nt * (size_t)s->n_models * 512, len = 0;
+    char *out = malloc(cap);
+    sched_tenant_stats *st = calloc(nt ? nt : 1, sizeof(*st));
+    if (!out || !st) {
+        free(out);
+        free(st);
+        return MHD_NO;
+    }
+    len += (size_t)snprintf(out + len, cap - len, "{\"object\":\"list\",\"data\":[");
+    for (int m = 0; m < s->n_models; m++) {
+        sched_stats pool;
+        wk_snapshot(s->models[m].w, st, &pool);
+        for (size_t i = 0; i < nt; i++) {
+            const cfg_tenant *t = &s->c->tenants[i];
+            len += (size_t)snprintf(out + len, cap - len,
+                "%s{\"model\":\"%s\",\"tenant\":\"%s\",\"tier\":\"%s\",\"weight\":%g,\"queued\":%d,\"running\":%d,"
+                "\"swapped\":%d,\"kv_blocks\":%d,\"service\":%.0f,\"prompt_tokens\":%llu,\"output_tokens\":%llu,"
+                "\"engine_seconds\":%.3f,\"submitted\":%llu,\"completed\":%llu,\"cancelled\":%llu,\"failed\":%llu,"
+                "\"preempt_swap\":%llu,\"preempt_recompute\":%llu}",
+                (m || i) ? "," : "", s->c->models[m].name, t->sched.name, s->c->tiers[t->sched.tier].name,
+                t->sched.weight, st[i].queued, st[i].running, st[i].swapped, st[i].kv_blocks, st[i].service,
+                (unsigned long long)st[i].prompt_tokens, (unsigned long long)st[i].output_tokens,
+                st[i].engine_us / 1e6, (unsigned long long)st[i].submitted, (unsigned long long)st[i].completed,
+                (unsigned long long)st[i].cancelled, (unsigned long long)st[i].failed,
+                (unsigned long long)st[i].preempt_swap, (unsigned long long)st[i].preempt_recompute);
+        }
+    }
+    len += (size_t)snprintf(out + len, cap - len, "]}");
+    free(st);
+    return reply(c, 200, "application/json", out, len, 0);
+}
+
+static enum MHD_Result route_generate(conn *c) {
+    if (c->too_big)
+        return reply_err(c, 413, "invalid_request_error", NULL, "request_too_large", 0, "the request body is too large");
+    int who = authenticate(c);
+    if (who < 0)
+        return reply_err(c, 401, "authentication_error", NULL, "invalid_api_key", 0,
+                         who == AUTH_ADMIN ? "the admin key cannot generate; use a tenant key"
+                                           : "missing or invalid API key (Authorization: Bearer <key>)");
+    c->tenant = who;
+    if (atomic_load(&c->s->draining))
+        return reply_err(c, 503, "server_error", NULL, "shutting_down", 0, "the server is shutting down");
+    oai_request q;
+    oai_error e;
+    int rc = c->route == R_CHAT ? oai_parse_chat(c->body ? c->body : "", c->len, &q, &e)
+                                : oai_parse_completion(c->body ? c->body : "", c->len, &q, &e);
+    if (rc) return reply_oai_err(c, &e);
+    enum MHD_Result res = start_generation(c, &q);
+    oai_request_free(&q);
+    return res;
+}
+
+static int route_of(const char *method, const char *url) {
+    static const struct { const char *method, *url; int route; } routes[] = {
+        {"POST", "/v1/completions", R_COMPLETIONS}, {"POST", "/v1/chat/completions", R_CHAT},
+        {"GET", "/v1/models", R_MODELS},           {"GET", "/health", R_HEALTH},
+        {"GET", "/metrics", R_METRICS},            {"GET", "/admin/tenants", R_ADMIN},
+    };
+    int path_known = 0;
+    for (size_t i = 0; i < sizeof(routes) / sizeof(routes[0]); i++) {
+        if (strcmp(url, routes[i].url)) continue;
+        path_known = 1;
+        if (strcmp(method, routes[i].method) == 0) return routes[i].route;
+    }
+    return path_known ? R_BAD_METHOD : R_NONE;
+}
+
+static enum MHD_Result act(conn *c) {
+    c->acted = 1;
+    switch (c->route) {
+    case R_COMPLETIONS:
+    case R_CHAT: return route_generate(c);
+    case R_HEALTH:
+        return atomic_load(&c->s->draining) ? reply_text(c, 503, "application/json", "{\"status\":\"draining\"}")
+                                            : reply_text(c, 200, "application/json", "{\"status\":\"ok\"}");
+    case R_METRICS: return route_metrics(c);
+    case R_MODELS:
+        if (authenticate(c) == AUTH_NONE)
+            return reply_err(c, 401, "authentication_error", NULL, "invalid_api_key", 0, "missing or invalid API key");
+        return route_models(c);
+    case R_ADMIN:
+        if (authenticate(c) != AUTH_ADMIN)
+            return reply_err(c, 401, "authentication_error", NULL, "invalid_api_key", 0, "this route needs the admin key");
+        return route_admin(c);
+    case R_BAD_METHOD: return reply_err(c, 405, "invalid_request_error", NULL, "method_not_allowed", 0, "method not allowed on this route");
+    default: return reply_err(c, 404, "not_found_error", NULL, "unknown_route", 0, "no such route");
+    }
+}
+
+/* Collect the body up to the limit; past it, keep reading (and dropping)
+ * so the 413 goes out on a connection still in a sane state. */
+static void take_body(conn *c, const char *data, size_t n) {
+    if (c->too_big || c->len + n > c->s->c->limits.max_body_bytes) {
+        c->too_big = 1;
+        return;
+    }
+    if (c->len + n + 1 > c->cap) {
+        size_t cap = c->cap ? c->cap * 2 : 4096;
+        while (cap < c->len + n + 1) cap *= 2;
+        char *nb = realloc(c->body, cap);
+        if (!nb) {
+            c->too_big = 1;
+            return;
+        }
+        c->body = nb;
+        c->cap = cap;
+    }
+    memcpy(c->body + c->len, data, n);
+    c->len += n;
+    c->body[c->len] = 0;
+}
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *mc, const char *url, const char *method,
+                                  const char *version, const char *data, size_t *data_size, void **con_cls) {
+    (void)version;
+    conn *c = *con_cls;
+    if (!c) {
+        c = calloc(1, sizeof(*c));
+        if (!c) return MHD_NO;
+        c->s = cls;
+        c->mc = mc;
+        c->tenant = -1;
+        c->route = route_of(method, url);
+        c->id = atomic_fetch_add(&c->s->next_id, 1);
+        c->created = (int64_t)time(NULL);
+        atomic_fetch_add(&c->s->n_conns, 1);
+        *con_cls = c;
+        return MHD_YES;
+    }
+    if (*data_size) {
+        take_body(c, data, *data_size);
+        *data_size = 0;
+        return MHD_YES;
+    }
+    return c->acted && c->req ? continue_generation(c) : act(c);
+}
+
+static void on_completed(void *cls, struct MHD_Connection *mc, void **con_cls, enum MHD_RequestTerminationCode why) {
+    (void)mc;
+    (void)why;
+    conn *c = *con_cls;
+    if (!c) return;
+    srv *s = cls;
+    if (c->req) {
+        pthread_mutex_lock(&c->req->mu);
+        c->req->notify = NULL;
+        c->req->user = NULL;
+        int done = c->req->phase == WK_DONE;
+        pthread_mutex_unlock(&c->req->mu);
+        if (!done) wk_cancel(s->models[c->model].w, c->req);
+    }
+    give_back_limits(c);
+    obs_request(s->obs, c->tenant, c->status ? c->status : 499);
+    wk_req_release(c->req);
+    free(c->pend);
+    free(c->body);
+    free(c);
+    *con_cls = NULL;
+    atomic_fetch_sub(&s->n_conns, 1);
+}
+
+/* ---- lifecycle ----------------------------------------------------------------- */
+
+static int cmp_special(const void *a, const void *b) {
+    const special *x = a, *y = b;
+    return x->len < y->len ? 1 : x->len > y->len ? -1 : (x->id > y->id) - (x->id < y->id);
+}
+
+/* Special tokens of the vocabulary (control, user-defined), longest first,
+ * and the chat family named by the GGUF's template. */
+static int setup_chat(srv_model *sm) {
+    const model *m = wk_model(sm->w);
+    const tok *t = wk_tok(sm->w);
+    gguf_str tmpl;
+    sm->chat = gguf_get_str(m->gguf, "tokenizer.chat_template", &tmpl) == 0 ? chat_detect(tmpl.ptr, tmpl.len)
+                                                                            : CHAT_DEFAULT;
+    int nv = tok_n_vocab(t);
+    sm->specials = malloc((size_t)(nv > 0 ? nv : 1) * sizeof(special));
+    if (!sm->specials) return TS_ERR_NOMEM;
+    for (int32_t id = 0; id < nv; id++) {
+        int ty = tok_type(t, id);
+        size_t len;
+        const char *text = tok_text(t, id, &len);
+        if ((ty == TOK_TYPE_CONTROL || ty == TOK_TYPE_USER) && text && len > 0)
+            sm->specials[sm->n_specials++] = (special){id, text, len};
+    }
+    qsort(sm->specials, (size_t)sm->n_specials, sizeof(special), cmp_special);
+    return 0;
+}
+
+static int start_workers(srv *s, char *err, size_t errlen) {
+    const cfg *c = s->c;
+    sched_tenant_cfg *tc = calloc(c->n_tenants, sizeof(*tc));
+    if (!tc) return TS_ERR_NOMEM;
+    for (size_t i = 0; i < c->n_tenants; i++) tc[i] = c->tenants[i].sched;
+    int rc = 0;
+    for (int m = 0; m < s->n_models && !rc; m++) {
+        const cfg_model *cm = &c->models[m];
+        wk_opts o = {cm->path, cm->kv_cache_bytes, cm->swap_bytes, cm->block_size, cm->max_seqs, cm->budget_min,
+                     cm->budget_max, cm->threads, c->policy, 16384, c->tiers, (int)c->n_tiers, tc,
+                     (int)c->n_tenants, obs_hooks(s->obs, m)};
+        char inner[384];
+        rc = wk_new(&o, &s->models[m].w, inner, sizeof(inner));
+        if (rc) snprintf(err, errlen, "model '%s': %s", cm->name, inner);
+        else rc = setup_chat(&s->models[m]);
+    }
+    free(tc);
+    return rc;
+}
+
+int srv_new(const cfg *c, srv **out, char *err, size_t errlen) {
+    *out = NULL;
+    srv *s = calloc(1, sizeof(*s));
+    if (!s) return TS_ERR_NOMEM;
+    s->c = c;
+    s->n_models = (int)c->n_models;
+    pthread_mutex_init(&s->lim_mu, NULL);
+    const char **tn = calloc(c->n_tenants, sizeof(char *)), **mn = calloc(c->n_models, sizeof(char *));
+    double *wt = calloc(c->n_tenants, sizeof(double));
+    s->models = calloc(c->n_models, sizeof(srv_model));
+    s->lims = calloc(c->n_tenants, sizeof(lim_tenant));
+    int rc = TS_ERR_NOMEM;
+    if (!tn || !mn || !wt || !s->models || !s->lims) goto err;
+    for (size_t i = 0; i < c->n_tenants; i++) {
+        tn[i] = c->tenants[i].sched.name;
+        wt[i] = c->tenants[i].sched.weight;
+        lim_tenant_init(&s->lims[i], c->tenants[i].requests_per_minute, c->tenants[i].tokens_per_minute,
+                        c->tenants[i].max_concurrent, wk_now_us());
+    }
+    for (size_t i = 0; i < c->n_models; i++) mn[i] = c->models[i].name;
+    if (!(s->obs = obs_new(tn, wt, (int)c->n_tenants, mn, (int)c->n_models))) goto err;
+    if ((rc = cfg_auth_table(c, &s->auth))) {
+        snprintf(err, errlen, "cannot build the key table");
+        goto err;
+    }
+    if ((rc = start_workers(s, err, errlen))) goto err;
+    free(tn); free(mn); free(wt);
+    *out = s;
+    return 0;
+err:
+    if (rc == TS_ERR_NOMEM && err && !err[0]) snprintf(err, errlen, "out of memory");
+    free(tn); free(mn); free(wt);
+    srv_free(s);
+    return rc;
+}
+
+int srv_start(srv *s, char *err, size_t errlen) {
+    struct addrinfo hints = {0}, *ai = NULL;
+    char port[8];
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
+    snprintf(port, sizeof(port), "%u", (unsigned)s->c->port);
+    int gai = getaddrinfo(s->c->host, port, &hints, &ai);
+    if (gai) {
+        snprintf(err, errlen, "listen address %s: %s", s->c->host, gai_strerror(gai));
+        return TS_ERR_CONFIG;
+    }
+    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME;
+    if (ai->ai_family == AF_INET6) flags |= MHD_USE_IPv6;
+    s->d = MHD_start_daemon(flags, s->c->port, NULL, NULL, on_request, s,
+                            MHD_OPTION_SOCK_ADDR, ai->ai_addr,
+                            MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
+                            MHD_OPTION_CONNECTION_LIMIT, (unsigned)s->c->limits.max_connections,
+                            MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)s->c->limits.idle_timeout_s,
+                            MHD_OPTION_THREAD_POOL_SIZE, 2u,
+                            MHD_OPTION_END);
+    freeaddrinfo(ai);
+    if (!s->d) {
+        snprintf(err, errlen, "cannot listen on %s:%u (in use, or not an address of this machine)", s->c->host,
+                 (unsigned)s->c->port);
+        return TS_ERR_IO;
+    }
+    const union MHD_DaemonInfo *info = MHD_get_daemon_info(s->d, MHD_DAEMON_INFO_BIND_PORT);
+    s->port = info ? info->port : s->c->port;
+    return 0;
+}
+
+uint16_t srv_port(const srv *s) { return s->port; }
+
+void srv_shutdown(srv *s) {
+    if (!s->d || atomic_exchange(&s->draining, 1)) return;
+    MHD_socket lfd = MHD_quiesce_daemon(s->d);
+    if (lfd != MHD_INVALID_SOCKET) close(lfd);
+    int64_t grace = (int64_t)s->c->limits.shutdown_grace_s * 1000000;
+    for (int m = 0; m < s->n_models; m++) wk_drain(s->models[m].w, grace);
+    /* Every request is done and its connection resumed: give them a moment
+     * to write their last bytes before the daemon closes them. */
+    for (int i = 0; i < 200 && atomic_load(&s->n_conns) > 0; i++) {
+        struct timespec ts = {0, 10 * 1000000};
+        nanosleep(&ts, NULL);
+    }
+    MHD_stop_daemon(s->d);
+    s->d = NULL;
+}
+
+void srv_free(srv *s) {
+    if (!s) return;
+    if (s->d) MHD_stop_daemon(s->d);
+    for (int m = 0; s->models && m < s->n_models; m++) {
+        wk_free(s->models[m].w);
+        free(s->models[m].specials);
+    }
+    free(s->models);
+    auth_table_free(s->auth);
+    obs_free(s->obs);
+    free(s->lims);
+    pthread_mutex_destroy(&s->lim_mu);
+    free(s);
+}

@@ -1,0 +1,555 @@
+/*
+ * worker.c - the engine loop; see worker.h.
+ *
+ * One turn of the loop:
+ *   1. take the inbox: submissions go to the scheduler (or are rejected
+ *      with its reason), cancellations end their requests;
+ *   2. sched_step at the clock's now: the plan;
+ *   3. copy swapped blocks out, then in, then run the forward pass over
+ *      the plan's items, sample where the plan says, push text to outboxes;
+ *   4. sched_step_done with the measured time; turn every end event into
+ *      a final outbox state;
+ *   5. when nothing runs, sleep until the inbox wakes it (or a queue
+ *      deadline comes due).
+ */
+#include "worker.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "err.h"
+
+struct wk_worker {
+    wk_opts o;
+    sched_tier *tiers;
+    sched_tenant_cfg *tenants;
+    model *m;
+    tok *t;
+    eng *e;
+    sched *s;
+    smp scratch;            /* shared sampling scratch */
+    int32_t vocab;
+    pthread_t thread;
+    int started;
+    pthread_mutex_t mu;     /* inbox, flags */
+    pthread_cond_t cv;      /* wakes the loop */
+    pthread_cond_t idle_cv; /* wakes wk_drain */
+    wk_req *in_head, *in_tail;
+    wk_req *cancel_head;
+    int stopping, draining;
+    int64_t drain_deadline_us;
+    int32_t n_live;         /* requests the worker holds (inbox or scheduler) */
+    wk_req **by_slot;       /* (max_requests) live requests by scheduler slot */
+    /* step buffers, sized once */
+    eng_seq *seqs;          /* (max_seqs) */
+    int32_t *rows;          /* (max_seqs) logits row of each item, -1 none */
+    float *logits;          /* (max_seqs, vocab) */
+    sched_item_result *results; /* (max_seqs) */
+    char *host;             /* swap space: n_swap blocks of block_bytes */
+    size_t block_bytes;
+    int64_t last_end_us;
+    /* latest stats, for wk_snapshot */
+    pthread_mutex_t snap_mu;
+    sched_tenant_stats *snap;
+    sched_stats snap_pool;
+};
+
+int64_t wk_now_us(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+/* ---- requests -------------------------------------------------------------- */
+
+wk_req *wk_req_new(int32_t n_prompt, int32_t max_new) {
+    wk_req *r = calloc(1, sizeof(*r));
+    if (!r) return NULL;
+    r->tokens = malloc(((size_t)n_prompt + (size_t)max_new) * sizeof(int32_t));
+    if (!r->tokens) {
+        free(r);
+        return NULL;
+    }
+    r->n_prompt = n_prompt;
+    r->max_new = max_new;
+    r->sp.top_p = 1.0f;
+    pthread_mutex_init(&r->mu, NULL);
+    atomic_init(&r->refs, 1);
+    return r;
+}
+
+void wk_req_release(wk_req *r) {
+    if (!r || atomic_fetch_sub(&r->refs, 1) != 1) return;
+    pthread_mutex_destroy(&r->mu);
+    dtk_deinit(&r->detok);
+    smp_deinit(&r->sampler);
+    free(r->tokens);
+    free(r->text);
+    free(r);
+}
+
+static void outbox_append(wk_req *r, const char *p, size_t n) {
+    if (!n) return;
+    if (r->text_len + n > r->text_cap) {
+        size_t cap = r->text_cap ? r->text_cap * 2 : 256;
+        while (cap < r->text_len + n) cap *= 2;
+        char *nt = realloc(r->text, cap);
+        if (!nt) return; /* the text is cut; the request still ends cleanly */
+        r->text = nt;
+        r->text_cap = cap;
+    }
+    memcpy(r->text + r->text_len, p, n);
+    r->text_len += n;
+}
+
+static void notify(wk_req *r) {
+    if (r->notify) r->notify(r);
+}
+
+/* Final state of a request the scheduler never accepted, or failed. */
+static void fail_req(wk_req *r, int status, const char *type, const char *msg) {
+    pthread_mutex_lock(&r->mu);
+    r->phase = WK_DONE;
+    r->status = status;
+    r->error_type = type;
+    snprintf(r->error, sizeof(r->error), "%s", msg);
+    r->end_us = wk_now_us();
+    notify(r);
+    pthread_mutex_unlock(&r->mu);
+}
+
+/* ---- set-up ---------------------------------------------------------------- */
+
+static int setup_sched(wk_worker *w, char *err, size_t errlen) {
+    const model_config *mc = &w->m->cfg;
+    sched_config c;
+    sched_config_default(&c);
+    c.policy = w->o.policy;
+    c.n_blocks = eng_kv_n_blocks(w->e);
+    c.block_size = eng_block_size(w->e);
+    c.block_bytes = (double)w->block_bytes;
+    c.n_swap_blocks = (int32_t)(w->o.swap_bytes / w->block_bytes);
+    c.max_ctx = mc->ctx_len;
+    c.max_requests = w->o.max_requests;
+    c.max_tenants = w->o.n_tenants > 0 ? w->o.n_tenants : 1;
+    c.max_running = w->o.max_seqs;
+    c.budget_min = w->o.budget_min;
+    c.budget_max = w->o.budget_max;
+    int rc = sched_new(&c, &w->s);
+    if (rc) {
+        snprintf(err, errlen, "scheduler: invalid limits (budget %d..%d, %d seqs, %d blocks)", c.budget_min,
+                 c.budget_max, c.max_running, c.n_blocks);
+        return rc;
+    }
+    for (int i = 0; i < w->o.n_tiers; i++)
+        if ((rc = sched_tier_add(w->s, &w->tiers[i])) < 0) {
+            snprintf(err, errlen, "tier %s rejected", w->tiers[i].name);
+            return rc;
+        }
+    for (int i = 0; i < w->o.n_tenants; i++)
+        if ((rc = sched_tenant_add(w->s, &w->tenants[i])) < 0) {
+            snprintf(err, errlen, "tenant %s rejected", w->tenants[i].name);
+            return rc;
+        }
+    return 0;
+}
+
+static int alloc_buffers(wk_worker *w) {
+    size_t seqs = (size_t)w->o.max_seqs;
+    w->seqs = calloc(seqs, sizeof(eng_seq));
+    w->rows = calloc(seqs, sizeof(int32_t));
+    w->logits = malloc(seqs * (size_t)w->vocab * sizeof(float));
+    w->results = calloc(seqs, sizeof(sched_item_result));
+    w->by_slot = calloc((size_t)w->o.max_requests, sizeof(wk_req *));
+    w->snap = calloc((size_t)(w->o.n_tenants > 0 ? w->o.n_tenants : 1), sizeof(sched_tenant_stats));
+    size_t swap = w->o.swap_bytes / w->block_bytes * w->block_bytes;
+    w->host = swap ? malloc(swap) : NULL;
+    if (!w->seqs || !w->rows || !w->logits || !w->results || !w->by_slot || !w->snap || (swap && !w->host))
+        return TS_ERR_NOMEM;
+    smp_params p = {0.0f, 0, 1.0f, 0, NULL, 0};
+    return smp_init(&w->scratch, w->vocab, &p);
+}
+
+static void *loop(void *arg);
+
+static int copy_config(wk_worker *w, const wk_opts *o) {
+    w->o = *o;
+    w->tiers = malloc((size_t)(o->n_tiers > 0 ? o->n_tiers : 1) * sizeof(sched_tier));
+    w->tenants = malloc((size_t)(o->n_tenants > 0 ? o->n_tenants : 1) * sizeof(sched_tenant_cfg));
+    if (!w->tiers || !w->tenants) return TS_ERR_NOMEM;
+    memcpy(w->tiers, o->tiers, (size_t)o->n_tiers * sizeof(sched_tier));
+    memcpy(w->tenants, o->tenants, (size_t)o->n_tenants * sizeof(sched_tenant_cfg));
+    if (w->o.max_requests <= 0) w->o.max_requests = 4096;
+    if (w->o.max_seqs <= 0) w->o.max_seqs = 64;
+    return 0;
+}
+
+int wk_new(const wk_opts *o, wk_worker **out, char *err, size_t errlen) {
+    *out = NULL;
+    wk_worker *w = calloc(1, sizeof(*w));
+    if (!w) return TS_ERR_NOMEM;
+    pthread_mutex_init(&w->mu, NULL);
+    pthread_mutex_init(&w->snap_mu, NULL);
+    pthread_cond_init(&w->cv, NULL);
+    pthread_cond_init(&w->idle_cv, NULL);
+    int rc = copy_config(w, o);
+    if (rc) goto err;
+    if ((rc = model_load(o->path, &w->m, err, errlen))) goto err;
+    if ((rc = tok_new_from_gguf(w->m->gguf, &w->t, err, errlen))) goto err;
+    w->vocab = w->m->cfg.vocab;
+    /* Minimum shares may take a step past its budget (sched.c), so the engine
+     * takes up to twice the budget plus one decode per sequence. */
+    eng_opts eo = {.kv_pool_bytes = o->kv_bytes, .block_size = o->block_size,
+                   .max_batch_tokens = 2 * o->budget_max + w->o.max_seqs,
+                   .max_seqs = w->o.max_seqs, .n_threads = o->threads};
+    if ((rc = eng_new(w->m, &eo, &w->e, err, errlen))) goto err;
+    w->block_bytes = eng_kv_block_bytes(w->e);
+    if ((rc = setup_sched(w, err, errlen))) goto err;
+    if ((rc = alloc_buffers(w))) {
+        snprintf(err, errlen, "out of memory for the worker's buffers");
+        goto err;
+    }
+    w->last_end_us = wk_now_us();
+    if (pthread_create(&w->thread, NULL, loop, w)) {
+        snprintf(err, errlen, "cannot start the engine thread");
+        rc = TS_ERR_NOMEM;
+        goto err;
+    }
+    w->started = 1;
+    *out = w;
+    return 0;
+err:
+    wk_free(w);
+    return rc;
+}
+
+void wk_free(wk_worker *w) {
+    if (!w) return;
+    if (w->started) {
+        pthread_mutex_lock(&w->mu);
+        w->stopping = 1;
+        w->draining = 1;
+        w->drain_deadline_us = 0;
+        pthread_cond_signal(&w->cv);
+        pthread_mutex_unlock(&w->mu);
+        pthread_join(w->thread, NULL);
+    }
+    sched_free(w->s);
+    eng_free(w->e);
+    tok_free(w->t);
+    model_free(w->m);
+    smp_deinit(&w->scratch);
+    free(w->seqs); free(w->rows); free(w->logits); free(w->results); free(w->by_slot);
+    free(w->snap); free(w->host); free(w->tiers); free(w->tenants);
+    pthread_cond_destroy(&w->cv);
+    pthread_cond_destroy(&w->idle_cv);
+    pthread_mutex_destroy(&w->mu);
+    pthread_mutex_destroy(&w->snap_mu);
+    free(w);
+}
+
+const tok *wk_tok(const wk_worker *w) { return w->t; }
+const model *wk_model(const wk_worker *w) { return w->m; }
+
+/* ---- the doors ------------------------------------------------------------- */
+
+int wk_submit(wk_worker *w, wk_req *r) {
+    pthread_mutex_lock(&w->mu);
+    if (w->draining) {
+        pthread_mutex_unlock(&w->mu);
+        return TS_ERR_SHUTDOWN;
+    }
+    atomic_fetch_add(&r->refs, 1);
+    r->arrival_us = wk_now_us();
+    r->next_in = NULL;
+    if (w->in_tail) w->in_tail->next_in = r; else w->in_head = r;
+    w->in_tail = r;
+    w->n_live++;
+    pthread_cond_signal(&w->cv);
+    pthread_mutex_unlock(&w->mu);
+    return 0;
+}
+
+void wk_cancel(wk_worker *w, wk_req *r) {
+    int expected = 0;
+    if (!atomic_compare_exchange_strong(&r->cancel, &expected, 1)) return;
+    pthread_mutex_lock(&r->mu);
+    int done = r->phase == WK_DONE;
+    pthread_mutex_unlock(&r->mu);
+    if (done) return;
+    pthread_mutex_lock(&w->mu);
+    atomic_fetch_add(&r->refs, 1); /* held by the cancel list */
+    r->next_cancel = w->cancel_head;
+    w->cancel_head = r;
+    pthread_cond_signal(&w->cv);
+    pthread_mutex_unlock(&w->mu);
+}
+
+void wk_drain(wk_worker *w, int64_t grace_us) {
+    pthread_mutex_lock(&w->mu);
+    w->draining = 1;
+    w->drain_deadline_us = wk_now_us() + grace_us;
+    pthread_cond_signal(&w->cv);
+    while (w->n_live > 0) pthread_cond_wait(&w->idle_cv, &w->mu);
+    pthread_mutex_unlock(&w->mu);
+}
+
+void wk_snapshot(wk_worker *w, sched_tenant_stats *tenants, sched_stats *pool) {
+    pthread_mutex_lock(&w->snap_mu);
+    if (tenants) memcpy(tenants, w->snap, (size_t)w->o.n_tenants * sizeof(sched_tenant_stats));
+    if (pool) *pool = w->snap_pool;
+    pthread_mutex_unlock(&w->snap_mu);
+}
+
+/* ---- the loop -------------------------------------------------------------- */
+
+/* The worker let go of a request it held. */
+static void drop_live(wk_worker *w, wk_req *r) {
+    pthread_mutex_lock(&w->mu);
+    if (--w->n_live == 0) pthread_cond_broadcast(&w->idle_cv);
+    pthread_mutex_unlock(&w->mu);
+    wk_req_release(r);
+}
+
+/* Set up a request's sampler and detokenizer, then offer it to the
+ * scheduler. */
+static void admit(wk_worker *w, wk_req *r, int64_t now) {
+    if (atomic_load(&r->cancel)) {
+        fail_req(r, 499, "cancelled", "the client closed the connection");
+        drop_live(w, r);
+        return;
+    }
+    int32_t eos = tok_eos(w->t);
+    smp_params sp = r->sp;
+    sp.stop_ids = NULL;
+    sp.n_stop = 0;
+    const char *stops[DTK_MAX_STOPS];
+    for (int i = 0; i < r->n_stops; i++) stops[i] = r->stops[i];
+    if (smp_init_params(&r->sampler, w->vocab, &sp) || dtk_init(&r->detok, w->t, stops, r->n_stops)) {
+        fail_req(r, 400, "invalid_request_error", "invalid sampling parameters or stop strings");
+        drop_live(w, r);
+        return;
+    }
+    (void)eos;
+    sched_reason why;
+    if (sched_submit(w->s, now, r->tenant, r->n_prompt, r->max_new, &r->sid, &why)) {
+        if (w->o.hooks.on_reject) w->o.hooks.on_reject(w->o.hooks.ctx, r, why);
+        int status = sched_reason_http(why);
+        fail_req(r, status, status == 429 ? "rate_limit_error" : status >= 500 ? "server_error" : "invalid_request_error",
+                 sched_reason_str(why));
+        drop_live(w, r);
+        return;
+    }
+    w->by_slot[(uint32_t)r->sid] = r;
+    pthread_mutex_lock(&r->mu);
+    r->phase = WK_ADMITTED;
+    notify(r);
+    pthread_mutex_unlock(&r->mu);
+}
+
+/* Take the inbox and the cancellations under the lock, act on them without. */
+static void take_inbox(wk_worker *w, int64_t now) {
+    pthread_mutex_lock(&w->mu);
+    wk_req *in = w->in_head, *cancels = w->cancel_head;
+    w->in_head = w->in_tail = NULL;
+    w->cancel_head = NULL;
+    pthread_mutex_unlock(&w->mu);
+    for (wk_req *r = in, *next; r; r = next) {
+        next = r->next_in;
+        admit(w, r, now);
+    }
+    for (wk_req *r = cancels, *next; r; r = next) {
+        next = r->next_cancel;
+        pthread_mutex_lock(&r->mu);
+        int live = r->phase == WK_ADMITTED;
+        pthread_mutex_unlock(&r->mu);
+        if (live) sched_cancel(w->s, now, r->sid); /* its end event follows */
+        wk_req_release(r);                          /* the cancel list's ref */
+    }
+}
+
+/* Past the drain deadline: end everything still live. */
+static void fail_all_live(wk_worker *w, int64_t now) {
+    for (int32_t i = 0; i < w->o.max_requests; i++) {
+        wk_req *r = w->by_slot[i];
+        if (!r) continue;
+        atomic_store(&r->shutdown, 1);
+        sched_cancel(w->s, now, r->sid);
+    }
+}
+
+/* End-of-generation tokens: EOS and the other control tokens a chat model
+ * ends a turn with (<|eot_id|>, <|im_end|>), but not BOS. */
+static int is_end_token(const wk_worker *w, int32_t id) {
+    return id == tok_eos(w->t) || (tok_is_control(w->t, id) && id != tok_bos(w->t));
+}
+
+/* Sample for one item, extend the request's tokens, release text. */
+static void sample_item(wk_worker *w, wk_req *r, const float *row, sched_item_result *res, int64_t now) {
+    int32_t id = smp_sample_with(&r->sampler, &w->scratch, row);
+    if (id < 0) id = tok_eos(w->t) >= 0 ? tok_eos(w->t) : 0;
+    int32_t pos = r->n_prompt + r->n_generated;
+    if (pos < r->n_prompt + r->max_new) r->tokens[pos] = id;
+    const char *txt = NULL;
+    size_t n = 0;
+    int stop = is_end_token(w, id);
+    if (!stop && dtk_push(&r->detok, id, &txt, &n) == 1) stop = 1;
+    res->finished = (uint8_t)stop;
+    pthread_mutex_lock(&r->mu);
+    int first = r->n_generated == 0;
+    r->n_generated++;
+    if (first) r->first_token_us = now;
+    r->stopped = stop;
+    outbox_append(r, txt, n);
+    notify(r);
+    pthread_mutex_unlock(&r->mu);
+    if (w->o.hooks.on_token) w->o.hooks.on_token(w->o.hooks.ctx, r, now, first);
+    r->last_token_us = now;
+}
+
+/* Copy the plan's swaps: out first, then in (the scheduler relies on it). */
+static double do_swaps(wk_worker *w, const sched_plan *p) {
+    if (!p->n_swap_out && !p->n_swap_in) return 0;
+    int64_t t0 = wk_now_us();
+    for (int32_t i = 0; i < p->n_swap_out; i++)
+        eng_kv_copy_out(w->e, &p->swap_out[i].dev_block, 1, w->host + (size_t)p->swap_out[i].host_slot * w->block_bytes);
+    for (int32_t i = 0; i < p->n_swap_in; i++)
+        eng_kv_copy_in(w->e, &p->swap_in[i].dev_block, 1, w->host + (size_t)p->swap_in[i].host_slot * w->block_bytes);
+    return (double)(wk_now_us() - t0);
+}
+
+static int run_plan(wk_worker *w, const sched_plan *p, int64_t now, double *copy_us) {
+    int32_t rows = 0;
+    *copy_us = do_swaps(w, p);
+    for (int32_t i = 0; i < p->n_items; i++) {
+        const sched_item *it = &p->items[i];
+        wk_req *r = w->by_slot[(uint32_t)it->id];
+        w->seqs[i] = (eng_seq){r->tokens + it->pos, it->n_tokens, it->pos, it->blocks, it->n_blocks,
+                               it->sample ? ENG_LOGITS_LAST : ENG_LOGITS_NONE};
+        w->rows[i] = it->sample ? rows++ : -1;
+        w->results[i].finished = 0;
+    }
+    eng_batch b = {w->seqs, p->n_items};
+    int rc = eng_forward(w->e, &b, w->logits);
+    if (rc) return rc;
+    int64_t t = wk_now_us();
+    (void)now;
+    for (int32_t i = 0; i < p->n_items; i++)
+        if (w->rows[i] >= 0)
+            sample_item(w, w->by_slot[(uint32_t)p->items[i].id], w->logits + (size_t)w->rows[i] * w->vocab,
+                        &w->results[i], t);
+    return 0;
+}
+
+/* Turn a scheduler end event into the request's final state. */
+static void finalize(wk_worker *w, const sched_end *e) {
+    uint32_t slot = (uint32_t)e->id;
+    wk_req *r = w->by_slot[slot];
+    w->by_slot[slot] = NULL;
+    if (!r) return;
+    const char *txt;
+    size_t n;
+    pthread_mutex_lock(&r->mu);
+    r->phase = WK_DONE;
+    r->end_us = wk_now_us();
+    r->engine_us = e->engine_us;
+    r->preemptions = e->preemptions;
+    if (e->state == SCHED_FINISHED) {
+        dtk_finish(&r->detok, &txt, &n);
+        outbox_append(r, txt, n);
+        r->finish = r->stopped ? "stop" : "length";
+    } else if (atomic_load(&r->shutdown)) {
+        r->status = 503;
+        r->error_type = "server_error";
+        snprintf(r->error, sizeof(r->error), "the server is shutting down");
+    } else if (e->state == SCHED_CANCELLED) {
+        r->status = 499;
+        r->error_type = "cancelled";
+        snprintf(r->error, sizeof(r->error), "the client closed the connection");
+    } else {
+        r->status = sched_reason_http(e->reason);
+        r->error_type = r->status >= 500 ? "server_error" : "invalid_request_error";
+        snprintf(r->error, sizeof(r->error), "%s", sched_reason_str(e->reason));
+    }
+    notify(r);
+    pthread_mutex_unlock(&r->mu);
+    if (w->o.hooks.on_end) w->o.hooks.on_end(w->o.hooks.ctx, r, e);
+    drop_live(w, r);
+}
+
+static void drain_ends(wk_worker *w) {
+    sched_end e;
+    while (sched_poll_end(w->s, &e)) finalize(w, &e);
+}
+
+static void publish(wk_worker *w, const sched_plan *p, int64_t now, double step_us, double idle_us) {
+    pthread_mutex_lock(&w->snap_mu);
+    for (int32_t i = 0; i < w->o.n_tenants; i++) sched_tenant_stats_get(w->s, i, &w->snap[i]);
+    sched_stats_get(w->s, &w->snap_pool);
+    pthread_mutex_unlock(&w->snap_mu);
+    if (!w->o.hooks.on_step || !p) return;
+    int32_t prefill = 0;
+    for (int32_t i = 0; i < p->n_items; i++)
+        if (p->items[i].is_prefill) prefill += p->items[i].n_tokens;
+    wk_step_info si = {now, step_us, idle_us, p->n_items, p->n_tokens, prefill, w->snap_pool.kv_used,
+                       w->snap_pool.kv_total, w->snap, w->o.n_tenants};
+    w->o.hooks.on_step(w->o.hooks.ctx, &si);
+}
+
+/* Sleep until there is something to do: the inbox, a cancellation, a stop,
+ * or (with requests queued) the next look at queue deadlines. */
+static int wait_for_work(wk_worker *w, int have_queued) {
+    pthread_mutex_lock(&w->mu);
+    int stop = 0;
+    while (!w->in_head && !w->cancel_head) {
+        if (w->stopping && w->n_live == 0) { stop = 1; break; }
+        if (w->draining && w->n_live > 0 && wk_now_us() >= w->drain_deadline_us) break;
+        if (have_queued || w->draining) {
+            struct timespec ts;
+            clock_gettime(CLOCK_REALTIME, &ts);
+            ts.tv_nsec += 20 * 1000000;
+            if (ts.tv_nsec >= 1000000000) { ts.tv_sec++; ts.tv_nsec -= 1000000000; }
+            pthread_cond_timedwait(&w->cv, &w->mu, &ts);
+            break;
+        }
+        pthread_cond_wait(&w->cv, &w->mu);
+    }
+    pthread_mutex_unlock(&w->mu);
+    return stop;
+}
+
+static int past_deadline(wk_worker *w, int64_t now) {
+    pthread_mutex_lock(&w->mu);
+    int past = w->draining && now >= w->drain_deadline_us;
+    pthread_mutex_unlock(&w->mu);
+    return past;
+}
+
+static void *loop(void *arg) {
+    wk_worker *w = arg;
+    for (;;) {
+        int64_t now = wk_now_us();
+        take_inbox(w, now);
+        if (past_deadline(w, now)) fail_all_live(w, now);
+        sched_plan p;
+        sched_step(w->s, now, &p);
+        double copy_us = 0;
+        int rc = p.n_items ? run_plan(w, &p, now, &copy_us) : 0;
+        int64_t end = wk_now_us();
+        sched_result res = {w->results, p.n_items, (double)(end - now), copy_us, rc != 0};
+        sched_step_done(w->s, end, &res);
+        drain_ends(w);
+        if (p.n_items) {
+            publish(w, &p, end, (double)(end - now), (double)(now - w->last_end_us));
+            w->last_end_us = end;
+            continue;
+        }
+        publish(w, NULL, end, 0, 0);
+        sched_stats st;
+        sched_stats_get(w->s, &st);
+        if (wait_for_work(w, st.queued + st.swapped > 0)) break;
+    }
+    return NULL;
+}

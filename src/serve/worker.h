@@ -1,0 +1,140 @@
+/*
+ * worker.h - one model instance of the server: its engine loop thread.
+ *
+ * The thread owns everything mutable about the instance - the scheduler,
+ * the KV cache, the model's run state, every live request's sampler and
+ * detokenizer - and nothing else touches them. HTTP threads talk to it
+ * through two doors only: wk_submit/wk_cancel put a request into its inbox,
+ * and each request's outbox (text released so far, phase, outcome) is read
+ * under the request's own mutex. No lock is held across a forward pass.
+ *
+ * A request is shared by the HTTP side and the worker and freed when both
+ * have let go (wk_req_release). The worker tells the HTTP side that the
+ * outbox changed by calling r->notify with r->mu held; the HTTP side clears
+ * notify (under mu) before it lets go, so no call reaches a connection that
+ * is gone.
+ *
+ * Every accepted request ends exactly once (the scheduler guarantees it);
+ * the worker turns each end into a final outbox state: done with a finish
+ * reason ("stop", "length"), or failed with an HTTP status and a message.
+ */
+#ifndef TS_WORKER_H
+#define TS_WORKER_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+
+#include "detok.h"
+#include "engine.h"
+#include "model.h"
+#include "sampler.h"
+#include "sched.h"
+#include "tok.h"
+
+enum wk_phase {
+    WK_QUEUED = 0,          /* handed in, not yet seen by the worker */
+    WK_ADMITTED = 1,        /* accepted by the scheduler */
+    WK_DONE = 2,            /* final: finished, or failed with status */
+};
+
+typedef struct wk_req {
+    /* Set before wk_submit; read-only afterwards. */
+    int32_t tenant;
+    int32_t n_prompt, max_new;
+    int32_t *tokens;        /* (n_prompt + max_new) prompt, then generated */
+    smp_params sp;          /* sampling; stop ids are the model's end tokens */
+    char stops[DTK_MAX_STOPS][DTK_MAX_STOP_LEN];
+    int n_stops;
+    void (*notify)(struct wk_req *r); /* under mu, when the outbox changed */
+    void *user;             /* the HTTP side's context */
+
+    /* Outbox, under mu. */
+    pthread_mutex_t mu;
+    int phase;              /* enum wk_phase */
+    char *text;             /* released text so far */
+    size_t text_len, text_cap;
+    int32_t n_generated;
+    const char *finish;     /* "stop" | "length" once done without error */
+    int status;             /* HTTP status of a failure, 0 otherwise */
+    const char *error_type; /* OpenAI error type of a failure */
+    char error[200];
+    int64_t arrival_us, first_token_us, end_us; /* monotonic */
+    int64_t last_token_us;  /* worker-only: for inter-token latency */
+    double engine_us;       /* engine time attributed to it */
+    uint32_t preemptions;
+
+    /* The worker's own. */
+    sched_id sid;
+    smp sampler;
+    dtk detok;
+    int stopped;            /* an end token or stop string ended it */
+    atomic_int refs;
+    atomic_int cancel;      /* the client left */
+    atomic_int shutdown;    /* failed by a shutdown past its grace */
+    struct wk_req *next_in, *next_cancel;
+} wk_req;
+
+/* A new request for n_prompt prompt tokens and up to max_new generated
+ * ones, with one reference held by the caller. NULL on out of memory. */
+wk_req *wk_req_new(int32_t n_prompt, int32_t max_new);
+void wk_req_release(wk_req *r);
+
+typedef struct wk_step_info {
+    int64_t now_us;
+    double step_us;         /* forward pass and copies */
+    double idle_us;         /* time since the previous step ended */
+    int32_t n_items, tokens, prefill_tokens;
+    int32_t kv_used, kv_total;
+    const sched_tenant_stats *tenants; /* (n_tenants) after the step */
+    int32_t n_tenants;
+} wk_step_info;
+
+/* What the server observes (metrics); called on the worker thread. */
+typedef struct wk_hooks {
+    void *ctx;
+    void (*on_token)(void *ctx, const wk_req *r, int64_t now_us, int first);
+    void (*on_end)(void *ctx, const wk_req *r, const sched_end *e);
+    void (*on_reject)(void *ctx, const wk_req *r, sched_reason why);
+    void (*on_step)(void *ctx, const wk_step_info *s);
+} wk_hooks;
+
+typedef struct wk_opts {
+    const char *path;       /* GGUF file */
+    size_t kv_bytes;        /* KV cache */
+    size_t swap_bytes;      /* host swap space, 0 = no swap */
+    int block_size, max_seqs, budget_min, budget_max, threads;
+    int policy;             /* SCHED_POLICY_* */
+    int32_t max_requests;   /* queued + running */
+    const sched_tier *tiers;          /* (n_tiers) */
+    int n_tiers;
+    const sched_tenant_cfg *tenants;  /* (n_tenants), ids follow this order */
+    int n_tenants;
+    wk_hooks hooks;
+} wk_opts;
+
+typedef struct wk_worker wk_worker;
+
+/* Load the model and start the thread. */
+int wk_new(const wk_opts *o, wk_worker **out, char *err, size_t errlen);
+/* Stop the thread (after wk_drain, or failing whatever is left) and free. */
+void wk_free(wk_worker *w);
+
+const tok *wk_tok(const wk_worker *w);
+const model *wk_model(const wk_worker *w);
+
+/* Hand a request in; the worker takes its own reference. TS_ERR_SHUTDOWN
+ * once draining. */
+int wk_submit(wk_worker *w, wk_req *r);
+/* The client left: end the request (a no-op once it is done). */
+void wk_cancel(wk_worker *w, wk_req *r);
+/* Stop accepting, let live requests finish for up to grace_us, then fail
+ * the rest with 503; returns once nothing is live. */
+void wk_drain(wk_worker *w, int64_t grace_us);
+
+/* Copy of the latest per-tenant stats (n_tenants entries) and pool state. */
+void wk_snapshot(wk_worker *w, sched_tenant_stats *tenants, sched_stats *pool);
+
+int64_t wk_now_us(void);
+
+#endif
