@@ -34,7 +34,11 @@
     X(KV_BLOCK,             -40, 400, "KV block id out of range")                    \
     X(KV_CAPACITY,          -41, 400, "sequence exceeds its KV block table")         \
     X(BATCH_LIMIT,          -42, 400, "batch exceeds the engine's limits")           \
-    X(CTX_LIMIT,            -43, 400, "sequence exceeds the model's context length")
+    X(CTX_LIMIT,            -43, 400, "sequence exceeds the model's context length") \
+    X(CONFIG,               -50, 500, "invalid configuration")                       \
+    X(AUTH,                 -51, 401, "missing or invalid API key")                  \
+    X(RANDOM,               -52, 500, "random number generator failed")              \
+    X(SHUTDOWN,             -60, 503, "server is shutting down")
 
 enum {
 #define TS_ERR_ENUM(name, code, http, msg) TS_ERR_##name = (code),

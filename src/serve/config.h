@@ -1,0 +1,147 @@
+/*
+ * config.h - the server's YAML configuration: listen address, HTTP limits,
+ * models, SLO tiers, tenants with their hashed API keys and rate limits.
+ *
+ * cfg_load reads one file with libyaml's document API and checks all of it
+ * before anything is returned: a bad file loads nothing (the output stays
+ * zeroed, nothing leaks) and the error names the file, the 1-based line and
+ * the field, e.g.
+ *     demo.yaml:14: tenants[1].tier: unknown tier 'platinum' (gold, silver, bronze)
+ * Unknown keys and repeated keys are errors, so a typo never passes silently.
+ * It does not open model files: the server loads them and reports their
+ * errors itself. The cfg owns all of its memory; cfg_free releases it.
+ * Nothing here touches the scheduler or the network: the server turns a cfg
+ * into sched_tier_add / sched_tenant_add / lim_tenant_init calls.
+ *
+ * Schema (all keys optional unless marked required):
+ *
+ *   listen: 127.0.0.1:8080     host:port, "[v6]:port" for IPv6; port 1..65535
+ *   policy: fair               fair | fcfs (SCHED_POLICY_*)
+ *   limits:
+ *     max_body_bytes: 1048576  request body cap; size (see below), 1 B..1 GiB
+ *     header_timeout_s: 10     MHD connection timeout while reading a request, 1..3600
+ *     idle_timeout_s: 60       keep-alive idle timeout, 1..86400
+ *     max_connections: 2048    1..1000000
+ *     shutdown_grace_s: 10     drain time on SIGTERM, 0..3600
+ *   models:                    required, at least one
+ *     - name: demo             required; the "model" clients send; [A-Za-z0-9._:/-]
+ *       path: m.gguf           required; relative to the config file's folder
+ *       kv_cache_bytes: 256MiB size > 0 (default 256 MiB)
+ *       swap_bytes: 256MiB     host swap space, size; 0 disables swap (default 256 MiB)
+ *       block_size: 16         positions per KV block, 1..1024
+ *       max_seqs: 64           sequences per step, 1..65536
+ *       budget_min: 64         tokens per step, 1..budget_max
+ *       budget_max: 512        tokens per step, budget_min..1048576
+ *       threads: 0             CPU threads, 0 = all cores, 0..4096
+ *   tiers:                     optional, 1..SCHED_MAX_TIERS; default: gold,
+ *                              silver, bronze as sched_tiers_default()
+ *     - name: gold             required; [A-Za-z0-9._-]
+ *       band: 0                required; 0 .. SCHED_MAX_TIERS-1, lower first
+ *       ttft_ms: 200           0 = best effort
+ *       tpot_ms: 0             0 = none
+ *       min_share: 0           0..1; the sum over tiers is at most 1
+ *       max_queue_ms: 0        0 = unbounded
+ *   tenants:                   required, at least one
+ *     - name: acme             required; [A-Za-z0-9._-]
+ *       tier: gold             required; a tier's name
+ *       weight: 1              > 0 (default 1)
+ *       key_sha256: <64 hex>   required; one hash or a list of hashes
+ *       max_kv_blocks: 0       0 = no limit
+ *       max_kv_fraction: 0     of the KV pool, 0..1, 0 = no limit
+ *       max_running: 0         0 = no limit
+ *       max_queued: 0          0 = no limit
+ *       requests_per_minute: 0 0 = unlimited
+ *       tokens_per_minute: 0   0 = unlimited
+ *       max_concurrent: 0      0 = unlimited
+ *   admin_key_sha256: <64 hex> optional; the key for admin routes
+ *
+ * Sizes are a plain integer of bytes or a number with a unit: B, KB, MB, GB,
+ * TB (powers of 1000) or KiB, MiB, GiB, TiB (powers of 1024), any case, an
+ * optional space between. Names are 1..SCHED_NAME_MAX-1 characters and
+ * unique within their list; every key hash is unique across all tenants and
+ * the admin key.
+ */
+#ifndef TS_CONFIG_H
+#define TS_CONFIG_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "auth.h"
+#include "sched.h"
+
+#define CFG_HOST_MAX 256            /* bytes of the listen host, with the NUL */
+
+typedef struct cfg_limits {
+    uint64_t max_body_bytes;        /* bytes */
+    uint32_t header_timeout_s;      /* s */
+    uint32_t idle_timeout_s;        /* s */
+    uint32_t max_connections;
+    uint32_t shutdown_grace_s;      /* s */
+} cfg_limits;
+
+typedef struct cfg_model {
+    char name[SCHED_NAME_MAX];
+    char *path;                     /* owned; resolved against the config's folder */
+    uint64_t kv_cache_bytes;        /* bytes of device KV pool */
+    uint64_t swap_bytes;            /* bytes of host swap, 0 = no swap */
+    int block_size;                 /* positions per block */
+    int max_seqs;                   /* sequences per step */
+    int budget_min, budget_max;     /* tokens per step */
+    int threads;                    /* 0 = all cores */
+} cfg_model;
+
+typedef struct cfg_tenant {
+    sched_tenant_cfg sched;         /* name, tier (index into cfg.tiers), weight, quotas */
+    uint8_t (*keys)[AUTH_HASH_LEN]; /* owned; n_keys SHA-256 digests */
+    size_t n_keys;
+    uint64_t requests_per_minute;   /* lim_tenant_init's req_per_min, 0 = unlimited */
+    uint64_t tokens_per_minute;     /* lim_tenant_init's tok_per_min, 0 = unlimited */
+    uint32_t max_concurrent;        /* 0 = unlimited */
+} cfg_tenant;
+
+typedef struct cfg {
+    char host[CFG_HOST_MAX];        /* without brackets for IPv6 */
+    uint16_t port;
+    int policy;                     /* SCHED_POLICY_* */
+    cfg_limits limits;
+    cfg_model *models;              /* owned, n_models >= 1 */
+    size_t n_models;
+    sched_tier tiers[SCHED_MAX_TIERS];
+    size_t n_tiers;                 /* >= 1; tenant .sched.tier indexes tiers */
+    cfg_tenant *tenants;            /* owned, n_tenants >= 1, index = tenant id */
+    size_t n_tenants;
+    int has_admin;
+    uint8_t admin_key[AUTH_HASH_LEN];
+} cfg;
+
+/* Load and check the YAML file at path into *out.
+ *   err, errlen: OUT, may be NULL/0; on failure a one-line message
+ *                "path:line: field: what is wrong" (NUL-terminated, cut to fit).
+ * Returns 0, or TS_ERR_CONFIG (bad content), TS_ERR_IO (unreadable file),
+ * TS_ERR_NOMEM, TS_ERR_INVAL (NULL argument). On failure *out is zeroed and
+ * owns nothing. */
+int cfg_load(const char *path, cfg *out, char *err, size_t errlen);
+
+/* Release what c owns and zero it; safe on a zeroed cfg and on NULL. */
+void cfg_free(cfg *c);
+
+/* The configuration of `tessera serve --model M.gguf`: defaults everywhere,
+ * one model named after the file's stem (the name without folders and the
+ * last extension; characters outside the model-name set become '-', cut to
+ * SCHED_NAME_MAX-1), at model_path as given; the default tiers; one tenant
+ * "default" on tier gold holding the key whose SHA-256 is key_hash_hex.
+ * Returns 0, TS_ERR_INVAL (NULL or empty path, bad hex) or TS_ERR_NOMEM; on
+ * failure *out is zeroed. */
+int cfg_single_model(cfg *out, const char *model_path, const char *key_hash_hex);
+
+/* The key table for c: every tenant's hashes mapped to the tenant's index,
+ * and the admin hash if any. Returns 0 and *out (free with
+ * auth_table_free), or auth_table_new's errors. */
+int cfg_auth_table(const cfg *c, auth_table **out);
+
+/* Index of the model or tenant with that name, or -1. */
+int cfg_model_find(const cfg *c, const char *name);
+int cfg_tenant_find(const cfg *c, const char *name);
+
+#endif

@@ -1,0 +1,654 @@
+/* test_config.c - unit tests of the YAML configuration (src/serve/config.c).
+ *
+ * The demo file loads with exactly the values it spells out; a table of
+ * broken files each fails with the file, the right line and the right field
+ * in the message and leaves the output zeroed; sizes with units, relative
+ * model paths, defaults, the single-model configuration and the key table
+ * built from a config. Run under ASan, the broken files also prove that no
+ * error path leaks.
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "auth.h"
+#include "config.h"
+#include "err.h"
+#include "testutil.h"
+
+/* Not <limits.h>: under -iquote src/core, GCC's syslimits.h include_next
+ * reaches src/core/limits.h instead of the C library's. */
+#define PATH_MAX 4096
+
+#define H_GOLD   "d7166ec1d61b17c1849fb78069f8deae71c4cf30db4b9f913ae4220db79e7864"
+#define H_SILVER "c039e6a890348dcc06588ddc3acc7ddef6f353d4d8af97416ed5dc219f407b61"
+#define H_BRONZE "facd21f2d9ca3612256025c83bb70c5b5ba42dc449429af87bb4fd8d0a6638a4"
+#define H_ADMIN  "f87d1ca8c45c6daca286c67be951abbcc817ee39918b0480a28aa5a17a932b9a"
+
+/* The smallest valid file: one model, one tenant. */
+#define MINIMAL                                 \
+    "models:\n"                                 \
+    "  - name: m\n"                             \
+    "    path: m.gguf\n"                        \
+    "tenants:\n"                                \
+    "  - name: a\n"                             \
+    "    tier: gold\n"                          \
+    "    key_sha256: " H_GOLD "\n"
+
+static int is_zero(const void *p, size_t n) {
+    const unsigned char *b = p;
+    for (size_t i = 0; i < n; i++)
+        if (b[i]) return 0;
+    return 1;
+}
+
+/* The repository root, from this file's path (CMake compiles by absolute
+ * path), else $TS_SRC. */
+static void src_root(char *buf, size_t cap) {
+    const char *env = getenv("TS_SRC");
+    const char *f = __FILE__;
+    const char *end = strstr(f, "tests/test_config.c");
+    if (f[0] == '/' && end)
+        snprintf(buf, cap, "%.*s", (int)(end - f), f);
+    else if (env)
+        snprintf(buf, cap, "%s/", env);
+    else
+        snprintf(buf, cap, "./");
+}
+
+/* Write text to a scratch file named name and load it. */
+static int load_text(const char *name, const char *text, cfg *c, char *err, size_t errlen,
+                     char *path, size_t pathcap) {
+    tu_path(path, pathcap, name);
+    assert_int_equal(tu_write_file(path, text, strlen(text)), 0);
+    int rc = cfg_load(path, c, err, errlen);
+    unlink(path);
+    return rc;
+}
+
+/* ---- the demo file ---------------------------------------------------------- */
+
+static void test_demo(void **st) {
+    (void)st;
+    char root[PATH_MAX], path[PATH_MAX + 32], err[512], want[PATH_MAX + 64];
+    src_root(root, sizeof root);
+    snprintf(path, sizeof path, "%sexamples/demo.yaml", root);
+    cfg c;
+    int rc = cfg_load(path, &c, err, sizeof err);
+    if (rc) fail_msg("%s", err);
+
+    assert_string_equal(c.host, "127.0.0.1");
+    assert_int_equal(c.port, 8080);
+    assert_int_equal(c.policy, SCHED_POLICY_FAIR);
+    assert_int_equal(c.limits.max_body_bytes, 1 << 20);
+    assert_int_equal(c.limits.header_timeout_s, 10);
+    assert_int_equal(c.limits.idle_timeout_s, 60);
+    assert_int_equal(c.limits.max_connections, 2048);
+    assert_int_equal(c.limits.shutdown_grace_s, 10);
+
+    assert_int_equal(c.n_models, 1);
+    cfg_model *m = &c.models[0];
+    assert_string_equal(m->name, "demo");
+    snprintf(want, sizeof want, "%sexamples/../models/demo-15m.gguf", root);
+    assert_string_equal(m->path, want);
+    assert_int_equal(m->kv_cache_bytes, 64u << 20);
+    assert_int_equal(m->swap_bytes, 64u << 20);
+    assert_int_equal(m->block_size, 16);
+    assert_int_equal(m->max_seqs, 32);
+    assert_int_equal(m->budget_min, 32);
+    assert_int_equal(m->budget_max, 256);
+    assert_int_equal(m->threads, 0);
+    assert_int_equal(cfg_model_find(&c, "demo"), 0);
+    assert_int_equal(cfg_model_find(&c, "gpt-4"), -1);
+
+    /* The tiers written out in the file are sched_tiers_default()'s. */
+    assert_int_equal(c.n_tiers, 3);
+    assert_string_equal(c.tiers[0].name, "gold");
+    assert_string_equal(c.tiers[1].name, "silver");
+    assert_string_equal(c.tiers[2].name, "bronze");
+    assert_int_equal(c.tiers[2].band, 2);
+    assert_int_equal(c.tiers[0].ttft_ms, 200);
+    assert_int_equal(c.tiers[1].ttft_ms, 500);
+    assert_true(c.tiers[1].min_share == 0.10);
+    assert_int_equal(c.tiers[2].max_queue_ms, 30000);
+
+    static const char *const names[] = {"gold-team", "silver-team", "bronze-team"};
+    static const char *const keys[] = {"tsk-demo-gold", "tsk-demo-silver", "tsk-demo-bronze"};
+    assert_int_equal(c.n_tenants, 3);
+    for (int i = 0; i < 3; i++) {
+        cfg_tenant *t = &c.tenants[i];
+        assert_string_equal(t->sched.name, names[i]);
+        assert_int_equal(t->sched.tier, i);
+        assert_true(t->sched.weight == 1.0);
+        assert_int_equal(t->n_keys, 1);
+        uint8_t h[AUTH_HASH_LEN];
+        auth_hash(keys[i], strlen(keys[i]), h);
+        assert_memory_equal(t->keys[0], h, AUTH_HASH_LEN);
+        assert_int_equal(cfg_tenant_find(&c, names[i]), i);
+    }
+    assert_int_equal(c.tenants[0].requests_per_minute, 0);
+    assert_true(c.tenants[1].sched.max_kv_frac == 0.5);
+    cfg_tenant *b = &c.tenants[2];
+    assert_true(b->sched.max_kv_frac == 0.25);
+    assert_int_equal(b->sched.max_queued, 16);
+    assert_int_equal(b->requests_per_minute, 60);
+    assert_int_equal(b->tokens_per_minute, 20000);
+    assert_int_equal(b->max_concurrent, 4);
+
+    assert_true(c.has_admin);
+    uint8_t admin[AUTH_HASH_LEN];
+    auth_hash("tsk-demo-admin", 14, admin);
+    assert_memory_equal(c.admin_key, admin, AUTH_HASH_LEN);
+
+    /* The demo keys find their tenants through the table. */
+    auth_table *at;
+    assert_int_equal(cfg_auth_table(&c, &at), 0);
+    for (int i = 0; i < 3; i++) assert_int_equal(auth_lookup(at, keys[i], strlen(keys[i])), i);
+    assert_int_equal(auth_lookup(at, "tsk-demo-admin", 14), AUTH_ADMIN);
+    assert_int_equal(auth_lookup(at, "tsk-demo-platinum", 17), AUTH_NONE);
+    auth_table_free(at);
+
+    cfg_free(&c);
+    assert_true(is_zero(&c, sizeof c));
+    cfg_free(&c);   /* twice is harmless */
+    cfg_free(NULL);
+}
+
+/* ---- broken files ----------------------------------------------------------- */
+
+typedef struct bad_case {
+    const char *yaml;
+    const char *want;   /* must appear in the message, right after the path */
+} bad_case;
+
+static const bad_case bad_cases[] = {
+    /* The example of config.h: an unknown tier, on the line of the value. */
+    {"models:\n"
+     "  - {name: m, path: m.gguf}\n"
+     "tenants:\n"
+     "  - {name: a, tier: gold, key_sha256: " H_GOLD "}\n"
+     "  - name: b\n"
+     "    tier: platinum\n"
+     "    key_sha256: " H_SILVER "\n",
+     ":6: tenants[1].tier: unknown tier 'platinum' (gold, silver, bronze)"},
+    /* Typos in keys, at each level. */
+    {"listne: 127.0.0.1:80\n" MINIMAL, ":1: listne: unknown key (expected one of: listen,"},
+    {MINIMAL "    wieght: 2\n", ":8: tenants[0].wieght: unknown key (expected one of: name, tier, weight,"},
+    {"limits:\n  max_body: 10\n" MINIMAL, ":2: limits.max_body: unknown key"},
+    {"models:\n  - name: m\n    path: m.gguf\n    kv_cache: 1GiB\n"
+     "tenants:\n  - {name: a, tier: gold, key_sha256: " H_GOLD "}\n",
+     ":4: models[0].kv_cache: unknown key"},
+    {"tiers:\n  - {name: gold, band: 0, ttft: 5}\n" MINIMAL, ":2: tiers[0].ttft: unknown key"},
+    /* A key given twice in one mapping. */
+    {MINIMAL "    tier: silver\n", ":8: tenants[0].tier: repeated key (first at line 6)"},
+    /* Types and ranges. */
+    {MINIMAL "    weight: 0\n", ":8: tenants[0].weight: expected a number in (0, 1e+06]"},
+    {MINIMAL "    weight: -1\n", ":8: tenants[0].weight: expected a number"},
+    {MINIMAL "    weight: heavy\n", ":8: tenants[0].weight: expected a number"},
+    {MINIMAL "    max_kv_fraction: 1.5\n", ":8: tenants[0].max_kv_fraction: expected a number in [0, 1]"},
+    {MINIMAL "    max_kv_fraction: .nan\n", ":8: tenants[0].max_kv_fraction: expected a number"},
+    {MINIMAL "    max_kv_blocks: 3000000000\n", ":8: tenants[0].max_kv_blocks: expected an integer in 0..2147483647"},
+    {MINIMAL "    requests_per_minute: -5\n", ":8: tenants[0].requests_per_minute: expected an integer"},
+    {MINIMAL "    max_running: 1.5\n", ":8: tenants[0].max_running: expected an integer"},
+    {MINIMAL "    max_concurrent: 99999999999999999999999\n", ":8: tenants[0].max_concurrent: expected an integer"},
+    {"models:\n  - name: m\n    path: m.gguf\n    budget_min: 600\n"
+     "tenants:\n  - {name: a, tier: gold, key_sha256: " H_GOLD "}\n",
+     ":4: models[0].budget_min: budget_min 600 is larger than budget_max 512"},
+    {"models:\n  - name: m\n    path: m.gguf\n    kv_cache_bytes: 0\n"
+     "tenants:\n  - {name: a, tier: gold, key_sha256: " H_GOLD "}\n",
+     ":4: models[0].kv_cache_bytes: expected a size in bytes"},
+    {"models:\n  - name: m\n    path: m.gguf\n    swap_bytes: 12XB\n"
+     "tenants:\n  - {name: a, tier: gold, key_sha256: " H_GOLD "}\n",
+     ":4: models[0].swap_bytes: expected a size in bytes"},
+    {"models:\n  - name: m\n    path: m.gguf\n    block_size: 0\n"
+     "tenants:\n  - {name: a, tier: gold, key_sha256: " H_GOLD "}\n",
+     ":4: models[0].block_size: expected an integer in 1..1024"},
+    {"limits:\n  header_timeout_s: 0\n" MINIMAL, ":2: limits.header_timeout_s: expected an integer in 1..3600"},
+    {"limits:\n  max_body_bytes: 2GiB\n" MINIMAL, ":2: limits.max_body_bytes: expected a size"},
+    {"listen: 127.0.0.1:0\n" MINIMAL, ":1: listen: expected host:port"},
+    {"listen: 127.0.0.1:65536\n" MINIMAL, ":1: listen: expected host:port"},
+    {"listen: localhost\n" MINIMAL, ":1: listen: expected host:port"},
+    {"listen: :8080\n" MINIMAL, ":1: listen: expected host:port"},
+    {"listen: \"::1:8080\"\n" MINIMAL, ":1: listen: expected host:port"},
+    {"listen: \"[::1]8080\"\n" MINIMAL, ":1: listen: expected host:port"},
+    {"listen: 127.0.0.1:80x\n" MINIMAL, ":1: listen: expected host:port"},
+    {"policy: lottery\n" MINIMAL, ":1: policy: unknown policy 'lottery' (fair, fcfs)"},
+    /* Names. */
+    {MINIMAL "  - name: a\n    tier: silver\n    key_sha256: " H_SILVER "\n",
+     ":8: tenants[1].name: repeated tenant name 'a' (also tenants[0])"},
+    {"models:\n  - {name: m, path: a.gguf}\n  - {name: m, path: b.gguf}\n"
+     "tenants:\n  - {name: a, tier: gold, key_sha256: " H_GOLD "}\n",
+     ":3: models[1].name: repeated model name 'm' (also models[0])"},
+    {"models:\n  - {name: m, path: m.gguf}\n"
+     "tenants:\n  - name: team a\n    tier: gold\n    key_sha256: " H_GOLD "\n",
+     ":4: tenants[0].name: bad name 'team a'"},
+    {"models:\n  - {name: m, path: m.gguf}\n"
+     "tenants:\n  - name: a-very-long-tenant-name-that-goes-past-the-limit-of-47\n"
+     "    tier: gold\n    key_sha256: " H_GOLD "\n",
+     ":4: tenants[0].name: bad name"},
+    /* Key hashes. */
+    {MINIMAL "  - name: b\n    tier: silver\n    key_sha256: " H_GOLD "\n",
+     ":10: tenants[1].key_sha256: key hash already used by tenant 'a'"},
+    {"models:\n  - {name: m, path: m.gguf}\n"
+     "tenants:\n  - name: a\n    tier: gold\n    key_sha256:\n      - " H_GOLD "\n      - " H_GOLD "\n",
+     ":8: tenants[0].key_sha256[1]: key hash already used by tenant 'a'"},
+    {"admin_key_sha256: " H_GOLD "\n" MINIMAL,
+     ":8: tenants[0].key_sha256: same key hash as admin_key_sha256"},
+    {"models:\n  - {name: m, path: m.gguf}\n"
+     "tenants:\n  - name: a\n    tier: gold\n    key_sha256: abc123\n",
+     ":6: tenants[0].key_sha256: expected the SHA-256 of a key as 64 hex digits"},
+    {"models:\n  - {name: m, path: m.gguf}\n"
+     "tenants:\n  - name: a\n    tier: gold\n    key_sha256: []\n",
+     ":6: tenants[0].key_sha256: expected at least one key hash"},
+    {"admin_key_sha256: tsk-demo-admin\n" MINIMAL, ":1: admin_key_sha256: expected the SHA-256"},
+    /* Missing and empty things. */
+    {"tenants:\n  - {name: a, tier: gold, key_sha256: " H_GOLD "}\n",
+     ":1: models: missing (at least one model is required)"},
+    {"models:\n  - {name: m, path: m.gguf}\n", ":1: tenants: missing (at least one tenant is required)"},
+    {"models: []\ntenants:\n  - {name: a, tier: gold, key_sha256: " H_GOLD "}\n",
+     ":1: models: expected a list of at least one model"},
+    {"models:\n  - {name: m, path: m.gguf}\ntenants: []\n",
+     ":3: tenants: expected a list of at least one tenant"},
+    {"models:\n  - {name: m}\ntenants:\n  - {name: a, tier: gold, key_sha256: " H_GOLD "}\n",
+     ":2: models[0].path: missing"},
+    {"models:\n  - {name: m, path: m.gguf}\ntenants:\n  - name: a\n    key_sha256: " H_GOLD "\n",
+     ":4: tenants[0].tier: missing (every tenant needs a tier)"},
+    {"models:\n  - {name: m, path: m.gguf}\ntenants:\n  - name: a\n    tier: gold\n",
+     ":4: tenants[0].key_sha256: missing (every tenant needs at least one key hash)"},
+    {"models:\n  - {name: m, path: m.gguf}\ntenants:\n  - name: a\n    tier:\n    key_sha256: " H_GOLD "\n",
+     ":5: tenants[0].tier: missing value"},
+    {"models:\n  - {name: m, path: m.gguf}\ntenants:\n  - name: [a]\n    tier: gold\n    key_sha256: " H_GOLD "\n",
+     ":4: tenants[0].name: expected a single value, not a list"},
+    {"models:\n  - {name: m, path: m.gguf}\ntenants:\n  - a\n", ":4: tenants[0]: expected a mapping"},
+    {"- a\n- b\n", ":1: expected a mapping"},
+    {"", ":1: empty configuration"},
+    {"# only a comment\n", ":1: empty configuration"},
+    /* Tiers. */
+    {"tiers:\n  - {name: premium, band: 0}\n" MINIMAL, ":8: tenants[0].tier: unknown tier 'gold' (premium)"},
+    {"tiers:\n  - {name: a, band: 0, min_share: 0.6}\n  - {name: b, band: 1, min_share: 0.6}\n" MINIMAL,
+     ":2: tiers: min_share values add up to 1.2; at most 1"},
+    {"tiers:\n  - {name: gold, band: 8}\n" MINIMAL, ":2: tiers[0].band: expected an integer in 0..7"},
+    {"tiers:\n  - {name: gold, band: 0}\n  - {name: gold, band: 1}\n" MINIMAL,
+     ":3: tiers[1].name: repeated tier name 'gold' (also tiers[0])"},
+    {"tiers:\n  - {name: gold}\n" MINIMAL, ":2: tiers[0].band: missing"},
+    {"tiers: []\n" MINIMAL, ":1: tiers: expected a list of 1 to 8 tiers"},
+    /* YAML itself. */
+    {"models:\n  - {name: m, path: m.gguf\ntenants: []\n", ":3: YAML syntax error"},
+    {"models:\n  - name: m\n   path: x\n", ":3: YAML syntax error"},
+    {"models: *nowhere\n", ":1: YAML syntax error"},
+    {"models:\n  - name: m\xff\n", ":2: YAML error at byte 19: invalid leading UTF-8 octet"},
+    {"models:\n  - {name: m, path: \"\"}\ntenants:\n  - {name: a, tier: gold, key_sha256: " H_GOLD "}\n",
+     ":2: models[0].path: missing value"},
+    {MINIMAL "---\n" MINIMAL, ":9: more than one YAML document"},
+    {MINIMAL "--- [\n", ":9: YAML syntax error: did not find expected node content (while parsing a flow node)"},
+};
+
+static void test_bad_configs(void **st) {
+    (void)st;
+    for (size_t i = 0; i < sizeof bad_cases / sizeof bad_cases[0]; i++) {
+        char path[PATH_MAX], err[1024], name[32];
+        cfg c;
+        memset(&c, 0xa5, sizeof c);   /* a failed load must zero it */
+        snprintf(name, sizeof name, "bad%zu.yaml", i);
+        int rc = load_text(name, bad_cases[i].yaml, &c, err, sizeof err, path, sizeof path);
+        if (rc != TS_ERR_CONFIG || strncmp(err, path, strlen(path)) != 0 ||
+            strstr(err + strlen(path), bad_cases[i].want) != err + strlen(path))
+            fail_msg("case %zu: rc %d, message\n  %s\nwanted\n  %s%s", i, rc, err, path,
+                     bad_cases[i].want);
+        assert_true(is_zero(&c, sizeof c));
+        /* A NULL message buffer changes nothing but the message. */
+        rc = load_text(name, bad_cases[i].yaml, &c, NULL, 0, path, sizeof path);
+        assert_int_equal(rc, TS_ERR_CONFIG);
+    }
+}
+
+static void test_unreadable(void **st) {
+    (void)st;
+    char path[PATH_MAX], err[PATH_MAX + 128];
+    cfg c;
+    tu_path(path, sizeof path, "does-not-exist.yaml");
+    assert_int_equal(cfg_load(path, &c, err, sizeof err), TS_ERR_IO);
+    assert_true(is_zero(&c, sizeof c));
+    assert_non_null(strstr(err, path));
+    assert_non_null(strstr(err, "cannot open"));
+    assert_int_equal(cfg_load(NULL, &c, err, sizeof err), TS_ERR_INVAL);
+    assert_int_equal(cfg_load(path, NULL, err, sizeof err), TS_ERR_INVAL);
+    /* A message cut to a small buffer stays terminated. */
+    char tiny[8];
+    assert_int_equal(cfg_load(path, &c, tiny, sizeof tiny), TS_ERR_IO);
+    assert_int_equal(strlen(tiny), sizeof tiny - 1);
+}
+
+/* Every prefix of the demo file either loads or fails with a message that
+ * starts with the file's name; under ASan this also shows that no cut, at
+ * any byte, crashes or leaks. */
+static void test_truncations(void **st) {
+    (void)st;
+    char root[PATH_MAX], demo[PATH_MAX + 32], path[PATH_MAX], err[1024];
+    src_root(root, sizeof root);
+    snprintf(demo, sizeof demo, "%sexamples/demo.yaml", root);
+    size_t len;
+    char *text = tu_read_file(demo, &len);
+    assert_non_null(text);
+    tu_path(path, sizeof path, "cut.yaml");
+    int loaded = 0;
+    for (size_t n = 0; n <= len; n++) {
+        assert_int_equal(tu_write_file(path, text, n), 0);
+        cfg c;
+        int rc = cfg_load(path, &c, err, sizeof err);
+        if (rc == 0) {
+            loaded++;
+            /* A cut after a whole tenant is a valid, shorter file. */
+            assert_int_equal(c.n_models, 1);
+            assert_true(c.n_tenants >= 1 && c.n_tenants <= 3);
+            cfg_free(&c);
+        } else {
+            assert_int_equal(rc, TS_ERR_CONFIG);
+            assert_true(is_zero(&c, sizeof c));
+            if (strncmp(err, path, strlen(path)) != 0 || err[strlen(path)] != ':')
+                fail_msg("cut at %zu: %s", n, err);
+        }
+    }
+    unlink(path);
+    free(text);
+    /* At least the whole file and its cuts at the ends of lines after the
+     * first tenant load. */
+    assert_true(loaded >= 4);
+}
+
+/* ---- values ----------------------------------------------------------------- */
+
+static void test_defaults(void **st) {
+    (void)st;
+    char path[PATH_MAX], err[512];
+    cfg c;
+    int rc = load_text("min.yaml", MINIMAL, &c, err, sizeof err, path, sizeof path);
+    if (rc) fail_msg("%s", err);
+    assert_string_equal(c.host, "127.0.0.1");
+    assert_int_equal(c.port, 8080);
+    assert_int_equal(c.policy, SCHED_POLICY_FAIR);
+    assert_int_equal(c.limits.max_body_bytes, 1048576);
+    assert_int_equal(c.limits.header_timeout_s, 10);
+    assert_int_equal(c.limits.idle_timeout_s, 60);
+    assert_int_equal(c.limits.max_connections, 2048);
+    assert_int_equal(c.limits.shutdown_grace_s, 10);
+    cfg_model *m = &c.models[0];
+    assert_int_equal(m->kv_cache_bytes, 256u << 20);
+    assert_int_equal(m->swap_bytes, 256u << 20);
+    assert_int_equal(m->block_size, 16);
+    assert_int_equal(m->max_seqs, 64);
+    assert_int_equal(m->budget_min, 64);
+    assert_int_equal(m->budget_max, 512);
+    assert_int_equal(m->threads, 0);
+    /* Default tiers, as sched_tiers_default() adds them. */
+    assert_int_equal(c.n_tiers, 3);
+    assert_string_equal(c.tiers[0].name, "gold");
+    assert_int_equal(c.tiers[0].band, 0);
+    assert_int_equal(c.tiers[0].ttft_ms, 200);
+    assert_string_equal(c.tiers[1].name, "silver");
+    assert_int_equal(c.tiers[1].band, 1);
+    assert_int_equal(c.tiers[1].ttft_ms, 500);
+    assert_true(c.tiers[1].min_share == 0.10);
+    assert_string_equal(c.tiers[2].name, "bronze");
+    assert_int_equal(c.tiers[2].band, 2);
+    assert_int_equal(c.tiers[2].ttft_ms, 0);
+    assert_true(c.tiers[2].min_share == 0.05);
+    assert_int_equal(c.tiers[2].max_queue_ms, 30000);
+    cfg_tenant *t = &c.tenants[0];
+    assert_true(t->sched.weight == 1.0);
+    assert_int_equal(t->sched.max_kv_blocks, 0);
+    assert_true(t->sched.max_kv_frac == 0);
+    assert_int_equal(t->requests_per_minute, 0);
+    assert_int_equal(t->max_concurrent, 0);
+    assert_false(c.has_admin);
+    cfg_free(&c);
+}
+
+static void test_full_values(void **st) {
+    (void)st;
+    static const char text[] =
+        "listen: \"[::1]:9000\"\n"
+        "policy: fcfs\n"
+        "limits: {max_body_bytes: 64KiB, header_timeout_s: 5, idle_timeout_s: 30,"
+        " max_connections: 100, shutdown_grace_s: 0}\n"
+        "models:\n"
+        "  - name: org/model:q8\n"
+        "    path: /abs/model.gguf\n"
+        "    kv_cache_bytes: 1GiB\n"
+        "    swap_bytes: 0\n"
+        "    block_size: 32\n"
+        "    max_seqs: 8\n"
+        "    budget_min: 16\n"
+        "    budget_max: 16\n"
+        "    threads: 4\n"
+        "  - {name: second, path: s.gguf}\n"
+        "tiers:\n"
+        "  - {name: rt, band: 0, ttft_ms: 100, tpot_ms: 50, min_share: 0.5, max_queue_ms: 1000}\n"
+        "  - {name: batch, band: 3, min_share: 0.5}\n"
+        "tenants:\n"
+        "  - name: x\n"
+        "    tier: batch\n"
+        "    weight: 2.5\n"
+        "    key_sha256: [" H_GOLD ", " H_SILVER "]\n"
+        "    max_kv_blocks: 1000\n"
+        "    max_kv_fraction: 1\n"
+        "    max_running: 3\n"
+        "    max_queued: 4\n"
+        "    requests_per_minute: 600\n"
+        "    tokens_per_minute: 100000\n"
+        "    max_concurrent: 2\n"
+        "  - {name: y, tier: rt, key_sha256: '" H_BRONZE "'}\n"
+        "admin_key_sha256: " H_ADMIN "\n";
+    char path[PATH_MAX], err[512];
+    cfg c;
+    int rc = load_text("full.yaml", text, &c, err, sizeof err, path, sizeof path);
+    if (rc) fail_msg("%s", err);
+    assert_string_equal(c.host, "::1");
+    assert_int_equal(c.port, 9000);
+    assert_int_equal(c.policy, SCHED_POLICY_FCFS);
+    assert_int_equal(c.limits.max_body_bytes, 65536);
+    assert_int_equal(c.limits.header_timeout_s, 5);
+    assert_int_equal(c.limits.idle_timeout_s, 30);
+    assert_int_equal(c.limits.max_connections, 100);
+    assert_int_equal(c.limits.shutdown_grace_s, 0);
+    assert_int_equal(c.n_models, 2);
+    cfg_model *m = &c.models[0];
+    assert_string_equal(m->name, "org/model:q8");
+    assert_string_equal(m->path, "/abs/model.gguf");
+    assert_int_equal(m->kv_cache_bytes, 1u << 30);
+    assert_int_equal(m->swap_bytes, 0);
+    assert_int_equal(m->block_size, 32);
+    assert_int_equal(m->max_seqs, 8);
+    assert_int_equal(m->budget_min, 16);
+    assert_int_equal(m->budget_max, 16);
+    assert_int_equal(m->threads, 4);
+    assert_int_equal(cfg_model_find(&c, "second"), 1);
+    assert_int_equal(c.n_tiers, 2);
+    assert_string_equal(c.tiers[1].name, "batch");
+    assert_int_equal(c.tiers[1].band, 3);
+    assert_int_equal(c.tiers[0].tpot_ms, 50);
+    assert_int_equal(c.tiers[0].max_queue_ms, 1000);
+    assert_true(c.tiers[0].min_share == 0.5);
+    cfg_tenant *t = &c.tenants[0];
+    assert_int_equal(t->sched.tier, 1);
+    assert_true(t->sched.weight == 2.5);
+    assert_int_equal(t->n_keys, 2);
+    assert_int_equal(t->sched.max_kv_blocks, 1000);
+    assert_true(t->sched.max_kv_frac == 1.0);
+    assert_int_equal(t->sched.max_running, 3);
+    assert_int_equal(t->sched.max_queued, 4);
+    assert_int_equal(t->requests_per_minute, 600);
+    assert_int_equal(t->tokens_per_minute, 100000);
+    assert_int_equal(t->max_concurrent, 2);
+    assert_int_equal(c.tenants[1].sched.tier, 0);
+    assert_true(c.has_admin);
+
+    /* Both of x's keys map to x; y's to y. */
+    auth_table *at;
+    assert_int_equal(cfg_auth_table(&c, &at), 0);
+    assert_int_equal(auth_table_size(at), 3);
+    assert_int_equal(auth_lookup(at, "tsk-demo-gold", 13), 0);
+    assert_int_equal(auth_lookup(at, "tsk-demo-silver", 15), 0);
+    assert_int_equal(auth_lookup(at, "tsk-demo-bronze", 15), 1);
+    assert_int_equal(auth_lookup(at, "tsk-demo-admin", 14), AUTH_ADMIN);
+    auth_table_free(at);
+    cfg_free(&c);
+}
+
+static void test_sizes(void **st) {
+    (void)st;
+    static const struct { const char *text; uint64_t bytes; } good[] = {
+        {"1", 1},
+        {"268435456", 268435456},
+        {"256MiB", 256ull << 20},
+        {"1GiB", 1ull << 30},
+        {"512MB", 512000000},
+        {"512 mb", 512000000},
+        {"64kib", 64 << 10},
+        {"3KB", 3000},
+        {"7B", 7},
+        {"2TiB", 2ull << 40},
+        {"1TB", 1000000000000ull},
+        {"\"2 GiB\"", 2ull << 30},
+        {"16777215TiB", 16777215ull << 40},   /* the largest whole TiB in 64 bits */
+    };
+    static const char *const bad[] = {"12XB", "MiB", "-1", "1.5GiB", "0x10", "1 2",
+                                      "99999999999999999999", "16777216TiB", "1 GiB extra", "0"};
+    char text[512], path[PATH_MAX], err[512];
+    for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
+        snprintf(text, sizeof text,
+                 "models:\n  - {name: m, path: m.gguf, kv_cache_bytes: %s}\n"
+                 "tenants:\n  - {name: a, tier: gold, key_sha256: " H_GOLD "}\n", good[i].text);
+        cfg c;
+        int rc = load_text("size.yaml", text, &c, err, sizeof err, path, sizeof path);
+        if (rc) fail_msg("'%s': %s", good[i].text, err);
+        if (c.models[0].kv_cache_bytes != good[i].bytes)
+            fail_msg("'%s' gave %llu", good[i].text, (unsigned long long)c.models[0].kv_cache_bytes);
+        cfg_free(&c);
+    }
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        snprintf(text, sizeof text,
+                 "models:\n  - {name: m, path: m.gguf, kv_cache_bytes: %s}\n"
+                 "tenants:\n  - {name: a, tier: gold, key_sha256: " H_GOLD "}\n", bad[i]);
+        cfg c;
+        int rc = load_text("size.yaml", text, &c, err, sizeof err, path, sizeof path);
+        if (rc != TS_ERR_CONFIG || !strstr(err, ":2: models[0].kv_cache_bytes: expected a size"))
+            fail_msg("'%s': rc %d, %s", bad[i], rc, err);
+    }
+}
+
+static void test_relative_paths(void **st) {
+    (void)st;
+    static const char text[] =
+        "models:\n"
+        "  - {name: a, path: m.gguf}\n"
+        "  - {name: b, path: ../up/m.gguf}\n"
+        "  - {name: c, path: /abs/m.gguf}\n"
+        "tenants:\n  - {name: a, tier: gold, key_sha256: " H_GOLD "}\n";
+    char path[PATH_MAX], err[512], want[PATH_MAX + 32];
+    cfg c;
+    /* A config in a folder: paths resolve against that folder. */
+    int rc = load_text("rel.yaml", text, &c, err, sizeof err, path, sizeof path);
+    if (rc) fail_msg("%s", err);
+    snprintf(want, sizeof want, "%s/m.gguf", tu_tmpdir());
+    assert_string_equal(c.models[0].path, want);
+    snprintf(want, sizeof want, "%s/../up/m.gguf", tu_tmpdir());
+    assert_string_equal(c.models[1].path, want);
+    assert_string_equal(c.models[2].path, "/abs/m.gguf");
+    cfg_free(&c);
+
+    /* A config named without a folder lives in the working directory, and
+     * so do its relative paths. */
+    char cwd[PATH_MAX];
+    assert_non_null(getcwd(cwd, sizeof cwd));
+    tu_path(path, sizeof path, "rel2.yaml");
+    assert_int_equal(tu_write_file(path, text, strlen(text)), 0);
+    assert_int_equal(chdir(tu_tmpdir()), 0);
+    rc = cfg_load(strrchr(path, '/') + 1, &c, err, sizeof err);
+    assert_int_equal(chdir(cwd), 0);
+    unlink(path);
+    if (rc) fail_msg("%s", err);
+    assert_string_equal(c.models[0].path, "m.gguf");
+    assert_string_equal(c.models[1].path, "../up/m.gguf");
+    cfg_free(&c);
+}
+
+/* ---- the single-model configuration ----------------------------------------- */
+
+static void test_single_model(void **st) {
+    (void)st;
+    cfg c;
+    assert_int_equal(cfg_single_model(&c, "models/demo-15m.gguf", H_GOLD), 0);
+    assert_int_equal(c.n_models, 1);
+    assert_string_equal(c.models[0].name, "demo-15m");
+    assert_string_equal(c.models[0].path, "models/demo-15m.gguf");
+    assert_int_equal(c.models[0].kv_cache_bytes, 256u << 20);
+    assert_int_equal(c.models[0].block_size, 16);
+    assert_string_equal(c.host, "127.0.0.1");
+    assert_int_equal(c.port, 8080);
+    assert_int_equal(c.n_tiers, 3);
+    assert_int_equal(c.n_tenants, 1);
+    assert_string_equal(c.tenants[0].sched.name, "default");
+    assert_string_equal(c.tiers[c.tenants[0].sched.tier].name, "gold");
+    assert_true(c.tenants[0].sched.weight == 1.0);
+    assert_false(c.has_admin);
+    auth_table *at;
+    assert_int_equal(cfg_auth_table(&c, &at), 0);
+    assert_int_equal(auth_lookup(at, "tsk-demo-gold", 13), 0);
+    assert_int_equal(auth_lookup(at, "tsk-demo-silver", 15), AUTH_NONE);
+    auth_table_free(at);
+    cfg_free(&c);
+
+    /* Stems: only the last extension goes; odd characters become '-'. */
+    assert_int_equal(cfg_single_model(&c, "/srv/my model.v2.gguf", H_GOLD), 0);
+    assert_string_equal(c.models[0].name, "my-model.v2");
+    cfg_free(&c);
+    assert_int_equal(cfg_single_model(&c, "plain", H_GOLD), 0);
+    assert_string_equal(c.models[0].name, "plain");
+    cfg_free(&c);
+    assert_int_equal(cfg_single_model(&c, "dir/.gguf", H_GOLD), 0);
+    assert_string_equal(c.models[0].name, ".gguf");
+    cfg_free(&c);
+    assert_int_equal(cfg_single_model(&c, "dir/", H_GOLD), 0);
+    assert_string_equal(c.models[0].name, "model");
+    cfg_free(&c);
+    char longp[128];
+    memset(longp, 'x', 100);
+    memcpy(longp + 100, ".gguf", 6);
+    assert_int_equal(cfg_single_model(&c, longp, H_GOLD), 0);
+    assert_int_equal(strlen(c.models[0].name), SCHED_NAME_MAX - 1);
+    cfg_free(&c);
+
+    /* Bad arguments leave it zeroed. */
+    memset(&c, 0xa5, sizeof c);
+    assert_int_equal(cfg_single_model(&c, "m.gguf", "not-hex"), TS_ERR_INVAL);
+    assert_true(is_zero(&c, sizeof c));
+    assert_int_equal(cfg_single_model(&c, "m.gguf", H_GOLD "00"), TS_ERR_INVAL);
+    assert_int_equal(cfg_single_model(&c, "m.gguf", NULL), TS_ERR_INVAL);
+    assert_int_equal(cfg_single_model(&c, "", H_GOLD), TS_ERR_INVAL);
+    assert_int_equal(cfg_single_model(&c, NULL, H_GOLD), TS_ERR_INVAL);
+    assert_true(is_zero(&c, sizeof c));
+    assert_int_equal(cfg_single_model(NULL, "m.gguf", H_GOLD), TS_ERR_INVAL);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_demo),
+        cmocka_unit_test(test_bad_configs),
+        cmocka_unit_test(test_unreadable),
+        cmocka_unit_test(test_truncations),
+        cmocka_unit_test(test_defaults),
+        cmocka_unit_test(test_full_values),
+        cmocka_unit_test(test_sizes),
+        cmocka_unit_test(test_relative_paths),
+        cmocka_unit_test(test_single_model),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
