@@ -1,7 +1,7 @@
 # Thin front end over CMake. Every target installs missing Debian packages
 # first (scripts/deps.sh), so a fresh Debian 12 machine needs nothing else.
 #   make            build (Release, -march=native)
-#   make demo       build, make the demo model, run it
+#   make demo       build, make the demo model, serve it to three demo tenants
 #   make test       build and run the whole suite (ctest)
 #   make test SANITIZE=1   the same under ASan+UBSan (separate build folder)
 #   make bench      build and run the benchmarks
@@ -34,7 +34,7 @@ $(DEMO_MODEL): | build
 	$(TESSERA) mkmodel $(DEMO_MODEL) --preset 15m --type f32
 
 demo: build $(DEMO_MODEL)
-	$(TESSERA) generate --model $(DEMO_MODEL) --prompt "Once upon a time" -n 48 --temp 0.8 --seed 1
+	@scripts/demo.sh $(TESSERA)
 
 test: build
 	@cd $(BUILD) && ctest --output-on-failure -j $(JOBS)

@@ -15,7 +15,7 @@
 #include <string.h>
 
 #include "err.h"
-#include "limits.h"
+#include "ratelimit.h"
 
 #define U LIM_UNITS_PER_TOKEN
 #define SEC 1000000LL   /* us */

@@ -22,7 +22,7 @@
 #include <yaml.h>
 
 #include "err.h"
-#include "limits.h"
+#include "ratelimit.h"
 
 #define PATH_MAX_LEN 256    /* bytes of a field path such as tenants[3].key_sha256[1] */
 #define LIST_MAX_LEN 512    /* bytes of a list of names in a message */

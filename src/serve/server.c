@@ -28,7 +28,7 @@
 #include "auth.h"
 #include "chat.h"
 #include "err.h"
-#include "limits.h"
+#include "ratelimit.h"
 #include "oai.h"
 #include "obs.h"
 #include "worker.h"

@@ -1,10 +1,10 @@
-/* limits.c - token buckets and concurrency caps; see limits.h.
+/* ratelimit.c - token buckets and concurrency caps; see ratelimit.h.
  *
  * Every quantity is a uint64_t count of units (LIM_UNITS_PER_TOKEN per
  * token) or an int64_t count of microseconds. Each multiplication is guarded
  * by the matching division first, so nothing overflows: x * r <= room is
  * tested as x <= room / r, which is exact for integers. */
-#include "limits.h"
+#include "ratelimit.h"
 
 #include <stddef.h>
 

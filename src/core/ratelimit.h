@@ -1,5 +1,5 @@
 /*
- * limits.h - per-tenant admission limits: a token bucket for requests per
+ * ratelimit.h - per-tenant admission limits: a token bucket for requests per
  * minute, a token bucket for tokens per minute, and a cap on requests in
  * flight. The HTTP layer asks lim_admit before a request enters the
  * scheduler and calls lim_finish exactly once when an admitted request ends
@@ -35,8 +35,8 @@
  * now_us argument, and a caller that shares a lim_tenant between threads
  * must serialise the calls itself.
  */
-#ifndef TS_LIMITS_H
-#define TS_LIMITS_H
+#ifndef TS_RATELIMIT_H
+#define TS_RATELIMIT_H
 
 #include <stdint.h>
 
