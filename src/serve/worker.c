@@ -18,6 +18,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
 #include "err.h"
 
@@ -529,6 +532,15 @@ static int past_deadline(wk_worker *w, int64_t now) {
 
 static void *loop(void *arg) {
     wk_worker *w = arg;
+#ifdef _OPENMP
+    /* OpenMP's thread count is a per-thread setting, and a new pthread
+     * starts from the process default (OMP_NUM_THREADS or all cores), not
+     * from what wk_new's thread set while the engine sized its per-thread
+     * scratch for eng_threads(). Forward passes run on this thread, so set
+     * it here; otherwise a model configured with fewer threads than the
+     * default writes past that scratch. */
+    omp_set_num_threads(eng_threads(w->e));
+#endif
     for (;;) {
         int64_t now = wk_now_us();
         take_inbox(w, now);
