@@ -492,12 +492,16 @@ static void publish(wk_worker *w, const sched_plan *p, int64_t now, double step_
     for (int32_t i = 0; i < w->o.n_tenants; i++) sched_tenant_stats_get(w->s, i, &w->snap[i]);
     sched_stats_get(w->s, &w->snap_pool);
     pthread_mutex_unlock(&w->snap_mu);
-    if (!w->o.hooks.on_step || !p) return;
+    /* Observers hear about idle turns too (p NULL, n_items 0): a turn that
+     * only cancelled or failed requests changed the per-tenant gauges, and
+     * without this they would keep showing the freed KV blocks and running
+     * requests until the next real step. */
+    if (!w->o.hooks.on_step) return;
     int32_t prefill = 0;
-    for (int32_t i = 0; i < p->n_items; i++)
+    for (int32_t i = 0; p && i < p->n_items; i++)
         if (p->items[i].is_prefill) prefill += p->items[i].n_tokens;
-    wk_step_info si = {now, step_us, idle_us, p->n_items, p->n_tokens, prefill, w->snap_pool.kv_used,
-                       w->snap_pool.kv_total, w->snap, w->o.n_tenants};
+    wk_step_info si = {now, step_us, idle_us, p ? p->n_items : 0, p ? p->n_tokens : 0, prefill,
+                       w->snap_pool.kv_used, w->snap_pool.kv_total, w->snap, w->o.n_tenants};
     w->o.hooks.on_step(w->o.hooks.ctx, &si);
 }
 
