@@ -16,6 +16,7 @@
 
 #include <arpa/inet.h>
 #include <microhttpd.h>
+#include <openssl/rand.h>
 #include <netdb.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -712,6 +713,11 @@ int srv_new(const cfg *c, srv **out, char *err, size_t errlen) {
     s->c = c;
     s->n_models = (int)c->n_models;
     pthread_mutex_init(&s->lim_mu, NULL);
+    /* Response ids start at a random point so two runs never hand out the
+     * same "cmpl-..." id to clients that log them. */
+    uint64_t base = 0;
+    if (RAND_bytes((unsigned char *)&base, sizeof(base)) != 1) base = (uint64_t)time(NULL) << 20;
+    atomic_store(&s->next_id, base);
     const char **tn = calloc(c->n_tenants, sizeof(char *)), **mn = calloc(c->n_models, sizeof(char *));
     double *wt = calloc(c->n_tenants, sizeof(double));
     s->models = calloc(c->n_models, sizeof(srv_model));
