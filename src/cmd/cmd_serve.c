@@ -9,6 +9,7 @@
 #include <getopt.h>
 #include <pthread.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -48,6 +49,19 @@ static int parse_listen(const char *s, cfg *c) {
     }
     c->port = (uint16_t)port;
     return 0;
+}
+
+/* Every connection is a file descriptor: raise the soft limit (often 1024)
+ * towards the hard one so max_connections clients can actually connect. */
+static void raise_fd_limit(uint32_t max_connections) {
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl)) return;
+    rlim_t want = (rlim_t)max_connections + 256;
+    if (rl.rlim_cur >= want) return;
+    rl.rlim_cur = rl.rlim_max == RLIM_INFINITY || rl.rlim_max >= want ? want : rl.rlim_max;
+    if (setrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < want)
+        fprintf(stderr, "serve: only %llu file descriptors allowed; fewer than %u clients can connect\n",
+                (unsigned long long)rl.rlim_cur, max_connections);
 }
 
 static void banner(const cfg *c, uint16_t port, const char *new_key) {
@@ -120,6 +134,7 @@ int cmd_serve(int argc, char **argv) {
         return 2;
     }
     if (policy) c.policy = strcmp(policy, "fcfs") == 0 ? SCHED_POLICY_FCFS : SCHED_POLICY_FAIR;
+    raise_fd_limit(c.limits.max_connections);
     sigset_t sigs;
     sigemptyset(&sigs);
     sigaddset(&sigs, SIGINT);
