@@ -38,7 +38,9 @@
     X(CONFIG,               -50, 500, "invalid configuration")                       \
     X(AUTH,                 -51, 401, "missing or invalid API key")                  \
     X(RANDOM,               -52, 500, "random number generator failed")              \
-    X(SHUTDOWN,             -60, 503, "server is shutting down")
+    X(SHUTDOWN,             -60, 503, "server is shutting down")                     \
+    X(MIG_LAYOUT,           -70, 400, "MIG layout invalid")                          \
+    X(PLAN_INFEASIBLE,      -71, 422, "plan infeasible")
 
 enum {
 #define TS_ERR_ENUM(name, code, http, msg) TS_ERR_##name = (code),
