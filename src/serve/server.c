@@ -18,6 +18,7 @@
 #include <microhttpd.h>
 #include <openssl/rand.h>
 #include <netdb.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -62,6 +63,14 @@ struct srv {
     atomic_int draining;
     atomic_int n_conns;     /* connections with a context, for the drain */
     atomic_uint_fast64_t next_id;
+    /* The watcher: MHD does not notice a client leaving while its
+     * connection is suspended (queued, or waiting for a whole answer), so a
+     * thread polls those sockets for hang-ups and cancels their requests. */
+    pthread_t watcher;
+    int watching;
+    pthread_mutex_t watch_mu;
+    struct conn *watched;   /* list of connections with a request in flight */
+    int stop_watch;
 };
 
 enum { R_NONE, R_COMPLETIONS, R_CHAT, R_MODELS, R_HEALTH, R_METRICS, R_ADMIN, R_BAD_METHOD };
@@ -70,6 +79,7 @@ typedef struct conn {
     srv *s;
     struct MHD_Connection *mc;
     int route;
+    const char *allow;      /* static: the method the path takes, for a 405 */
     char *body;
     size_t len, cap;
     int too_big;
@@ -85,6 +95,9 @@ typedef struct conn {
     int suspended;          /* under req->mu */
     uint64_t reserved;      /* tokens reserved with the tenant's limits */
     int lim_taken;
+    int fd;                 /* the client's socket */
+    struct conn *wprev, *wnext; /* watch list */
+    int in_watch;
     /* streaming */
     size_t sent_text;
     int sent_first, final_sent;
@@ -102,6 +115,8 @@ static enum MHD_Result reply(conn *c, int status, const char *ctype, char *body,
         return MHD_NO;
     }
     MHD_add_response_header(r, "Content-Type", ctype);
+    /* RFC 9110 15.5.6: a 405 names the methods the resource takes. */
+    if (status == 405 && c->allow) MHD_add_response_header(r, MHD_HTTP_HEADER_ALLOW, c->allow);
     if (retry_after_s > 0) {
         char v[32];
         snprintf(v, sizeof(v), "%lld", (long long)retry_after_s);
@@ -291,6 +306,53 @@ static int tokenize(conn *c, const oai_request *q, int32_t **ids, int *n) {
     return encode_append(t, q->prompt, q->prompt_len, tok_add_bos(t), ids, n, &cap);
 }
 
+/* ---- the hang-up watcher ----------------------------------------------------- */
+
+static void watch_add(conn *c) {
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c->mc, MHD_CONNECTION_INFO_CONNECTION_FD);
+    if (!ci) return;
+    c->fd = ci->connect_fd;
+    pthread_mutex_lock(&c->s->watch_mu);
+    c->wprev = NULL;
+    c->wnext = c->s->watched;
+    if (c->wnext) c->wnext->wprev = c;
+    c->s->watched = c;
+    c->in_watch = 1;
+    pthread_mutex_unlock(&c->s->watch_mu);
+}
+
+static void watch_remove(conn *c) {
+    pthread_mutex_lock(&c->s->watch_mu);
+    if (c->in_watch) {
+        if (c->wprev) c->wprev->wnext = c->wnext; else c->s->watched = c->wnext;
+        if (c->wnext) c->wnext->wprev = c->wprev;
+        c->in_watch = 0;
+    }
+    pthread_mutex_unlock(&c->s->watch_mu);
+}
+
+/* Every 50 ms, look for peers that hung up. The socket stays open until
+ * on_completed has taken the connection off the list (under the same lock),
+ * so the fd polled is always this connection's. */
+static void *watch_loop(void *arg) {
+    srv *s = arg;
+    for (;;) {
+        struct timespec ts = {0, 50 * 1000000};
+        nanosleep(&ts, NULL);
+        pthread_mutex_lock(&s->watch_mu);
+        if (s->stop_watch) {
+            pthread_mutex_unlock(&s->watch_mu);
+            return NULL;
+        }
+        for (conn *c = s->watched; c; c = c->wnext) {
+            struct pollfd p = {c->fd, POLLRDHUP, 0};
+            if (poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR)))
+                wk_cancel(s->models[c->model].w, c->req);
+        }
+        pthread_mutex_unlock(&s->watch_mu);
+    }
+}
+
 /* ---- generation ------------------------------------------------------------- */
 
 /* Called by the worker with r->mu held: wake the connection if it sleeps. */
@@ -364,6 +426,7 @@ static enum MHD_Result start_generation(conn *c, const oai_request *q) {
     c->include_usage = q->include_usage;
     if ((rc = wk_submit(s->models[m].w, c->req)))
         return reply_err(c, 503, "server_error", NULL, "shutting_down", 0, "the server is shutting down");
+    watch_add(c);
     pthread_mutex_lock(&c->req->mu);
     if (c->req->phase == WK_QUEUED) suspend_locked(c);
     pthread_mutex_unlock(&c->req->mu);
@@ -548,7 +611,7 @@ static enum MHD_Result route_generate(conn *c) {
     return res;
 }
 
-static int route_of(const char *method, const char *url) {
+static int route_of(const char *method, const char *url, const char **allow) {
     static const struct { const char *method, *url; int route; } routes[] = {
         {"POST", "/v1/completions", R_COMPLETIONS}, {"POST", "/v1/chat/completions", R_CHAT},
         {"GET", "/v1/models", R_MODELS},           {"GET", "/health", R_HEALTH},
@@ -558,6 +621,7 @@ static int route_of(const char *method, const char *url) {
     for (size_t i = 0; i < sizeof(routes) / sizeof(routes[0]); i++) {
         if (strcmp(url, routes[i].url)) continue;
         path_known = 1;
+        *allow = routes[i].method;
         if (strcmp(method, routes[i].method) == 0) return routes[i].route;
     }
     return path_known ? R_BAD_METHOD : R_NONE;
@@ -618,7 +682,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *mc, const ch
         c->s = cls;
         c->mc = mc;
         c->tenant = -1;
-        c->route = route_of(method, url);
+        c->route = route_of(method, url, &c->allow);
         c->id = atomic_fetch_add(&c->s->next_id, 1);
         c->created = (int64_t)time(NULL);
         atomic_fetch_add(&c->s->n_conns, 1);
@@ -639,6 +703,7 @@ static void on_completed(void *cls, struct MHD_Connection *mc, void **con_cls, e
     conn *c = *con_cls;
     if (!c) return;
     srv *s = cls;
+    watch_remove(c);
     if (c->req) {
         pthread_mutex_lock(&c->req->mu);
         c->req->notify = NULL;
@@ -713,6 +778,7 @@ int srv_new(const cfg *c, srv **out, char *err, size_t errlen) {
     s->c = c;
     s->n_models = (int)c->n_models;
     pthread_mutex_init(&s->lim_mu, NULL);
+    pthread_mutex_init(&s->watch_mu, NULL);
     /* Response ids start at a random point so two runs never hand out the
      * same "cmpl-..." id to clients that log them. */
     uint64_t base = 0;
@@ -776,6 +842,7 @@ int srv_start(srv *s, char *err, size_t errlen) {
     }
     const union MHD_DaemonInfo *info = MHD_get_daemon_info(s->d, MHD_DAEMON_INFO_BIND_PORT);
     s->port = info ? info->port : s->c->port;
+    s->watching = pthread_create(&s->watcher, NULL, watch_loop, s) == 0;
     return 0;
 }
 
@@ -797,8 +864,18 @@ void srv_shutdown(srv *s) {
     s->d = NULL;
 }
 
+static void stop_watcher(srv *s) {
+    if (!s->watching) return;
+    pthread_mutex_lock(&s->watch_mu);
+    s->stop_watch = 1;
+    pthread_mutex_unlock(&s->watch_mu);
+    pthread_join(s->watcher, NULL);
+    s->watching = 0;
+}
+
 void srv_free(srv *s) {
     if (!s) return;
+    stop_watcher(s);
     if (s->d) MHD_stop_daemon(s->d);
     for (int m = 0; s->models && m < s->n_models; m++) {
         wk_free(s->models[m].w);
@@ -809,5 +886,6 @@ void srv_free(srv *s) {
     obs_free(s->obs);
     free(s->lims);
     pthread_mutex_destroy(&s->lim_mu);
+    pthread_mutex_destroy(&s->watch_mu);
     free(s);
 }
