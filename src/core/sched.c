@@ -354,6 +354,25 @@ static int in_tenant_queue(const req *r) {
            r->state == SCHED_PREEMPTED_RECOMPUTE;
 }
 
+/* Move a queued request to just behind its tenant's started prefills.
+ * PREFILLING requests must stay a prefix of the tenant queue: serve_band
+ * plans only the first unplanned request, so a fresh one ahead of a started
+ * prefill hides it whenever admission is closed, and started prefills that
+ * never run never free their blocks (admission then never reopens).
+ * O(the tenant's started prefills). Counts are untouched. */
+static void tq_behind_started(sched *s, int32_t slot) {
+    req *r = &s->reqs[slot];
+    tenant *t = tenant_of(s, r);
+    if (r->prev != NIL) s->reqs[r->prev].next = r->next; else t->qhead = r->next;
+    if (r->next != NIL) s->reqs[r->next].prev = r->prev; else t->qtail = r->prev;
+    int32_t after = NIL;
+    for (int32_t i = t->qhead; i != NIL && s->reqs[i].state == SCHED_PREFILLING; i = s->reqs[i].next) after = i;
+    r->prev = after;
+    r->next = after == NIL ? t->qhead : s->reqs[after].next;
+    if (r->prev != NIL) s->reqs[r->prev].next = slot; else t->qhead = slot;
+    if (r->next != NIL) s->reqs[r->next].prev = slot; else t->qtail = slot;
+}
+
 static void swap_list_push(sched *s, int32_t slot) {
     req *r = &s->reqs[slot];
     band *b = band_of(s, r);
@@ -413,6 +432,23 @@ static void dl_pop(sched *s) {
         i = c;
     }
     if (s->n_dl) s->dl[i] = last;
+}
+
+/* Stale entries stay in the heap until their deadline surfaces, so with
+ * requests admitted faster than the queue limit the heap would outgrow its
+ * max_requests entries. When it is full, keep only the live entries (one
+ * per waiting, never-admitted request, the new one not yet pushed: fewer
+ * than max_requests) and rebuild; O(n log n), amortised over the pushes
+ * that filled it, and deterministic ((time, seq) is a total order). */
+static void dl_compact(sched *s) {
+    int32_t k = 0;
+    for (int32_t i = 0; i < s->n_dl; i++) {
+        const deadline *d = &s->dl[i];
+        const req *r = &s->reqs[d->slot];
+        if (r->in_use && r->gen == d->gen && r->state == SCHED_WAITING && !r->started) s->dl[k++] = *d;
+    }
+    s->n_dl = 0;
+    for (int32_t i = 0; i < k; i++) dl_push(s, s->dl[i]); /* by value; writes only [0, i] */
 }
 
 /* ---- ending: the one place a request ends ------------------------------- */
@@ -527,8 +563,10 @@ int sched_submit(sched *s, int64_t now_us, int32_t tn, int32_t prompt, int32_t m
                .gprev = NIL, .gnext = NIL, .run_idx = NIL, .item = NIL, .moved_step = UINT64_MAX};
     tq_link(s, slot, 0);
     const sched_tier *tier = tier_of(s, r);
-    if (tier->max_queue_ms)
+    if (tier->max_queue_ms) {
+        if (s->n_dl == s->cfg.max_requests) dl_compact(s);
         dl_push(s, (deadline){now_us + 1000 * (int64_t)tier->max_queue_ms, r->arrival_seq, slot, gen});
+    }
     s->tenants[tn].st.submitted++;
     *id = make_id(s, slot);
     return 0;
@@ -678,9 +716,10 @@ static int32_t choose_victim(const sched *s, victim_filter f) {
 /* Swap when moving the KV out and back costs less than recomputing it and
  * there is room on the host; recompute otherwise. */
 static int choose_swap(sched *s, const req *r) {
-    if (!(s->cfg.features & SCHED_FEAT_SWAP) || r->n_blocks > s->kv.n_swap_free || r->n_blocks == 0)
+    int32_t keep = blocks_for(s, r->n_computed); /* blocks holding K/V; see preempt */
+    if (!(s->cfg.features & SCHED_FEAT_SWAP) || keep > s->kv.n_swap_free || keep == 0)
         return 0;
-    double swap = cost_swap_us(&s->cost, s->cfg.block_bytes * r->n_blocks);
+    double swap = cost_swap_us(&s->cost, s->cfg.block_bytes * keep);
     return swap < cost_recompute_us(&s->cost, r->n_computed);
 }
 
@@ -692,9 +731,14 @@ static void preempt(sched *s, int32_t slot, int *left) {
     run_remove(s, slot);
     if (r->state == SCHED_PREFILLING) band_of(s, r)->n_prefilling--;
     if (swap) {
-        kv_swap_alloc(&s->kv, r->n_blocks, r->host);
-        r->n_host = r->n_blocks;
-        for (int32_t i = 0; i < r->n_blocks; i++)
+        /* Only computed positions hold K/V. Blocks grown for this step's
+         * item (a decode entering a new block, a prefill chunk) are empty:
+         * freed, not copied, so that swap-in (which allocates
+         * blocks_for(n_computed) and copies n_host) matches. */
+        int32_t keep = blocks_for(s, r->n_computed);
+        kv_swap_alloc(&s->kv, keep, r->host);
+        r->n_host = keep;
+        for (int32_t i = 0; i < keep; i++)
             s->swap_out[s->n_swap_out++] = (sched_copy){r->table[i], r->host[i]};
         if (in_tenant_queue(r)) tq_unlink(s, slot);
         release_blocks(s, r);
@@ -710,6 +754,7 @@ static void preempt(sched *s, int32_t slot, int *left) {
         r->state = SCHED_PREEMPTED_RECOMPUTE;
         r->moved_step = s->steps; /* not readmitted in the step that evicted it */
         if (!queued) tq_link(s, slot, 1);
+        tq_behind_started(s, slot);
         t->st.preempt_recompute++;
     }
     r->preemptions++;
@@ -718,7 +763,8 @@ static void preempt(sched *s, int32_t slot, int *left) {
 
 /* Give a running request blocks to cover `positions`, preempting victims
  * when the pool or its tenant's quota is exhausted (possibly the request
- * itself). Returns 1 if it still runs, 0 if it was preempted. */
+ * itself). Returns 1 if it still runs, 0 if it was preempted or (swapped
+ * in this step, no other victim) must wait a step. */
 static int grow_running(sched *s, int32_t slot, int32_t positions, int *left) {
     req *r = &s->reqs[slot];
     tenant *t = tenant_of(s, r);
@@ -732,7 +778,14 @@ static int grow_running(sched *s, int32_t slot, int32_t positions, int *left) {
         }
         victim_filter f = {-1, over_quota ? r->tenant : -1};
         int32_t v = choose_victim(s, f);
-        if (v == NIL) v = slot;
+        if (v == NIL) {
+            /* Swapped in this very step: its blocks are the targets of this
+             * step's swap-in copies and its host slots their source, so it
+             * can be neither swapped out again nor dropped now. It sits the
+             * step out (no item); a later step may preempt it. */
+            if (r->moved_step == s->steps) return 0;
+            v = slot;
+        }
         preempt(s, v, left);
         if (v == slot) return 0;
     }
@@ -969,17 +1022,36 @@ static int serve_band(sched *s, int b, int *left, int cap) {
         s->skipped[s->n_skipped++] = e;
         if (why == PF_GLOBAL && bd->n_prefilling == 0) break;
     }
-    for (int32_t i = 0; i < s->n_skipped; i++) fq_restore(&bd->q, s->skipped[i]);
+    for (int32_t i = 0; i < s->n_skipped; i++) {
+        /* A preemption during the pass (a swap-out of its prefilling
+         * request) may have emptied a set-aside tenant's queue: it is no
+         * longer backlogged and must stay out. */
+        tenant *t = (tenant *)((char *)s->skipped[i] - offsetof(tenant, fe));
+        if (t->n_queued > 0) fq_restore(&bd->q, s->skipped[i]);
+    }
     return used;
 }
 
 /* FCFS: one queue in arrival order; the head blocks everyone behind it. */
 static void serve_fcfs(sched *s, int *left) {
+    /* Once admission is closed nothing behind is admitted, but started
+     * prefills behind (admitted while the one ahead was held by its tenant's
+     * limits, or requeued) still run: they hold blocks, and idle ones could
+     * keep admission closed for good. The walk ends once all were seen. */
+    int closed = 0;
+    int32_t seen = 0;
     for (int32_t slot = s->ghead, next; slot != NIL && *left > 0; slot = next) {
         next = s->reqs[slot].gnext;
-        if (s->reqs[slot].item != NIL) continue;
+        int started = s->reqs[slot].state == SCHED_PREFILLING;
+        if (closed) {
+            int32_t n_started = 0;
+            for (int b = 0; b < SCHED_MAX_TIERS; b++) n_started += s->bands[b].n_prefilling;
+            if (seen >= n_started) break;
+        }
+        seen += started;
+        if (s->reqs[slot].item != NIL || (closed && !started)) continue;
         int why;
-        if (plan_prefill(s, slot, *left, left, &why) == 0 && why == PF_GLOBAL) break;
+        if (plan_prefill(s, slot, *left, left, &why) == 0 && why == PF_GLOBAL) closed = 1;
     }
 }
 
