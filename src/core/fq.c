@@ -86,10 +86,10 @@ void fq_restore(fq *q, fq_entity *e) {
     sift_up(q, q->n - 1);
 }
 
-void fq_dequeue(fq *q, fq_entity *e) {
+/* Take e out of the heap, leaving the floor alone. */
+static void heap_remove(fq *q, fq_entity *e) {
     int32_t i = e->heap_pos;
     if (i < 0) return;
-    advance_floor(q);
     e->heap_pos = -1;
     if (--q->n == i) return;
     fq_entity *moved = q->heap[q->n];
@@ -97,6 +97,14 @@ void fq_dequeue(fq *q, fq_entity *e) {
     sift_down(q, i);
     sift_up(q, moved->heap_pos);
 }
+
+void fq_dequeue(fq *q, fq_entity *e) {
+    if (e->heap_pos < 0) return;
+    advance_floor(q);
+    heap_remove(q, e);
+}
+
+void fq_set_aside(fq *q, fq_entity *e) { heap_remove(q, e); }
 
 fq_entity *fq_peek(const fq *q) { return q->n ? q->heap[0] : NULL; }
 

@@ -58,8 +58,12 @@ void fq_entity_init(fq_entity *e);
 
 /* e becomes backlogged: lift its counter (see above) and queue it. */
 void fq_enqueue(fq *q, fq_entity *e);
-/* Put back an entity taken out with fq_dequeue during one planning pass,
- * without lifting its counter: it was backlogged all along. */
+/* Set e aside for the rest of one planning pass (it can take nothing more
+ * this step) without moving the floor: it is still backlogged, and a
+ * tenant returning meanwhile must be lifted to the minimum of the
+ * backlogged, not to a set-aside tenant's counter. */
+void fq_set_aside(fq *q, fq_entity *e);
+/* Put back an entity set aside, without lifting its counter. */
 void fq_restore(fq *q, fq_entity *e);
 /* e is no longer backlogged. */
 void fq_dequeue(fq *q, fq_entity *e);

@@ -118,9 +118,11 @@ struct sched {
     int32_t n_swapped_in;
     fq_entity **skipped;    /* (max_tenants) tenants set aside while planning */
     int32_t *scratch;       /* (max_tenants) for sched_check */
+    uint8_t *seen;          /* (max(n_blocks, n_swap_blocks)) for sched_check */
     int32_t n_skipped;
     int budget;
     int swap_stuck_band;    /* a swapped request of this band could not come back */
+    int no_victim_above;    /* this step found no TTFT victim below this band */
     cost_features feat;     /* features of the step in flight */
     int64_t now_us;         /* time of the step being planned */
 };
@@ -202,6 +204,7 @@ void sched_free(sched *s) {
     free(s->tenants); free(s->reqs); free(s->free_slots); free(s->tables); free(s->hosts);
     free(s->run); free(s->dl); free(s->ends); free(s->items); free(s->swap_out); free(s->swap_in);
     free(s->preempted); free(s->swapped_in); free(s->skipped); free(s->scratch);
+    free(s->seen);
     free(s);
 }
 
@@ -228,9 +231,10 @@ int sched_new(const sched_config *c, sched **out) {
     s->swapped_in = malloc((size_t)c->max_running * sizeof(int32_t));
     s->skipped = malloc((size_t)c->max_tenants * sizeof(fq_entity *));
     s->scratch = malloc((size_t)c->max_tenants * sizeof(int32_t));
+    s->seen = malloc((size_t)(c->n_blocks > c->n_swap_blocks ? c->n_blocks : c->n_swap_blocks));
     int bad = !s->tenants || !s->reqs || !s->free_slots || !s->tables || !s->hosts || !s->run ||
               !s->dl || !s->ends || !s->items || !s->swap_out || !s->swap_in || !s->preempted ||
-              !s->swapped_in || !s->skipped || !s->scratch;
+              !s->swapped_in || !s->skipped || !s->scratch || !s->seen;
     for (int b = 0; !bad && b < SCHED_MAX_TIERS; b++) {
         bad |= fq_init(&s->bands[b].q, c->max_tenants) != 0;
         s->bands[b].swap_head = s->bands[b].swap_tail = NIL;
@@ -859,8 +863,11 @@ static int swap_in_band(sched *s, int b, int *left, int cap) {
         if (r->moved_step == s->steps) continue; /* swapped out this very step */
         int decoding = r->n_total - r->n_computed == 1;
         int32_t need = blocks_for(s, decoding ? r->n_total : r->n_computed);
-        if (s->n_run >= s->cfg.max_running || t->kv_blocks + need > t->kv_quota || s->kv.n_free < need ||
-            (t->cfg.max_running && (uint32_t)t->n_running >= t->cfg.max_running)) {
+        /* Held back by its own tenant's limits: that must not hold back
+         * anyone else, so try the next one. */
+        if (t->kv_blocks + need > t->kv_quota || (t->cfg.max_running && (uint32_t)t->n_running >= t->cfg.max_running))
+            continue;
+        if (s->n_run >= s->cfg.max_running || s->kv.n_free < need) {
             /* FCFS has no bands: a stuck swap-in stops every admission. */
             if (s->cfg.policy == SCHED_POLICY_FCFS) s->swap_stuck_band = 0;
             else if (b < s->swap_stuck_band) s->swap_stuck_band = b;
@@ -947,9 +954,14 @@ static int32_t plan_prefill(sched *s, int32_t slot, int room, int *left, int *wh
             /* Make room by preempting lower bands, then skip the watermark:
              * the headroom it keeps is there for exactly this. */
             victim_filter f = {t->band, -1};
-            while (s->n_run >= s->cfg.max_running || s->kv.n_free < want) {
+            /* Once a scan found no victim below band b, none appears later
+             * in the step for b or any band below it: skip the rescans. */
+            while (t->band < s->no_victim_above && (s->n_run >= s->cfg.max_running || s->kv.n_free < want)) {
                 int32_t v = choose_victim(s, f);
-                if (v == NIL) break;
+                if (v == NIL) {
+                    s->no_victim_above = t->band;
+                    break;
+                }
                 preempt(s, v, left);
             }
             bypass = 1;
@@ -998,6 +1010,30 @@ static int32_t first_unplanned(const sched *s, const tenant *t) {
     return slot;
 }
 
+/* Started prefills of band b go on before anything new is admitted: they
+ * already hold blocks and were admitted in fair order, and leaving them
+ * half done while newcomers start spreads the budget over ever more
+ * partial prompts (worse TTFT for all, KV held idle). Admission order. */
+static int continue_prefills(sched *s, int b, int *left, int cap) {
+    int used = 0;
+    for (int32_t i = 0; i < s->n_run && used < cap && *left > 0;) {
+        int32_t slot = s->run[i];
+        req *r = &s->reqs[slot];
+        if (r->state != SCHED_PREFILLING || r->item != NIL || tenant_of(s, r)->band != b) {
+            i++;
+            continue;
+        }
+        int32_t before = s->n_preempted, why;
+        int room = cap - used < *left ? cap - used : *left;
+        used += plan_prefill(s, slot, room, left, &why);
+        /* A preemption reorders s->run; planned requests have items, so a
+         * rescan from the start skips them. Without one, a request that got
+         * nothing (no block) is simply passed. */
+        i = s->n_preempted != before ? 0 : i + 1;
+    }
+    return used;
+}
+
 /* Prefill for band b, tenants in fair-queue order, up to cap tokens. */
 static int serve_band(sched *s, int b, int *left, int cap) {
     band *bd = &s->bands[b];
@@ -1018,7 +1054,7 @@ static int serve_band(sched *s, int b, int *left, int cap) {
         /* Nothing more for this tenant this step: set it aside without
          * touching its counter. When admission is closed for everyone,
          * only started prefills could still move. */
-        fq_dequeue(&bd->q, e);
+        fq_set_aside(&bd->q, e);
         s->skipped[s->n_skipped++] = e;
         if (why == PF_GLOBAL && bd->n_prefilling == 0) break;
     }
@@ -1092,6 +1128,7 @@ static void serve_bands(sched *s, int *left) {
         int allowance = reserve[b] + spare, a = allowance;
         if (allowance <= 0) continue;
         swap_in_band(s, b, &a, a);
+        if (a > 0) continue_prefills(s, b, &a, a);
         if (a > 0) serve_band(s, b, &a, a);
         int used = allowance - a;
         spare = allowance - used;
@@ -1124,6 +1161,7 @@ int sched_step(sched *s, int64_t now_us, sched_plan *p) {
     s->now_us = now_us;
     s->n_items = s->n_swap_out = s->n_swap_in = s->n_preempted = s->n_failed = s->n_swapped_in = 0;
     s->swap_stuck_band = SCHED_MAX_TIERS;
+    s->no_victim_above = SCHED_MAX_TIERS;
     for (int b = 0; b < SCHED_MAX_TIERS; b++) s->bands[b].used = 0;
     expire_timeouts(s, now_us);
     s->budget = compute_budget(s);
@@ -1189,8 +1227,14 @@ static void end_pending_cancels(sched *s) {
 static void fail_step(sched *s) {
     for (int32_t i = 0; i < s->n_items; i++) {
         int32_t slot = (int32_t)(uint32_t)s->items[i].id;
-        s->reqs[slot].item = NIL;
-        s->reqs[slot].charge = 0;
+        req *r = &s->reqs[slot];
+        if (r->charge) { /* the tokens never ran: no service to charge */
+            tenant *t = tenant_of(s, r);
+            fq_charge(&s->bands[t->band].q, &t->fe, -s->cfg.w_in * (double)r->charge, t->cfg.weight);
+            r->n_charged_in -= (int32_t)r->charge;
+        }
+        r->item = NIL;
+        r->charge = 0;
         end_request(s, slot, SCHED_FAILED, SCHED_R_EXECUTOR);
     }
     for (int32_t i = 0; i < s->n_preempted; i++) {
@@ -1249,8 +1293,31 @@ static int check_requests(const sched *s, int32_t *dev, int32_t *host, int32_t *
     return 0;
 }
 
+/* Each block (host slot) is exactly one of: free, or in one request's
+ * table (host slots). Counting alone would miss a block in two tables. */
+static int check_owners(const sched *s, int host) {
+    int32_t n = host ? s->kv.n_swap : s->kv.n_blocks, marked = 0;
+    const int32_t *free_ids = host ? s->kv.swap_free_ids : s->kv.free_ids;
+    int32_t n_free = host ? s->kv.n_swap_free : s->kv.n_free;
+    memset(s->seen, 0, (size_t)(n ? n : 1));
+    for (int32_t i = 0; i < n_free; i++, marked++) s->seen[free_ids[i]] = 1;
+    for (int32_t i = 0; i < s->cfg.max_requests; i++) {
+        const req *r = &s->reqs[i];
+        if (!r->in_use) continue;
+        const int32_t *ids = host ? r->host : r->table;
+        int32_t k = host ? r->n_host : r->n_blocks;
+        for (int32_t j = 0; j < k; j++, marked++) {
+            if (ids[j] < 0 || ids[j] >= n || s->seen[ids[j]]) return TS_ERR_KV_BLOCK;
+            s->seen[ids[j]] = 1;
+        }
+    }
+    return marked == n ? 0 : TS_ERR_KV_BLOCK;
+}
+
 int sched_check(const sched *s) {
     int rc = kv_check(&s->kv);
+    if (!rc) rc = check_owners(s, 0);
+    if (!rc) rc = check_owners(s, 1);
     if (rc) return rc;
     int32_t dev = 0, host = 0, running = 0;
     int32_t *queued = s->scratch;
