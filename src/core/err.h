@@ -40,7 +40,8 @@
     X(RANDOM,               -52, 500, "random number generator failed")              \
     X(SHUTDOWN,             -60, 503, "server is shutting down")                     \
     X(MIG_LAYOUT,           -70, 400, "MIG layout invalid")                          \
-    X(PLAN_INFEASIBLE,      -71, 422, "plan infeasible")
+    X(PLAN_INFEASIBLE,      -71, 422, "plan infeasible")                             \
+    X(SCENARIO,             -80, 400, "invalid bench scenario")
 
 enum {
 #define TS_ERR_ENUM(name, code, http, msg) TS_ERR_##name = (code),
