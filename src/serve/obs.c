@@ -1,6 +1,7 @@
 /* obs.c - see obs.h. */
 #include "obs.h"
 
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,6 +22,9 @@ typedef struct obs_tenant {
     /* last values seen, to turn the scheduler's cumulative counts into increments */
     uint64_t seen_swap, seen_recompute;
     double seen_service;
+    /* this model's latest gauge values (per-model state only); the tenant's
+     * gauges are their sum over models, taken when /metrics is rendered */
+    atomic_int cur_queue, cur_running, cur_kv;
 } obs_tenant;
 
 typedef struct obs_model {
@@ -177,7 +181,25 @@ void obs_reject(obs *o, int tenant, const char *reason) {
         if (strcmp(reason, HTTP_REASONS[i]) == 0) met_inc(t->rejected[SCHED_R_COUNT + i], 1);
 }
 
-int obs_render(obs *o, char **buf, size_t *len) { return met_render(o->reg, buf, len); }
+/* A tenant's queue, running and KV gauges add up its state on every model.
+ * Each worker stores only its own model's values (on_step); summing here,
+ * from the latest of each, means one model's step never hides another's
+ * requests, and no lock is shared between the workers. */
+int obs_render(obs *o, char **buf, size_t *len) {
+    for (int i = 0; i < o->n_tenants; i++) {
+        long q = 0, run = 0, kv = 0;
+        for (int m = 0; m < o->n_models; m++) {
+            obs_tenant *st = &o->models[m].tenant_state[i];
+            q += atomic_load(&st->cur_queue);
+            run += atomic_load(&st->cur_running);
+            kv += atomic_load(&st->cur_kv);
+        }
+        met_set(o->tenants[i].queue, (double)q);
+        met_set(o->tenants[i].running, (double)run);
+        met_set(o->tenants[i].kv_blocks, (double)kv);
+    }
+    return met_render(o->reg, buf, len);
+}
 
 /* ---- worker hooks (engine thread of one model) ------------------------------ */
 
@@ -220,9 +242,9 @@ static void on_step(void *ctx, const wk_step_info *s) {
     for (int i = 0; i < s->n_tenants && i < o->n_tenants; i++) {
         const sched_tenant_stats *st = &s->tenants[i];
         obs_tenant *t = &o->tenants[i], *seen = &m->tenant_state[i];
-        met_set(t->queue, st->queued);
-        met_set(t->running, st->running);
-        met_set(t->kv_blocks, st->kv_blocks);
+        atomic_store(&seen->cur_queue, st->queued);
+        atomic_store(&seen->cur_running, st->running);
+        atomic_store(&seen->cur_kv, st->kv_blocks);
         met_inc(t->preempt_swap, (double)(st->preempt_swap - seen->seen_swap));
         met_inc(t->preempt_recompute, (double)(st->preempt_recompute - seen->seen_recompute));
         seen->seen_swap = st->preempt_swap;
