@@ -1,0 +1,129 @@
+"""prometheus_check.py - a real Prometheus scrapes a live `tessera serve`.
+
+Run by tests/prometheus.sh (TS_PROMETHEUS names the binary). Steps, each
+with a deadline:
+  1. start tessera (four tenants) and prometheus (its own 127.0.0.1 port,
+     storage under TS_TMPDIR, one target: tessera, scraped every second);
+  2. wait until prometheus has scraped tessera once (up == 1), so the
+     histogram counters are seen at zero before any request;
+  3. three tenants send requests; the fourth sends none;
+  4. poll the HTTP API until
+        histogram_quantile(0.99, sum by (le, tenant) (rate(tessera_ttft_seconds_bucket[1m])))
+     gives a finite number for each of the three, and check a few other
+     series the way a dashboard would read them.
+Both processes are stopped at the end whatever happens; tessera must exit 0.
+"""
+
+import json
+import math
+import os
+import subprocess
+import sys
+import time
+import urllib.parse
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from harness import (Env, Model, Server, Tenant, _die_with_parent, free_port, log, make_model,  # noqa: E402
+                     request, wait_until)
+
+QUERY = "histogram_quantile(0.99, sum by (le, tenant) (rate(tessera_ttft_seconds_bucket[1m])))"
+SENDERS = ("gold-a", "silver-b", "bronze-c")
+
+
+def prom_query(port, q):
+    """Result vector of an instant query: {tenant or "": float}."""
+    r = request(port, "GET", "/api/v1/query?" + urllib.parse.urlencode({"query": q}), timeout=5)
+    if r.status != 200:
+        raise AssertionError("prometheus query %r: %r" % (q, r))
+    j = r.json()
+    if j.get("status") != "success" or j["data"]["resultType"] != "vector":
+        raise AssertionError("prometheus query %r: %r" % (q, j))
+    return {s["metric"].get("tenant", ""): float(s["value"][1]) for s in j["data"]["result"]}
+
+
+def main():
+    env = Env("prometheus")
+    prom_bin = os.environ.get("TS_PROMETHEUS", "prometheus")
+    model = make_model(env)
+    tenants = [Tenant(env, n, tier) for n, tier in
+               (("gold-a", "gold"), ("silver-b", "silver"), ("bronze-c", "bronze"), ("idle-d", "bronze"))]
+    srv = Server(env, "tessera", [Model("tiny", model)], tenants, limits={"shutdown_grace_s": 2})
+    prom = None
+    ok = False
+    try:
+        srv.start()
+        pport = free_port()
+        data = os.path.join(env.work, "tsdb")
+        cfg = os.path.join(env.work, "prometheus.yml")
+        with open(cfg, "w") as f:
+            f.write("global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
+                    "scrape_configs:\n  - job_name: tessera\n    scrape_interval: 1s\n    scrape_timeout: 1s\n"
+                    "    static_configs:\n      - targets: ['127.0.0.1:%d']\n" % srv.port)
+        plog = open(os.path.join(env.work, "prometheus.log"), "w")
+        prom = subprocess.Popen([prom_bin, "--config.file=" + cfg, "--storage.tsdb.path=" + data,
+                                 "--web.listen-address=127.0.0.1:%d" % pport, "--log.level=warn"],
+                                stdout=plog, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                preexec_fn=_die_with_parent, cwd=env.work)
+        plog.close()
+
+        def ready():
+            if prom.poll() is not None:
+                raise AssertionError("prometheus exited with %s; see %s/prometheus.log" % (prom.returncode, env.work))
+            try:
+                return request(pport, "GET", "/-/ready", timeout=2).status == 200
+            except OSError:
+                return False
+        wait_until(ready, 30, interval=0.2, what="prometheus /-/ready")
+        wait_until(lambda: prom_query(pport, 'up{job="tessera"}').get("") == 1.0, 20, interval=0.2,
+                   what="prometheus to scrape tessera once (up == 1)")
+        log("prometheus: ready on 127.0.0.1:%d, scraping tessera on port %d" % (pport, srv.port))
+
+        sent = {}
+        for rnd in range(4):
+            for t in SENDERS:
+                r = request(srv.port, "POST", "/v1/completions",
+                            {"model": "tiny", "prompt": "scrape me %d" % rnd, "max_tokens": 4},
+                            key=srv.key(t), timeout=20)
+                assert r.status == 200, r
+                sent[t] = sent.get(t, 0) + 1
+            time.sleep(0.3)
+
+        def p99_for_all():
+            res = prom_query(pport, QUERY)
+            if all(t in res and math.isfinite(res[t]) for t in SENDERS):
+                return res
+            return None
+        res = wait_until(p99_for_all, 20, interval=0.5, what="a finite TTFT p99 per sending tenant from " + QUERY)
+        for t in SENDERS:
+            assert 0 < res[t] <= 60, "p99 TTFT of %s is %r" % (t, res[t])
+        log("prometheus: p99 TTFT by tenant: %s" % json.dumps(res, sort_keys=True))
+        # A tenant with no traffic has no rate to take a quantile of.
+        assert not math.isfinite(res.get("idle-d", math.nan)), res
+
+        # The counters as Prometheus stored them agree with what was sent.
+        def counts_seen():
+            c = prom_query(pport, 'sum by (tenant) (tessera_requests_total{code="200"})')
+            return c if all(c.get(t) == sent[t] for t in SENDERS) else None
+        wait_until(counts_seen, 10, interval=0.5, what="tessera_requests_total{code=200} == requests sent, per tenant")
+        c = prom_query(pport, "sum by (tenant) (tessera_completion_tokens_total)")
+        for t in SENDERS:
+            assert c.get(t) == 4 * sent[t], c
+        ok = True
+    finally:
+        if prom is not None and prom.poll() is None:
+            prom.terminate()
+            try:
+                prom.wait(10)
+            except subprocess.TimeoutExpired:
+                prom.kill()
+                prom.wait(5)
+        rc = srv.stop()
+        if rc != 0:
+            log("prometheus: tessera exited with %r; stderr:\n%s" % (rc, srv.stderr()[-3000:]))
+            ok = False
+    print("prometheus: %s" % ("all checks passed" if ok else "FAIL"))
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
