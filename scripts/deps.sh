@@ -5,7 +5,11 @@
 set -euo pipefail
 
 PKGS=(build-essential cmake pkg-config libopenblas-dev libcmocka-dev
-      libmicrohttpd-dev libcjson-dev libyaml-dev libssl-dev python3 python3-numpy)
+      libmicrohttpd-dev libcjson-dev libyaml-dev libssl-dev python3 python3-numpy
+      nodejs prometheus)  # node (+ npm) and prometheus: tests/openai_compat.sh, tests/prometheus.sh
+# Debian's npm, unless an npm is already there: NodeSource's nodejs bundles
+# its own and conflicts with Debian's npm package.
+command -v npm >/dev/null || PKGS+=(npm)
 
 missing=()
 for p in "${PKGS[@]}"; do
