@@ -5,7 +5,7 @@
 set -euo pipefail
 
 PKGS=(build-essential cmake pkg-config libopenblas-dev libcmocka-dev
-      libmicrohttpd-dev libcjson-dev libyaml-dev libssl-dev python3 python3-numpy
+      libmicrohttpd-dev libcjson-dev libyaml-dev libssl-dev python3 python3-numpy libcurl4-openssl-dev gnuplot-nox
       nodejs prometheus)  # node (+ npm) and prometheus: tests/openai_compat.sh, tests/prometheus.sh
 # Debian's npm, unless an npm is already there: NodeSource's nodejs bundles
 # its own and conflicts with Debian's npm package.

@@ -17,6 +17,7 @@ static const subcommand COMMANDS[] = {
     {"generate", cmd_generate, "generate text from a GGUF model"},
     {"serve", cmd_serve, "run the OpenAI-compatible multi-tenant server"},
     {"keygen", cmd_keygen, "print a new API key and the SHA-256 the config stores"},
+    {"bench", cmd_bench, "open-loop multi-tenant load against a server; isolation and fairness report"},
 };
 
 static void usage(FILE *f) {

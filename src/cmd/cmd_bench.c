@@ -1,0 +1,237 @@
+/*
+ * cmd_bench.c - `tessera bench`: run a scenario's open-loop multi-tenant
+ * load against an OpenAI-compatible server and report isolation and
+ * fairness.
+ *
+ * The run is bounded three ways: the send window (--duration, or the
+ * scenario's), or a request count (--requests); the scenario's drain time
+ * after it; and a hard end a few seconds later, after which everything still
+ * open is cut. SIGINT or SIGTERM stops early and still writes the report of
+ * what ran. Exit status: 0 when the run happened (request errors are
+ * results, not failures), 1 when nothing could be measured (bad scenario
+ * file, no request reached the server, outputs not writable), 2 on usage.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <limits.h>
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "bench/arrivals.h"
+#include "bench/loadgen.h"
+#include "bench/plot.h"
+#include "bench/report.h"
+#include "bench/scenario.h"
+#include "cmd.h"
+#include "err.h"
+
+#define HARD_MARGIN_S 5.0   /* after send window + drain, the run is cut whatever happens */
+
+static volatile sig_atomic_t stop_flag;
+
+static void on_signal(int sig) {
+    (void)sig;
+    stop_flag = 1;
+}
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: tessera bench --scenario S.yaml --url http://127.0.0.1:8080\n"
+            "                     [--duration 60s | --requests N] [--out DIR] [--seed N] [--quiet]\n"
+            "  --scenario  tenants, keys, arrival processes, lengths, SLOs (see scenarios/*.yaml)\n"
+            "  --url       the server's base URL; nothing else is ever contacted\n"
+            "  --duration  send window (default: the scenario's duration)\n"
+            "  --requests  send this many requests in schedule order instead of a window\n"
+            "  --out       folder for report.txt, report.json and the plots (default bench-out)\n"
+            "  --seed      the schedule's seed (default 1): same seed, same traffic\n"
+            "  --quiet     no live progress line\n");
+}
+
+/* mkdir -p */
+static int make_dirs(const char *path) {
+    char buf[PATH_MAX];
+    if (snprintf(buf, sizeof buf, "%s", path) >= (int)sizeof buf) return -1;
+    for (char *p = buf + 1; *p; p++) {
+        if (*p != '/') continue;
+        *p = 0;
+        if (mkdir(buf, 0755) && errno != EEXIST) return -1;
+        *p = '/';
+    }
+    return mkdir(buf, 0755) && errno != EEXIST ? -1 : 0;
+}
+
+static int write_file(const char *dir, const char *name, const char *text) {
+    char path[PATH_MAX];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    FILE *f = fopen(path, "w");
+    if (!f) return -1;
+    fputs(text, f);
+    int bad = ferror(f);
+    return (fclose(f) || bad) ? -1 : 0;
+}
+
+static int parse_u64(const char *s, uint64_t *v) {
+    char *end;
+    errno = 0;
+    unsigned long long x = strtoull(s, &end, 10);
+    if (!*s || *end || errno || s[0] == '-') return -1;
+    *v = x;
+    return 0;
+}
+
+/* The report: table on stdout and in report.txt, JSON, plots. */
+static int write_report(const char *out, const scn *s, const rpt *p, const rpt_req *r, size_t n, const char *url,
+                        uint64_t seed) {
+    rpt_table(stdout, s, p);
+    char path[PATH_MAX];
+    snprintf(path, sizeof path, "%s/report.txt", out);
+    FILE *f = fopen(path, "w");
+    int bad = !f;
+    if (f) {
+        fprintf(f, "tessera bench: scenario %s against %s, seed %llu\n", s->name, url, (unsigned long long)seed);
+        rpt_table(f, s, p);
+        bad |= ferror(f) | (fclose(f) != 0);
+    }
+    char *json = rpt_json(s, p, r, n, url, seed);
+    bad |= !json || write_file(out, "report.json", json);
+    free(json);
+    if (bad) {
+        fprintf(stderr, "bench: cannot write the report into %s\n", out);
+        return 1;
+    }
+    char err[512] = "";
+    fflush(stdout);
+    if (plot_write(out, s, p, r, n, err, sizeof err)) fprintf(stderr, "bench: plots: %s\n", err);
+    printf("bench: report.txt, report.json, ttft_cdf.{svg,png}, tokens.{svg,png} in %s\n", out);
+    return 0;
+}
+
+int cmd_bench(int argc, char **argv) {
+    static const struct option opts[] = {
+        {"scenario", required_argument, 0, 's'}, {"url", required_argument, 0, 'u'},
+        {"duration", required_argument, 0, 'd'}, {"requests", required_argument, 0, 'n'},
+        {"out", required_argument, 0, 'o'},      {"seed", required_argument, 0, 'S'},
+        {"quiet", no_argument, 0, 'q'},          {"help", no_argument, 0, 'h'},
+        {0, 0, 0, 0}};
+    const char *path = NULL, *url = NULL, *out = "bench-out", *dur = NULL;
+    uint64_t seed = 1, n_req = 0;
+    int quiet = 0, ch, have_req = 0;
+    optind = 1;
+    while ((ch = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+        switch (ch) {
+        case 's': path = optarg; break;
+        case 'u': url = optarg; break;
+        case 'd': dur = optarg; break;
+        case 'n':
+            if (parse_u64(optarg, &n_req) || n_req < 1 || n_req > 10000000) {
+                fprintf(stderr, "bench: --requests wants a count from 1 to 10000000, got '%s'\n", optarg);
+                return 2;
+            }
+            have_req = 1;
+            break;
+        case 'o': out = optarg; break;
+        case 'S':
+            if (parse_u64(optarg, &seed)) {
+                fprintf(stderr, "bench: --seed wants a non-negative integer, got '%s'\n", optarg);
+                return 2;
+            }
+            break;
+        case 'q': quiet = 1; break;
+        case 'h': usage(stdout); return 0;
+        default: usage(stderr); return 2;
+        }
+    }
+    if (!path || !url || optind != argc || (dur && have_req)) {
+        if (dur && have_req) fprintf(stderr, "bench: give --duration or --requests, not both\n");
+        usage(stderr);
+        return 2;
+    }
+    char err[1024];
+    if (lg_url_check(url, err, sizeof err)) {
+        fprintf(stderr, "bench: %s\n", err);
+        return 2;
+    }
+    double window = 0;
+    if (dur && (scn_duration_parse(dur, &window) || window <= 0)) {
+        fprintf(stderr, "bench: --duration wants a duration such as 60s, 500ms or 2m, got '%s'\n", dur);
+        return 2;
+    }
+    scn s;
+    if (scn_load(path, &s, err, sizeof err)) {
+        fprintf(stderr, "bench: %s\n", err);
+        return 1;
+    }
+    if (!have_req && window <= 0) window = s.duration_s;
+    if (!have_req && window <= 0) {
+        fprintf(stderr, "bench: %s has no duration: give --duration or --requests\n", path);
+        scn_free(&s);
+        return 2;
+    }
+    if (make_dirs(out)) {
+        fprintf(stderr, "bench: cannot make the output folder %s: %s\n", out, strerror(errno));
+        scn_free(&s);
+        return 1;
+    }
+    arr_event *ev;
+    size_t n;
+    int rc = arr_schedule(&s, seed, have_req ? 0 : window, have_req ? (size_t)n_req : 0, &ev, &n);
+    if (rc) {
+        fprintf(stderr, "bench: cannot build the schedule: %s (is a rate absurdly high?)\n", err_str(rc));
+        scn_free(&s);
+        return 1;
+    }
+    double send_s = have_req ? (n ? ev[n - 1].t_s + 1e-6 : 0) : window;
+    printf("bench: scenario %s: %zu requests from %d tenants over %.1f s to %s (seed %llu, drain %.0f s)\n", s.name, n,
+           s.n_tenants, send_s, url, (unsigned long long)seed, s.drain_s);
+    fflush(stdout);
+    rpt_req *r = calloc(n ? n : 1, sizeof *r);
+    if (!r) {
+        free(ev);
+        scn_free(&s);
+        fprintf(stderr, "bench: out of memory\n");
+        return 1;
+    }
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    signal(SIGPIPE, SIG_IGN);   /* libcurl with NOSIGNAL leaves SIGPIPE to us */
+    lg_opts o = {url, send_s, s.drain_s, send_s + s.drain_s + HARD_MARGIN_S, 5.0, !quiet, &stop_flag};
+    size_t done;
+    double run_s;
+    rc = lg_run(&s, ev, n, &o, r, &done, &run_s, err, sizeof err);
+    free(ev);
+    if (rc) {
+        fprintf(stderr, "bench: %s\n", err);
+        rpt_reqs_free(r, n);
+        free(r);
+        scn_free(&s);
+        return 1;
+    }
+    if (stop_flag) fprintf(stderr, "bench: stopped by a signal after %.1f s; reporting what ran\n", run_s);
+    rpt p;
+    int status = 0;
+    if (rpt_compute(&s, r, done, run_s, &p)) {
+        fprintf(stderr, "bench: out of memory computing the report\n");
+        status = 1;
+    } else {
+        status = write_report(out, &s, &p, r, done, url, seed);
+        int transport = 0;
+        for (size_t i = 0; i < done; i++) transport += r[i].status == RPT_ST_TRANSPORT;
+        if (done && p.completed == 0 && transport == (int)done) {
+            fprintf(stderr, "bench: no request reached %s\n", url);
+            status = 1;
+        }
+        rpt_free(&p);
+    }
+    rpt_reqs_free(r, done);
+    free(r);
+    scn_free(&s);
+    return status;
+}
