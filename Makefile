@@ -40,7 +40,8 @@ test: build
 	@cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
 
 bench: build
-	@$(BUILD)/bench_engine
+	@for b in $(BUILD)/bench_*; do echo "== $$b"; $$b || exit 1; done
+	@echo "== bench/streams.sh (1000 concurrent streams)"; TESSERA=$(TESSERA) bash bench/streams.sh 1000
 
 clean:
 	rm -rf build build-san
