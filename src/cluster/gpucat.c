@@ -1,0 +1,150 @@
+/* gpucat.c - the GPU catalog table; see gpucat.h.
+ *
+ * Tags as in shared/reference/gpu-sharing-facts.md: [V] checked against
+ * NVIDIA documentation or a real nvidia-smi transcript, [S] secondary
+ * source only, [U] unverified (an estimate, or sources disagree), [D]
+ * derived here from the other numbers. Throughput is dense (datasheets
+ * quote twice as much "with sparsity"). Sources:
+ *   MIG:    NVIDIA MIG user guide v580 (docs.nvidia.com/datacenter/tesla/
+ *           mig-user-guide), Tables 6-9; -lgip transcripts cited per row.
+ *   Specs:  glennklockwood.com/garden/processors/A100 and /H100 (citing the
+ *           NVIDIA datasheets), hpctech.co.jp H100 SXM/PCIe table, the H200
+ *           product page, the L40S datasheet, the L4 datasheet; SM counts
+ *           from the JAX GPU spec table [S] and deviceQuery (L4) [V].
+ * Usable memory of a whole GPU is the 7g profile's -lgip figure where there
+ * is one (what a process can allocate, which is less than the marketing
+ * size), otherwise the nvidia-smi total as noted.
+ *
+ * The GI profile order in every row is 19, 20, 15, 14, 9, 5, 0, the order
+ * of mig.h's geometry table.
+ */
+#include "gpucat.h"
+
+#include <stdio.h>
+#include <string.h>
+#include <strings.h>
+
+static const gpucat_gpu CATALOG[] = {
+    /* A100 SXM4 40GB. Specs [V] datasheet; MIG from -lgip transcripts and
+     * guide Table 6 [V]. 1g.10gb (id 15) may need R525+ drivers [U]. */
+    {"A100-40GB", 39.25, 1555, 312, 0, 108, 64, 7,
+     {{"1g.5gb", 19, 14, 4.75},
+      {"1g.5gb+me", 20, 14, 4.75},
+      {"1g.10gb", 15, 14, 9.62},
+      {"2g.10gb", 14, 28, 9.62},
+      {"3g.20gb", 9, 42, 19.50},
+      {"4g.20gb", 5, 56, 19.50},
+      {"7g.40gb", 0, 98, 39.25}}},
+    /* A100 SXM4 80GB. Specs [V]; MIG memory from -lgip (+-0.25 GiB by
+     * driver) [V], SMs as on A100-40GB [V]. */
+    {"A100-80GB", 79.00, 2039, 312, 0, 108, 64, 7,
+     {{"1g.10gb", 19, 14, 9.50},
+      {"1g.10gb+me", 20, 14, 9.50},
+      {"1g.20gb", 15, 14, 19.50},
+      {"2g.20gb", 14, 28, 19.50},
+      {"3g.40gb", 9, 42, 39.25},
+      {"4g.40gb", 5, 56, 39.25},
+      {"7g.80gb", 0, 98, 79.00}}},
+    /* H100 SXM5 80GB. Specs [V]; MIG from guide Table 7 and the -lgip
+     * transcript at jbarrow.ai/field_notes/nvidia-mig [V]. Hopper SMs are
+     * not 16 per slice: 1g.20gb has 26, 3g.40gb 60. */
+    {"H100-80GB", 79.25, 3350, 989.4, 1978.9, 132, 128, 7,
+     {{"1g.10gb", 19, 16, 9.75},
+      {"1g.10gb+me", 20, 16, 9.75},
+      {"1g.20gb", 15, 26, 19.62},
+      {"2g.20gb", 14, 32, 19.62},
+      {"3g.40gb", 9, 60, 39.50},
+      {"4g.40gb", 5, 64, 39.50},
+      {"7g.80gb", 0, 132, 79.25}}},
+    /* H100 PCIe 80GB. Specs [S] (hpctech.co.jp), 114 SMs [S]. Profile names
+     * as on the SXM part [S]; per-profile SMs [U]: the SXM -lgip counts
+     * scaled by 114/132 and rounded to even; memory as on the SXM [U]. */
+    {"H100-PCIe", 79.25, 2000, 756, 1513, 114, 128, 7,
+     {{"1g.10gb", 19, 14, 9.75},
+      {"1g.10gb+me", 20, 14, 9.75},
+      {"1g.20gb", 15, 22, 19.62},
+      {"2g.20gb", 14, 28, 19.62},
+      {"3g.40gb", 9, 52, 39.50},
+      {"4g.40gb", 5, 56, 39.50},
+      {"7g.80gb", 0, 114, 79.25}}},
+    /* H100 NVL 94GB. Specs [U] (bandwidth 3.9 TB/s, ~835 dense FP16);
+     * MIG SMs and memory from an Azure -lgip transcript [S]. */
+    {"H100-94GB", 93.12, 3900, 835, 1671, 132, 128, 7,
+     {{"1g.12gb", 19, 16, 10.75},
+      {"1g.12gb+me", 20, 16, 10.75},
+      {"1g.24gb", 15, 26, 21.62},
+      {"2g.24gb", 14, 32, 21.62},
+      {"3g.47gb", 9, 60, 46.38},
+      {"4g.47gb", 5, 64, 46.38},
+      {"7g.94gb", 0, 132, 93.12}}},
+    /* H200 SXM 141GB. Specs [S] (product page); profile names and counts
+     * guide Table 8 [V]; SMs 2g=32, 3g=60, 4g=64 observed [S], 1g=16,
+     * 1g.35gb=26, 7g=132 assumed as on H100 [U]. Usable memory [U]: the
+     * H100 -lgip fractions of the whole (0.1225, 0.2465, 0.496, 0.9956)
+     * applied to the 140.4 GiB nvidia-smi total. */
+    {"H200-141GB", 139.75, 4800, 989, 1979, 132, 128, 7,
+     {{"1g.18gb", 19, 16, 17.00},
+      {"1g.18gb+me", 20, 16, 17.00},
+      {"1g.35gb", 15, 26, 34.50},
+      {"2g.35gb", 14, 32, 34.50},
+      {"3g.71gb", 9, 60, 69.50},
+      {"4g.71gb", 5, 64, 69.50},
+      {"7g.141gb", 0, 132, 139.75}}},
+    /* B200 180GB. Specs [U]: 8 TB/s, 2.25 PFLOP/s dense FP16 and 4.5 FP8
+     * per GPU (half the HGX B200 sparse figures), PCIe Gen5 host link.
+     * Profile names and counts guide Table 9 [V]; 148 SMs and 1g.23gb = 18
+     * SMs [S]; other SMs are the H100 counts scaled by 148/132, rounded to
+     * even [U]; memory the H100 fractions of a 179 GiB total [U]. */
+    {"B200", 178.25, 8000, 2250, 4500, 148, 128, 7,
+     {{"1g.23gb", 19, 18, 21.75},
+      {"1g.23gb+me", 20, 18, 21.75},
+      {"1g.45gb", 15, 28, 44.00},
+      {"2g.45gb", 14, 36, 44.00},
+      {"3g.90gb", 9, 68, 88.75},
+      {"4g.90gb", 5, 72, 88.75},
+      {"7g.180gb", 0, 148, 178.25}}},
+    /* L4 24GB: no MIG. Specs [S] (datasheet quote, 242.5 FP8 dense); 58
+     * SMs from deviceQuery [V]; usable 22.5 GiB = nvidia-smi's 23034 MiB [U]. */
+    {"L4", 22.5, 300, 121, 242.5, 58, 64, 0, {{0}}},
+    /* L40S 48GB: no MIG. Specs [S] (datasheet table), 142 SMs [S]; usable
+     * 45 GiB = nvidia-smi's 46068 MiB [U]. */
+    {"L40S", 45.0, 864, 362, 733, 142, 64, 0, {{0}}},
+};
+
+#define N_CATALOG (sizeof(CATALOG) / sizeof(CATALOG[0]))
+
+size_t gpucat_count(void) { return N_CATALOG; }
+
+const gpucat_gpu *gpucat_at(size_t i) { return i < N_CATALOG ? &CATALOG[i] : NULL; }
+
+const gpucat_gpu *gpucat_find(const char *name) {
+    if (!name) return NULL;
+    for (size_t i = 0; i < N_CATALOG; i++)
+        if (strcasecmp(CATALOG[i].name, name) == 0) return &CATALOG[i];
+    return NULL;
+}
+
+const gpucat_mig *gpucat_mig_find(const gpucat_gpu *g, const char *name) {
+    if (!g || !name) return NULL;
+    for (int i = 0; i < g->n_mig; i++)
+        if (strcasecmp(g->mig[i].name, name) == 0) return &g->mig[i];
+    return NULL;
+}
+
+const gpucat_mig *gpucat_mig_by_id(const gpucat_gpu *g, int gi_id) {
+    if (!g) return NULL;
+    for (int i = 0; i < g->n_mig; i++)
+        if (g->mig[i].gi_id == gi_id) return &g->mig[i];
+    return NULL;
+}
+
+void gpucat_names(char *buf, size_t cap) {
+    if (!cap) return;
+    buf[0] = 0;
+    size_t len = 0;
+    for (size_t i = 0; i < N_CATALOG && len < cap; i++) {
+        int n = snprintf(buf + len, cap - len, "%s%s", i ? ", " : "", CATALOG[i].name);
+        if (n < 0) break;
+        len += (size_t)n;
+    }
+}
