@@ -1,0 +1,127 @@
+/* perf.c - roofline step time, Little's law and memory need; see perf.h. */
+#include "perf.h"
+
+#include <math.h>
+
+#define MAX_ITER 500            /* fixed-point iterations of N <- lambda W(N) */
+#define N_DIVERGED 1e7          /* requests in flight treated as "does not keep up" */
+
+void perf_opts_default(perf_opts *o) {
+    /* Model parameters, not facts [U]: engines reach roughly half of peak
+     * tensor throughput on prefill-sized GEMMs and 70-85% of peak
+     * bandwidth on decode weight streaming; a step of a CUDA-graph engine
+     * costs a few ms of launches, sampling and scheduling on top. */
+    o->eff_compute = 0.5;
+    o->eff_bw = 0.8;
+    o->step_overhead_s = 0.002;
+    /* Keep 10% of compute free for bursts the mean-value model ignores. */
+    o->max_util = 0.9;
+    /* N + 2 sqrt(N) covers about 97.7% of a Poisson count's mass for large N. */
+    o->kv_z = 2.0;
+    /* Activations, the allocator's fragmentation, paged-KV rounding. */
+    o->headroom = 0.10;
+    /* A CUDA context with cuBLAS handles costs 0.3-0.6 GiB per process [U]. */
+    o->reserve_bytes = 0.5 * 1073741824.0;
+}
+
+double perf_weight_bytes(const perf_model *m) { return m->params * m->weight_bytes; }
+
+double perf_kv_per_token(const perf_model *m) {
+    return 2.0 * m->layers * m->kv_heads * m->head_dim * m->kv_bytes;
+}
+
+/* 4 L H D: attention FLOPs per token per position attended (QK^T and AV,
+ * two FLOPs per multiply-add). */
+static double attn_coeff(const perf_model *m) {
+    return 4.0 * m->layers * (double)(m->heads > 0 ? m->heads : m->kv_heads) * m->head_dim;
+}
+
+double perf_step_time(const perf_model *m, const perf_slice *s, const perf_opts *o,
+                      double decodes, double ctx, double prefill, double span) {
+    double flops = 2.0 * m->params * (decodes + prefill) + attn_coeff(m) * (decodes * ctx + prefill * span);
+    double bytes = perf_weight_bytes(m) + perf_kv_per_token(m) * (decodes * ctx + prefill);
+    double tc = flops / (s->flops * o->eff_compute);
+    double tm = bytes / (s->bw * o->eff_bw);
+    return (tc > tm ? tc : tm) + o->step_overhead_s;
+}
+
+/* The steady step time with n requests in flight, or -1 when prefill alone
+ * saturates the slice (a slope >= 1). See perf.h for the derivation. */
+static double steady_step(const perf_model *m, const perf_slice *s, const perf_load *l,
+                          const perf_opts *o, double n) {
+    double I = l->prompt, c = l->prompt + 0.5 * l->output, A = attn_coeff(m), K = perf_kv_per_token(m);
+    double fe = s->flops * o->eff_compute, be = s->bw * o->eff_bw;
+    double ac = (2.0 * m->params * n + A * n * c) / fe;
+    double kc = (2.0 * m->params + 0.5 * A * I) * l->rps * I / fe;
+    double am = (perf_weight_bytes(m) + K * n * c) / be;
+    double km = K * l->rps * I / be;
+    if (kc >= 1.0 || km >= 1.0) return -1.0;
+    double tc = (ac + o->step_overhead_s) / (1.0 - kc);
+    double tm = (am + o->step_overhead_s) / (1.0 - km);
+    return tc > tm ? tc : tm;
+}
+
+/* Latency W with n in flight; also the step time and TTFT. -1 if unstable. */
+static double latency(const perf_model *m, const perf_slice *s, const perf_load *l,
+                      const perf_opts *o, double n, double *step, double *ttft) {
+    double t = steady_step(m, s, l, o, n);
+    if (t < 0) return -1.0;
+    double c = l->prompt + 0.5 * l->output;
+    double wait = 0.5 * t * (n < 1.0 ? n : 1.0);
+    double first = wait + perf_step_time(m, s, o, n, c, l->prompt, 0.5 * l->prompt);
+    double out = l->output > 1.0 ? l->output - 1.0 : 0.0;
+    *step = t;
+    *ttft = first;
+    return first + out * t;
+}
+
+void perf_estimate(const perf_model *m, const perf_slice *s, const perf_load *l,
+                   const perf_opts *o, perf_est *e) {
+    double I = l->prompt, O = l->output, A = attn_coeff(m);
+    double c = I + 0.5 * O;
+    e->util = l->rps * (2.0 * m->params * (I + O) + A * (0.5 * I * I + O * c)) /
+              (s->flops * o->eff_compute);
+    e->stable = 0;
+    e->step_s = e->ttft_s = e->latency_s = e->in_flight = 0;
+    double n = 0.0, w = 0.0, step = 0.0, ttft = 0.0;
+    for (int it = 0; it < MAX_ITER; it++) {
+        w = latency(m, s, l, o, n, &step, &ttft);
+        if (w < 0) break;
+        double next = l->rps * w;
+        if (next > N_DIVERGED) break;
+        int done = fabs(next - n) <= 1e-9 + 1e-7 * next;
+        n = next;
+        if (done || l->rps == 0.0) {
+            e->stable = 1;
+            break;
+        }
+    }
+    if (e->stable) {
+        /* One more evaluation so step, TTFT and W belong to the final N. */
+        w = latency(m, s, l, o, n, &step, &ttft);
+        e->step_s = step;
+        e->ttft_s = ttft;
+        e->latency_s = w;
+        e->in_flight = n;
+    }
+    if (e->util > o->max_util) e->stable = 0;
+    double q = n + o->kv_z * sqrt(n);
+    e->seqs = l->rps > 0.0 ? (int)ceil(q - 1e-9) : 0;
+    if (e->seqs < 1) e->seqs = 1;
+    double tokens = (l->rps > 0.0 ? (double)e->seqs * (I + O) : 0.0);
+    if (tokens < m->max_context) tokens = m->max_context;
+    e->kv_tokens = tokens;
+    e->weight_bytes = perf_weight_bytes(m);
+    e->kv_bytes = tokens * perf_kv_per_token(m);
+    e->need_bytes = (e->weight_bytes + e->kv_bytes) * (1.0 + o->headroom) + o->reserve_bytes;
+}
+
+int perf_check(const perf_est *e, const perf_slice *s, const perf_opts *o, double ttft_s,
+               double tpot_s) {
+    (void)o;
+    if (!e->stable) return PERF_FAIL_UNSTABLE;
+    if (e->need_bytes > s->mem) return PERF_FAIL_MEMORY;
+    if (ttft_s > 0 && e->ttft_s > ttft_s) return PERF_FAIL_TTFT;
+    if (tpot_s > 0 && e->step_s > tpot_s) return PERF_FAIL_TPOT;
+    return PERF_OK;
+}

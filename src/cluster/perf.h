@@ -1,0 +1,119 @@
+/*
+ * perf.h - how fast and how big one model instance is on one slice of a
+ * GPU: a roofline step-time model, Little's law for what is in flight, and
+ * the memory that follows. The planner asks it "on this slice, at this
+ * load, what are TTFT, TPOT and the memory need?" for every candidate
+ * slice; nothing here knows about MIG, MPS or packing.
+ *
+ * Step time (one engine iteration of continuous batching, b decoding
+ * sequences of mean context c plus p prefill tokens of mean attention span
+ * a) is the roofline maximum of its compute and its memory traffic:
+ *     flops(b, p) = 2 P (b + p) + 4 L H D (b c + p a)
+ *     bytes(b, p) = W + K (b c + p)
+ *     t = max(flops / (F e_c), bytes / (B e_b)) + t0
+ * with P parameters, W weight bytes, K KV bytes per token (2 L H_kv D e),
+ * L layers, H query heads, D head dim, F and B the slice's peak FLOP/s and
+ * bytes/s (the GPU's scaled by its share of SMs and of memory slices),
+ * e_c and e_b achieved fractions of peak and t0 a fixed per-step cost.
+ *
+ * Steady state at arrival rate lambda with prompt I and output O tokens:
+ * N requests are in flight and all of them decode each step (b = N,
+ * c = I + O/2), and prefill is chunked across steps, so each step also
+ * carries p = lambda I t prompt tokens (a = I/2). Both roofline terms are
+ * then linear in t with slope k < 1 (k_c = (2P + 2 L H D I) lambda I / (F e_c),
+ * k_m = K lambda I / (B e_b)), so the step time is the larger of the two
+ * fixed points (a_i + t0) / (1 - k_i). TPOT = t; TTFT = the wait for the
+ * running step (t/2 when busy, scaled by min(N, 1)) plus one step that
+ * carries the whole prompt; the latency is W = TTFT + (O - 1) TPOT. Little's
+ * law closes the loop: N = lambda W. W grows with N, so N is found by
+ * iterating N <- lambda W(N) from 0; it converges when the slice keeps up
+ * and diverges when it does not, which is reported as unstable. The
+ * compute utilisation rho = lambda x FLOPs per request / (F e_c) must stay
+ * under opts.max_util, a margin for bursts that the mean-value model does
+ * not see.
+ *
+ * Memory: weights, plus KV for the requests in flight, sized at the
+ * quantile N + z sqrt(N) of a Poisson count (z = opts.kv_z) rounded up,
+ * each charged its full context I + O (the most it holds), and never less
+ * than one request at the model's max_context; then a fractional headroom
+ * (activations, fragmentation) and a fixed per-process reserve (CUDA
+ * context). Known limits: no queueing beyond one step, no prefix sharing,
+ * no speculative decoding, no tensor parallelism (one instance, one slice).
+ * Pure arithmetic: no allocation, no state.
+ */
+#ifndef TS_PERF_H
+#define TS_PERF_H
+
+typedef struct perf_model {
+    double params;                  /* parameters */
+    double weight_bytes;            /* bytes per parameter as served (2 = FP16/BF16, 1 = FP8/INT8) */
+    double kv_bytes;                /* bytes per KV cache element */
+    int layers;
+    int heads;                      /* query heads (attention FLOPs) */
+    int kv_heads;                   /* KV heads (cache size); < heads under GQA */
+    int head_dim;
+    int max_context;                /* tokens one request may reach */
+} perf_model;
+
+typedef struct perf_slice {
+    double flops;                   /* peak FLOP/s of the slice at the model's precision */
+    double bw;                      /* peak memory bandwidth of the slice, B/s */
+    double mem;                     /* usable memory, bytes */
+} perf_slice;
+
+typedef struct perf_load {
+    double rps;                     /* arrivals, requests/s */
+    double prompt;                  /* mean prompt tokens */
+    double output;                  /* mean output tokens, >= 1 */
+} perf_load;
+
+typedef struct perf_opts {
+    double eff_compute;             /* achieved fraction of peak tensor FLOP/s, 0..1 */
+    double eff_bw;                  /* achieved fraction of peak bandwidth, 0..1 */
+    double step_overhead_s;         /* fixed cost per engine step, s */
+    double max_util;                /* highest compute utilisation planned for, 0..1 */
+    double kv_z;                    /* in-flight quantile: N + z sqrt(N) */
+    double headroom;                /* fraction added to weights + KV */
+    double reserve_bytes;           /* fixed bytes per process (CUDA context) */
+} perf_opts;
+
+typedef struct perf_est {
+    int stable;                     /* 1: the slice keeps up with the load */
+    double step_s;                  /* steady-state step time = TPOT, s */
+    double ttft_s;                  /* predicted time to first token, s */
+    double latency_s;               /* W, request latency, s */
+    double in_flight;               /* N = lambda W, requests (mean) */
+    double util;                    /* compute utilisation rho, 0..1+ */
+    int seqs;                       /* sequences sized for: ceil(N + z sqrt N) */
+    double kv_tokens;               /* KV positions sized for */
+    double weight_bytes;            /* bytes */
+    double kv_bytes;                /* bytes */
+    double need_bytes;              /* (weights + KV) (1 + headroom) + reserve */
+} perf_est;
+
+/* Why an estimate fails a slice, in the order perf_check tests them. */
+enum { PERF_OK = 0, PERF_FAIL_UNSTABLE, PERF_FAIL_MEMORY, PERF_FAIL_TTFT, PERF_FAIL_TPOT };
+
+/* Defaults (see perf.c for where each comes from). */
+void perf_opts_default(perf_opts *o);
+
+/* Weight bytes (params x weight_bytes) and KV bytes per token
+ * (2 x layers x kv_heads x head_dim x kv_bytes). */
+double perf_weight_bytes(const perf_model *m);
+double perf_kv_per_token(const perf_model *m);
+
+/* Time of one step with `decodes` sequences of mean context ctx and
+ * `prefill` prompt tokens of mean attention span span, s. */
+double perf_step_time(const perf_model *m, const perf_slice *s, const perf_opts *o,
+                      double decodes, double ctx, double prefill, double span);
+
+/* Steady-state estimate of m on slice s at load l; see the header text. */
+void perf_estimate(const perf_model *m, const perf_slice *s, const perf_load *l,
+                   const perf_opts *o, perf_est *out);
+
+/* PERF_OK if e fits s (memory, stability) and meets the targets (ttft_s,
+ * tpot_s in s; 0 = no target), else the first PERF_FAIL_* that applies. */
+int perf_check(const perf_est *e, const perf_slice *s, const perf_opts *o, double ttft_s,
+               double tpot_s);
+
+#endif

@@ -1,0 +1,1164 @@
+/* plan.c - workers, the decision tree, sizing, packing, feasibility and the
+ * report's numbers; see plan.h.
+ *
+ * plan_build runs in five passes, each reading only what the earlier ones
+ * wrote: (1) the fleet becomes nodes and GPUs; (2) tenants become workers;
+ * (3) each worker is sized on every GPU type of the fleet (replicas, then
+ * the smallest slice per type), and strict groups may be merged into one
+ * GI with MPS inside; (4) the slices are packed; (5) the placed sizes are
+ * copied into slices and instances, MIG layouts are laid out, and every
+ * tenant gets its prediction or a problem.
+ */
+#include "plan.h"
+
+#include <ctype.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "err.h"
+#include "pack.h"
+
+#define GIB 1073741824.0
+#define GB 1e9
+
+/* ---- input -------------------------------------------------------------------- */
+
+void plan_input_init(plan_input *in) {
+    memset(in, 0, sizeof *in);
+    perf_opts_default(&in->perf);
+    /* 64 replicas of one worker is already a fleet of its own; a load that
+     * needs more is better split into workers by the operator. */
+    in->max_replicas = 64;
+    /* Exact search: 12 slices finish in well under a second; the node
+     * budget stops pathological cases anyway. */
+    in->exact_limit = 12;
+    in->exact_budget = 2000000;
+}
+
+void plan_input_free(plan_input *in) {
+    if (!in) return;
+    free(in->pools);
+    free(in->models);
+    free(in->tiers);
+    free(in->tenants);
+    plan_input_init(in);
+}
+
+static int append(void **arr, size_t *n, size_t elem, const void *item) {
+    void *a = realloc(*arr, (*n + 1) * elem);
+    if (!a) return TS_ERR_NOMEM;
+    memcpy((char *)a + *n * elem, item, elem);
+    *arr = a;
+    return (int)(*n)++;
+}
+
+int plan_input_add_pool(plan_input *in, const plan_pool *p) {
+    return append((void **)&in->pools, &in->n_pools, sizeof *p, p);
+}
+int plan_input_add_model(plan_input *in, const plan_model *m) {
+    return append((void **)&in->models, &in->n_models, sizeof *m, m);
+}
+int plan_input_add_tier(plan_input *in, const plan_tier *t) {
+    return append((void **)&in->tiers, &in->n_tiers, sizeof *t, t);
+}
+int plan_input_add_tenant(plan_input *in, const plan_tenant *t) {
+    return append((void **)&in->tenants, &in->n_tenants, sizeof *t, t);
+}
+
+int plan_input_default_tiers(plan_input *in) {
+    /* serve's defaults (config.c), so a plan's workers and a hand-written
+     * tessera.yaml mean the same by "gold". */
+    static const plan_tier def[] = {
+        {"gold", 200, 0, 0, 0.0},
+        {"silver", 500, 0, 1, 0.10},
+        {"bronze", 0, 0, 2, 0.05},
+    };
+    for (size_t i = 0; i < sizeof def / sizeof def[0]; i++) {
+        int rc = plan_input_add_tier(in, &def[i]);
+        if (rc < 0) return rc;
+    }
+    return 0;
+}
+
+int plan_model_find(const plan_input *in, const char *name) {
+    for (size_t i = 0; i < in->n_models; i++)
+        if (strcmp(in->models[i].name, name) == 0) return (int)i;
+    return -1;
+}
+
+int plan_tier_find(const plan_input *in, const char *name) {
+    for (size_t i = 0; i < in->n_tiers; i++)
+        if (strcmp(in->tiers[i].name, name) == 0) return (int)i;
+    return -1;
+}
+
+const char *plan_iso_name(int iso) {
+    static const char *const n[] = {"strict", "shared", "best-effort"};
+    return iso >= 0 && iso < 3 ? n[iso] : "?";
+}
+
+const char *plan_mode_name(int mode) {
+    static const char *const n[] = {"mig", "mig+mps", "mps", "timeslice", "whole"};
+    return mode >= 0 && mode < 5 ? n[mode] : "?";
+}
+
+/* ---- slices of a GPU ---------------------------------------------------------- */
+
+/* Peak FLOP/s for m on g: FP8 tensor math for 1-byte weights where the GPU
+ * has it, FP16/BF16 otherwise (A100 runs W8A16 on FP16 units). */
+static double peak_flops(const gpucat_gpu *g, const perf_model *m) {
+    double tf = (m->weight_bytes <= 1.0 && g->fp8_tflops > 0) ? g->fp8_tflops : g->fp16_tflops;
+    return tf * 1e12;
+}
+
+/* A GI: compute scales with its SMs (-lgip counts, not 7ths), bandwidth
+ * with its memory slices (each slice has its own memory controllers) [D]. */
+static perf_slice slice_mig(const gpucat_gpu *g, const gpucat_mig *pr, const perf_model *m) {
+    const mig_geom *geo = mig_geom_find(pr->gi_id);
+    perf_slice s;
+    s.flops = peak_flops(g, m) * pr->sms / g->sms;
+    s.bw = g->bw_gbs * 1e9 * (geo ? geo->mem : MIG_MEM_SLICES) / MIG_MEM_SLICES;
+    s.mem = pr->mem_gib * GIB;
+    return s;
+}
+
+/* An MPS or time-slice share of a whole GPU. MPS limits SMs, not
+ * bandwidth; the share is also charged for bandwidth so that clients that
+ * all stream weights at once still meet their targets [D]. */
+static perf_slice slice_share(const gpucat_gpu *g, double pct, const perf_model *m) {
+    perf_slice s;
+    s.flops = peak_flops(g, m) * pct / 100.0;
+    s.bw = g->bw_gbs * 1e9 * pct / 100.0;
+    s.mem = g->mem_gib * GIB;
+    return s;
+}
+
+/* g's MIG profiles without +me (media engines are no use to an LLM and
+ * there is one per GPU), smallest first: memory slices, compute, id. */
+static int mig_profiles(const gpucat_gpu *g, const gpucat_mig **out) {
+    int n = 0;
+    for (int i = 0; i < g->n_mig; i++) {
+        const mig_geom *geo = mig_geom_find(g->mig[i].gi_id);
+        if (!geo || geo->me) continue;
+        out[n++] = &g->mig[i];
+    }
+    for (int i = 1; i < n; i++)
+        for (int j = i; j > 0; j--) {
+            const mig_geom *a = mig_geom_find(out[j - 1]->gi_id), *b = mig_geom_find(out[j]->gi_id);
+            int swap = a->mem != b->mem ? a->mem > b->mem
+                       : a->compute != b->compute ? a->compute > b->compute
+                                                  : a->gi_id > b->gi_id;
+            if (!swap) break;
+            const gpucat_mig *t = out[j];
+            out[j] = out[j - 1];
+            out[j - 1] = t;
+        }
+    return n;
+}
+
+/* ---- sizing ------------------------------------------------------------------- */
+
+typedef struct fit {                /* one instance on one GPU type */
+    int ok;
+    int gi_id;                      /* MIG modes: the GI's profile */
+    double pct;                     /* MPS/TS: of the GPU; MIG+MPS: of the GI; else 100 */
+    double mem_alloc;               /* bytes: GI or GPU memory, or the pinned limit */
+    perf_est est;
+} fit;
+
+typedef struct sizing {
+    const perf_model *m;
+    perf_load load;                 /* per replica */
+    double ttft_s, tpot_s;          /* 0 = none */
+    int mode;
+    const char *pin;                /* MIG profile name, or NULL */
+} sizing;
+
+typedef struct builder {
+    plan *p;
+    fit *ifit;                      /* [n_insts][n_types] */
+    pack_size *ssize;               /* [n_slices][n_types] */
+    double *salloc;                 /* [n_slices][n_types] */
+    size_t cap_insts, cap_slices;
+} builder;
+
+static int check_at(const plan *p, const sizing *z, const perf_slice *s, perf_est *e) {
+    perf_estimate(z->m, s, &z->load, &p->in->perf, e);
+    return perf_check(e, s, &p->in->perf, z->ttft_s, z->tpot_s);
+}
+
+/* Smallest integer share in 1..100 of slice `full` for which z passes, or
+ * 0. The need and the latency only fall as the share grows, so bisection
+ * finds the smallest. full.mem stays whole: a share limits SMs, not memory. */
+static int smallest_share(const plan *p, const sizing *z, perf_slice full, perf_est *best) {
+    perf_est e;
+    if (check_at(p, z, &full, &e) != PERF_OK) return 0;
+    *best = e;
+    int lo = 0, hi = 100;
+    while (hi - lo > 1) {
+        int mid = (lo + hi) / 2;
+        perf_slice s = full;
+        s.flops = full.flops * mid / 100.0;
+        s.bw = full.bw * mid / 100.0;
+        if (check_at(p, z, &s, &e) == PERF_OK) {
+            hi = mid;
+            *best = e;
+        } else {
+            lo = mid;
+        }
+    }
+    return hi;
+}
+
+/* Size one instance of z on type t into f; 1 if it fits. */
+static int size_on(const plan *p, const sizing *z, size_t t, fit *f) {
+    const gpucat_gpu *g = p->types[t];
+    memset(f, 0, sizeof *f);
+    f->gi_id = -1;
+    switch (z->mode) {
+    case PLAN_MODE_MIG: {
+        const gpucat_mig *pr[GPUCAT_MIG_MAX];
+        int n = mig_profiles(g, pr);
+        for (int i = 0; i < n; i++) {
+            if (z->pin && strcasecmp(pr[i]->name, z->pin) != 0) continue;
+            perf_slice s = slice_mig(g, pr[i], z->m);
+            perf_est e;
+            if (check_at(p, z, &s, &e) != PERF_OK) continue;
+            f->ok = 1;
+            f->gi_id = pr[i]->gi_id;
+            f->pct = 100;
+            f->mem_alloc = s.mem;
+            f->est = e;
+            return 1;
+        }
+        return 0;
+    }
+    case PLAN_MODE_MPS:
+    case PLAN_MODE_TIMESLICE: {
+        sizing zz = *z;
+        if (z->mode == PLAN_MODE_TIMESLICE) zz.ttft_s = zz.tpot_s = 0;   /* best effort */
+        int pct = smallest_share(p, &zz, slice_share(g, 100, z->m), &f->est);
+        if (!pct) return 0;
+        f->ok = 1;
+        f->pct = pct;
+        f->mem_alloc = f->est.need_bytes;
+        return 1;
+    }
+    case PLAN_MODE_WHOLE: {
+        perf_slice s = slice_share(g, 100, z->m);
+        if (check_at(p, z, &s, &f->est) != PERF_OK) return 0;
+        f->ok = 1;
+        f->pct = 100;
+        f->mem_alloc = s.mem;
+        return 1;
+    }
+    }
+    return 0;
+}
+
+/* The largest slice z's mode can have on type t (7g, 100%, whole GPU);
+ * 0 if the mode cannot use t. With a pin, the pinned profile. */
+static int largest_slice(const plan *p, const sizing *z, size_t t, perf_slice *s, const char **what) {
+    const gpucat_gpu *g = p->types[t];
+    if (z->mode == PLAN_MODE_MIG || z->mode == PLAN_MODE_MIG_MPS) {
+        const gpucat_mig *pr[GPUCAT_MIG_MAX];
+        int n = mig_profiles(g, pr);
+        for (int i = n - 1; i >= 0; i--) {
+            if (z->pin && strcasecmp(pr[i]->name, z->pin) != 0) continue;
+            *s = slice_mig(g, pr[i], z->m);
+            *what = pr[i]->name;
+            return 1;
+        }
+        return 0;
+    }
+    *s = slice_share(g, 100, z->m);
+    *what = z->mode == PLAN_MODE_WHOLE ? "the whole GPU" : "100% of the GPU";
+    return 1;
+}
+
+/* ---- problems ----------------------------------------------------------------- */
+
+__attribute__((format(printf, 4, 5)))
+static int add_problem(plan *p, int tenant, int why, const char *fmt, ...) {
+    plan_problem *a = realloc(p->problems, (p->n_problems + 1) * sizeof *a);
+    if (!a) return TS_ERR_NOMEM;
+    p->problems = a;
+    plan_problem *q = &a[p->n_problems++];
+    q->tenant = tenant;
+    q->why = why;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(q->text, sizeof q->text, fmt, ap);
+    va_end(ap);
+    return 0;
+}
+
+__attribute__((format(printf, 2, 3)))
+static int add_note(plan *p, const char *fmt, ...) {
+    char buf[PLAN_TEXT_MAX];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    char **a = realloc(p->notes, (p->n_notes + 1) * sizeof *a);
+    if (!a) return TS_ERR_NOMEM;
+    p->notes = a;
+    if (!(a[p->n_notes] = strdup(buf))) return TS_ERR_NOMEM;
+    p->n_notes++;
+    return 0;
+}
+
+/* "tenant 'a'" or "tenant 'a' (worker w, with 'b' and 2 more)". */
+static void who(const plan *p, const plan_worker *w, size_t tenant, char *buf, size_t cap) {
+    const plan_tenant *t = &p->in->tenants[tenant];
+    const plan_model *m = &p->in->models[t->model];
+    int n = snprintf(buf, cap, "tenant '%s' (model %s, tier %s, %s", t->name, m->name,
+                     p->in->tiers[t->tier].name, plan_iso_name(t->iso));
+    if (w->n_tenants > 1 && n > 0 && (size_t)n < cap)
+        n += snprintf(buf + n, cap - (size_t)n, ", shares worker %s with %zu other tenant%s", w->name,
+                      w->n_tenants - 1, w->n_tenants > 2 ? "s" : "");
+    if (n > 0 && (size_t)n < cap) snprintf(buf + n, cap - (size_t)n, ")");
+}
+
+/* Why worker w cannot be served on any type, for each of its tenants.
+ * Memory and targets are judged unloaded on the largest slice of every
+ * type, because no number of replicas fixes those; what is left is load. */
+static int explain(plan *p, const plan_worker *w, const sizing *z0) {
+    const plan_model *pm = &p->in->models[w->model];
+    const perf_opts *o = &p->in->perf;
+    sizing idle = *z0;
+    idle.load.rps = 0;
+    int mem_ok = 0;
+    double best_ttft = INFINITY, best_tpot = INFINITY, best_mem = 0, need = 0;
+    const char *ttft_on = "", *tpot_on = "", *mem_on = "", *mem_what = "";
+    perf_est e0 = {0};
+    for (size_t t = 0; t < p->n_types; t++) {
+        perf_slice s;
+        const char *what;
+        if (!largest_slice(p, &idle, t, &s, &what)) continue;
+        perf_estimate(idle.m, &s, &idle.load, o, &e0);
+        need = e0.need_bytes;
+        if (s.mem > best_mem) best_mem = s.mem, mem_on = p->types[t]->name, mem_what = what;
+        if (e0.need_bytes > s.mem) continue;
+        mem_ok = 1;
+        if (e0.ttft_s < best_ttft) best_ttft = e0.ttft_s, ttft_on = p->types[t]->name;
+        if (e0.step_s < best_tpot) best_tpot = e0.step_s, tpot_on = p->types[t]->name;
+    }
+    int why;
+    char what[PLAN_TEXT_MAX], fix[PLAN_TEXT_MAX];
+    if (z0->pin && best_mem == 0) {
+        why = PLAN_WHY_PROFILE;
+        snprintf(what, sizeof what, "pinned MIG profile %s exists on no GPU type of the fleet", z0->pin);
+        snprintf(fix, sizeof fix, "a profile of the fleet's GPUs (nvidia-smi mig -lgip) or no pin");
+    } else if (best_mem == 0) {
+        why = PLAN_WHY_PROFILE;
+        snprintf(what, sizeof what, "strict isolation needs MIG and no GPU type of the fleet has it");
+        snprintf(fix, sizeof fix, "MIG-capable GPUs (A100, H100, H200, B200) or isolation: shared");
+    } else if (!mem_ok) {
+        why = z0->pin ? PLAN_WHY_PROFILE : PLAN_WHY_MEMORY;
+        snprintf(what, sizeof what,
+                 "memory: needs %.1f GB (%.1f GB weights + %.1f GB KV for %.0f tokens, +%.0f%% "
+                 "headroom, +%.1f GB reserve) but the largest slice, %s on %s, holds %.1f GB",
+                 need / GB, e0.weight_bytes / GB, e0.kv_bytes / GB, e0.kv_tokens, o->headroom * 100,
+                 o->reserve_bytes / GB, mem_what, mem_on, best_mem / GB);
+        if (z0->pin)
+            snprintf(fix, sizeof fix, "a bigger profile than %s, or no pin", z0->pin);
+        else
+            snprintf(fix, sizeof fix,
+                     "a GPU type with more memory, FP8 weights (dtype_bytes: 1), or a shorter "
+                     "max_context (%d now)", pm->m.max_context);
+    } else if (z0->ttft_s > 0 && best_ttft > z0->ttft_s) {
+        why = PLAN_WHY_TTFT;
+        snprintf(what, sizeof what,
+                 "TTFT target %.0f ms is unreachable: a %.0f-token prompt takes %.0f ms even alone "
+                 "on %s%s%s", z0->ttft_s * 1e3, z0->load.prompt, best_ttft * 1e3, z0->pin ? z0->pin : "",
+                 z0->pin ? " of " : "", ttft_on);
+        snprintf(fix, sizeof fix, "ttft_ms >= %.0f for the tier, shorter prompts, or a faster GPU",
+                 ceil(best_ttft * 1e3));
+    } else if (z0->tpot_s > 0 && best_tpot > z0->tpot_s) {
+        why = PLAN_WHY_TPOT;
+        snprintf(what, sizeof what,
+                 "TPOT target %.0f ms is unreachable: one decode step of %s takes %.1f ms even alone "
+                 "on %s%s%s", z0->tpot_s * 1e3, pm->name, best_tpot * 1e3, z0->pin ? z0->pin : "",
+                 z0->pin ? " of " : "", tpot_on);
+        snprintf(fix, sizeof fix,
+                 "tpot_ms >= %.0f for the tier, FP8 weights (dtype_bytes: 1), or a GPU with more "
+                 "bandwidth", ceil(best_tpot * 1e3));
+    } else {
+        /* Load: find what one largest slice can carry, by bisection on
+         * the arrival rate (latency and memory only grow with it). */
+        double lo = 0;
+        const char *on = "";
+        for (size_t t = 0; t < p->n_types; t++) {
+            perf_slice s;
+            const char *wh;
+            if (!largest_slice(p, z0, t, &s, &wh)) continue;
+            sizing zz = *z0;
+            double a = 0, b = z0->load.rps;
+            for (int it = 0; it < 40; it++) {
+                zz.load.rps = 0.5 * (a + b);
+                perf_est e;
+                if (check_at(p, &zz, &s, &e) == PERF_OK) a = zz.load.rps;
+                else b = zz.load.rps;
+            }
+            if (a > lo) lo = a, on = p->types[t]->name;
+        }
+        why = PLAN_WHY_LOAD;
+        int need_r = lo > 0 ? (int)ceil(w->load.rps / lo) : 0;
+        snprintf(what, sizeof what,
+                 "load: %.1f req/s is more than %d replicas carry (one slice carries at most %.2f "
+                 "req/s within its targets, on %s)", w->load.rps, p->in->max_replicas, lo, on);
+        if (need_r > 0)
+            snprintf(fix, sizeof fix, "lower the load, or options.max_replicas >= %d", need_r);
+        else
+            snprintf(fix, sizeof fix, "lower the load, or looser targets");
+    }
+    for (size_t k = 0; k < w->n_tenants; k++) {
+        char name[256];
+        who(p, w, w->tenants[k], name, sizeof name);
+        int rc = add_problem(p, (int)w->tenants[k], why, "%s: %s; fix: %s", name, what, fix);
+        if (rc) return rc;
+    }
+    return 0;
+}
+
+/* ---- workers ------------------------------------------------------------------ */
+
+/* A DNS-1123 label from s: lower case, [a-z0-9-], no leading/trailing '-'. */
+static void dns_label(char *out, size_t cap, const char *s) {
+    size_t n = 0;
+    int dash = 1;
+    for (; *s && n + 1 < cap; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (isalnum(c)) {
+            out[n++] = (char)tolower(c);
+            dash = 0;
+        } else if (!dash) {
+            out[n++] = '-';
+            dash = 1;
+        }
+    }
+    while (n > 0 && out[n - 1] == '-') n--;
+    out[n] = 0;
+    if (n == 0 && cap > 1) snprintf(out, cap, "w");
+}
+
+/* The grouping key of tenant t: workers gather tenants with equal keys. */
+static void worker_key(const plan_input *in, const plan_tenant *t, char *buf, size_t cap) {
+    const char *model = in->models[t->model].name;
+    switch (t->iso) {
+    case PLAN_ISO_STRICT:
+        snprintf(buf, cap, "%s-%s", t->group[0] ? t->group : t->name, model);
+        break;
+    case PLAN_ISO_SHARED:
+        snprintf(buf, cap, "%s-%s", model, in->tiers[t->tier].name);
+        break;
+    default:
+        snprintf(buf, cap, "%s-be", model);
+    }
+}
+
+static int make_workers(plan *p, int has_mig) {
+    const plan_input *in = p->in;
+    char (*keys)[PLAN_NAME_MAX * 2 + 8] = calloc(in->n_tenants ? in->n_tenants : 1, sizeof *keys);
+    p->workers = calloc(in->n_tenants ? in->n_tenants : 1, sizeof *p->workers);
+    if (!keys || !p->workers) {
+        free(keys);
+        return TS_ERR_NOMEM;
+    }
+    for (size_t i = 0; i < in->n_tenants; i++) {
+        const plan_tenant *t = &in->tenants[i];
+        char key[PLAN_NAME_MAX * 2 + 8];
+        worker_key(in, t, key, sizeof key);
+        size_t w = 0;
+        while (w < p->n_workers && !(p->workers[w].iso == t->iso && strcmp(keys[w], key) == 0)) w++;
+        plan_worker *pw = &p->workers[w];
+        if (w == p->n_workers) {
+            p->n_workers++;
+            snprintf(keys[w], sizeof keys[w], "%s", key);
+            pw->model = t->model;
+            pw->iso = t->iso;
+            pw->mode = t->iso == PLAN_ISO_STRICT ? (has_mig ? PLAN_MODE_MIG : PLAN_MODE_WHOLE)
+                       : t->iso == PLAN_ISO_SHARED ? PLAN_MODE_MPS
+                                                   : PLAN_MODE_TIMESLICE;
+            pw->tier = t->tier;
+            pw->replicas = 1;
+            char label[PLAN_NAME_MAX + 16];
+            dns_label(label, PLAN_NAME_MAX, key);
+            /* Distinct labels for distinct keys that sanitise alike. */
+            snprintf(pw->name, sizeof pw->name, "%s", label);
+            for (int k = 2;; k++) {
+                size_t o = 0;
+                while (o < w && strcmp(p->workers[o].name, pw->name) != 0) o++;
+                if (o == w) break;
+                snprintf(pw->name, sizeof pw->name, "%.47s-%d", label, k);
+            }
+        }
+        size_t *a = realloc(pw->tenants, (pw->n_tenants + 1) * sizeof *a);
+        if (!a) {
+            free(keys);
+            return TS_ERR_NOMEM;
+        }
+        pw->tenants = a;
+        a[pw->n_tenants++] = i;
+        if (in->tiers[t->tier].band < in->tiers[pw->tier].band) pw->tier = t->tier;
+    }
+    free(keys);
+    /* Load adds up; prompt and output are arrival-weighted means. Targets
+     * are the strictest of the tenants (best effort promises none). */
+    for (size_t w = 0; w < p->n_workers; w++) {
+        plan_worker *pw = &p->workers[w];
+        double rps = 0, pr = 0, out = 0, sp = 0, so = 0;
+        for (size_t k = 0; k < pw->n_tenants; k++) {
+            const plan_tenant *t = &in->tenants[pw->tenants[k]];
+            const plan_tier *tr = &in->tiers[t->tier];
+            rps += t->load.rps;
+            pr += t->load.rps * t->load.prompt;
+            out += t->load.rps * t->load.output;
+            sp += t->load.prompt;
+            so += t->load.output;
+            if (pw->iso == PLAN_ISO_BEST_EFFORT) continue;
+            double ttft = tr->ttft_ms / 1e3, tpot = tr->tpot_ms / 1e3;
+            if (ttft > 0 && (pw->ttft_s == 0 || ttft < pw->ttft_s)) pw->ttft_s = ttft;
+            if (tpot > 0 && (pw->tpot_s == 0 || tpot < pw->tpot_s)) pw->tpot_s = tpot;
+        }
+        pw->load.rps = rps;
+        pw->load.prompt = rps > 0 ? pr / rps : sp / (double)pw->n_tenants;
+        pw->load.output = rps > 0 ? out / rps : so / (double)pw->n_tenants;
+        if (pw->load.output < 1) pw->load.output = 1;
+    }
+    return 0;
+}
+
+/* The pin of a worker: the first of its tenants' pinned profiles. */
+static const char *worker_pin(const plan *p, const plan_worker *w) {
+    for (size_t k = 0; k < w->n_tenants; k++) {
+        const char *pin = p->in->tenants[w->tenants[k]].profile;
+        if (pin[0]) return pin;
+    }
+    return NULL;
+}
+
+static sizing worker_sizing(const plan *p, const plan_worker *w) {
+    sizing z;
+    z.m = &p->in->models[w->model].m;
+    z.load = w->load;
+    z.ttft_s = w->ttft_s;
+    z.tpot_s = w->tpot_s;
+    z.mode = w->mode;
+    z.pin = w->mode == PLAN_MODE_MIG ? worker_pin(p, w) : NULL;
+    return z;
+}
+
+/* ---- slices and instances ----------------------------------------------------- */
+
+static int reserve(builder *b, size_t insts, size_t slices) {
+    plan *p = b->p;
+    size_t nt = p->n_types;
+    if (p->n_insts + insts > b->cap_insts) {
+        size_t cap = (p->n_insts + insts) * 2;
+        plan_inst *a = realloc(p->insts, cap * sizeof *a);
+        if (!a) return TS_ERR_NOMEM;
+        p->insts = a;
+        fit *f = realloc(b->ifit, cap * nt * sizeof *f);
+        if (!f) return TS_ERR_NOMEM;
+        b->ifit = f;
+        b->cap_insts = cap;
+    }
+    if (p->n_slices + slices > b->cap_slices) {
+        size_t cap = (p->n_slices + slices) * 2;
+        plan_slice *a = realloc(p->slices, cap * sizeof *a);
+        if (!a) return TS_ERR_NOMEM;
+        p->slices = a;
+        pack_size *s = realloc(b->ssize, cap * nt * sizeof *s);
+        if (!s) return TS_ERR_NOMEM;
+        b->ssize = s;
+        double *m = realloc(b->salloc, cap * nt * sizeof *m);
+        if (!m) return TS_ERR_NOMEM;
+        b->salloc = m;
+        b->cap_slices = cap;
+    }
+    return 0;
+}
+
+/* Add one slice holding one new instance of worker w, with per-type fits. */
+static void add_single(builder *b, size_t w, int replica, const fit *fits) {
+    plan *p = b->p;
+    size_t nt = p->n_types, s = p->n_slices++, i = p->n_insts++;
+    plan_slice *sl = &p->slices[s];
+    memset(sl, 0, sizeof *sl);
+    sl->mode = p->workers[w].mode;
+    sl->first_inst = i;
+    sl->n_inst = 1;
+    sl->gpu = -1;
+    sl->gi_id = -1;
+    sl->gi_start = -1;
+    plan_inst *in = &p->insts[i];
+    memset(in, 0, sizeof *in);
+    in->worker = (int)w;
+    in->replica = replica;
+    in->slice = s;
+    for (size_t t = 0; t < nt; t++) {
+        b->ifit[i * nt + t] = fits[t];
+        pack_size *ps = &b->ssize[s * nt + t];
+        ps->ok = fits[t].ok;
+        ps->gi_id = fits[t].gi_id;
+        ps->pct = fits[t].pct;
+        ps->mem = fits[t].mem_alloc;
+        b->salloc[s * nt + t] = fits[t].mem_alloc;
+    }
+}
+
+/* Strict groups with several models: one GI with MPS inside, sized on
+ * type t. For each profile from the smallest, every member gets the
+ * smallest share of the GI that meets its targets; the GI works when the
+ * shares sum to <= 100% and the needs to <= its memory. Fills fits[k] of
+ * member k and returns the GI's profile id, or -1. */
+static int group_gi(const plan *p, const size_t *members, size_t n, size_t t, fit *fits) {
+    const gpucat_gpu *g = p->types[t];
+    const gpucat_mig *pr[GPUCAT_MIG_MAX];
+    int np = mig_profiles(g, pr);
+    for (int i = 0; i < np; i++) {
+        double pct = 0, mem = 0;
+        size_t k = 0;
+        for (; k < n; k++) {
+            sizing z = worker_sizing(p, &p->workers[members[k]]);
+            z.pin = NULL;
+            perf_slice gi = slice_mig(g, pr[i], z.m);
+            memset(&fits[k], 0, sizeof fits[k]);
+            int share = smallest_share(p, &z, gi, &fits[k].est);
+            if (!share) break;
+            fits[k].ok = 1;
+            fits[k].gi_id = pr[i]->gi_id;
+            fits[k].pct = share;
+            fits[k].mem_alloc = fits[k].est.need_bytes;
+            pct += share;
+            mem += fits[k].est.need_bytes;
+        }
+        if (k < n || pct > 100.0 || mem > pr[i]->mem_gib * GIB) continue;
+        /* The members are the GI's only clients: hand out what is left
+         * in proportion to the shares, since a larger share only lowers
+         * latency and the GI's SMs would otherwise sit idle. */
+        for (k = 0; k < n; k++) {
+            double grown = floor(fits[k].pct * 100.0 / pct);
+            if (grown <= fits[k].pct) continue;
+            sizing z = worker_sizing(p, &p->workers[members[k]]);
+            perf_slice gi = slice_mig(g, pr[i], z.m);
+            gi.flops *= grown / 100.0;
+            gi.bw *= grown / 100.0;
+            perf_est e;
+            if (check_at(p, &z, &gi, &e) != PERF_OK) continue;
+            fits[k].pct = grown;
+            fits[k].est = e;
+            fits[k].mem_alloc = e.need_bytes;
+        }
+        return pr[i]->gi_id;
+    }
+    return -1;
+}
+
+/* Merge strict groups whose models fit one GI in fewer memory slices than
+ * their static profiles take, judged on the first MIG type of the fleet.
+ * Members must each run as one replica without a pin. Marks merged workers
+ * PLAN_MODE_MIG_MPS and writes the slices; *done[w] = 1 for them. */
+static int merge_groups(builder *b, fit *wfit, char *done) {
+    plan *p = b->p;
+    size_t nt = p->n_types, t0 = nt;
+    for (size_t t = 0; t < nt; t++)
+        if (p->types[t]->n_mig) {
+            t0 = t;
+            break;
+        }
+    if (t0 == nt) return 0;
+    size_t *members = malloc(p->n_workers * sizeof *members);
+    fit *gf = malloc(p->n_workers * nt * sizeof *gf);
+    int rc = 0;
+    if (!members || !gf) {
+        rc = TS_ERR_NOMEM;
+        goto out;
+    }
+    for (size_t w = 0; w < p->n_workers; w++) {
+        const plan_worker *pw = &p->workers[w];
+        if (done[w] || pw->mode != PLAN_MODE_MIG || pw->replicas != 1) continue;
+        const char *group = p->in->tenants[pw->tenants[0]].group;
+        if (!group[0]) continue;
+        size_t n = 0;
+        int static_slices = 0, eligible = 1;
+        for (size_t v = w; v < p->n_workers; v++) {
+            const plan_worker *pv = &p->workers[v];
+            if (pv->mode != PLAN_MODE_MIG || done[v] ||
+                strcmp(p->in->tenants[pv->tenants[0]].group, group) != 0)
+                continue;
+            if (pv->replicas != 1 || worker_pin(p, pv) || !wfit[v * nt + t0].ok) eligible = 0;
+            else static_slices += mig_geom_find(wfit[v * nt + t0].gi_id)->mem;
+            members[n++] = v;
+        }
+        if (n < 2 || !eligible) continue;
+        int gi = group_gi(p, members, n, t0, gf);
+        if (gi < 0 || mig_geom_find(gi)->mem >= static_slices) continue;
+        /* gf holds type t0; size the other types the same way. */
+        fit *per = malloc(n * nt * sizeof *per);
+        if (!per) {
+            rc = TS_ERR_NOMEM;
+            goto out;
+        }
+        fit *tmp = malloc(n * sizeof *tmp);
+        if (!tmp) {
+            free(per);
+            rc = TS_ERR_NOMEM;
+            goto out;
+        }
+        for (size_t t = 0; t < nt; t++) {
+            int id = t == t0 ? gi : group_gi(p, members, n, t, tmp);
+            for (size_t k = 0; k < n; k++) {
+                if (t == t0) per[k * nt + t] = gf[k];
+                else if (id >= 0) per[k * nt + t] = tmp[k];
+                else memset(&per[k * nt + t], 0, sizeof(fit));
+            }
+        }
+        free(tmp);
+        if ((rc = reserve(b, n, 1))) {
+            free(per);
+            goto out;
+        }
+        size_t s = p->n_slices++;
+        plan_slice *sl = &p->slices[s];
+        memset(sl, 0, sizeof *sl);
+        sl->mode = PLAN_MODE_MIG_MPS;
+        sl->first_inst = p->n_insts;
+        sl->n_inst = (int)n;
+        sl->gpu = -1;
+        sl->gi_id = -1;
+        sl->gi_start = -1;
+        for (size_t t = 0; t < nt; t++) {
+            pack_size *ps = &b->ssize[s * nt + t];
+            memset(ps, 0, sizeof *ps);
+            ps->ok = per[t].ok;     /* member 0 decides: all or none are ok */
+            ps->gi_id = per[t].gi_id;
+            const gpucat_mig *pm = gpucat_mig_by_id(p->types[t], per[t].gi_id);
+            b->salloc[s * nt + t] = ps->ok && pm ? pm->mem_gib * GIB : 0;
+        }
+        for (size_t k = 0; k < n; k++) {
+            size_t i = p->n_insts++;
+            plan_worker *pv = &p->workers[members[k]];
+            pv->mode = PLAN_MODE_MIG_MPS;
+            pv->first_inst = i;
+            plan_inst *in = &p->insts[i];
+            memset(in, 0, sizeof *in);
+            in->worker = (int)members[k];
+            in->slice = s;
+            for (size_t t = 0; t < nt; t++) b->ifit[i * nt + t] = per[k * nt + t];
+            done[members[k]] = 1;
+        }
+        free(per);
+    }
+out:
+    free(members);
+    free(gf);
+    return rc;
+}
+
+/* Size every worker: replicas, then the fits per type. */
+static int size_workers(builder *b) {
+    plan *p = b->p;
+    size_t nt = p->n_types;
+    int rc = 0;
+    fit *wfit = calloc((p->n_workers ? p->n_workers : 1) * nt, sizeof *wfit);
+    char *ok = calloc(p->n_workers ? p->n_workers : 1, 1);
+    char *done = calloc(p->n_workers ? p->n_workers : 1, 1);
+    if (!wfit || !ok || !done) {
+        rc = TS_ERR_NOMEM;
+        goto out;
+    }
+    for (size_t w = 0; w < p->n_workers; w++) {
+        plan_worker *pw = &p->workers[w];
+        sizing z = worker_sizing(p, pw);
+        /* Replicas start at what utilisation alone demands on the most
+         * capable slice: rho scales as 1/r, and must stay <= max_util. */
+        int r0 = p->in->max_replicas;
+        for (size_t t = 0; t < nt; t++) {
+            perf_slice s;
+            const char *what;
+            if (!largest_slice(p, &z, t, &s, &what)) continue;
+            perf_est e;
+            perf_estimate(z.m, &s, &z.load, &p->in->perf, &e);
+            int r = (int)ceil(e.util / p->in->perf.max_util - 1e-9);
+            if (r < 1) r = 1;
+            if (r < r0) r0 = r;
+        }
+        int found = 0;
+        for (int r = r0; r <= p->in->max_replicas && !found; r++) {
+            z.load.rps = pw->load.rps / r;
+            for (size_t t = 0; t < nt; t++)
+                if (size_on(p, &z, t, &wfit[w * nt + t])) found = 1;
+            if (found) {
+                pw->replicas = r;
+                break;
+            }
+            if (r == r0) {
+                /* Nothing to gain from replicas if even an idle slice fails. */
+                sizing idle = z;
+                idle.load.rps = 0;
+                int any = 0;
+                fit f;
+                for (size_t t = 0; t < nt && !any; t++) any = size_on(p, &idle, t, &f);
+                if (!any) break;
+            }
+        }
+        if (!found) {
+            z.load = pw->load;
+            if ((rc = explain(p, pw, &z))) goto out;
+            pw->replicas = 0;
+            continue;
+        }
+        ok[w] = 1;
+    }
+    if ((rc = merge_groups(b, wfit, done))) goto out;
+    for (size_t w = 0; w < p->n_workers; w++) {
+        plan_worker *pw = &p->workers[w];
+        if (!ok[w] || done[w]) continue;
+        if ((rc = reserve(b, (size_t)pw->replicas, (size_t)pw->replicas))) goto out;
+        pw->first_inst = p->n_insts;
+        for (int r = 0; r < pw->replicas; r++) add_single(b, w, r, &wfit[w * nt]);
+    }
+out:
+    free(wfit);
+    free(ok);
+    free(done);
+    return rc;
+}
+
+/* ---- packing ------------------------------------------------------------------ */
+
+static int pack_kind(int mode) {
+    switch (mode) {
+    case PLAN_MODE_MIG:
+    case PLAN_MODE_MIG_MPS: return PACK_MIG;
+    case PLAN_MODE_MPS: return PACK_MPS;
+    case PLAN_MODE_TIMESLICE: return PACK_TS;
+    default: return PACK_WHOLE;
+    }
+}
+
+static int place(builder *b) {
+    plan *p = b->p;
+    size_t nt = p->n_types, ns = p->n_slices;
+    int rc = 0;
+    pack_item *items = malloc((ns ? ns : 1) * sizeof *items);
+    int *bin_type = malloc((p->n_gpus ? p->n_gpus : 1) * sizeof *bin_type);
+    int *heur = malloc((ns ? ns : 1) * sizeof *heur);
+    int *exact = malloc((ns ? ns : 1) * sizeof *exact);
+    double type_mem[PLAN_MAX_TYPES];
+    if (!items || !bin_type || !heur || !exact) {
+        rc = TS_ERR_NOMEM;
+        goto out;
+    }
+    for (size_t s = 0; s < ns; s++) {
+        items[s].kind = pack_kind(p->slices[s].mode);
+        items[s].size = &b->ssize[s * nt];
+    }
+    for (size_t g = 0; g < p->n_gpus; g++) bin_type[g] = p->gpus[g].type;
+    for (size_t t = 0; t < nt; t++) type_mem[t] = p->types[t]->mem_gib * GIB;
+    pack_problem pp = {ns, items, p->n_gpus, bin_type, nt, type_mem};
+    pack_result hr, er;
+    p->lower_bound = pack_lower_bound(&pp, &p->lower_frac);
+    if ((rc = pack_ffd(&pp, heur, &hr))) goto out;
+    p->heuristic_gpus = hr.bins_used;
+    const int *use = heur;
+    if (ns > 0 && ns <= (size_t)(p->in->exact_limit > 0 ? p->in->exact_limit : 0)) {
+        if ((rc = pack_exact(&pp, p->in->exact_budget, exact, &er))) goto out;
+        p->exact_ran = 1;
+        p->exact_proven = er.proven;
+        p->exact_nodes = er.nodes;
+        p->exact_gpus = er.bins_used;
+        if (er.unplaced < hr.unplaced || (er.unplaced == hr.unplaced &&
+                                          (er.bins_used < hr.bins_used ||
+                                           (er.bins_used == hr.bins_used && er.mem_used < hr.mem_used)))) {
+            use = exact;
+            p->used_exact = 1;
+        }
+    }
+    for (size_t s = 0; s < ns; s++) p->slices[s].gpu = use[s];
+out:
+    free(items);
+    free(bin_type);
+    free(heur);
+    free(exact);
+    return rc;
+}
+
+/* ---- after placement ---------------------------------------------------------- */
+
+static int finish(builder *b) {
+    plan *p = b->p;
+    size_t nt = p->n_types;
+    /* Copy the placed type's sizes into slices and instances. */
+    for (size_t s = 0; s < p->n_slices; s++) {
+        plan_slice *sl = &p->slices[s];
+        if (sl->gpu < 0) continue;
+        plan_gpu *g = &p->gpus[sl->gpu];
+        size_t t = (size_t)g->type;
+        const pack_size *ps = &b->ssize[s * nt + t];
+        sl->gi_id = ps->gi_id;
+        sl->pct = sl->mode == PLAN_MODE_MPS || sl->mode == PLAN_MODE_TIMESLICE ? ps->pct : 100;
+        sl->mem_alloc = b->salloc[s * nt + t];
+        g->mode = sl->mode == PLAN_MODE_MIG || sl->mode == PLAN_MODE_MIG_MPS ? PLAN_GPU_MIG
+                  : sl->mode == PLAN_MODE_MPS                                ? PLAN_GPU_MPS
+                  : sl->mode == PLAN_MODE_TIMESLICE                          ? PLAN_GPU_TIMESLICE
+                                                                             : PLAN_GPU_WHOLE;
+        if (sl->mode == PLAN_MODE_MPS || sl->mode == PLAN_MODE_TIMESLICE) g->share_pct += sl->pct;
+        g->mem_alloc += sl->mem_alloc;
+        for (int k = 0; k < sl->n_inst; k++) {
+            size_t i = sl->first_inst + (size_t)k;
+            const fit *f = &b->ifit[i * nt + t];
+            p->insts[i].est = f->est;
+            p->insts[i].pct = f->pct;
+            p->insts[i].mem_limit = sl->mode == PLAN_MODE_MIG || sl->mode == PLAN_MODE_WHOLE
+                                        ? sl->mem_alloc
+                                        : f->mem_alloc;
+            g->mem_need += f->est.need_bytes;
+        }
+    }
+    /* MIG layouts: the creation order that lands them, and each slice's
+     * start (equal profiles take the layout's entries in slice order). */
+    for (size_t gi = 0; gi < p->n_gpus; gi++) {
+        plan_gpu *g = &p->gpus[gi];
+        if (g->mode != PLAN_GPU_MIG) continue;
+        int ids[MIG_MAX_INSTANCES];
+        size_t n = 0, who[MIG_MAX_INSTANCES];
+        for (size_t s = 0; s < p->n_slices && n < MIG_MAX_INSTANCES; s++)
+            if (p->slices[s].gpu == (int)gi) who[n] = s, ids[n++] = p->slices[s].gi_id;
+        int rc = mig_place(ids, n, g->gi);
+        if (rc) return rc;          /* the packer only accepts layouts that exist */
+        g->n_gi = (int)n;
+        char taken[MIG_MAX_INSTANCES] = {0};
+        for (size_t k = 0; k < n; k++)
+            for (size_t j = 0; j < n; j++)
+                if (!taken[j] && p->slices[who[j]].gi_id == g->gi[k].gi_id) {
+                    taken[j] = 1;
+                    p->slices[who[j]].gi_start = g->gi[k].start;
+                    break;
+                }
+    }
+    /* Totals. */
+    for (size_t gi = 0; gi < p->n_gpus; gi++) {
+        const plan_gpu *g = &p->gpus[gi];
+        if (g->mode == PLAN_GPU_IDLE) continue;
+        p->gpus_used++;
+        p->mem_alloc += g->mem_alloc;
+        p->mem_need += g->mem_need;
+        p->mem_capacity += p->types[g->type]->mem_gib * GIB;
+    }
+    return 0;
+}
+
+/* Per tenant: prediction, or a capacity problem for unplaced workers. */
+static int judge(const builder *b) {
+    plan *p = b->p;
+    int rc;
+    int short_by = p->lower_bound - (int)p->n_gpus;
+    for (size_t w = 0; w < p->n_workers; w++) {
+        const plan_worker *pw = &p->workers[w];
+        if (pw->replicas == 0) continue;
+        int placed = 0, total = 0;
+        const plan_inst *first = NULL;
+        for (size_t i = 0; i < p->n_insts; i++) {
+            if (p->insts[i].worker != (int)w) continue;
+            total++;
+            if (p->slices[p->insts[i].slice].gpu >= 0) {
+                placed++;
+                if (!first) first = &p->insts[i];
+            }
+        }
+        for (size_t k = 0; k < pw->n_tenants; k++) {
+            size_t t = pw->tenants[k];
+            plan_result *r = &p->results[t];
+            r->worker = (int)w;
+            if (first) {
+                r->ttft_s = first->est.ttft_s;
+                r->tpot_s = first->est.step_s;
+            }
+            r->ok = placed == total;
+            if (r->ok) continue;
+            /* Name a type the worker fits, so the fix is concrete. */
+            const char *type = "";
+            const plan_slice *sl = &p->slices[p->insts[pw->first_inst].slice];
+            for (size_t ty = 0; ty < p->n_types && !type[0]; ty++)
+                if (b->ssize[(size_t)(sl - p->slices) * p->n_types + ty].ok) type = p->types[ty]->name;
+            char name[256];
+            who(p, pw, t, name, sizeof name);
+            int add = short_by > 0 ? short_by : 1;
+            rc = add_problem(p, (int)t, PLAN_WHY_CAPACITY,
+                             "%s: capacity: %d of %d instance%s not placed: the fleet's %zu GPUs "
+                             "are full (this plan needs at least %d by its lower bound); fix: add "
+                             "%d or more GPUs (%s), or lower the load",
+                             name, total - placed, total, total > 1 ? "s" : "", p->n_gpus,
+                             p->lower_bound, add, type);
+            if (rc) return rc;
+        }
+    }
+    p->feasible = p->n_problems == 0;
+    for (size_t t = 0; t < p->in->n_tenants; t++)
+        if (!p->results[t].ok) p->feasible = 0;
+    return 0;
+}
+
+/* Advice: strict tenants of one model in separate workers each hold a copy
+ * of the weights and round up to a profile of their own; say what that
+ * costs, since sharing one worker (or one strict group) would not. */
+static int advise(plan *p) {
+    for (size_t m = 0; m < p->in->n_models; m++) {
+        size_t n = 0;
+        double alloc = 0, need = 0;
+        char names[256] = "";
+        size_t len = 0;
+        for (size_t w = 0; w < p->n_workers; w++) {
+            const plan_worker *pw = &p->workers[w];
+            if (pw->model != (int)m || pw->mode != PLAN_MODE_MIG || pw->replicas == 0) continue;
+            n++;
+            for (int r = 0; r < pw->replicas; r++) {
+                const plan_inst *in = &p->insts[pw->first_inst + (size_t)r];
+                const plan_slice *sl = &p->slices[in->slice];
+                if (sl->gpu < 0) continue;
+                alloc += sl->mem_alloc;
+                need += in->est.need_bytes;
+            }
+            if (len < sizeof names - 1) {
+                int k = snprintf(names + len, sizeof names - len, "%s%s", len ? ", " : "", pw->name);
+                if (k > 0) len += (size_t)k;
+                if (len >= sizeof names) len = sizeof names - 1;
+            }
+        }
+        if (n < 2) continue;
+        const plan_model *pm = &p->in->models[m];
+        int rc = add_note(p,
+                          "%zu strict workers run %s (%s): %zu copies of %.1f GB of weights, %.1f GB "
+                          "allocated for %.1f GB needed; tenants that may share could use one worker "
+                          "(isolation: shared, or one strict group) and hold the weights once",
+                          n, pm->name, names, n, perf_weight_bytes(&pm->m) / GB, alloc / GB, need / GB);
+        if (rc) return rc;
+    }
+    return 0;
+}
+
+/* ---- build -------------------------------------------------------------------- */
+
+static int check_input(const plan_input *in) {
+    if (!in || in->n_pools == 0 || in->n_tiers == 0) return TS_ERR_INVAL;
+    for (size_t i = 0; i < in->n_pools; i++)
+        if (!in->pools[i].gpu || in->pools[i].gpus_per_node < 1 || in->pools[i].nodes < 1)
+            return TS_ERR_INVAL;
+    for (size_t i = 0; i < in->n_models; i++) {
+        const perf_model *m = &in->models[i].m;
+        if (!(m->params > 0) || !(m->weight_bytes > 0) || !(m->kv_bytes > 0) || m->layers < 1 ||
+            m->kv_heads < 1 || m->head_dim < 1 || m->max_context < 0)
+            return TS_ERR_INVAL;
+    }
+    for (size_t i = 0; i < in->n_tenants; i++) {
+        const plan_tenant *t = &in->tenants[i];
+        if (t->model < 0 || (size_t)t->model >= in->n_models || t->tier < 0 ||
+            (size_t)t->tier >= in->n_tiers || t->iso < 0 || t->iso > PLAN_ISO_BEST_EFFORT ||
+            !(t->load.rps >= 0) || !(t->load.prompt >= 0) || !(t->load.output >= 0))
+            return TS_ERR_INVAL;
+    }
+    return 0;
+}
+
+int plan_build(const plan_input *in, plan *p) {
+    if (!p) return TS_ERR_INVAL;
+    memset(p, 0, sizeof *p);
+    int rc = check_input(in);
+    if (rc) return rc;
+    p->in = in;
+    builder b = {p, NULL, NULL, NULL, 0, 0};
+    /* (1) Fleet: types in fleet order, then nodes and their GPUs. */
+    size_t n_nodes = 0, n_gpus = 0;
+    int has_mig = 0;
+    for (size_t i = 0; i < in->n_pools; i++) {
+        const plan_pool *pl = &in->pools[i];
+        size_t t = 0;
+        while (t < p->n_types && p->types[t] != pl->gpu) t++;
+        if (t == p->n_types) {
+            if (p->n_types == PLAN_MAX_TYPES) return TS_ERR_INVAL;
+            p->types[p->n_types++] = pl->gpu;
+        }
+        has_mig |= pl->gpu->n_mig > 0;
+        n_nodes += (size_t)pl->nodes;
+        n_gpus += (size_t)pl->nodes * (size_t)pl->gpus_per_node;
+    }
+    p->nodes = calloc(n_nodes, sizeof *p->nodes);
+    p->gpus = calloc(n_gpus, sizeof *p->gpus);
+    p->results = calloc(in->n_tenants ? in->n_tenants : 1, sizeof *p->results);
+    if (!p->nodes || !p->gpus || !p->results) {
+        rc = TS_ERR_NOMEM;
+        goto err;
+    }
+    for (size_t i = 0; i < in->n_pools; i++) {
+        const plan_pool *pl = &in->pools[i];
+        int t = 0;
+        while (p->types[t] != pl->gpu) t++;
+        for (int k = 0; k < pl->nodes; k++) {
+            plan_node *nd = &p->nodes[p->n_nodes];
+            snprintf(nd->name, sizeof nd->name, "%s-%d", pl->name, k);
+            nd->pool = (int)i;
+            nd->first_gpu = p->n_gpus;
+            nd->n_gpus = pl->gpus_per_node;
+            for (int g = 0; g < pl->gpus_per_node; g++) {
+                plan_gpu *pg = &p->gpus[p->n_gpus++];
+                pg->node = (int)p->n_nodes;
+                pg->index = g;
+                pg->type = t;
+            }
+            p->n_nodes++;
+        }
+    }
+    for (size_t t = 0; t < in->n_tenants; t++) p->results[t].worker = -1;
+    /* (2) Workers; (3) sizing; (4) packing; (5) the rest. */
+    if ((rc = make_workers(p, has_mig))) goto err;
+    if ((rc = size_workers(&b))) goto err;
+    if ((rc = place(&b))) goto err;
+    if ((rc = finish(&b))) goto err;
+    if ((rc = judge(&b))) goto err;
+    if ((rc = advise(p))) goto err;
+    free(b.ifit);
+    free(b.ssize);
+    free(b.salloc);
+    return 0;
+err:
+    free(b.ifit);
+    free(b.ssize);
+    free(b.salloc);
+    plan_free(p);
+    return rc;
+}
+
+void plan_free(plan *p) {
+    if (!p) return;
+    for (size_t w = 0; w < p->n_workers; w++) free(p->workers[w].tenants);
+    for (size_t i = 0; i < p->n_notes; i++) free(p->notes[i]);
+    free(p->workers);
+    free(p->nodes);
+    free(p->gpus);
+    free(p->slices);
+    free(p->insts);
+    free(p->results);
+    free(p->problems);
+    free(p->notes);
+    memset(p, 0, sizeof *p);
+}
+
+const gpucat_gpu *plan_slice_type(const plan *p, const plan_slice *s) {
+    if (s->gpu < 0) return NULL;
+    return p->types[p->gpus[s->gpu].type];
+}
+
+const char *plan_slice_profile(const plan *p, const plan_slice *s) {
+    const gpucat_gpu *g = plan_slice_type(p, s);
+    if (!g || (s->mode != PLAN_MODE_MIG && s->mode != PLAN_MODE_MIG_MPS)) return "";
+    const gpucat_mig *m = gpucat_mig_by_id(g, s->gi_id);
+    return m ? m->name : "";
+}

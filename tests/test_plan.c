@@ -1,0 +1,680 @@
+/* test_plan.c - the planner (src/cluster/perf.c, pack.c, plan.c, planio.c).
+ *
+ * Memory and Little's-law arithmetic against hand-computed cases, including
+ * the 3 x 7B FP16 waste example (42 GB of weights in 2g.20gb slices that
+ * allocate 60 GB by their names); the decision tree (strict -> MIG, a
+ * strict group of small models -> one GI with MPS, shared -> MPS, best
+ * effort -> time-slicing, strict without MIG -> whole GPUs); infeasible
+ * inputs, each with a problem that names the tenant, the constraint and the
+ * fix; first-fit decreasing against the exact search on seeded random small
+ * problems, the exact search against brute force, and both against the
+ * lower bound; plan invariants on random fleets; and the YAML reader's
+ * errors, each with its line and field.
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cluster/gpucat.h"
+#include "cluster/mig.h"
+#include "cluster/pack.h"
+#include "cluster/perf.h"
+#include "cluster/plan.h"
+#include "cluster/planio.h"
+#include "err.h"
+
+#define GIB 1073741824.0
+
+static void near(double got, double want, double rel, const char *what) {
+    double tol = rel * fabs(want) + 1e-12;
+    if (fabs(got - want) > tol) fail_msg("%s: got %.12g, want %.12g", what, got, want);
+}
+
+/* ---- perf: hand-computed cases ------------------------------------------------ */
+
+/* A memory-bound toy: 1e9 parameters in FP16 (2 GB) streamed at 1 TB/s is
+ * a 2 ms step; compute is free, overheads and headroom are zero, and the
+ * KV (2 bytes per token) is too small to move the step time beyond 1e-6. */
+static void toy(perf_model *m, perf_slice *s, perf_opts *o) {
+    memset(m, 0, sizeof *m);
+    m->params = 1e9;
+    m->weight_bytes = 2;
+    m->kv_bytes = 1;
+    m->layers = m->heads = m->kv_heads = m->head_dim = 1;
+    m->max_context = 0;
+    s->flops = 1e30;
+    s->bw = 1e12;
+    s->mem = 1e12;
+    perf_opts_default(o);
+    o->eff_compute = o->eff_bw = 1;
+    o->step_overhead_s = 0;
+    o->kv_z = 0;
+    o->headroom = 0;
+    o->reserve_bytes = 0;
+}
+
+static void test_kv_and_weights(void **st) {
+    (void)st;
+    /* Llama-2-7B: 2 x 32 layers x 32 KV heads x 128 x 2 bytes = 512 KiB
+     * per token; Llama-3-8B with GQA (8 KV heads): 128 KiB. */
+    perf_model m = {.params = 7e9, .weight_bytes = 2, .kv_bytes = 2, .layers = 32, .heads = 32,
+                    .kv_heads = 32, .head_dim = 128, .max_context = 4096};
+    assert_true(perf_kv_per_token(&m) == 524288.0);
+    assert_true(perf_weight_bytes(&m) == 14e9);
+    m.kv_heads = 8;
+    assert_true(perf_kv_per_token(&m) == 131072.0);
+}
+
+static void test_little_memory_bound(void **st) {
+    (void)st;
+    perf_model m;
+    perf_slice s;
+    perf_opts o;
+    toy(&m, &s, &o);
+    perf_load l = {.rps = 10, .prompt = 100, .output = 50};
+    perf_est e;
+    perf_estimate(&m, &s, &l, &o, &e);
+    /* TPOT = one step = 2 ms. TTFT = half a running step + one step with
+     * the prompt = 1 + 2 = 3 ms (N >= 1). W = 3 + 49 x 2 = 101 ms.
+     * L = lambda W = 10 x 0.101 = 1.01 requests in flight. */
+    assert_true(e.stable);
+    near(e.step_s, 0.002, 1e-6, "tpot");
+    near(e.ttft_s, 0.003, 1e-6, "ttft");
+    near(e.latency_s, 0.101, 1e-6, "W");
+    near(e.in_flight, 1.01, 1e-6, "N");
+    /* KV: ceil(1.01) = 2 sequences x (100 + 50) tokens x 2 B. */
+    assert_int_equal(e.seqs, 2);
+    near(e.kv_tokens, 300, 1e-12, "kv tokens");
+    near(e.kv_bytes, 600, 1e-12, "kv bytes");
+    near(e.need_bytes, 2e9 + 600, 1e-12, "need");
+    /* The quantile and the headroom: N + 2 sqrt(N) = 3.0200 -> 4
+     * sequences = 1200 B; (2e9 + 1200) x 1.1 + 0.5 GiB. */
+    o.kv_z = 2;
+    o.headroom = 0.1;
+    o.reserve_bytes = 0.5 * GIB;
+    perf_estimate(&m, &s, &l, &o, &e);
+    assert_int_equal(e.seqs, 4);
+    near(e.need_bytes, (2e9 + 1200) * 1.1 + 536870912.0, 1e-12, "need with headroom");
+    /* A request at max_context is the floor of the KV pool. */
+    m.max_context = 4096;
+    perf_estimate(&m, &s, &l, &o, &e);
+    near(e.kv_tokens, 4096, 1e-12, "max_context floor");
+}
+
+static void test_little_light_load(void **st) {
+    (void)st;
+    perf_model m;
+    perf_slice s;
+    perf_opts o;
+    toy(&m, &s, &o);
+    /* At 1 req/s, N < 1 so the wait for a running step is t/2 scaled by
+     * N: W = 0.001 N + 0.002 + 0.098 and N = W, so N = 0.1 / 0.999. */
+    perf_load l = {.rps = 1, .prompt = 100, .output = 50};
+    perf_est e;
+    perf_estimate(&m, &s, &l, &o, &e);
+    near(e.in_flight, 0.1 / 0.999, 1e-6, "N");
+    near(e.latency_s, 0.1 / 0.999, 1e-6, "W");
+    assert_int_equal(e.seqs, 1);
+    /* No load: one idle instance, no waiting, W = one step + 49 steps. */
+    l.rps = 0;
+    perf_estimate(&m, &s, &l, &o, &e);
+    assert_true(e.stable);
+    near(e.in_flight, 0, 1e-12, "idle N");
+    near(e.ttft_s, 0.002, 1e-6, "idle ttft");
+    assert_int_equal(e.seqs, 1);
+    near(e.kv_tokens, 0, 1e-12, "idle kv");
+}
+
+static void test_utilisation_and_overload(void **st) {
+    (void)st;
+    perf_model m;
+    perf_slice s;
+    perf_opts o;
+    toy(&m, &s, &o);
+    s.flops = 1e15;                 /* now compute matters: 2 TFLOP per 1000 tokens */
+    perf_load l = {.rps = 2000, .prompt = 100, .output = 100};
+    perf_est e;
+    perf_estimate(&m, &s, &l, &o, &e);
+    /* rho = lambda x 2P (I + O) / F = 2000 x 2e9 x 200 / 1e15 = 0.8 (the
+     * attention term adds 4 x 20000 FLOPs per request, ~1e-7 of it). */
+    near(e.util, 0.8, 1e-6, "rho");
+    assert_true(e.stable);
+    /* The fixed point holds: N = lambda W. */
+    near(e.in_flight, l.rps * e.latency_s, 1e-6, "Little");
+    l.rps = 2500;                   /* rho = 1.0 > max_util 0.9 */
+    perf_estimate(&m, &s, &l, &o, &e);
+    assert_false(e.stable);
+    assert_int_equal(perf_check(&e, &s, &o, 0, 0), PERF_FAIL_UNSTABLE);
+    /* The checks in order: memory, then TTFT, then TPOT. */
+    l.rps = 10;
+    perf_estimate(&m, &s, &l, &o, &e);
+    assert_int_equal(perf_check(&e, &s, &o, 0, 0), PERF_OK);
+    assert_int_equal(perf_check(&e, &s, &o, e.ttft_s * 0.99, 0), PERF_FAIL_TTFT);
+    assert_int_equal(perf_check(&e, &s, &o, 0, e.step_s * 0.99), PERF_FAIL_TPOT);
+    s.mem = e.need_bytes * 0.99;
+    assert_int_equal(perf_check(&e, &s, &o, 0, 0), PERF_FAIL_MEMORY);
+}
+
+/* ---- plans from YAML ---------------------------------------------------------- */
+
+static void must_parse(const char *yaml, plan_input *in) {
+    char err[512];
+    int rc = planio_parse(yaml, strlen(yaml), "t.yaml", in, err, sizeof err);
+    if (rc) fail_msg("parse: %d %s", rc, err);
+}
+
+static void must_plan(const char *yaml, plan_input *in, plan *p) {
+    must_parse(yaml, in);
+    int rc = plan_build(in, p);
+    if (rc) fail_msg("plan_build: %d", rc);
+}
+
+static const plan_inst *inst_of(const plan *p, const char *tenant) {
+    for (size_t t = 0; t < p->in->n_tenants; t++)
+        if (!strcmp(p->in->tenants[t].name, tenant)) {
+            int w = p->results[t].worker;
+            return w >= 0 && p->workers[w].replicas > 0 ? &p->insts[p->workers[w].first_inst] : NULL;
+        }
+    return NULL;
+}
+
+/* The waste example: three 7B FP16 models on 2g.20gb slices. With no load,
+ * no max_context floor, headroom or reserve, each instance needs exactly its
+ * weights, 14 GB: 42 GB in all, while the three slices are named 20 GB
+ * each (60 GB) and hold 19.5 GiB each (62.8 GB) on an A100-80GB. */
+#define WASTE_HEAD                                                              \
+    "fleet: [{name: lab, gpu: A100-80GB, gpus_per_node: 1}]\n"                  \
+    "models:\n"                                                                 \
+    "  - {name: llama-2-7b, params: 7B, dtype_bytes: 2, layers: 32, heads: 32,\n" \
+    "     kv_heads: 32, head_dim: 128, max_context: 0}\n"                       \
+    "tiers: [{name: gold}]\n"                                                   \
+    "options: {headroom: 0, reserve_gib: 0, kv_quantile_z: 0}\n"                \
+    "tenants:\n"
+
+static void test_waste_example(void **st) {
+    (void)st;
+    const char *yaml = WASTE_HEAD
+        "  - {name: a, model: llama-2-7b, tier: gold, isolation: strict, profile: 2g.20gb}\n"
+        "  - {name: b, model: llama-2-7b, tier: gold, isolation: strict, profile: 2g.20gb}\n"
+        "  - {name: c, model: llama-2-7b, tier: gold, isolation: strict, profile: 2g.20gb}\n";
+    plan_input in;
+    plan p;
+    must_plan(yaml, &in, &p);
+    assert_true(p.feasible);
+    assert_int_equal(p.gpus_used, 1);
+    assert_int_equal(p.n_insts, 3);
+    double nominal = 0, weights = 0;
+    for (size_t i = 0; i < p.n_insts; i++) {
+        const plan_slice *s = &p.slices[p.insts[i].slice];
+        const char *prof = plan_slice_profile(&p, s);
+        assert_string_equal(prof, "2g.20gb");
+        nominal += atof(strchr(prof, '.') + 1) * 1e9;     /* "20gb" -> 20 GB */
+        weights += p.insts[i].est.weight_bytes;
+        assert_true(p.insts[i].est.need_bytes == 14e9);
+    }
+    assert_true(weights == 42e9);
+    assert_true(p.mem_need == 42e9);
+    assert_true(nominal == 60e9);
+    near(p.mem_alloc, 3 * 19.5 * GIB, 1e-12, "allocated");
+    near(p.mem_alloc - p.mem_need, 3 * 19.5 * GIB - 42e9, 1e-9, "waste");
+    /* The planner's note names the copies of the weights. */
+    assert_int_equal(p.n_notes, 1);
+    assert_non_null(strstr(p.notes[0], "3 copies of 14.0 GB"));
+    /* MIG layout: three 2g, landed by -cgi 14,14,14. */
+    const plan_gpu *g = &p.gpus[0];
+    assert_int_equal(g->mode, PLAN_GPU_MIG);
+    assert_int_equal(g->n_gi, 3);
+    assert_int_equal(mig_layout_check(g->gi, 3, NULL, 0), 0);
+    plan_free(&p);
+    plan_input_free(&in);
+
+    /* Shared instead: one worker holds the weights once, 14 GB. */
+    const char *shared = WASTE_HEAD
+        "  - {name: a, model: llama-2-7b, tier: gold, isolation: shared}\n"
+        "  - {name: b, model: llama-2-7b, tier: gold, isolation: shared}\n"
+        "  - {name: c, model: llama-2-7b, tier: gold, isolation: shared}\n";
+    must_plan(shared, &in, &p);
+    assert_true(p.feasible);
+    assert_int_equal(p.n_workers, 1);
+    assert_int_equal(p.n_insts, 1);
+    assert_true(p.mem_need == 14e9);
+    assert_int_equal(p.workers[0].mode, PLAN_MODE_MPS);
+    plan_free(&p);
+    plan_input_free(&in);
+}
+
+#define TREE_MODELS                                                                         \
+    "models:\n"                                                                             \
+    "  - {name: tiny, params: 0.36B, layers: 32, heads: 15, kv_heads: 5, head_dim: 64,\n"  \
+    "     max_context: 2048}\n"                                                             \
+    "  - {name: small, params: 0.49B, layers: 24, heads: 14, kv_heads: 2, head_dim: 64,\n" \
+    "     max_context: 4096}\n"                                                             \
+    "  - {name: m7b, params: 7.24B, layers: 32, heads: 32, kv_heads: 8, head_dim: 128,\n"  \
+    "     max_context: 8192}\n"                                                             \
+    "tiers: [{name: gold, ttft_ms: 400, tpot_ms: 60}, {name: bronze}]\n"
+
+static void test_decision_tree(void **st) {
+    (void)st;
+    const char *yaml =
+        "fleet: [{name: n, gpu: A100-80GB, gpus_per_node: 4}]\n" TREE_MODELS
+        "tenants:\n"
+        "  - {name: s1, model: m7b, tier: gold, isolation: strict, load: {rps: 0.5}}\n"
+        "  - {name: g1, model: tiny, tier: gold, isolation: strict, group: clinic, load: {rps: 0.5}}\n"
+        "  - {name: g2, model: small, tier: gold, isolation: strict, group: clinic, load: {rps: 0.5}}\n"
+        "  - {name: sh1, model: m7b, tier: gold, load: {rps: 2}}\n"
+        "  - {name: sh2, model: m7b, tier: gold, load: {rps: 1}}\n"
+        "  - {name: be, model: small, tier: bronze, isolation: best-effort, load: {rps: 2}}\n";
+    plan_input in;
+    plan p;
+    must_plan(yaml, &in, &p);
+    assert_true(p.feasible);
+    assert_int_equal(p.workers[p.results[0].worker].mode, PLAN_MODE_MIG);
+    /* The two small strict models of one group share one GI through MPS:
+     * one 1-slice GI instead of two. */
+    assert_int_equal(p.workers[p.results[1].worker].mode, PLAN_MODE_MIG_MPS);
+    assert_int_equal(p.workers[p.results[2].worker].mode, PLAN_MODE_MIG_MPS);
+    const plan_inst *a = inst_of(&p, "g1"), *b = inst_of(&p, "g2");
+    assert_int_equal(a->slice, b->slice);
+    assert_true(a->pct + b->pct <= 100.0);
+    /* Shared tenants of one model and tier: one worker, an MPS client. */
+    assert_int_equal(p.results[3].worker, p.results[4].worker);
+    const plan_worker *w = &p.workers[p.results[3].worker];
+    assert_int_equal(w->mode, PLAN_MODE_MPS);
+    near(w->load.rps, 3, 1e-12, "summed load");
+    assert_int_equal(p.workers[p.results[5].worker].mode, PLAN_MODE_TIMESLICE);
+    /* Strict targets are met by the prediction. */
+    for (size_t t = 0; t < in.n_tenants; t++) {
+        if (in.tenants[t].iso == PLAN_ISO_BEST_EFFORT) continue;
+        assert_true(p.results[t].ttft_s <= 0.4 && p.results[t].tpot_s <= 0.06);
+    }
+    plan_free(&p);
+    plan_input_free(&in);
+
+    /* Without MIG in the fleet, strict means a whole GPU. */
+    const char *l4 = "fleet: [{name: n, gpu: L40S, gpus_per_node: 2}]\n" TREE_MODELS
+                     "tenants:\n"
+                     "  - {name: s1, model: small, tier: gold, isolation: strict, load: {rps: 0.5}}\n";
+    must_plan(l4, &in, &p);
+    assert_true(p.feasible);
+    assert_int_equal(p.workers[0].mode, PLAN_MODE_WHOLE);
+    assert_int_equal(p.gpus[0].mode, PLAN_GPU_WHOLE);
+    plan_free(&p);
+    plan_input_free(&in);
+}
+
+static void test_replicas(void **st) {
+    (void)st;
+    const char *yaml = "fleet: [{name: n, gpu: H100-80GB, gpus_per_node: 8}]\n" TREE_MODELS
+                       "tenants:\n"
+                       "  - {name: big, model: m7b, tier: gold, load: {rps: 100, prompt_tokens: 512, output_tokens: 200}}\n";
+    plan_input in;
+    plan p;
+    must_plan(yaml, &in, &p);
+    assert_true(p.feasible);
+    const plan_worker *w = &p.workers[0];
+    assert_true(w->replicas >= 2);
+    assert_int_equal(p.n_insts, (size_t)w->replicas);
+    /* Each replica carries its share of the load within the targets. */
+    for (size_t i = 0; i < p.n_insts; i++) {
+        near(p.insts[i].est.in_flight, 100.0 / w->replicas * p.insts[i].est.latency_s, 1e-6, "per-replica Little");
+        assert_true(p.insts[i].est.ttft_s <= 0.4 && p.insts[i].est.step_s <= 0.06);
+    }
+    plan_free(&p);
+    plan_input_free(&in);
+}
+
+/* ---- infeasible inputs -------------------------------------------------------- */
+
+typedef struct bad_case {
+    const char *what;
+    const char *yaml;
+    const char *tenant;
+    int why;
+    const char *say[3];             /* substrings of the problem's text */
+} bad_case;
+
+#define BAD_MODELS                                                                          \
+    "models:\n"                                                                             \
+    "  - {name: m70b, params: 70B, dtype_bytes: 2, layers: 80, heads: 64, kv_heads: 8,\n"  \
+    "     head_dim: 128, max_context: 8192}\n"                                              \
+    "  - {name: m7b, params: 7B, layers: 32, heads: 32, kv_heads: 32, head_dim: 128}\n"
+
+static void test_infeasible(void **st) {
+    (void)st;
+    static const bad_case cases[] = {
+        {"70B FP16 fits no slice",
+         "fleet: [{name: n, gpu: A100-80GB}]\n" BAD_MODELS "tiers: [{name: t}]\n"
+         "tenants: [{name: huge, model: m70b, tier: t, isolation: strict}]\n",
+         "huge", PLAN_WHY_MEMORY, {"tenant 'huge'", "memory: needs", "fix: a GPU type with more memory"}},
+        {"TTFT below one prefill",
+         "fleet: [{name: n, gpu: A100-80GB}]\n" BAD_MODELS "tiers: [{name: t, ttft_ms: 20}]\n"
+         "tenants: [{name: hasty, model: m7b, tier: t, load: {rps: 1, prompt_tokens: 4000}}]\n",
+         "hasty", PLAN_WHY_TTFT, {"tenant 'hasty'", "TTFT target 20 ms is unreachable", "fix: ttft_ms >="}},
+        {"TPOT below one weight read",
+         "fleet: [{name: n, gpu: A100-80GB}]\n" BAD_MODELS "tiers: [{name: t, tpot_ms: 5}]\n"
+         "tenants: [{name: quick, model: m7b, tier: t, load: {rps: 1}}]\n",
+         "quick", PLAN_WHY_TPOT, {"tenant 'quick'", "TPOT target 5 ms is unreachable", "FP8 weights"}},
+        {"load beyond max_replicas",
+         "fleet: [{name: n, gpu: A100-80GB, gpus_per_node: 8}]\n" BAD_MODELS "tiers: [{name: t, tpot_ms: 100}]\n"
+         "options: {max_replicas: 2}\n"
+         "tenants: [{name: flood, model: m7b, tier: t, load: {rps: 500}}]\n",
+         "flood", PLAN_WHY_LOAD, {"tenant 'flood'", "load: 500.0 req/s", "fix: lower the load, or options.max_replicas >="}},
+        {"pinned profile too small",
+         "fleet: [{name: n, gpu: A100-80GB}]\n" BAD_MODELS "tiers: [{name: t}]\n"
+         "tenants: [{name: pinned, model: m7b, tier: t, isolation: strict, profile: 1g.10gb}]\n",
+         "pinned", PLAN_WHY_PROFILE, {"tenant 'pinned'", "1g.10gb on A100-80GB", "fix: a bigger profile than 1g.10gb"}},
+        {"pinned profile of another GPU",
+         "fleet: [{name: n, gpu: A100-80GB}]\n" BAD_MODELS "tiers: [{name: t}]\n"
+         "tenants: [{name: wrong, model: m7b, tier: t, isolation: strict, profile: 2g.35gb}]\n",
+         "wrong", PLAN_WHY_PROFILE, {"tenant 'wrong'", "2g.35gb exists on no GPU type", "fix:"}},
+        {"fleet too small",
+         "fleet: [{name: n, gpu: A100-80GB, gpus_per_node: 1}]\n" BAD_MODELS "tiers: [{name: t}]\n"
+         "tenants:\n"
+         "  - {name: one, model: m7b, tier: t, isolation: strict, profile: 7g.80gb}\n"
+         "  - {name: two, model: m7b, tier: t, isolation: strict, profile: 7g.80gb}\n",
+         "two", PLAN_WHY_CAPACITY, {"tenant 'two'", "capacity: 1 of 1 instance not placed", "fix: add"}},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const bad_case *c = &cases[i];
+        plan_input in;
+        plan p;
+        must_plan(c->yaml, &in, &p);
+        if (p.feasible) fail_msg("%s: plan is feasible", c->what);
+        const plan_problem *q = NULL;
+        for (size_t k = 0; k < p.n_problems; k++)
+            if (p.problems[k].tenant >= 0 && !strcmp(in.tenants[p.problems[k].tenant].name, c->tenant)) q = &p.problems[k];
+        if (!q) fail_msg("%s: no problem for tenant %s", c->what, c->tenant);
+        if (q->why != c->why) fail_msg("%s: constraint %d, want %d: %s", c->what, q->why, c->why, q->text);
+        for (int k = 0; k < 3 && c->say[k]; k++)
+            if (!strstr(q->text, c->say[k])) fail_msg("%s: '%s' lacks '%s'", c->what, q->text, c->say[k]);
+        for (size_t t = 0; t < in.n_tenants; t++)
+            if (!strcmp(in.tenants[t].name, c->tenant)) assert_false(p.results[t].ok);
+        plan_free(&p);
+        plan_input_free(&in);
+    }
+}
+
+/* ---- packing: heuristic, exact, brute force ----------------------------------- */
+
+typedef struct rng {
+    uint64_t s;
+} rng;
+
+static uint32_t rnd32(rng *r) {
+    r->s = r->s * 6364136223846793005ull + 1442695040888963407ull;
+    return (uint32_t)(r->s >> 33);
+}
+static int rnd_int(rng *r, int lo, int hi) { return lo + (int)(rnd32(r) % (uint32_t)(hi - lo + 1)); }
+
+/* Independent check of a complete assignment: per GPU one kind, MIG
+ * layouts that exist, shares and memory within the GPU, whole GPUs alone.
+ * Returns the GPUs used, or -1 if invalid; *mem gets their memory. */
+static int brute_valid(const pack_problem *p, const int *a, double *mem) {
+    int used = 0;
+    *mem = 0;
+    for (size_t b = 0; b < p->n_bins; b++) {
+        int kind = -1, n = 0, ids[16];
+        double pct = 0, m = 0;
+        size_t t = (size_t)p->bin_type[b];
+        for (size_t i = 0; i < p->n_items; i++) {
+            if (a[i] != (int)b) continue;
+            const pack_item *it = &p->items[i];
+            if (!it->size[t].ok) return -1;
+            if (kind >= 0 && kind != it->kind) return -1;
+            kind = it->kind;
+            if (n < 16) ids[n] = it->size[t].gi_id;
+            n++;
+            pct += it->size[t].pct;
+            m += it->size[t].mem;
+        }
+        if (!n) continue;
+        used++;
+        *mem += p->type_mem[t];
+        if (kind == PACK_WHOLE && n > 1) return -1;
+        if (kind == PACK_MIG && (n > 7 || !mig_fits(ids, (size_t)n))) return -1;
+        if ((kind == PACK_MPS || kind == PACK_TS) && (pct > 100 + 1e-9 || m > p->type_mem[t] * (1 + 1e-9)))
+            return -1;
+        if (kind == PACK_MPS && n > PACK_MPS_CLIENTS) return -1;
+    }
+    return used;
+}
+
+static int brute_best(const pack_problem *p, int *a, size_t k, int best) {
+    if (k == p->n_items) {
+        double mem;
+        int u = brute_valid(p, a, &mem);
+        return u >= 0 && (best < 0 || u < best) ? u : best;
+    }
+    for (size_t b = 0; b < p->n_bins; b++) {
+        a[k] = (int)b;
+        best = brute_best(p, a, k + 1, best);
+    }
+    return best;
+}
+
+/* A random small problem: 1-2 GPU types, 2-4 GPUs, 3-7 items. */
+typedef struct small {
+    pack_size size[8][2];
+    pack_item items[8];
+    int bin_type[4];
+    double type_mem[2];
+    pack_problem p;
+} small;
+
+static void random_small(rng *r, small *s) {
+    static const int mig_ids[] = {19, 15, 14, 9, 5, 0};
+    memset(s, 0, sizeof *s);
+    size_t nt = (size_t)rnd_int(r, 1, 2), nb = (size_t)rnd_int(r, 2, 4), ni = (size_t)rnd_int(r, 3, 7);
+    for (size_t t = 0; t < nt; t++) s->type_mem[t] = (t ? 45.0 : 79.0) * GIB;
+    for (size_t b = 0; b < nb; b++) s->bin_type[b] = (int)(b * nt / nb);
+    for (size_t i = 0; i < ni; i++) {
+        int kind = rnd_int(r, 0, 9);
+        kind = kind < 5 ? PACK_MIG : kind < 8 ? PACK_MPS : kind < 9 ? PACK_TS : PACK_WHOLE;
+        s->items[i].kind = kind;
+        s->items[i].size = s->size[i];
+        for (size_t t = 0; t < nt; t++) {
+            pack_size *z = &s->size[i][t];
+            /* The second type is "smaller": items need more of it, or miss it. */
+            z->ok = t == 0 || rnd_int(r, 0, 3) > 0;
+            if (kind == PACK_MIG) z->gi_id = mig_ids[rnd_int(r, 0, t ? 4 : 3)];
+            if (kind == PACK_MPS || kind == PACK_TS) {
+                z->pct = rnd_int(r, 5, 70) * (t ? 1.3 : 1.0);
+                z->mem = rnd_int(r, 2, 40) * GIB;
+            }
+        }
+    }
+    s->p = (pack_problem){ni, s->items, nb, s->bin_type, nt, s->type_mem};
+}
+
+static void test_exact_vs_heuristic(void **st) {
+    (void)st;
+    rng r = {20240611};
+    int optimal = 0, cases = 0;
+    for (int round = 0; round < 200; round++) {
+        small s;
+        random_small(&r, &s);
+        int h[8], e[8], a[8];
+        pack_result hr, er;
+        assert_int_equal(pack_ffd(&s.p, h, &hr), 0);
+        assert_int_equal(pack_exact(&s.p, 1000000, e, &er), 0);
+        assert_true(er.proven);
+        int best = brute_best(&s.p, a, 0, -1);
+        if (best < 0) {
+            /* Nothing places every item: the searches leave some out. */
+            assert_true(er.unplaced > 0 && hr.unplaced >= er.unplaced);
+            continue;
+        }
+        cases++;
+        double mem;
+        assert_int_equal(er.unplaced, 0);
+        assert_int_equal(brute_valid(&s.p, e, &mem), er.bins_used);
+        assert_int_equal(er.bins_used, best);
+        if (hr.unplaced == 0) {
+            assert_int_equal(brute_valid(&s.p, h, &mem), hr.bins_used);
+            assert_true(hr.bins_used >= er.bins_used);
+            optimal += hr.bins_used == er.bins_used;
+        }
+        assert_true(pack_lower_bound(&s.p, NULL) <= er.bins_used);
+    }
+    /* Not a target, just a sanity floor: FFD is usually optimal here. */
+    assert_true(cases > 100);
+    assert_true(optimal * 10 >= cases * 7);
+}
+
+/* Random fleets through the whole planner: the invariants of any plan. */
+static void test_random_plans(void **st) {
+    (void)st;
+    static const char *const gpus[] = {"A100-40GB", "A100-80GB", "H100-80GB", "L40S", "L4"};
+    static const char *const isos[] = {"strict", "shared", "best-effort"};
+    rng r = {7};
+    for (int round = 0; round < 40; round++) {
+        char yaml[8192];
+        int o = snprintf(yaml, sizeof yaml, "fleet:\n");
+        int pools = rnd_int(&r, 1, 2);
+        for (int k = 0; k < pools; k++)
+            o += snprintf(yaml + o, sizeof yaml - (size_t)o, "  - {name: p%d, gpu: %s, gpus_per_node: %d}\n", k,
+                          gpus[rnd_int(&r, 0, 4)], rnd_int(&r, 1, 4));
+        o += snprintf(yaml + o, sizeof yaml - (size_t)o,
+                      TREE_MODELS "options: {exact_limit: %d}\ntenants:\n", rnd_int(&r, 0, 10));
+        int nt = rnd_int(&r, 1, 7);
+        for (int k = 0; k < nt; k++)
+            o += snprintf(yaml + o, sizeof yaml - (size_t)o,
+                          "  - {name: t%d, model: %s, tier: %s, isolation: %s, load: {rps: %d}}\n", k,
+                          (const char *[]){"tiny", "small", "m7b"}[rnd_int(&r, 0, 2)], rnd_int(&r, 0, 1) ? "gold" : "bronze",
+                          isos[rnd_int(&r, 0, 2)], rnd_int(&r, 0, 8));
+        plan_input in;
+        plan p;
+        must_plan(yaml, &in, &p);
+        if (p.exact_ran) assert_true(p.exact_gpus <= p.heuristic_gpus);
+        assert_true(p.gpus_used >= (p.lower_bound < (int)p.n_gpus ? p.lower_bound : 0) || !p.feasible);
+        for (size_t g = 0; g < p.n_gpus; g++) {
+            const plan_gpu *pg = &p.gpus[g];
+            if (pg->mode == PLAN_GPU_MIG) assert_int_equal(mig_layout_check(pg->gi, (size_t)pg->n_gi, NULL, 0), 0);
+            assert_true(pg->share_pct <= 100.0 + 1e-9);
+            assert_true(pg->mem_alloc <= p.types[pg->type]->mem_gib * GIB * (1 + 1e-9));
+        }
+        for (size_t t = 0; t < in.n_tenants; t++) {
+            const plan_result *res = &p.results[t];
+            if (!res->ok || in.tenants[t].iso == PLAN_ISO_BEST_EFFORT) continue;
+            const plan_tier *tr = &in.tiers[in.tenants[t].tier];
+            if (tr->ttft_ms > 0) assert_true(res->ttft_s * 1e3 <= tr->ttft_ms + 1e-9);
+            if (tr->tpot_ms > 0) assert_true(res->tpot_s * 1e3 <= tr->tpot_ms + 1e-9);
+        }
+        /* Infeasible plans explain every tenant they fail. */
+        for (size_t t = 0; t < in.n_tenants; t++) {
+            if (p.results[t].ok) continue;
+            int named = 0;
+            for (size_t k = 0; k < p.n_problems; k++) named |= p.problems[k].tenant == (int)t;
+            assert_true(named);
+        }
+        plan_free(&p);
+        plan_input_free(&in);
+    }
+}
+
+/* ---- the YAML reader ---------------------------------------------------------- */
+
+#define OK_FLEET "fleet: [{name: n, gpu: A100-80GB}]\n"
+#define OK_MODEL "models: [{name: m, params: 7B, layers: 32, kv_heads: 8, head_dim: 128}]\n"
+#define OK_TENANT "tenants: [{name: a, model: m, tier: gold}]\n"
+
+static void test_planio_errors(void **st) {
+    (void)st;
+    static const struct {
+        const char *yaml, *want;
+    } cases[] = {
+        {OK_FLEET OK_MODEL, "t.yaml:1: tenants: required"},
+        {OK_FLEET OK_MODEL OK_TENANT "extra: 1\n", "t.yaml:4: extra: unknown key"},
+        {"fleet: [{name: n, gpu: V100}]\n" OK_MODEL OK_TENANT, "t.yaml:1: fleet[0].gpu: unknown GPU type 'V100' (A100-40GB"},
+        {"fleet: [{name: n, gpu: L4, nodes: 0}]\n" OK_MODEL OK_TENANT, "fleet[0].nodes: expected a number in [1, 100000]"},
+        {OK_FLEET "models: [{name: m, params: lots, layers: 32, kv_heads: 8, head_dim: 128}]\n" OK_TENANT,
+         "t.yaml:2: models[0].params: expected a number"},
+        {OK_FLEET "models: [{name: m, params: 7B, kv_heads: 8, head_dim: 128}]\n" OK_TENANT, "models[0].layers: required"},
+        {OK_FLEET "models: [{name: m, params: 7B, layers: 2, kv_heads: 8, heads: 4, head_dim: 1}]\n" OK_TENANT,
+         "models[0].heads: 4 query heads is fewer than 8 KV heads"},
+        {OK_FLEET OK_MODEL "tenants: [{name: a, model: x, tier: gold}]\n", "t.yaml:3: tenants[0].model: unknown model 'x' (m)"},
+        {OK_FLEET OK_MODEL "tenants: [{name: a, model: m, tier: plat}]\n", "tenants[0].tier: unknown tier 'plat' (gold, silver, bronze)"},
+        {OK_FLEET OK_MODEL "tenants: [{name: a, model: m, tier: gold, isolation: tight}]\n",
+         "tenants[0].isolation: unknown isolation 'tight' (strict, shared, best-effort)"},
+        {OK_FLEET OK_MODEL "tenants: [{name: a, model: m, tier: gold, group: g}]\n", "tenants[0].group: a group applies to strict isolation only"},
+        {OK_FLEET OK_MODEL "tenants: [{name: a, model: m, tier: gold, isolation: strict, profile: 9g.1gb}]\n",
+         "tenants[0].profile: '9g.1gb' is no MIG profile"},
+        {OK_FLEET OK_MODEL "tenants: [{name: a, model: m, tier: gold}, {name: a, model: m, tier: gold}]\n",
+         "tenants[1].name: repeated tenant name 'a'"},
+        {OK_FLEET OK_MODEL "tenants: [{name: a, model: m, tier: gold, load: {rps: -1}}]\n", "tenants[0].load.rps: expected a number"},
+        {OK_FLEET OK_MODEL "tenants: [{name: a, model: m, tier: gold, key_sha256: abc}]\n", "tenants[0].key_sha256: expected the SHA-256"},
+        {OK_FLEET OK_MODEL "tiers: [{name: a, min_share: 0.6}, {name: b, min_share: 0.6}]\n" OK_TENANT,
+         "tiers[1].min_share: minimum shares of the tiers sum to 1.20"},
+        {OK_FLEET OK_MODEL OK_TENANT "options: {compute_efficiency: 0}\n", "options.compute_efficiency: expected a number in (0, 1]"},
+        {"fleet: [\n", "t.yaml:2: YAML syntax error"},
+        {"- 1\n", "expected a mapping"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        plan_input in;
+        char err[512];
+        int rc = planio_parse(cases[i].yaml, strlen(cases[i].yaml), "t.yaml", &in, err, sizeof err);
+        if (rc != TS_ERR_CONFIG) fail_msg("case %zu: rc %d, want CONFIG", i, rc);
+        if (!strstr(err, cases[i].want)) fail_msg("case %zu: '%s' lacks '%s'", i, err, cases[i].want);
+        /* A failed parse leaves nothing behind. */
+        assert_null(in.pools);
+        assert_null(in.tenants);
+        assert_int_equal(in.n_models, 0);
+    }
+    plan_input in;
+    char err[256];
+    assert_int_equal(planio_load("/nonexistent/fleet.yaml", &in, err, sizeof err), TS_ERR_IO);
+    assert_non_null(strstr(err, "/nonexistent/fleet.yaml"));
+}
+
+static void test_planio_values(void **st) {
+    (void)st;
+    const char *yaml = "fleet: [{name: n, gpu: h100-80gb, gpus_per_node: 2, nodes: 3}]\n"
+                       "models: [{name: org/m:1, params: 8.03B, dtype_bytes: 1, layers: 32, kv_heads: 8,\n"
+                       "          head_dim: 128, path: /m.gguf}]\n"
+                       "tiers: [{name: gold, ttft_ms: 300, tpot_ms: 40}]\n"
+                       "tenants: [{name: a, model: org/m:1, tier: gold, isolation: strict, group: g,\n"
+                       "           load: {rps: 2.5, prompt_tokens: 100, output_tokens: 20}, weight: 3}]\n"
+                       "options: {step_overhead_ms: 4, reserve_gib: 1, exact_limit: 3, exact_budget: 99}\n";
+    plan_input in;
+    must_parse(yaml, &in);
+    assert_int_equal(in.n_pools, 1);
+    assert_ptr_equal(in.pools[0].gpu, gpucat_find("H100-80GB"));
+    assert_int_equal(in.pools[0].nodes, 3);
+    near(in.models[0].m.params, 8.03e9, 1e-12, "params");
+    assert_true(in.models[0].m.weight_bytes == 1 && in.models[0].m.heads == 8);
+    assert_string_equal(in.models[0].path, "/m.gguf");
+    assert_true(in.tiers[0].ttft_ms == 300 && in.tiers[0].band == 0);
+    assert_int_equal(in.tenants[0].iso, PLAN_ISO_STRICT);
+    assert_string_equal(in.tenants[0].group, "g");
+    assert_true(in.tenants[0].load.rps == 2.5 && in.tenants[0].load.output == 20 && in.tenants[0].weight == 3);
+    near(in.perf.step_overhead_s, 0.004, 1e-12, "overhead");
+    near(in.perf.reserve_bytes, GIB, 1e-12, "reserve");
+    assert_int_equal(in.exact_limit, 3);
+    assert_int_equal(in.exact_budget, 99);
+    plan_input_free(&in);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_kv_and_weights),
+        cmocka_unit_test(test_little_memory_bound),
+        cmocka_unit_test(test_little_light_load),
+        cmocka_unit_test(test_utilisation_and_overload),
+        cmocka_unit_test(test_waste_example),
+        cmocka_unit_test(test_decision_tree),
+        cmocka_unit_test(test_replicas),
+        cmocka_unit_test(test_infeasible),
+        cmocka_unit_test(test_exact_vs_heuristic),
+        cmocka_unit_test(test_random_plans),
+        cmocka_unit_test(test_planio_errors),
+        cmocka_unit_test(test_planio_values),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
