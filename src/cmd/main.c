@@ -18,6 +18,7 @@ static const subcommand COMMANDS[] = {
     {"serve", cmd_serve, "run the OpenAI-compatible multi-tenant server"},
     {"keygen", cmd_keygen, "print a new API key and the SHA-256 the config stores"},
     {"bench", cmd_bench, "open-loop multi-tenant load against a server; isolation and fairness report"},
+    {"plan", cmd_plan, "plan GPU sharing (MIG, MPS, time-slicing) for a fleet and emit its configs"},
 };
 
 static void usage(FILE *f) {

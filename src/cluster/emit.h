@@ -1,0 +1,80 @@
+/*
+ * emit.h - turning a plan into what applies it: the report (table, json)
+ * and the configurations for nvidia-smi, nvidia-mig-parted, MPS,
+ * Kubernetes and `tessera serve`.
+ *
+ * Every emitter renders into memory as a list of files with relative paths
+ * (one file for table, json, mig-parted and k8s; one per node for
+ * nvidia-smi; one per instance and per node for mps; one per instance for
+ * serve), so the caller either writes them under a folder (--out DIR) or
+ * prints them one after the other. Output is deterministic: the same plan
+ * gives the same bytes (no timestamps, no hash-order iteration), which is
+ * what the golden-file tests rely on.
+ *
+ * What the configurations assume, where NVIDIA documents nothing firmer:
+ *   nvidia-smi  `-cgi` lists are in the creation order mig_place() found, so
+ *               first-fit lands the planned slots on an emptied GPU; the
+ *               script destroys existing instances first (CIs, then GIs).
+ *   mps         a client sees its one visible device as ordinal 0, so the
+ *               pinned limit is written "0=<MiB>M"; MIG instances are named
+ *               by a placeholder to replace with the UUID `nvidia-smi -L`
+ *               prints; CUDA_MPS_CLIENT_PRIORITY 0 (normal) for band 0 and 1
+ *               (below normal) otherwise [S].
+ *   k8s         the device plugin shares node-wide, MPS or time-slicing but
+ *               not both, with 100/replicas % per client: where the plan
+ *               asks more than that, the manifest says so in a comment.
+ *   serve       one tessera.yaml per instance in serve's schema (config.h):
+ *               KV pool and max_seqs from the plan; tenants without a
+ *               key_sha256 in the input get a placeholder that serve
+ *               rejects, so a config without real keys cannot start.
+ * Nothing here decides anything: it reads the plan and formats.
+ */
+#ifndef TS_EMIT_H
+#define TS_EMIT_H
+
+#include <stddef.h>
+#include <stdio.h>
+
+#include "plan.h"
+
+enum {
+    EMIT_TABLE = 0,
+    EMIT_JSON,
+    EMIT_NVIDIA_SMI,
+    EMIT_MIG_PARTED,
+    EMIT_MPS,
+    EMIT_K8S,
+    EMIT_SERVE,
+    EMIT_KINDS
+};
+
+typedef struct emit_file {
+    char path[256];                 /* relative: "serve/acme-llama.yaml" */
+    char *data;                     /* owned, NUL-terminated */
+    size_t len;                     /* bytes, without the NUL */
+} emit_file;
+
+typedef struct emit_out {
+    emit_file *files;               /* owned */
+    size_t n;
+} emit_out;
+
+/* The kind named name ("table", "json", "nvidia-smi", "mig-parted", "mps",
+ * "k8s", "serve"), or -1; and the name of a kind. */
+int emit_kind_parse(const char *name);
+const char *emit_kind_name(int kind);
+
+/* Render p as kind into *out (emit_out_free releases it). Returns 0,
+ * TS_ERR_INVAL or TS_ERR_NOMEM; on failure *out is empty. */
+int emit_run(const plan *p, int kind, emit_out *out);
+void emit_out_free(emit_out *out);
+
+/* Print every file to f; when there is more than one, each starts with a
+ * "# ==> path <==" line. */
+int emit_print(const emit_out *out, FILE *f);
+
+/* The name of instance i: its worker's, with "-r<k>" when the worker has
+ * several replicas. */
+void emit_inst_name(const plan *p, size_t i, char *buf, size_t cap);
+
+#endif

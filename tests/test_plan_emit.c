@@ -1,0 +1,268 @@
+/* test_plan_emit.c - the planner's emitters (src/cluster/emit.c) and the
+ * `tessera plan` command.
+ *
+ * Every emitter's output for two inputs (examples/plan/fleet.yaml and the
+ * fixture tests/golden/plan/mixed.yaml, which exercises every mode) is
+ * compared with a golden file under tests/golden/plan/. The output must be
+ * deterministic, so a rerun gives the same bytes. To regenerate the goldens
+ * deliberately after a change:
+ *     TS_UPDATE_GOLDEN=1 build/test_plan_emit
+ * and review the diff. Beyond the goldens: the JSON parses, the YAML
+ * outputs parse, every tessera.yaml of --emit serve loads in `tessera
+ * serve`'s own config loader, the nvidia-smi lists are landing orders, and
+ * the binary's exit status is 0 / 1 / 2 for feasible / infeasible / bad.
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <cjson/cJSON.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <yaml.h>
+
+#include "cluster/emit.h"
+#include "cluster/mig.h"
+#include "cluster/plan.h"
+#include "cluster/planio.h"
+#include "config.h"
+#include "err.h"
+#include "testutil.h"
+
+#define PATH_LEN 4096
+
+static const char *const INPUTS[] = {"examples/plan/fleet.yaml", "tests/golden/plan/mixed.yaml"};
+static const char *const STEMS[] = {"fleet", "mixed"};
+
+/* The repository root, from this file's path, else $TS_SRC. */
+static void src_root(char *buf, size_t cap) {
+    const char *env = getenv("TS_SRC"), *f = __FILE__, *end = strstr(f, "tests/test_plan_emit.c");
+    if (f[0] == '/' && end) snprintf(buf, cap, "%.*s", (int)(end - f), f);
+    else if (env) snprintf(buf, cap, "%s/", env);
+    else snprintf(buf, cap, "./");
+}
+
+typedef struct fixture {
+    plan_input in;
+    plan p;
+} fixture;
+
+static void load(const char *rel, fixture *fx) {
+    char root[PATH_LEN], path[PATH_LEN + 64], err[512];
+    src_root(root, sizeof root);
+    snprintf(path, sizeof path, "%s%s", root, rel);
+    int rc = planio_load(path, &fx->in, err, sizeof err);
+    if (rc) fail_msg("%s: %s", rel, err);
+    /* Files are named by their repository path, not the absolute one, so
+     * nothing machine-specific reaches the output. */
+    assert_int_equal(plan_build(&fx->in, &fx->p), 0);
+}
+
+static void unload(fixture *fx) {
+    plan_free(&fx->p);
+    plan_input_free(&fx->in);
+}
+
+/* All files of one emitter, as printed without --out. */
+static char *render(const plan *p, int kind, size_t *len) {
+    emit_out out;
+    assert_int_equal(emit_run(p, kind, &out), 0);
+    char *buf = NULL;
+    size_t n = 0;
+    FILE *f = open_memstream(&buf, &n);
+    assert_non_null(f);
+    assert_int_equal(emit_print(&out, f), 0);
+    fclose(f);
+    emit_out_free(&out);
+    *len = n;
+    return buf;
+}
+
+static void test_goldens(void **st) {
+    (void)st;
+    char root[PATH_LEN];
+    src_root(root, sizeof root);
+    int update = getenv("TS_UPDATE_GOLDEN") && *getenv("TS_UPDATE_GOLDEN");
+    for (size_t k = 0; k < sizeof INPUTS / sizeof INPUTS[0]; k++) {
+        fixture fx;
+        load(INPUTS[k], &fx);
+        for (int kind = 0; kind < EMIT_KINDS; kind++) {
+            size_t len, len2;
+            char *got = render(&fx.p, kind, &len);
+            char *again = render(&fx.p, kind, &len2);
+            /* Deterministic: the same plan, the same bytes. */
+            assert_int_equal(len, len2);
+            assert_memory_equal(got, again, len);
+            free(again);
+            char path[PATH_LEN + 128];
+            snprintf(path, sizeof path, "%stests/golden/plan/%s.%s.txt", root, STEMS[k], emit_kind_name(kind));
+            if (update) {
+                assert_int_equal(tu_write_file(path, got, len), 0);
+            } else {
+                size_t glen;
+                char *want = tu_read_file(path, &glen);
+                if (!want) fail_msg("missing golden %s (TS_UPDATE_GOLDEN=1 makes it)", path);
+                if (glen != len || memcmp(want, got, len) != 0) {
+                    size_t i = 0;
+                    while (i < len && i < glen && want[i] == got[i]) i++;
+                    size_t line = 1;
+                    for (size_t j = 0; j < i; j++) line += got[j] == '\n';
+                    fail_msg("%s differs from the golden at line %zu (TS_UPDATE_GOLDEN=1 regenerates)", path, line);
+                }
+                free(want);
+            }
+            free(got);
+        }
+        unload(&fx);
+    }
+}
+
+/* ---- outputs parse and mean what they say ------------------------------------- */
+
+static int yaml_docs(const char *text, size_t len) {
+    yaml_parser_t p;
+    yaml_parser_initialize(&p);
+    yaml_parser_set_input_string(&p, (const unsigned char *)text, len);
+    int docs = 0;
+    for (;;) {
+        yaml_document_t d;
+        if (!yaml_parser_load(&p, &d)) {
+            docs = -1;
+            break;
+        }
+        int empty = yaml_document_get_root_node(&d) == NULL;
+        yaml_document_delete(&d);
+        if (empty) break;
+        docs++;
+    }
+    yaml_parser_delete(&p);
+    return docs;
+}
+
+static void test_outputs_parse(void **st) {
+    (void)st;
+    for (size_t k = 0; k < sizeof INPUTS / sizeof INPUTS[0]; k++) {
+        fixture fx;
+        load(INPUTS[k], &fx);
+        emit_out out;
+        assert_int_equal(emit_run(&fx.p, EMIT_JSON, &out), 0);
+        cJSON *j = cJSON_Parse(out.files[0].data);
+        assert_non_null(j);
+        cJSON *tenants = cJSON_GetObjectItem(j, "tenants");
+        assert_int_equal(cJSON_GetArraySize(tenants), (int)fx.in.n_tenants);
+        cJSON_Delete(j);
+        emit_out_free(&out);
+
+        assert_int_equal(emit_run(&fx.p, EMIT_K8S, &out), 0);
+        /* Device-plugin config, then a ConfigMap and a Deployment per
+         * placed instance. */
+        assert_int_equal(yaml_docs(out.files[0].data, out.files[0].len), 1 + 2 * (int)fx.p.n_insts);
+        emit_out_free(&out);
+
+        assert_int_equal(emit_run(&fx.p, EMIT_MIG_PARTED, &out), 0);
+        assert_int_equal(yaml_docs(out.files[0].data, out.files[0].len), 1);
+        assert_non_null(strstr(out.files[0].data, "version: v1\nmig-configs:\n"));
+        emit_out_free(&out);
+
+        /* Each -cgi list replays, first fit, onto the planned slots. */
+        for (size_t g = 0; g < fx.p.n_gpus; g++) {
+            const plan_gpu *pg = &fx.p.gpus[g];
+            if (pg->mode != PLAN_GPU_MIG) continue;
+            int ids[MIG_MAX_INSTANCES];
+            mig_inst again[MIG_MAX_INSTANCES];
+            for (int i = 0; i < pg->n_gi; i++) ids[i] = pg->gi[i].gi_id;
+            assert_int_equal(mig_firstfit(ids, (size_t)pg->n_gi, MIG_PREF_HIGH, again, NULL), 0);
+            assert_memory_equal(again, pg->gi, (size_t)pg->n_gi * sizeof *again);
+        }
+        unload(&fx);
+    }
+}
+
+/* The mixed fixture gives keys, so its tessera.yaml files must load in
+ * serve's loader, with the plan's KV pool and sequences. */
+static void test_serve_configs_load(void **st) {
+    (void)st;
+    fixture fx;
+    load("tests/golden/plan/mixed.yaml", &fx);
+    emit_out out;
+    assert_int_equal(emit_run(&fx.p, EMIT_SERVE, &out), 0);
+    assert_int_equal(out.n, fx.p.n_insts);
+    for (size_t i = 0; i < out.n; i++) {
+        char path[PATH_LEN], err[512];
+        tu_path(path, sizeof path, "serve.yaml");
+        assert_int_equal(tu_write_file(path, out.files[i].data, out.files[i].len), 0);
+        cfg c;
+        int rc = cfg_load(path, &c, err, sizeof err);
+        unlink(path);
+        if (rc) fail_msg("%s does not load: %s", out.files[i].path, err);
+        const plan_inst *in = &fx.p.insts[i];
+        const plan_worker *w = &fx.p.workers[in->worker];
+        assert_int_equal(c.n_models, 1);
+        assert_string_equal(c.models[0].name, fx.in.models[w->model].name);
+        assert_int_equal(c.models[0].max_seqs, in->est.seqs);
+        assert_true((double)c.models[0].kv_cache_bytes >= in->est.kv_bytes);
+        assert_int_equal(c.n_tenants, w->n_tenants);
+        assert_int_equal(c.n_tiers, fx.in.n_tiers);
+        cfg_free(&c);
+    }
+    emit_out_free(&out);
+    unload(&fx);
+}
+
+/* ---- the command -------------------------------------------------------------- */
+
+static int run(const char *args) {
+    const char *bin = getenv("TS_TESSERA");
+    if (!bin || access(bin, X_OK) != 0) return -1;
+    char cmd[PATH_LEN * 3];
+    snprintf(cmd, sizeof cmd, "%s plan %s >/dev/null 2>&1", bin, args);
+    int rc = system(cmd);
+    return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+}
+
+static void test_command(void **st) {
+    (void)st;
+    if (!getenv("TS_TESSERA")) skip();
+    char root[PATH_LEN], dir[PATH_LEN], args[PATH_LEN * 3], file[PATH_LEN * 2];
+    src_root(root, sizeof root);
+    tu_path(dir, sizeof dir, "plan-out");
+    snprintf(args, sizeof args, "--input %sexamples/plan/fleet.yaml --emit serve --out %s", root, dir);
+    assert_int_equal(run(args), 0);
+    snprintf(file, sizeof file, "%s/serve/bank-llama-3-8b.yaml", dir);
+    assert_int_equal(access(file, R_OK), 0);
+    snprintf(args, sizeof args, "--input %sexamples/plan/fleet.yaml --emit nvidia-smi --out %s", root, dir);
+    assert_int_equal(run(args), 0);
+    snprintf(file, sizeof file, "%s/nvidia-smi/h100-0.sh", dir);
+    assert_int_equal(access(file, X_OK), 0);
+    snprintf(args, sizeof args, "rm -rf %s", dir);
+    assert_int_equal(system(args), 0);
+    /* Infeasible: exit 1; bad input or usage: exit 2. */
+    char bad[PATH_LEN];
+    tu_path(bad, sizeof bad, "infeasible.yaml");
+    const char *yaml = "fleet: [{name: n, gpu: L4, gpus_per_node: 1}]\n"
+                       "models: [{name: m, params: 70B, layers: 80, kv_heads: 8, head_dim: 128}]\n"
+                       "tenants: [{name: a, model: m, tier: gold}]\n";
+    assert_int_equal(tu_write_file(bad, yaml, strlen(yaml)), 0);
+    snprintf(args, sizeof args, "--input %s", bad);
+    assert_int_equal(run(args), 1);
+    assert_int_equal(tu_write_file(bad, "fleet: 3\n", 9), 0);
+    assert_int_equal(run(args), 2);
+    unlink(bad);
+    assert_int_equal(run("--emit yaml --input x.yaml"), 2);
+    assert_int_equal(run(""), 2);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_goldens),
+        cmocka_unit_test(test_outputs_parse),
+        cmocka_unit_test(test_serve_configs_load),
+        cmocka_unit_test(test_command),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
