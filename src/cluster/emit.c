@@ -181,7 +181,11 @@ static void table_header(const plan *p, sb *b) {
         sb_printf(b, "; exact branch and bound %d GPU%s (%s, %ld nodes)", p->exact_gpus,
                   p->exact_gpus == 1 ? "" : "s", p->exact_proven ? "optimal" : "best found, budget spent",
                   p->exact_nodes);
-        if (p->used_exact && p->exact_gpus < p->heuristic_gpus)
+        if (p->used_exact && p->exact_unplaced < p->heuristic_unplaced)
+            sb_printf(b, "\n           the exact plan is used: it places %zu slice%s the heuristic left out",
+                      p->heuristic_unplaced - p->exact_unplaced,
+                      p->heuristic_unplaced - p->exact_unplaced == 1 ? "" : "s");
+        else if (p->used_exact && p->exact_gpus < p->heuristic_gpus)
             sb_printf(b, "\n           the exact plan is used: the heuristic was %d GPU%s worse",
                       p->heuristic_gpus - p->exact_gpus, p->heuristic_gpus - p->exact_gpus == 1 ? "" : "s");
         else if (p->used_exact)

@@ -184,6 +184,8 @@ typedef struct builder {
     pack_size *ssize;               /* [n_slices][n_types] */
     double *salloc;                 /* [n_slices][n_types] */
     size_t cap_insts, cap_slices;
+    char *spread;                   /* [n_workers] size for every capable type (second round) */
+    int has_mig;                    /* the fleet has a MIG type */
 } builder;
 
 static int check_at(const plan *p, const sizing *z, const perf_slice *s, perf_est *e) {
@@ -368,9 +370,8 @@ static int explain(plan *p, const plan_worker *w, const sizing *z0) {
         if (z0->pin)
             snprintf(fix, sizeof fix, "a bigger profile than %s, or no pin", z0->pin);
         else
-            snprintf(fix, sizeof fix,
-                     "a GPU type with more memory, FP8 weights (dtype_bytes: 1), or a shorter "
-                     "max_context (%d now)", pm->m.max_context);
+            snprintf(fix, sizeof fix, "a GPU type with more memory, %sor a shorter max_context (%d now)",
+                     pm->m.weight_bytes > 1 ? "FP8 weights (dtype_bytes: 1), " : "", pm->m.max_context);
     } else if (z0->ttft_s > 0 && best_ttft > z0->ttft_s) {
         why = PLAN_WHY_TTFT;
         snprintf(what, sizeof what,
@@ -385,9 +386,8 @@ static int explain(plan *p, const plan_worker *w, const sizing *z0) {
                  "TPOT target %.0f ms is unreachable: one decode step of %s takes %.1f ms even alone "
                  "on %s%s%s", z0->tpot_s * 1e3, pm->name, best_tpot * 1e3, z0->pin ? z0->pin : "",
                  z0->pin ? " of " : "", tpot_on);
-        snprintf(fix, sizeof fix,
-                 "tpot_ms >= %.0f for the tier, FP8 weights (dtype_bytes: 1), or a GPU with more "
-                 "bandwidth", ceil(best_tpot * 1e3));
+        snprintf(fix, sizeof fix, "tpot_ms >= %.0f for the tier, %sor a GPU with more bandwidth",
+                 ceil(best_tpot * 1e3), pm->m.weight_bytes > 1 ? "FP8 weights (dtype_bytes: 1), " : "");
     } else {
         /* Load: find what one largest slice can carry, by bisection on
          * the arrival rate (latency and memory only grow with it). */
@@ -762,6 +762,82 @@ out:
     return rc;
 }
 
+/* Fits of z with its load split r ways, on every type; returns how many
+ * of the types in want[] (NULL: any type) fit. */
+static int fits_at(const plan *p, sizing z, double rps, int r, const char *want, fit *fits) {
+    int n = 0;
+    z.load.rps = rps / r;
+    for (size_t t = 0; t < p->n_types; t++)
+        if (size_on(p, &z, t, &fits[t]) && (!want || want[t])) n++;
+    return n;
+}
+
+/* The fewest replicas in [lo + 1, max_r] with which at least `need` of
+ * the types in want[] fit (NULL: any type), or 0. Feasibility only grows
+ * with r (each replica's load falls), so: doubling from lo + 1, then
+ * bisection. */
+static int fewest(const plan *p, const sizing *z, double rps, int lo, int max_r, const char *want, int need,
+                  fit *fits) {
+    int hi = lo + 1;
+    while (fits_at(p, *z, rps, hi, want, fits) < need) {
+        if (hi >= max_r) return 0;
+        lo = hi;
+        hi = hi * 2 < max_r ? hi * 2 : max_r;
+    }
+    while (hi - lo > 1) {
+        int mid = lo + (hi - lo) / 2;
+        if (fits_at(p, *z, rps, mid, want, fits) >= need) hi = mid;
+        else lo = mid;
+    }
+    return hi;
+}
+
+/* Replicas of a worker: r_min, the fewest with which it fits some GPU
+ * type. On a mixed fleet that count may fit only the fastest type, whose
+ * GPUs can run out while others idle; so in the second round (spread) the
+ * worker takes the fewest replicas that fit every type able to serve it at
+ * all (an idle slice passes): more, smaller slices that go anywhere. Leaves
+ * the fits at the chosen count in fits[] and returns it, or 0 when nothing
+ * works. */
+static int choose_replicas(const plan *p, const sizing *z, double rps, int spread, fit *fits) {
+    size_t nt = p->n_types;
+    int max_r = p->in->max_replicas;
+    char capable[PLAN_MAX_TYPES] = {0};
+    int n_capable = 0, r0 = max_r;
+    sizing idle = *z;
+    idle.load.rps = 0;
+    for (size_t t = 0; t < nt; t++) {
+        fit f;
+        if (!size_on(p, &idle, t, &f)) continue;
+        capable[t] = 1;
+        n_capable++;
+        /* rho scales as 1/r and must stay <= max_util: a floor for r. */
+        perf_slice s;
+        const char *what;
+        if (!largest_slice(p, z, t, &s, &what)) continue;
+        perf_est e;
+        perf_estimate(z->m, &s, &z->load, &p->in->perf, &e);
+        int r = (int)ceil(e.util / p->in->perf.max_util - 1e-9);
+        if (r < r0) r0 = r;
+    }
+    if (!n_capable) return 0;
+    if (r0 < 1 || rps <= 0) r0 = 1;
+    if (r0 > max_r) r0 = max_r;
+    int r_min = fewest(p, z, rps, r0 - 1, max_r, NULL, 1, fits);
+    if (!r_min) return 0;
+    int all = fits_at(p, *z, rps, r_min, capable, fits) == n_capable;
+    if (!all && n_capable > 1 && spread) {
+        int cap = max_r;
+        int r_all = cap > r_min ? fewest(p, z, rps, r_min, cap, capable, n_capable, fits) : 0;
+        if (r_all) {
+            fits_at(p, *z, rps, r_all, NULL, fits);
+            return r_all;
+        }
+    }
+    fits_at(p, *z, rps, r_min, NULL, fits);
+    return r_min;
+}
+
 /* Size every worker: replicas, then the fits per type. */
 static int size_workers(builder *b) {
     plan *p = b->p;
@@ -777,38 +853,9 @@ static int size_workers(builder *b) {
     for (size_t w = 0; w < p->n_workers; w++) {
         plan_worker *pw = &p->workers[w];
         sizing z = worker_sizing(p, pw);
-        /* Replicas start at what utilisation alone demands on the most
-         * capable slice: rho scales as 1/r, and must stay <= max_util. */
-        int r0 = p->in->max_replicas;
-        for (size_t t = 0; t < nt; t++) {
-            perf_slice s;
-            const char *what;
-            if (!largest_slice(p, &z, t, &s, &what)) continue;
-            perf_est e;
-            perf_estimate(z.m, &s, &z.load, &p->in->perf, &e);
-            int r = (int)ceil(e.util / p->in->perf.max_util - 1e-9);
-            if (r < 1) r = 1;
-            if (r < r0) r0 = r;
-        }
-        int found = 0;
-        for (int r = r0; r <= p->in->max_replicas && !found; r++) {
-            z.load.rps = pw->load.rps / r;
-            for (size_t t = 0; t < nt; t++)
-                if (size_on(p, &z, t, &wfit[w * nt + t])) found = 1;
-            if (found) {
-                pw->replicas = r;
-                break;
-            }
-            if (r == r0) {
-                /* Nothing to gain from replicas if even an idle slice fails. */
-                sizing idle = z;
-                idle.load.rps = 0;
-                int any = 0;
-                fit f;
-                for (size_t t = 0; t < nt && !any; t++) any = size_on(p, &idle, t, &f);
-                if (!any) break;
-            }
-        }
+        int r = choose_replicas(p, &z, pw->load.rps, b->spread[w], &wfit[w * nt]);
+        int found = r > 0;
+        if (found) pw->replicas = r;
         if (!found) {
             z.load = pw->load;
             if ((rc = explain(p, pw, &z))) goto out;
@@ -868,6 +915,7 @@ static int place(builder *b) {
     p->lower_bound = pack_lower_bound(&pp, &p->lower_frac);
     if ((rc = pack_ffd(&pp, heur, &hr))) goto out;
     p->heuristic_gpus = hr.bins_used;
+    p->heuristic_unplaced = hr.unplaced;
     const int *use = heur;
     if (ns > 0 && ns <= (size_t)(p->in->exact_limit > 0 ? p->in->exact_limit : 0)) {
         if ((rc = pack_exact(&pp, p->in->exact_budget, exact, &er))) goto out;
@@ -875,6 +923,7 @@ static int place(builder *b) {
         p->exact_proven = er.proven;
         p->exact_nodes = er.nodes;
         p->exact_gpus = er.bins_used;
+        p->exact_unplaced = er.unplaced;
         if (er.unplaced < hr.unplaced || (er.unplaced == hr.unplaced &&
                                           (er.bins_used < hr.bins_used ||
                                            (er.bins_used == hr.bins_used && er.mem_used < hr.mem_used)))) {
@@ -957,10 +1006,64 @@ static int finish(builder *b) {
 }
 
 /* Per tenant: prediction, or a capacity problem for unplaced workers. */
+/* Why worker w's unplaced slices found no GPU, as "what; fix: what would",
+ * naming the types it fits, whether other types sit idle, and how many
+ * GPUs its unplaced slices need at least (their larger per-dimension sum
+ * on the first type they fit, rounded up). */
+static void capacity_text(const builder *b, size_t w, int placed, int total, char *what, size_t wcap, char *fix,
+                          size_t fcap) {
+    const plan *p = b->p;
+    size_t nt = p->n_types;
+    char ok[PLAN_MAX_TYPES] = {0}, types[256] = "";
+    double dim[2] = {0, 0};
+    size_t first_ok = nt;
+    for (size_t i = 0; i < p->n_insts; i++) {
+        if (p->insts[i].worker != (int)w) continue;
+        size_t s = p->insts[i].slice;
+        for (size_t t = 0; t < nt; t++) ok[t] |= (char)b->ssize[s * nt + t].ok;
+        if (p->slices[s].gpu >= 0 || p->slices[s].first_inst != i) continue;
+        for (size_t t = 0; t < nt && first_ok == nt; t++)
+            if (b->ssize[s * nt + t].ok) first_ok = t;
+        if (first_ok == nt) continue;
+        const pack_size *z = &b->ssize[s * nt + first_ok];
+        const mig_geom *g = mig_geom_find(z->gi_id);
+        switch (p->slices[s].mode) {
+        case PLAN_MODE_MIG:
+        case PLAN_MODE_MIG_MPS:
+            dim[0] += g ? (double)g->mem / MIG_MEM_SLICES : 1;
+            dim[1] += g ? (double)g->compute / MIG_COMPUTE_SLICES : 1;
+            break;
+        case PLAN_MODE_MPS:
+        case PLAN_MODE_TIMESLICE:
+            dim[0] += z->pct / 100.0;
+            dim[1] += z->mem / (p->types[first_ok]->mem_gib * GIB);
+            break;
+        default:
+            dim[0] += 1;
+        }
+    }
+    int idle_other = 0;
+    for (size_t g = 0; g < p->n_gpus; g++) idle_other += p->gpus[g].mode == PLAN_GPU_IDLE && !ok[p->gpus[g].type];
+    size_t len = 0;
+    for (size_t t = 0; t < nt && len < sizeof types; t++)
+        if (ok[t]) {
+            int k = snprintf(types + len, sizeof types - len, "%s%s", len ? ", " : "", p->types[t]->name);
+            if (k > 0) len += (size_t)k;
+        }
+    int need = (int)ceil((dim[0] > dim[1] ? dim[0] : dim[1]) - 1e-6);
+    if (need < 1) need = 1;
+    char idle[128] = "";
+    if (idle_other) snprintf(idle, sizeof idle, "; %d GPUs of other types are idle, too small or too slow for it", idle_other);
+    snprintf(what, wcap, "capacity: %d of %d instance%s not placed: no room left on the GPUs it fits (%s)%s",
+             total - placed, total, total > 1 ? "s" : "", types, idle);
+    snprintf(fix, fcap, "add at least %d GPU%s of type %s, %sor lower the load", need, need > 1 ? "s" : "",
+             first_ok < nt ? p->types[first_ok]->name : types, idle_other ? "relax its targets so other types qualify, " : "");
+}
+
+/* Per tenant: prediction, or a capacity problem for unplaced workers. */
 static int judge(const builder *b) {
     plan *p = b->p;
     int rc;
-    int short_by = p->lower_bound - (int)p->n_gpus;
     for (size_t w = 0; w < p->n_workers; w++) {
         const plan_worker *pw = &p->workers[w];
         if (pw->replicas == 0) continue;
@@ -974,6 +1077,8 @@ static int judge(const builder *b) {
                 if (!first) first = &p->insts[i];
             }
         }
+        char what[PLAN_TEXT_MAX], fix[PLAN_TEXT_MAX];
+        if (placed < total) capacity_text(b, w, placed, total, what, sizeof what, fix, sizeof fix);
         for (size_t k = 0; k < pw->n_tenants; k++) {
             size_t t = pw->tenants[k];
             plan_result *r = &p->results[t];
@@ -984,21 +1089,9 @@ static int judge(const builder *b) {
             }
             r->ok = placed == total;
             if (r->ok) continue;
-            /* Name a type the worker fits, so the fix is concrete. */
-            const char *type = "";
-            const plan_slice *sl = &p->slices[p->insts[pw->first_inst].slice];
-            for (size_t ty = 0; ty < p->n_types && !type[0]; ty++)
-                if (b->ssize[(size_t)(sl - p->slices) * p->n_types + ty].ok) type = p->types[ty]->name;
             char name[256];
             who(p, pw, t, name, sizeof name);
-            int add = short_by > 0 ? short_by : 1;
-            rc = add_problem(p, (int)t, PLAN_WHY_CAPACITY,
-                             "%s: capacity: %d of %d instance%s not placed: the fleet's %zu GPUs "
-                             "are full (this plan needs at least %d by its lower bound); fix: add "
-                             "%d or more GPUs (%s), or lower the load",
-                             name, total - placed, total, total > 1 ? "s" : "", p->n_gpus,
-                             p->lower_bound, add, type);
-            if (rc) return rc;
+            if ((rc = add_problem(p, (int)t, PLAN_WHY_CAPACITY, "%s: %s; fix: %s", name, what, fix))) return rc;
         }
     }
     p->feasible = p->n_problems == 0;
@@ -1045,6 +1138,44 @@ static int advise(plan *p) {
     return 0;
 }
 
+/* After round one: mark the workers with unplaced slices for spreading
+ * when some GPU is still idle, and undo round one (slices, instances, the
+ * problems sizing found, the modes merging set). Returns 1 if a second
+ * round is worth running. */
+static int respread(builder *b) {
+    plan *p = b->p;
+    int any = 0, idle = 0;
+    char *used = calloc(p->n_gpus ? p->n_gpus : 1, 1);
+    if (!used) return 0;
+    for (size_t s = 0; s < p->n_slices; s++)
+        if (p->slices[s].gpu >= 0) used[p->slices[s].gpu] = 1;
+    for (size_t g = 0; g < p->n_gpus; g++) idle |= !used[g];
+    free(used);
+    if (!idle) return 0;
+    for (size_t s = 0; s < p->n_slices; s++) {
+        if (p->slices[s].gpu >= 0) continue;
+        const plan_slice *sl = &p->slices[s];
+        for (int k = 0; k < sl->n_inst; k++) {
+            int w = p->insts[sl->first_inst + (size_t)k].worker;
+            if (!b->spread[w]) b->spread[w] = 1, any = 1;
+        }
+    }
+    if (!any) return 0;
+    p->n_slices = p->n_insts = 0;
+    p->n_problems = 0;
+    p->exact_ran = p->exact_proven = p->used_exact = 0;
+    p->exact_nodes = 0;
+    p->exact_gpus = p->heuristic_gpus = 0;
+    p->heuristic_unplaced = p->exact_unplaced = 0;
+    for (size_t w = 0; w < p->n_workers; w++) {
+        plan_worker *pw = &p->workers[w];
+        pw->replicas = 1;
+        pw->first_inst = 0;
+        if (pw->mode == PLAN_MODE_MIG_MPS) pw->mode = PLAN_MODE_MIG;
+    }
+    return 1;
+}
+
 /* ---- build -------------------------------------------------------------------- */
 
 static int check_input(const plan_input *in) {
@@ -1074,7 +1205,7 @@ int plan_build(const plan_input *in, plan *p) {
     int rc = check_input(in);
     if (rc) return rc;
     p->in = in;
-    builder b = {p, NULL, NULL, NULL, 0, 0};
+    builder b = {p, NULL, NULL, NULL, 0, 0, NULL, 0};
     /* (1) Fleet: types in fleet order, then nodes and their GPUs. */
     size_t n_nodes = 0, n_gpus = 0;
     int has_mig = 0;
@@ -1119,19 +1250,32 @@ int plan_build(const plan_input *in, plan *p) {
     for (size_t t = 0; t < in->n_tenants; t++) p->results[t].worker = -1;
     /* (2) Workers; (3) sizing; (4) packing; (5) the rest. */
     if ((rc = make_workers(p, has_mig))) goto err;
-    if ((rc = size_workers(&b))) goto err;
-    if ((rc = place(&b))) goto err;
+    b.has_mig = has_mig;
+    if (!(b.spread = calloc(p->n_workers ? p->n_workers : 1, 1))) {
+        rc = TS_ERR_NOMEM;
+        goto err;
+    }
+    /* Round one sizes each worker for its fastest type. If that leaves
+     * slices without a GPU while GPUs idle, round two sizes those workers
+     * for every type they can use and packs again. */
+    for (int round = 0; round < 2; round++) {
+        if ((rc = size_workers(&b))) goto err;
+        if ((rc = place(&b))) goto err;
+        if (round == 1 || !respread(&b)) break;
+    }
     if ((rc = finish(&b))) goto err;
     if ((rc = judge(&b))) goto err;
     if ((rc = advise(p))) goto err;
     free(b.ifit);
     free(b.ssize);
     free(b.salloc);
+    free(b.spread);
     return 0;
 err:
     free(b.ifit);
     free(b.ssize);
     free(b.salloc);
+    free(b.spread);
     plan_free(p);
     return rc;
 }

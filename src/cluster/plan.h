@@ -242,6 +242,8 @@ typedef struct plan {
     long exact_nodes;
     int heuristic_gpus;             /* GPUs first-fit decreasing used */
     int exact_gpus;                 /* GPUs the exact search used */
+    size_t heuristic_unplaced;      /* slices first-fit decreasing left without a GPU */
+    size_t exact_unplaced;          /* slices the exact search left without a GPU */
     int used_exact;                 /* the plan is the exact search's */
     int lower_bound;                /* GPUs no packing can go below */
     double lower_frac;              /* the same before rounding */
