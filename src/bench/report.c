@@ -172,7 +172,7 @@ static int tenant_figures(const scn *s, const rpt_req *r, size_t n, double run_s
         t->slo_met += met;
     }
     rpt_dist_of(va, k, &t->tpot);
-    t->slo_attainment = !has_slo ? -1 : t->due ? (double)t->slo_met / t->due : 1;
+    t->slo_attainment = has_slo && t->due ? (double)t->slo_met / t->due : -1;
     /* E2E and ITL. */
     k = 0;
     size_t g = 0;
@@ -292,6 +292,7 @@ void rpt_table(FILE *f, const scn *s, const rpt *p) {
             "svc/s/w");
     for (int i = 0; i < p->n_tenants; i++) {
         const rpt_tenant *t = &p->t[i];
+        if (!t->due) continue;   /* left out of this run (--tenants) */
         char codes[64] = "-", ttft[32], tpot[32], e2e[32], slo[16] = "-", rate[16] = "-";
         size_t o = 0;
         for (int c = 0; c < t->n_codes && o < sizeof codes; c++) {

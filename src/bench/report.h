@@ -26,8 +26,8 @@
  *    starving it.
  *  - SLO attainment = requests that completed with TTFT <= ttft target and
  *    TPOT <= tpot target, over every request that was due (errors, aborts and
- *    requests the client skipped count as misses). A tenant with no targets
- *    has none (-1).
+ *    requests the client skipped count as misses). A tenant with no targets,
+ *    or with nothing due, has none (-1).
  *  - Throughput = output tokens received / run time.
  *  - Service = input_weight x prompt tokens (credited when the first token
  *    arrives) + output_weight x output tokens (spread evenly over the
@@ -98,7 +98,7 @@ typedef struct rpt_tenant {
     rpt_dist ttft, tpot, e2e, itl;
     int ttft_censored;        /* aborted before their first token; in ttft */
     int slo_met;
-    double slo_attainment;    /* 0..1; -1 with no targets */
+    double slo_attainment;    /* 0..1; -1 with no targets or nothing due */
     double service;           /* weighted tokens, whole run */
     double backlogged_s;      /* s; one-second slots backlogged */
     double service_rate;      /* service in those slots / weight / backlogged_s */

@@ -41,13 +41,16 @@ static void on_signal(int sig) {
 static void usage(FILE *f) {
     fprintf(f,
             "usage: tessera bench --scenario S.yaml --url http://127.0.0.1:8080\n"
-            "                     [--duration 60s | --requests N] [--out DIR] [--seed N] [--quiet]\n"
+            "                     [--duration 60s | --requests N] [--out DIR] [--seed N]\n"
+            "                     [--tenants NAME,...] [--quiet]\n"
             "  --scenario  tenants, keys, arrival processes, lengths, SLOs (see scenarios/*.yaml)\n"
             "  --url       the server's base URL; nothing else is ever contacted\n"
             "  --duration  send window (default: the scenario's duration)\n"
             "  --requests  send this many requests in schedule order instead of a window\n"
             "  --out       folder for report.txt, report.json and the plots (default bench-out)\n"
             "  --seed      the schedule's seed (default 1): same seed, same traffic\n"
+            "  --tenants   send only these tenants' requests; each keeps exactly the arrivals\n"
+            "              it has in the full scenario (e.g. a victim alone, for a baseline)\n"
             "  --quiet     no live progress line\n");
 }
 
@@ -83,6 +86,49 @@ static int parse_u64(const char *s, uint64_t *v) {
     return 0;
 }
 
+/* --tenants a,b: keep[i] = 1 for the tenants named (all when list is NULL).
+ * Prints the error and returns -1 for an unknown name. */
+static int select_tenants(const scn *s, const char *list, uint8_t *keep) {
+    memset(keep, list ? 0 : 1, SCN_MAX_TENANTS);
+    if (!list) return 0;
+    char buf[1024];
+    snprintf(buf, sizeof buf, "%s", list);
+    int any = 0;
+    for (char *p = buf, *name; (name = strsep(&p, ","));) {
+        if (!*name) continue;
+        int found = 0;
+        for (int i = 0; i < s->n_tenants; i++)
+            if (!strcmp(s->tenants[i].name, name)) keep[i] = 1, found = any = 1;
+        if (!found) {
+            fprintf(stderr, "bench: --tenants: no tenant '%s' in the scenario\n", name);
+            return -1;
+        }
+    }
+    if (!any) fprintf(stderr, "bench: --tenants names no tenant\n");
+    return any ? 0 : -1;
+}
+
+/*
+ * The schedule, keeping only the tenants in keep. Filtering comes after
+ * scheduling, so the tenants kept see the very arrivals they have in the
+ * full scenario (each tenant draws from its own streams). A count bound
+ * applies to what is kept: the full schedule is built with a growing count
+ * until enough of it is kept or it runs dry.
+ */
+static int build_schedule(const scn *s, uint64_t seed, double until_s, size_t count, const uint8_t *keep,
+                          arr_event **ev, size_t *n) {
+    for (size_t want = count;; want *= 2) {
+        int rc = arr_schedule(s, seed, until_s, want, ev, n);
+        if (rc) return rc;
+        size_t k = 0, total = *n;
+        for (size_t i = 0; i < total; i++)
+            if (keep[(*ev)[i].tenant] && (!count || k < count)) (*ev)[k++] = (*ev)[i];
+        *n = k;
+        if (!count || k >= count || total < want || want > ((size_t)1 << 40)) return 0;
+        free(*ev);
+    }
+}
+
 /* The report: table on stdout and in report.txt, JSON, plots. */
 static int write_report(const char *out, const scn *s, const rpt *p, const rpt_req *r, size_t n, const char *url,
                         uint64_t seed) {
@@ -115,9 +161,10 @@ int cmd_bench(int argc, char **argv) {
         {"scenario", required_argument, 0, 's'}, {"url", required_argument, 0, 'u'},
         {"duration", required_argument, 0, 'd'}, {"requests", required_argument, 0, 'n'},
         {"out", required_argument, 0, 'o'},      {"seed", required_argument, 0, 'S'},
-        {"quiet", no_argument, 0, 'q'},          {"help", no_argument, 0, 'h'},
+        {"quiet", no_argument, 0, 'q'},          {"tenants", required_argument, 0, 't'},
+        {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0}};
-    const char *path = NULL, *url = NULL, *out = "bench-out", *dur = NULL;
+    const char *path = NULL, *url = NULL, *out = "bench-out", *dur = NULL, *only = NULL;
     uint64_t seed = 1, n_req = 0;
     int quiet = 0, ch, have_req = 0;
     optind = 1;
@@ -141,6 +188,7 @@ int cmd_bench(int argc, char **argv) {
             }
             break;
         case 'q': quiet = 1; break;
+        case 't': only = optarg; break;
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return 2;
         }
@@ -176,9 +224,14 @@ int cmd_bench(int argc, char **argv) {
         scn_free(&s);
         return 1;
     }
+    uint8_t keep[SCN_MAX_TENANTS];
+    if (select_tenants(&s, only, keep)) {
+        scn_free(&s);
+        return 2;
+    }
     arr_event *ev;
     size_t n;
-    int rc = arr_schedule(&s, seed, have_req ? 0 : window, have_req ? (size_t)n_req : 0, &ev, &n);
+    int rc = build_schedule(&s, seed, have_req ? 0 : window, have_req ? (size_t)n_req : 0, keep, &ev, &n);
     if (rc) {
         fprintf(stderr, "bench: cannot build the schedule: %s (is a rate absurdly high?)\n", err_str(rc));
         scn_free(&s);

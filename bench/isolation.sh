@@ -1,0 +1,126 @@
+#!/usr/bin/env bash
+# bench/isolation.sh - tessera's isolation and fairness comparison, in one run
+# on the demo model:
+#
+#   1. scenarios/isolation.yaml (a victim at 1 request/s, an aggressor at 10x
+#      capacity, same tier and weight) against `tessera serve --policy fcfs`
+#      and against the default (fair) policy, each also with the victim alone
+#      (--tenants victim: the same victim arrivals); prints the victim's p99
+#      TTFT with the aggressor over its p99 TTFT alone, per policy;
+#   2. scenarios/fairness.yaml (four backlogged tenants, short and long
+#      requests) against the default policy: Jain's index;
+#   3. scenarios/tiers.yaml (gold, silver, bronze over capacity) against
+#      examples/demo.yaml: gold's SLO attainment and bronze's progress.
+#
+#     bench/isolation.sh [OUT_DIR]        (default bench-out/isolation)
+#
+# Every server is started fresh for each run (no state carried between runs),
+# listens on 127.0.0.1 on a free port, and is stopped by this script (also
+# on Ctrl-C). Every bench run is bounded by its scenario (send window +
+# drain) and by a timeout around it; the whole script takes about five
+# minutes. Environment: TESSERA (the binary; default build/tessera, made by
+# `make`), SEED (default 1).
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+TESSERA=${TESSERA:-$ROOT/build/tessera}
+OUT=${1:-bench-out/isolation}
+SEED=${SEED:-1}
+MODEL=$ROOT/models/demo-15m.gguf
+PY=/usr/bin/python3
+
+[ -x "$TESSERA" ] || { echo "isolation: no tessera binary at $TESSERA (run make, or set TESSERA)" >&2; exit 1; }
+if [ ! -f "$MODEL" ]; then
+    mkdir -p "$ROOT/models"
+    "$TESSERA" mkmodel "$MODEL" --preset 15m --type f32
+fi
+mkdir -p "$OUT"
+OUT=$(cd "$OUT" && pwd)
+
+SERVER_PID=""
+stop_server() {
+    if [ -n "$SERVER_PID" ]; then
+        kill -TERM "$SERVER_PID" 2>/dev/null || true
+        # The server drains for its grace time (2 s in bench-server.yaml,
+        # 10 s in demo.yaml), then exits; never wait forever.
+        for _ in $(seq 150); do kill -0 "$SERVER_PID" 2>/dev/null || break; sleep 0.1; done
+        kill -KILL "$SERVER_PID" 2>/dev/null || true
+        wait "$SERVER_PID" 2>/dev/null || true
+        SERVER_PID=""
+    fi
+}
+trap stop_server EXIT
+trap 'stop_server; exit 130' INT TERM
+
+# start_server CONFIG POLICY LOG: start on a free port of 127.0.0.1, set URL.
+start_server() {
+    local config=$1 policy=$2 log=$3
+    "$TESSERA" serve --config "$config" --policy "$policy" --listen 127.0.0.1:0 >"$log" 2>&1 &
+    SERVER_PID=$!
+    for _ in $(seq 300); do
+        URL=$(sed -n 's/^tessera: listening on \(http:\/\/127\.0\.0\.1:[0-9]*\).*/\1/p' "$log")
+        [ -n "$URL" ] && return 0
+        kill -0 "$SERVER_PID" 2>/dev/null || break
+        sleep 0.1
+    done
+    echo "isolation: the server did not start; its log ($log):" >&2
+    cat "$log" >&2
+    exit 1
+}
+
+# run NAME CONFIG POLICY SCENARIO [bench options...]: one fresh server, one
+# bench run into $OUT/NAME.
+run() {
+    local name=$1 config=$2 policy=$3 scenario=$4
+    shift 4
+    echo "=== $name: $(basename "$scenario") against $(basename "$config") --policy $policy $*"
+    start_server "$config" "$policy" "$OUT/$name.server.log"
+    # The scenario bounds the run (window + drain + 5 s); the timeout is a
+    # second fence in case anything hangs.
+    timeout -k 5 120 "$TESSERA" bench --scenario "$scenario" --url "$URL" --out "$OUT/$name" --seed "$SEED" "$@" \
+        | tee "$OUT/$name.txt"
+    stop_server
+}
+
+date -u +"isolation: started %Y-%m-%dT%H:%M:%SZ on $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg)" \
+    | tee "$OUT/summary.txt"
+BS=$ROOT/scenarios/bench-server.yaml
+run fcfs-alone "$BS" fcfs "$ROOT/scenarios/isolation.yaml" --tenants victim
+run fcfs-flood "$BS" fcfs "$ROOT/scenarios/isolation.yaml"
+run fair-alone "$BS" fair "$ROOT/scenarios/isolation.yaml" --tenants victim
+run fair-flood "$BS" fair "$ROOT/scenarios/isolation.yaml"
+run fairness "$BS" fair "$ROOT/scenarios/fairness.yaml"
+run tiers "$ROOT/examples/demo.yaml" fair "$ROOT/scenarios/tiers.yaml"
+
+"$PY" - "$OUT" <<'EOF' | tee -a "$OUT/summary.txt"
+import json, os, sys
+out = sys.argv[1]
+def load(name):
+    with open(os.path.join(out, name, "report.json")) as f:
+        return json.load(f)
+def tenant(rep, name):
+    return next(t for t in rep["tenants"] if t["name"] == name)
+print()
+print("| policy | victim p99 TTFT alone | victim p99 TTFT with the aggressor | ratio (target <= 1.5) | victim SLO attainment with the aggressor |")
+print("|---|---|---|---|---|")
+for pol in ("fcfs", "fair"):
+    alone, flood = tenant(load(pol + "-alone"), "victim"), tenant(load(pol + "-flood"), "victim")
+    a, f = alone["ttft"]["p99_s"], flood["ttft"]["p99_s"]
+    cens = flood["ttft_censored"]
+    note = f" ({cens} of {flood['due']} never got a first token: a lower bound)" if cens else ""
+    ratio = f / a if a > 0 else float("inf")
+    slo = flood["slo_attainment"]
+    print(f"| {pol} | {a*1e3:.0f} ms | {f*1e3:.0f} ms{note} | {ratio:.1f} | {slo*100:.1f}% |")
+fair = load("fairness")
+rates = ", ".join(f"{t['name']} {t['weighted_service_rate']:.0f}" for t in fair["tenants"] if t["backlogged_s"] > 0)
+print()
+print(f"fairness.yaml (fair policy): Jain's index {fair['jain']['index']:.3f} over "
+      f"{fair['jain']['backlogged_tenants']} backlogged tenants (target >= 0.95); weighted service/s: {rates}")
+tiers = load("tiers")
+g, b = tenant(tiers, "gold-team"), tenant(tiers, "bronze-team")
+print(f"tiers.yaml (demo.yaml, fair policy): gold SLO attainment {g['slo_attainment']*100:.1f}% "
+      f"(target >= 99%, TTFT p99 {g['ttft']['p99_s']*1e3:.0f} ms); bronze completed {b['completed']} of {b['due']}, "
+      f"{b['output_tokens_per_s']:.1f} output tokens/s (progress: {'yes' if b['completed'] > 0 else 'NO'})")
+EOF
+echo "isolation: reports, plots and server logs in $OUT; finished at load average $(cut -d' ' -f1-3 /proc/loadavg)" \
+    | tee -a "$OUT/summary.txt"

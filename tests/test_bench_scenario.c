@@ -1,0 +1,284 @@
+/* test_bench_scenario.c - unit tests of bench scenario files
+ * (src/bench/scenario.c): a full scenario read back field by field, the
+ * defaults, every validation error with the line and field it names, trace
+ * CSV parsing and its errors, durations, and loading from files with a
+ * relative trace path.
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bench/scenario.h"
+#include "err.h"
+#include "testutil.h"
+
+static const char FULL[] =
+    "name: iso\n"
+    "model: demo\n"
+    "api: chat\n"
+    "duration: 1.5m\n"
+    "drain: 500ms\n"
+    "temperature: 0.7\n"
+    "token_ids: {min: 5, max: 50}\n"
+    "service: {input_weight: 1, output_weight: 3}\n"
+    "max_in_flight: 77\n"
+    "tenants:\n"
+    "  - name: victim\n"
+    "    key: tsk-a\n"
+    "    weight: 2\n"
+    "    arrival: {process: gamma, rate: 2.5, cv: 3}\n"
+    "    prompt_tokens: {dist: lognormal, mean: 64, cv: 0.5, min: 8, max: 512}\n"
+    "    output_tokens: {dist: uniform, min: 16, max: 32}\n"
+    "    slo: {ttft_ms: 250, tpot_ms: 40}\n"
+    "    start: 1s\n"
+    "    stop: 20s\n"
+    "  - name: aggressor\n"
+    "    key: tsk-b\n"
+    "    arrival: {process: poisson, rate: 40}\n"
+    "    prompt_tokens: {dist: fixed, value: 128}\n"
+    "    output_tokens: {dist: fixed, value: 64}\n";
+
+static void test_full(void **state) {
+    (void)state;
+    scn s;
+    char err[512];
+    int rc = scn_parse(FULL, strlen(FULL), "iso.yaml", ".", &s, err, sizeof err);
+    assert_int_equal(rc, 0);
+    assert_string_equal(s.name, "iso");
+    assert_string_equal(s.model, "demo");
+    assert_int_equal(s.chat, 1);
+    assert_true(s.duration_s == 90);
+    assert_true(s.drain_s == 0.5);
+    assert_true(s.temperature == 0.7);
+    assert_int_equal(s.token_min, 5);
+    assert_int_equal(s.token_max, 50);
+    assert_true(s.w_in == 1 && s.w_out == 3);
+    assert_int_equal(s.max_in_flight, 77);
+    assert_int_equal(s.n_tenants, 2);
+    const scn_tenant *v = &s.tenants[0], *a = &s.tenants[1];
+    assert_string_equal(v->name, "victim");
+    assert_string_equal(v->key, "tsk-a");
+    assert_true(v->weight == 2);
+    assert_int_equal(v->arrival.process, SCN_ARR_GAMMA);
+    assert_true(v->arrival.rate == 2.5 && v->arrival.cv == 3);
+    assert_int_equal(v->prompt.dist, SCN_LEN_LOGNORMAL);
+    assert_true(v->prompt.mean == 64 && v->prompt.cv == 0.5);
+    assert_int_equal(v->prompt.min, 8);
+    assert_int_equal(v->prompt.max, 512);
+    assert_int_equal(v->output.dist, SCN_LEN_UNIFORM);
+    assert_int_equal(v->output.min, 16);
+    assert_int_equal(v->output.max, 32);
+    assert_true(v->ttft_ms == 250 && v->tpot_ms == 40);
+    assert_true(v->start_s == 1 && v->stop_s == 20);
+    assert_true(a->weight == 1);
+    assert_int_equal(a->arrival.process, SCN_ARR_POISSON);
+    assert_true(a->arrival.cv == 1);
+    assert_int_equal(a->prompt.dist, SCN_LEN_FIXED);
+    assert_int_equal(a->prompt.value, 128);
+    assert_int_equal(a->prompt.min, 128);
+    assert_int_equal(a->prompt.max, 128);
+    assert_true(a->ttft_ms == 0 && a->tpot_ms == 0);
+    assert_null(s.trace);
+    scn_free(&s);
+    scn_free(&s);   /* twice is harmless */
+}
+
+static void test_defaults(void **state) {
+    (void)state;
+    static const char y[] =
+        "model: m\n"
+        "tenants:\n"
+        "  - {name: t, key: k, arrival: {process: constant, rate: 1},\n"
+        "     prompt_tokens: {dist: fixed, value: 1}, output_tokens: {dist: fixed, value: 1}}\n";
+    scn s;
+    char err[256];
+    assert_int_equal(scn_parse(y, strlen(y), "dir/some.name.yaml", NULL, &s, err, sizeof err), 0);
+    assert_string_equal(s.name, "some");   /* from the file name */
+    assert_int_equal(s.chat, 0);
+    assert_true(s.duration_s == 0);
+    assert_true(s.drain_s == 30);
+    assert_true(s.temperature == 0);
+    assert_true(s.w_in == 1 && s.w_out == 2);   /* tessera's own charges */
+    assert_int_equal(s.max_in_flight, 4000);
+    assert_int_equal(s.token_min, 100);
+    assert_int_equal(s.token_max, 9999);
+    assert_true(s.tenants[0].arrival.cv == 0);
+    scn_free(&s);
+}
+
+/* A base tenant list for the error cases; TEN(x) splices x into tenant 0. */
+#define HEAD "model: m\ntenants:\n  - name: a\n    key: k\n"
+#define ARR "    arrival: {process: poisson, rate: 1}\n"
+#define LENS "    prompt_tokens: {dist: fixed, value: 4}\n    output_tokens: {dist: fixed, value: 4}\n"
+
+typedef struct bad_case {
+    const char *yaml;
+    const char *want;          /* substring of the message */
+} bad_case;
+
+static void test_errors(void **state) {
+    (void)state;
+    static const bad_case cases[] = {
+        {"tenants: []\n", "t.yaml:1: model: required"},
+        {"model: m\n", "tenants: required"},
+        {"model: m\ntenant: []\n", "t.yaml:2: tenant: unknown key (expected one of: name, model"},
+        {"model: m\ntenants: {a: 1}\n", "t.yaml:2: tenants: expected a list"},
+        {"model: m\ntenants: []\n", "expected 1 to 64 tenants, got 0"},
+        {"model: m\nmodel: n\ntenants: []\n", "t.yaml:2: model: repeated key"},
+        {"model: m\napi: grpc\n" "tenants: []\n", "api: expected completions or chat"},
+        {"model: \"a b\"\ntenants: []\n", "model: may not contain spaces"},
+        {"model: m\ntenants:\n  - key: k\n" ARR LENS, "tenants[0].name: required"},
+        {"model: m\ntenants:\n  - name: a\n" ARR LENS, "t.yaml:3: tenants[0].key: required"},
+        {HEAD "    key2: x\n" ARR LENS, "t.yaml:5: tenants[0].key2: unknown key"},
+        {HEAD "    arrival: {process: pareto, rate: 1}\n" LENS, "t.yaml:5: tenants[0].arrival.process: unknown process 'pareto'"},
+        {HEAD "    arrival: {process: gamma, rate: 1}\n" LENS, "tenants[0].arrival.cv: required for a gamma process"},
+        {HEAD "    arrival: {process: poisson, rate: 1, cv: 2}\n" LENS, "tenants[0].arrival.cv: only a gamma process takes a cv"},
+        {HEAD "    arrival: {process: poisson, rate: 0}\n" LENS, "tenants[0].arrival.rate: expected a number from 1e-06"},
+        {HEAD "    arrival: {process: poisson, rate: fast}\n" LENS, "got 'fast'"},
+        {HEAD "    arrival: {process: poisson}\n" LENS, "tenants[0].arrival.rate: required"},
+        {HEAD ARR "    output_tokens: {dist: fixed, value: 4}\n", "tenants[0].prompt_tokens: required with an arrival process"},
+        {HEAD ARR "    prompt_tokens: {dist: uniform, min: 9, max: 3}\n    output_tokens: {dist: fixed, value: 4}\n",
+         "tenants[0].prompt_tokens: min (9) is above max (3)"},
+        {HEAD ARR "    prompt_tokens: {dist: fixed, value: 4, min: 2}\n    output_tokens: {dist: fixed, value: 4}\n",
+         "tenants[0].prompt_tokens.min: not a parameter of dist fixed"},
+        {HEAD ARR "    prompt_tokens: {dist: uniform, min: 2}\n    output_tokens: {dist: fixed, value: 4}\n",
+         "tenants[0].prompt_tokens.max: required for dist uniform"},
+        {HEAD ARR "    prompt_tokens: {dist: lognormal, mean: 900, cv: 1, max: 100}\n    output_tokens: {dist: fixed, value: 4}\n",
+         "mean 900 lies outside min..max (1..100)"},
+        {HEAD ARR "    prompt_tokens: {dist: fixed, value: 0}\n    output_tokens: {dist: fixed, value: 4}\n",
+         "prompt_tokens.value: expected an integer from 1 to 1000000, got '0'"},
+        {HEAD ARR LENS "    start: 10 parsecs\n", "tenants[0].start: expected a duration"},
+        {HEAD ARR LENS "    start: 10s\n    stop: 5s\n", "tenants[0].stop: must come after start"},
+        {HEAD ARR LENS "    slo: {ttft: 5}\n", "tenants[0].slo.ttft: unknown key"},
+        {HEAD ARR LENS "  - name: a\n    key: k\n" ARR LENS, "t.yaml:8: tenants[1]: tenant name 'a' repeated"},
+        {HEAD, "a tenant without an arrival process needs a trace file"},
+        {"model: m\ntrace: x.csv\ntenants:\n  - name: a\n    key: k\n" ARR LENS, "trace: every tenant has an arrival process"},
+        {HEAD "    prompt_tokens: {dist: fixed, value: 4}\n", "lengths come from the trace"},
+        {"model: m\nduration: -3s\n" "tenants: []\n", "duration: expected a duration"},
+        {"model: m\ntoken_ids: {min: 9, max: 1}\ntenants: []\n", "token_ids: min is above max"},
+        {"model: [m\n", "t.yaml:2: YAML syntax error"},
+        {"", "the file is empty"},
+        {"model: m\ntenants:\n  - name: a\n    key: \"k k\"\n" ARR LENS, "tenants[0].key: may not contain spaces"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        scn s;
+        char err[512] = "";
+        int rc = scn_parse(cases[i].yaml, strlen(cases[i].yaml), "t.yaml", ".", &s, err, sizeof err);
+        if (rc != TS_ERR_SCENARIO || !strstr(err, cases[i].want))
+            fail_msg("case %zu: rc %d, message '%s', wanted '%s'", i, rc, err, cases[i].want);
+        assert_null(s.tenants);   /* nothing left allocated */
+        assert_int_equal(s.n_tenants, 0);
+    }
+}
+
+static void test_durations(void **state) {
+    (void)state;
+    double v;
+    assert_int_equal(scn_duration_parse("30s", &v), 0);
+    assert_true(v == 30);
+    assert_int_equal(scn_duration_parse("12.5", &v), 0);
+    assert_true(v == 12.5);
+    assert_int_equal(scn_duration_parse("250ms", &v), 0);
+    assert_true(v == 0.25);
+    assert_int_equal(scn_duration_parse("2m", &v), 0);
+    assert_true(v == 120);
+    assert_int_equal(scn_duration_parse("1h", &v), 0);
+    assert_true(v == 3600);
+    assert_int_equal(scn_duration_parse("", &v), -1);
+    assert_int_equal(scn_duration_parse("s", &v), -1);
+    assert_int_equal(scn_duration_parse("-1s", &v), -1);
+    assert_int_equal(scn_duration_parse("5 days", &v), -1);
+    assert_int_equal(scn_duration_parse("nan", &v), -1);
+    assert_int_equal(scn_duration_parse("inf", &v), -1);
+}
+
+static const char TRACED[] =
+    "model: m\ntrace: t.csv\ntenants:\n"
+    "  - {name: a, key: ka}\n"
+    "  - {name: b, key: kb}\n"
+    "  - {name: c, key: kc, arrival: {process: poisson, rate: 1},"
+    " prompt_tokens: {dist: fixed, value: 1}, output_tokens: {dist: fixed, value: 1}}\n";
+
+static void test_trace(void **state) {
+    (void)state;
+    scn s;
+    char err[512];
+    assert_int_equal(scn_parse(TRACED, strlen(TRACED), "s.yaml", "/data", &s, err, sizeof err), 0);
+    assert_string_equal(s.trace_path, "/data/t.csv");
+    static const char csv[] =
+        "timestamp_s,tenant,prompt_tokens,output_tokens\r\n"
+        "# a comment\n"
+        "2.5,b,10,20\n"
+        "0.5,a,1,2\n"
+        "\n"
+        "2.5,a,3,4\n"
+        "1,b,5,6";   /* no final newline */
+    assert_int_equal(scn_trace_parse(&s, csv, strlen(csv), "t.csv", err, sizeof err), 0);
+    assert_int_equal(s.n_trace, 4);
+    /* Sorted by time; the two rows at 2.5 keep their order in the file. */
+    assert_true(s.trace[0].t_s == 0.5 && s.trace[0].tenant == 0);
+    assert_true(s.trace[1].t_s == 1 && s.trace[1].tenant == 1 && s.trace[1].output_tokens == 6);
+    assert_true(s.trace[2].t_s == 2.5 && s.trace[2].tenant == 1 && s.trace[2].prompt_tokens == 10);
+    assert_true(s.trace[3].t_s == 2.5 && s.trace[3].tenant == 0 && s.trace[3].prompt_tokens == 3);
+
+    static const bad_case bad[] = {
+        {"t_s,tenant,p,o\n0,a,1,1\n", "t.csv:1: expected the header"},
+        {"timestamp_s,tenant,prompt_tokens,output_tokens\n0,a,1\n", "t.csv:2: expected 4 fields, got 3"},
+        {"timestamp_s,tenant,prompt_tokens,output_tokens\n0,a,1,1,1\n", "expected 4 fields, got 5"},
+        {"timestamp_s,tenant,prompt_tokens,output_tokens\n0,z,1,1\n", "t.csv:2: tenant 'z' is not in the scenario"},
+        {"timestamp_s,tenant,prompt_tokens,output_tokens\n0,c,1,1\n", "tenant 'c' has an arrival process"},
+        {"timestamp_s,tenant,prompt_tokens,output_tokens\n-1,a,1,1\n", "timestamp_s '-1' is not a time"},
+        {"timestamp_s,tenant,prompt_tokens,output_tokens\n1,a,0,1\n", "prompt_tokens '0' is not an integer"},
+        {"timestamp_s,tenant,prompt_tokens,output_tokens\n1,a,1,x\n", "output_tokens 'x' is not an integer"},
+        {"timestamp_s,tenant,prompt_tokens,output_tokens\n1,a,1,1\n", "tenant 'b' has no arrival process and no rows"},
+        {"", "empty: no header line"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char e[512] = "";
+        int rc = scn_trace_parse(&s, bad[i].yaml, strlen(bad[i].yaml), "t.csv", e, sizeof e);
+        if (rc != TS_ERR_SCENARIO || !strstr(e, bad[i].want))
+            fail_msg("trace case %zu: rc %d, message '%s', wanted '%s'", i, rc, e, bad[i].want);
+        assert_int_equal(s.n_trace, 4);   /* unchanged */
+    }
+    scn_free(&s);
+}
+
+static void test_load_files(void **state) {
+    (void)state;
+    char ypath[512], cpath[512], err[512];
+    tu_path(ypath, sizeof ypath, "scn.yaml");
+    tu_path(cpath, sizeof cpath, "t.csv");
+    /* The trace is named relative to the scenario's folder. */
+    const char *base = strrchr(cpath, '/') + 1;
+    char y[1024];
+    snprintf(y, sizeof y, "model: m\ntrace: %s\ntenants:\n  - {name: a, key: ka}\n  - {name: b, key: kb}\n", base);
+    assert_int_equal(tu_write_file(ypath, y, strlen(y)), 0);
+    static const char csv[] = "timestamp_s,tenant,prompt_tokens,output_tokens\n0.1,a,1,2\n0.2,b,3,4\n";
+    assert_int_equal(tu_write_file(cpath, csv, strlen(csv)), 0);
+    scn s;
+    assert_int_equal(scn_load(ypath, &s, err, sizeof err), 0);
+    assert_int_equal(s.n_trace, 2);
+    assert_int_equal(s.trace[1].tenant, 1);
+    scn_free(&s);
+    remove(cpath);
+    assert_int_equal(scn_load(ypath, &s, err, sizeof err), TS_ERR_IO);
+    assert_non_null(strstr(err, "cannot read the trace"));
+    assert_null(s.tenants);
+    remove(ypath);
+    assert_int_equal(scn_load(ypath, &s, err, sizeof err), TS_ERR_IO);
+    assert_non_null(strstr(err, "cannot read"));
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_full),      cmocka_unit_test(test_defaults),   cmocka_unit_test(test_errors),
+        cmocka_unit_test(test_durations), cmocka_unit_test(test_trace),      cmocka_unit_test(test_load_files),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
