@@ -98,7 +98,7 @@ static void add_tenant(plan_input *in, rng *r, int i, double lo, double hi) {
     plan_input_add_tenant(in, &t);
 }
 
-static void big_fleet(int runs, double lo, double hi) {
+static void big_fleet(const char *label, int runs, double lo, double hi) {
     plan_input in;
     plan_input_init(&in);
     plan_pool a = {"a100", gpucat_find("A100-80GB"), 8, 63}, h = {"h100", gpucat_find("H100-80GB"), 8, 62};
@@ -123,8 +123,8 @@ static void big_fleet(int runs, double lo, double hi) {
     }
     size_t served = 0;
     for (size_t t = 0; t < in.n_tenants; t++) served += p.results[t].ok;
-    printf("1. fleet: 1000 GPUs (504 A100-80GB + 496 H100-80GB), 500 tenants at %g..%g req/s: %zu workers, "
-           "%zu instances\n", lo, hi, p.n_workers, p.n_insts);
+    printf("%s fleet: 1000 GPUs (504 A100-80GB + 496 H100-80GB), 500 tenants at %g..%g req/s: %zu workers, "
+           "%zu instances\n", label, lo, hi, p.n_workers, p.n_insts);
     printf("   plan_build: %.1f ms (best of %d)\n", best * 1e3, runs);
     printf("   GPUs used %d; lower bound %d (%.1f GPUs of need): %.3f x the bound\n", p.gpus_used, p.lower_bound,
            p.lower_frac, p.lower_bound ? (double)p.gpus_used / p.lower_bound : 0.0);
@@ -176,7 +176,7 @@ static void small_fleets(int n) {
         plan_free(&p);
         plan_input_free(&in);
     }
-    printf("2. %d random small fleets (1-2 pools, up to 6 GPUs, 3-9 tenants), exact search on every one\n", n);
+    printf("2.  %d random small fleets (1-2 pools, up to 6 GPUs, 3-9 tenants), exact search on every one\n", n);
     printf("   heuristic optimal in %d of %d compared (%.1f%%); worst heuristic/exact GPUs %.3f\n", optimal, compared,
            compared ? 100.0 * optimal / compared : 0.0, worst);
     printf("   heuristic left slices unplaced that the exact search placed: %d fleets\n", heur_short);
@@ -186,8 +186,8 @@ static void small_fleets(int n) {
 
 int main(int argc, char **argv) {
     int quick = argc > 1 && strcmp(argv[1], "--quick") == 0;
-    big_fleet(quick ? 1 : 5, 0.3, 30);
-    big_fleet(quick ? 1 : 5, 0.4, 40);
+    big_fleet("1a.", quick ? 1 : 5, 0.3, 30);
+    big_fleet("1b.", quick ? 1 : 5, 0.4, 40);
     small_fleets(200);
     return 0;
 }

@@ -166,8 +166,8 @@ static double rnd(double x, int d) {
 
 static void table_header(const plan *p, sb *b) {
     const plan_input *in = p->in;
-    sb_printf(b, "tessera plan: %zu pool%s, %zu node%s, %zu GPUs (", in->n_pools, in->n_pools == 1 ? "" : "s",
-              p->n_nodes, p->n_nodes == 1 ? "" : "s", p->n_gpus);
+    sb_printf(b, "tessera plan: %zu pool%s, %zu node%s, %zu GPU%s (", in->n_pools, in->n_pools == 1 ? "" : "s",
+              p->n_nodes, p->n_nodes == 1 ? "" : "s", p->n_gpus, p->n_gpus == 1 ? "" : "s");
     for (size_t t = 0; t < p->n_types; t++) {
         size_t n = 0;
         for (size_t g = 0; g < p->n_gpus; g++) n += p->gpus[g].type == (int)t;
