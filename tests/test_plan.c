@@ -661,6 +661,41 @@ static void test_planio_values(void **st) {
     plan_input_free(&in);
 }
 
+/* Random byte mutations of a valid input: the reader never crashes or
+ * leaks (under ASan), and whatever it accepts plans without error. */
+static void test_planio_mutations(void **st) {
+    (void)st;
+    const char *base = "fleet: [{name: n, gpu: A100-80GB, gpus_per_node: 2}]\n" TREE_MODELS
+                       "tenants:\n"
+                       "  - {name: a, model: m7b, tier: gold, isolation: strict, load: {rps: 1}}\n"
+                       "  - {name: b, model: small, tier: bronze, isolation: best-effort}\n"
+                       "  - {name: c, model: tiny, tier: gold, load: {rps: 3, prompt_tokens: 100}}\n";
+    static const char alphabet[] = "{}[]:,- \n\"'#&*!|>%@0123456789.eEabgkmntBG";
+    size_t len = strlen(base);
+    char *buf = malloc(len + 1);
+    assert_non_null(buf);
+    rng r = {99};
+    int accepted = 0;
+    for (int round = 0; round < 3000; round++) {
+        memcpy(buf, base, len + 1);
+        int edits = rnd_int(&r, 1, 4);
+        for (int k = 0; k < edits; k++) buf[rnd_int(&r, 0, (int)len - 1)] = alphabet[rnd_int(&r, 0, (int)sizeof alphabet - 2)];
+        plan_input in;
+        char err[512];
+        if (planio_parse(buf, len, "fuzz.yaml", &in, err, sizeof err) != 0) {
+            assert_true(err[0] != 0);
+            continue;
+        }
+        accepted++;
+        plan p;
+        assert_int_equal(plan_build(&in, &p), 0);
+        plan_free(&p);
+        plan_input_free(&in);
+    }
+    free(buf);
+    assert_true(accepted > 0);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_kv_and_weights),
@@ -675,6 +710,7 @@ int main(void) {
         cmocka_unit_test(test_random_plans),
         cmocka_unit_test(test_planio_errors),
         cmocka_unit_test(test_planio_values),
+        cmocka_unit_test(test_planio_mutations),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -819,6 +819,13 @@ static void k8s_instance(const plan *p, size_t i, sb *b) {
                      "            - {name: CUDA_MPS_PINNED_DEVICE_MEM_LIMIT, value: \"0=%.0fM\"}\n",
                   in->pct, mib_up(in->mem_limit));
     }
+    if (s->mode == PLAN_MODE_WHOLE) {
+        int max_mps, max_ts;
+        node_clients(p, (size_t)g->node, &max_mps, &max_ts);
+        if ((max_mps > max_ts ? max_mps : max_ts) >= 2)
+            sb_printf(b, "          # This node shares its GPUs, so nvidia.com/gpu: 1 is one replica of a GPU,\n"
+                         "          # not a whole one: give whole-GPU instances a node without sharing.\n");
+    }
     sb_printf(b, "          resources:\n            limits:\n");
     if (s->mode == PLAN_MODE_MIG || s->mode == PLAN_MODE_MIG_MPS)
         sb_printf(b, "              nvidia.com/mig-%s: 1\n", plan_slice_profile(p, s));
