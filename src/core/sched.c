@@ -112,7 +112,9 @@ struct sched {
     int32_t n_items;
     sched_copy *swap_out, *swap_in; /* (n_blocks) each */
     int32_t n_swap_out, n_swap_in;
-    sched_preemption *preempted;    /* (max_running) */
+    sched_preemption *preempted;    /* (max_requests): not (max_running), since a request
+                                     * admitted this step may be preempted in it too; each
+                                     * request is preempted at most once a step */
     int32_t n_preempted, n_failed;
     int32_t *swapped_in;    /* (max_running) slots swapped in this step */
     int32_t n_swapped_in;
@@ -227,7 +229,7 @@ int sched_new(const sched_config *c, sched **out) {
     s->items = malloc(2 * (size_t)c->max_running * sizeof(sched_item));
     s->swap_out = malloc((size_t)c->n_blocks * sizeof(sched_copy));
     s->swap_in = malloc((size_t)c->n_blocks * sizeof(sched_copy));
-    s->preempted = malloc((size_t)c->max_running * sizeof(sched_preemption));
+    s->preempted = malloc(nr * sizeof(sched_preemption));
     s->swapped_in = malloc((size_t)c->max_running * sizeof(int32_t));
     s->skipped = malloc((size_t)c->max_tenants * sizeof(fq_entity *));
     s->scratch = malloc((size_t)c->max_tenants * sizeof(int32_t));
