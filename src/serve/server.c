@@ -20,6 +20,7 @@
 #include <netdb.h>
 #include <poll.h>
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -555,24 +556,49 @@ static enum MHD_Result route_metrics(conn *c) {
     return reply(c, 200, "text/plain; version=0.0.4", text, len, 0);
 }
 
+/* Append printf output to a growing buffer; -1 (buffer freed) when out of
+ * memory. An entry's length depends on names and on counters that only
+ * grow, so no fixed size per entry is safe. */
+static int appendf(char **out, size_t *len, size_t *cap, const char *fmt, ...) {
+    for (;;) {
+        va_list ap;
+        va_start(ap, fmt);
+        int k = vsnprintf(*out + *len, *cap - *len, fmt, ap);
+        va_end(ap);
+        if (k < 0) return -1;
+        if ((size_t)k < *cap - *len) {
+            *len += (size_t)k;
+            return 0;
+        }
+        size_t nc = (*cap + (size_t)k) * 2;
+        char *nb = realloc(*out, nc);
+        if (!nb) {
+            free(*out);
+            *out = NULL;
+            return -1;
+        }
+        *out = nb;
+        *cap = nc;
+    }
+}
+
 /* Live per-tenant state of every model, from the workers' snapshots. */
 static enum MHD_Result route_admin(conn *c) {
     srv *s = c->s;
     size_t nt = s->c->n_tenants, cap = 256 + nt * (size_t)s->n_models * 512, len = 0;
     char *out = malloc(cap);
     sched_tenant_stats *st = calloc(nt ? nt : 1, sizeof(*st));
-    if (!out || !st) {
+    if (!out || !st || appendf(&out, &len, &cap, "{\"object\":\"list\",\"data\":[")) {
         free(out);
         free(st);
         return MHD_NO;
     }
-    len += (size_t)snprintf(out + len, cap - len, "{\"object\":\"list\",\"data\":[");
     for (int m = 0; m < s->n_models; m++) {
         sched_stats pool;
         wk_snapshot(s->models[m].w, st, &pool);
         for (size_t i = 0; i < nt; i++) {
             const cfg_tenant *t = &s->c->tenants[i];
-            len += (size_t)snprintf(out + len, cap - len,
+            if (appendf(&out, &len, &cap,
                 "%s{\"model\":\"%s\",\"tenant\":\"%s\",\"tier\":\"%s\",\"weight\":%g,\"queued\":%d,\"running\":%d,"
                 "\"swapped\":%d,\"kv_blocks\":%d,\"service\":%.0f,\"prompt_tokens\":%llu,\"output_tokens\":%llu,"
                 "\"engine_seconds\":%.3f,\"submitted\":%llu,\"completed\":%llu,\"cancelled\":%llu,\"failed\":%llu,"
@@ -582,11 +608,14 @@ static enum MHD_Result route_admin(conn *c) {
                 (unsigned long long)st[i].prompt_tokens, (unsigned long long)st[i].output_tokens,
                 st[i].engine_us / 1e6, (unsigned long long)st[i].submitted, (unsigned long long)st[i].completed,
                 (unsigned long long)st[i].cancelled, (unsigned long long)st[i].failed,
-                (unsigned long long)st[i].preempt_swap, (unsigned long long)st[i].preempt_recompute);
+                (unsigned long long)st[i].preempt_swap, (unsigned long long)st[i].preempt_recompute)) {
+                free(st);
+                return MHD_NO;
+            }
         }
     }
-    len += (size_t)snprintf(out + len, cap - len, "]}");
     free(st);
+    if (appendf(&out, &len, &cap, "]}")) return MHD_NO;
     return reply(c, 200, "application/json", out, len, 0);
 }
 
