@@ -50,6 +50,7 @@ typedef struct slot {
     float *ev;                /* content event times */
     int n_ev, cap_ev;
     char errbuf[CURL_ERROR_SIZE];
+    char stream_msg[160];     /* the message of an error event, for the first-error note */
     struct slot *next_free;
 } slot;
 
@@ -207,10 +208,17 @@ static void on_line(slot *sl, char *line, size_t len) {
     }
     cJSON *j = cJSON_ParseWithLength(line, len);
     if (!j) {
+        snprintf(sl->stream_msg, sizeof sl->stream_msg, "an SSE data line that is not JSON");
         sl->stream_err = 1;
         return;
     }
-    if (cJSON_GetObjectItemCaseSensitive(j, "error")) sl->stream_err = 1;
+    const cJSON *e = cJSON_GetObjectItemCaseSensitive(j, "error");
+    if (e) {
+        const cJSON *m = cJSON_GetObjectItemCaseSensitive(e, "message");
+        snprintf(sl->stream_msg, sizeof sl->stream_msg, "error event: %s",
+                 cJSON_IsString(m) ? m->valuestring : "(no message)");
+        sl->stream_err = 1;
+    }
     const cJSON *ch = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(j, "choices"), 0);
     const cJSON *text = R->s->chat ? cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(ch, "delta"), "content")
                                    : cJSON_GetObjectItemCaseSensitive(ch, "text");
@@ -304,6 +312,7 @@ static slot *slot_get(run *R) {
     sl->ev = NULL;
     sl->n_ev = sl->cap_ev = 0;
     sl->errbuf[0] = 0;
+    sl->stream_msg[0] = 0;
     return sl;
 }
 
@@ -326,8 +335,9 @@ static void note_error(run *R, const slot *sl, int status) {
     const rpt_req *q = &R->r[sl->idx];
     char b[16];
     const char *what = status == RPT_ST_TRANSPORT ? sl->errbuf
-                       : status == RPT_ST_STREAM  ? "the stream broke or carried an error event"
-                                                  : sl->line;
+                       : status != RPT_ST_STREAM  ? sl->line
+                       : sl->stream_msg[0]        ? sl->stream_msg
+                                                  : "the stream ended without data: [DONE]";
     if (R->tty && R->o->progress) fputc('\n', stderr);
     fprintf(stderr, "bench: first %s from tenant %s: %.*s\n", rpt_status_name(status, b),
             R->s->tenants[q->tenant].name, ERR_BODY_BYTES, what);
