@@ -132,5 +132,33 @@ print(f"tiers.yaml (demo.yaml, fair policy): gold SLO attainment {g['slo_attainm
       f"(target >= 99%, TTFT p99 {g['ttft']['p99_s']*1e3:.0f} ms); bronze completed {b['completed']} of {b['due']}, "
       f"{b['output_tokens_per_s']:.1f} output tokens/s (progress: {'yes' if b['completed'] > 0 else 'NO'})")
 EOF
+# One plot of the victim's TTFT in the four isolation runs (the victim is the
+# first block of each ttft_cdf.dat, see src/bench/plot.c).
+if command -v gnuplot >/dev/null && head -1 "$OUT/fair-flood/ttft_cdf.dat" | grep -q '^# victim$'; then
+    {
+        for fmt in svg png; do
+            if [ $fmt = svg ]; then
+                echo "set terminal svg size 900,500 dynamic background rgb 'white' font 'sans,12'"
+            else
+                echo "set terminal pngcairo size 900,500 background rgb 'white' font 'sans,10'"
+            fi
+            cat <<GP
+set output 'victim_ttft.$fmt'
+set title "victim's TTFT, isolation.yaml: alone and with a 10x aggressor, per policy"
+set xlabel 'time to first token (ms, log scale)'
+set ylabel 'share of the victim requests'
+set logscale x
+set yrange [0:1]
+set grid
+set key bottom right
+plot 'fair-alone/ttft_cdf.dat' index 0 using 1:2 with steps lw 2 title 'fair, alone', \\
+     'fair-flood/ttft_cdf.dat' index 0 using 1:2 with steps lw 2 title 'fair, with the aggressor', \\
+     'fcfs-alone/ttft_cdf.dat' index 0 using 1:2 with steps lw 2 dt 2 title 'fcfs, alone', \\
+     'fcfs-flood/ttft_cdf.dat' index 0 using 1:2 with steps lw 2 dt 2 title 'fcfs, with the aggressor'
+GP
+        done
+    } >"$OUT/victim_ttft.gp"
+    (cd "$OUT" && gnuplot victim_ttft.gp) || echo "isolation: gnuplot failed on $OUT/victim_ttft.gp" >&2
+fi
 echo "isolation: reports, plots and server logs in $OUT; finished at load average $(cut -d' ' -f1-3 /proc/loadavg)" \
     | tee -a "$OUT/summary.txt"
