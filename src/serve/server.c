@@ -389,6 +389,8 @@ static wk_req *build_req(conn *c, const oai_request *q, int32_t *ids, int n, uin
     return r;
 }
 
+static enum MHD_Result continue_generation(conn *c);
+
 /* Validate, tokenize, check limits and hand the request to its worker. */
 static enum MHD_Result start_generation(conn *c, const oai_request *q) {
     srv *s = c->s;
@@ -428,10 +430,10 @@ static enum MHD_Result start_generation(conn *c, const oai_request *q) {
     if ((rc = wk_submit(s->models[m].w, c->req)))
         return reply_err(c, 503, "server_error", NULL, "shutting_down", 0, "the server is shutting down");
     watch_add(c);
-    pthread_mutex_lock(&c->req->mu);
-    if (c->req->phase == WK_QUEUED) suspend_locked(c);
-    pthread_mutex_unlock(&c->req->mu);
-    return MHD_YES;
+    /* The worker may already have admitted or failed it: answer now, or
+     * sleep. Returning MHD_YES with neither a response queued nor the
+     * connection suspended would leave MHD polling the handler. */
+    return continue_generation(c);
 }
 
 static oai_head head_of(const conn *c) {
