@@ -6,8 +6,12 @@
  * against the bit-level one. ops_matmul is checked for every weight type
  * and a grid of shapes (both its decode and prefill paths, and the scalar
  * reference path) against a double-precision product computed here from
- * weights decoded by this file's own decoders. Data is seeded, so a
- * failure reproduces.
+ * weights decoded by this file's own decoders, including the fused forms
+ * (several products of one input, the SwiGLU pair) and calls made by every
+ * thread of a parallel region. The elementwise and attention kernels are
+ * held against double-precision formulas over long vectors, so their
+ * vector bodies and tails both run. Data is seeded, so a failure
+ * reproduces.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -16,6 +20,7 @@
 #include <cmocka.h>
 
 #include <math.h>
+#include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -501,6 +506,105 @@ static void test_matmul_scratch_threads(void **state) {
     ops_set_threads(0);
 }
 
+/* ops_matmul_n, ops_matmul_swiglu and ops_matmul called from inside a
+ * parallel region by every thread, against double products, for every type
+ * and for a small and a large T (decode and prefill paths). */
+static void test_matmul_fused_and_team(void **state) {
+    (void)state;
+    enum { NI = 96, NO0 = 300, NO1 = 67, NO2 = 35, TM = 40 };
+    ops_set_threads(2);
+    ops_scratch *s = ops_scratch_new(TM, NI, 2);
+    assert_non_null(s);
+    rng_seed(8);
+    float *x = malloc(TM * NI * sizeof(float));
+    double *xs = malloc(TM * NI * sizeof(double));
+    float *y[3], *u = malloc(TM * NO0 * sizeof(float));
+    for (int i = 0; i < 3; i++)
+        y[i] = malloc(TM * NO0 * sizeof(float));
+    assert_true(x && xs && u && y[0] && y[1] && y[2]);
+    for (size_t ti = 0; ti < sizeof k_types / sizeof *k_types; ti++) {
+        const uint32_t type = k_types[ti];
+        const int64_t n_outs[3] = {NO0, NO1, NO2};
+        test_mat w[3];
+        for (int i = 0; i < 3; i++)
+            test_mat_make(&w[i], type, n_outs[i], NI);
+        for (int i = 0; i < TM * NI; i++)
+            x[i] = rng_float() * 2.0f;
+        acts_as_seen(xs, x, TM, NI, type);
+        const int Ts[2] = {3, TM};
+        for (int k = 0; k < 2; k++) {
+            const int T = Ts[k];
+            const ops_mat *wp[3] = {&w[0].m, &w[1].m, &w[2].m};
+            const int64_t ld[3] = {NO0, NO1, NO2};
+            for (int mode = 0; mode < 3; mode++) {
+                if (mode == 0) {            /* three products, one call */
+                    ops_matmul_n(3, y, ld, x, T, wp, s);
+                } else if (mode == 1) {     /* the same, by every thread of a team */
+#pragma omp parallel num_threads(2)
+                    ops_matmul_n(3, y, ld, x, T, wp, s);
+                } else {                    /* one at a time inside a team */
+#pragma omp parallel num_threads(2)
+                    for (int i = 0; i < 3; i++)
+                        ops_matmul(y[i], ld[i], x, T, wp[i], s);
+                }
+                for (int i = 0; i < 3; i++)
+                    for (int t = 0; t < T; t++)
+                        for (int64_t o = 0; o < n_outs[i]; o++) {
+                            double sum = 0, mag = 0;
+                            for (int j = 0; j < NI; j++) {
+                                double p = w[i].val[o * NI + j] * xs[t * NI + j];
+                                sum += p;
+                                mag += fabs(p);
+                            }
+                            double got = y[i][(size_t)t * (size_t)ld[i] + (size_t)o];
+                            if (!(fabs(got - sum) <= 2e-6 * mag + 1e-30))
+                                fail_msg("matmul_n mode %d type %u T %d product %d [%d][%ld]: %.9g, want %.9g",
+                                         mode, type, T, i, t, (long)o, got, sum);
+                        }
+            }
+            /* SwiGLU: h = silu(x Wg^T) * (x Wu^T), Wg = w[0], Wu = a second
+             * matrix of the same shape, in and out of a team. */
+            test_mat wu;
+            test_mat_make(&wu, type, NO0, NI);
+            for (int team = 0; team < 2; team++) {
+                if (team) {
+#pragma omp parallel num_threads(2)
+                    ops_matmul_swiglu(y[0], u, NO0, x, T, &w[0].m, &wu.m, s);
+                } else {
+                    ops_matmul_swiglu(y[0], u, NO0, x, T, &w[0].m, &wu.m, s);
+                }
+                for (int t = 0; t < T; t++)
+                    for (int o = 0; o < NO0; o++) {
+                        double g = 0, up = 0, mg = 0, mu = 0;
+                        for (int j = 0; j < NI; j++) {
+                            g += w[0].val[o * NI + j] * xs[t * NI + j];
+                            up += wu.val[o * NI + j] * xs[t * NI + j];
+                            mg += fabs(w[0].val[o * NI + j] * xs[t * NI + j]);
+                            mu += fabs(wu.val[o * NI + j] * xs[t * NI + j]);
+                        }
+                        const double want = g / (1.0 + exp(-g)) * up;
+                        /* the tolerances of both sums, carried through silu (slope <= 1.1) */
+                        const double tol = 1.1 * 2e-6 * mg * fabs(up) + 2e-6 * mu * (fabs(g) + 1) + 1e-6 * fabs(want) + 1e-30;
+                        const double got = y[0][t * NO0 + o];
+                        if (!(fabs(got - want) <= tol))
+                            fail_msg("swiglu team %d type %u T %d [%d][%d]: %.9g, want %.9g", team, type, T, t, o,
+                                     got, want);
+                    }
+            }
+            test_mat_free(&wu);
+        }
+        for (int i = 0; i < 3; i++)
+            test_mat_free(&w[i]);
+    }
+    for (int i = 0; i < 3; i++)
+        free(y[i]);
+    free(u);
+    free(x);
+    free(xs);
+    ops_scratch_free(s);
+    ops_set_threads(0);
+}
+
 static void test_dequant_row(void **state) {
     (void)state;
     rng_seed(5);
@@ -585,6 +689,96 @@ static void test_silu_mul(void **state) {
     assert_float_equal(g[2], -1.0757656f, 1e-6); /* -0.2689414 * 4 */
 }
 
+/* Softmax over long rows (vector body, tail, masked entries) against a
+ * double-precision softmax: the vector exp is good to a few ulp. */
+static void test_softmax_long(void **state) {
+    (void)state;
+    rng_seed(9);
+    for (int n = 1; n <= 300; n += (n < 20 ? 1 : 37)) {
+        float v[300];
+        double want[300], max = -INFINITY, sum = 0;
+        for (int i = 0; i < n; i++) {
+            v[i] = rng_float() * 40.0f;
+            if (i % 7 == 3)
+                v[i] = -INFINITY;
+            max = fmax(max, v[i]);
+        }
+        if (max == -INFINITY)
+            v[0] = 0, max = 0;
+        /* exp of the difference as float computes it: what is checked is
+         * the exponential, not the rounding of its argument */
+        for (int i = 0; i < n; i++)
+            sum += want[i] = exp((double)(v[i] - (float)max));
+        ops_softmax(v, n);
+        for (int i = 0; i < n; i++)
+            if (!(fabs(v[i] - want[i] / sum) <= 1e-6 * want[i] / sum + 1e-45))
+                fail_msg("softmax n %d [%d]: %.9g, want %.9g", n, i, (double)v[i], want[i] / sum);
+    }
+}
+
+/* silu(g) * up across the float range that matters, including where e^-g
+ * overflows or vanishes (there silu is below 1e-30 and counts as 0). */
+static void test_silu_long(void **state) {
+    (void)state;
+    float g[403], up[403];
+    double want[403];
+    for (int i = 0; i < 403; i++) {
+        g[i] = -100.0f + 0.5f * (float)i;
+        up[i] = 1.0f + (float)(i % 5);
+        want[i] = (double)g[i] / (1.0 + exp(-(double)g[i])) * up[i];
+    }
+    ops_silu_mul(g, up, 403);
+    for (int i = 0; i < 403; i++)
+        if (!(fabs(g[i] - want[i]) <= 1e-6 * fabs(want[i]) + 1e-30))
+            fail_msg("silu [%d]: %.9g, want %.9g", i, (double)g[i], want[i]);
+}
+
+/* Attention scores and mixing over strided rows (a cache block's layout),
+ * head sizes with and without a multiple of 8, n across the 8-key groups. */
+static void test_attn(void **state) {
+    (void)state;
+    rng_seed(10);
+    static const int hds[] = {8, 12, 48, 64, 80, 128};
+    enum { LD = 136, NMAX = 21 };
+    float k[NMAX * LD], q[128], sc[NMAX], out[128], p[NMAX];
+    for (size_t h = 0; h < sizeof hds / sizeof *hds; h++) {
+        const int hd = hds[h];
+        for (int n = 1; n <= NMAX; n++) {
+            for (int i = 0; i < NMAX * LD; i++)
+                k[i] = rng_float();
+            for (int i = 0; i < hd; i++) {
+                q[i] = rng_float();
+                out[i] = rng_float();
+            }
+            for (int j = 0; j < n; j++)
+                p[j] = rng_float();
+            ops_attn_scores(sc, q, k + 3, LD, n, hd, 0.125f);
+            for (int j = 0; j < n; j++) {
+                double d = 0, m = 0;
+                for (int i = 0; i < hd; i++) {
+                    d += (double)q[i] * k[j * LD + 3 + i];
+                    m += fabs((double)q[i] * k[j * LD + 3 + i]);
+                }
+                if (!(fabs(sc[j] - 0.125 * d) <= 0.125 * 2e-6 * m))
+                    fail_msg("attn_scores hd %d n %d [%d]: %.9g, want %.9g", hd, n, j, (double)sc[j], 0.125 * d);
+            }
+            double want[128], mag[128];
+            for (int i = 0; i < hd; i++) {
+                want[i] = out[i];
+                mag[i] = fabs(out[i]);
+                for (int j = 0; j < n; j++) {
+                    want[i] += (double)p[j] * k[j * LD + 5 + i];
+                    mag[i] += fabs((double)p[j] * k[j * LD + 5 + i]);
+                }
+            }
+            ops_attn_mix(out, p, k + 5, LD, n, hd);
+            for (int i = 0; i < hd; i++)
+                if (!(fabs(out[i] - want[i]) <= 2e-6 * mag[i]))
+                    fail_msg("attn_mix hd %d n %d [%d]: %.9g, want %.9g", hd, n, i, (double)out[i], want[i]);
+        }
+    }
+}
+
 static void test_add_dot_axpy(void **state) {
     (void)state;
     rng_seed(6);
@@ -624,9 +818,13 @@ int main(void) {
         cmocka_unit_test(test_matmul_grid),
         cmocka_unit_test(test_matmul_grid_one_thread),
         cmocka_unit_test(test_matmul_scratch_threads),
+        cmocka_unit_test(test_matmul_fused_and_team),
         cmocka_unit_test(test_rmsnorm),
         cmocka_unit_test(test_softmax),
         cmocka_unit_test(test_silu_mul),
+        cmocka_unit_test(test_softmax_long),
+        cmocka_unit_test(test_silu_long),
+        cmocka_unit_test(test_attn),
         cmocka_unit_test(test_add_dot_axpy),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

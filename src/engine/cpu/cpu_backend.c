@@ -17,6 +17,9 @@
  * attention is the only per-sequence part. K/V of a step's tokens are stored
  * before attention runs, so a prefill chunk attends causally to itself.
  *
+ * The step runs in one OpenMP parallel region; every phase above is shared
+ * out among the team and ends at one barrier.
+ *
  * Cache layout, per block: [layer][k|v][slot][kv_dim] in f32, so one block
  * is one contiguous range and swapping it is one memcpy.
  */
@@ -47,6 +50,7 @@ typedef struct cpu_state {
     float *scores;          /* (n_threads, max_ctx) */
     int32_t *tok_seq;       /* (max_T) sequence index of each flattened token */
     int32_t *tok_pos;       /* (max_T) position of each flattened token */
+    int32_t *out_tok;       /* (max_T) flattened token of each logits row */
     ops_scratch *mm;
 } cpu_state;
 
@@ -63,7 +67,7 @@ static void cpu_destroy(void *st) {
     free(s->x); free(s->xb); free(s->q); free(s->k); free(s->v);
     free(s->att); free(s->hb); free(s->hb2);
     free(s->rope_cos); free(s->rope_sin); free(s->inv_freq);
-    free(s->scores); free(s->tok_seq); free(s->tok_pos);
+    free(s->scores); free(s->tok_seq); free(s->tok_pos); free(s->out_tok);
     ops_scratch_free(s->mm);
     free(s);
 }
@@ -90,7 +94,8 @@ static int cpu_create(const model *m, eng_opts *o, int n_blocks, void **out, cha
     s->k = xalloc(T * kvd * sizeof(float));
     s->v = xalloc(T * kvd * sizeof(float));
     s->att = xalloc(T * qd * sizeof(float));
-    s->hb = xalloc(T * c->ffn_dim * sizeof(float));
+    /* hb also takes the final norms of the logits rows: (max_T, dim). */
+    s->hb = xalloc(T * (size_t)(c->ffn_dim > c->dim ? c->ffn_dim : c->dim) * sizeof(float));
     s->hb2 = xalloc(T * c->ffn_dim * sizeof(float));
     s->rope_cos = xalloc(T * half * sizeof(float));
     s->rope_sin = xalloc(T * half * sizeof(float));
@@ -98,11 +103,12 @@ static int cpu_create(const model *m, eng_opts *o, int n_blocks, void **out, cha
     s->scores = xalloc((size_t)s->n_threads * s->max_ctx * sizeof(float));
     s->tok_seq = xalloc(T * sizeof(int32_t));
     s->tok_pos = xalloc(T * sizeof(int32_t));
+    s->out_tok = xalloc(T * sizeof(int32_t));
     int64_t widest = c->dim > c->ffn_dim ? c->dim : c->ffn_dim;
     if ((int64_t)qd > widest) widest = (int64_t)qd;
     s->mm = ops_scratch_new(s->max_T, widest, s->n_threads);
     if (!s->kv || !s->x || !s->xb || !s->q || !s->k || !s->v || !s->att || !s->hb || !s->hb2 ||
-        !s->rope_cos || !s->rope_sin || !s->inv_freq || !s->scores || !s->tok_seq || !s->tok_pos ||
+        !s->rope_cos || !s->rope_sin || !s->inv_freq || !s->scores || !s->tok_seq || !s->tok_pos || !s->out_tok ||
         !s->mm)
         goto err;
     /* Fresh cache memory is zeroed so a block read before it is written
@@ -120,31 +126,45 @@ err:
     return TS_ERR_NOMEM;
 }
 
-/* Flatten the batch: token -> (sequence, position), and the rotary angles of
- * every token computed once for all layers. Angles in double: at position
- * 100k a float product p * inv_freq has lost the low digits the sine needs. */
-static int flatten(cpu_state *s, const eng_batch *b) {
-    int half = s->m->cfg.head_dim / 2, T = 0;
-    for (int i = 0; i < b->n_seqs; i++)
-        for (int j = 0; j < b->seqs[i].n_tokens; j++, T++) {
+/* Flatten the batch: token -> (sequence, position), and the rows whose
+ * logits were asked for. Serial: a few integers per token. */
+static int flatten(cpu_state *s, const eng_batch *b, int *n_rows) {
+    int T = 0, rows = 0;
+    for (int i = 0; i < b->n_seqs; i++) {
+        const eng_seq *q = &b->seqs[i];
+        for (int j = 0; j < q->n_tokens; j++, T++) {
             s->tok_seq[T] = i;
-            s->tok_pos[T] = b->seqs[i].pos + j;
+            s->tok_pos[T] = q->pos + j;
+            if (q->logits == ENG_LOGITS_ALL || (q->logits == ENG_LOGITS_LAST && j == q->n_tokens - 1))
+                s->out_tok[rows++] = T;
         }
-    #pragma omp parallel for schedule(static)
+    }
+    *n_rows = rows;
+    return T;
+}
+
+/* The rotary angles of every token, once for all layers. Angles in double:
+ * at position 100k a float product p * inv_freq has lost the low digits
+ * the sine needs. Worksharing without a barrier: the first use is layers
+ * later. */
+static void rope_tables(cpu_state *s, int T) {
+    int half = s->m->cfg.head_dim / 2;
+    #pragma omp for schedule(static) nowait
     for (int t = 0; t < T; t++)
         for (int i = 0; i < half; i++) {
             double a = (double)s->tok_pos[t] * (double)s->inv_freq[i];
             s->rope_cos[(size_t)t * half + i] = (float)cos(a);
             s->rope_sin[(size_t)t * half + i] = (float)sin(a);
         }
-    return T;
 }
 
-static void embed(cpu_state *s, const eng_batch *b) {
-    int dim = s->m->cfg.dim, t = 0;
-    for (int i = 0; i < b->n_seqs; i++)
-        for (int j = 0; j < b->seqs[i].n_tokens; j++, t++)
-            ops_dequant_row(s->x + (size_t)t * dim, &s->m->tok_embd, b->seqs[i].tokens[j]);
+static void embed(cpu_state *s, const eng_batch *b, int T) {
+    int dim = s->m->cfg.dim;
+    #pragma omp for schedule(static)
+    for (int t = 0; t < T; t++) {
+        const eng_seq *q = &b->seqs[s->tok_seq[t]];
+        ops_dequant_row(s->x + (size_t)t * dim, &s->m->tok_embd, q->tokens[s->tok_pos[t] - q->pos]);
+    }
 }
 
 /* Rotate one head vector in place. llama-arch GGUF files pair adjacent
@@ -160,114 +180,129 @@ static void rope_head(float *v, const float *cs, const float *sn, int hd, int ne
     }
 }
 
-static void add_bias(float *y, const float *bias, int T, int n) {
-    if (!bias) return;
-    for (int t = 0; t < T; t++) ops_add(y + (size_t)t * n, bias, n);
-}
-
 static float *kv_slot(cpu_state *s, int block, int layer, int which, int slot) {
     size_t kvd = (size_t)s->m->cfg.n_kv_heads * s->m->cfg.head_dim;
     return s->kv + (size_t)block * s->block_floats +
            (((size_t)layer * 2 + (size_t)which) * (size_t)s->bs + (size_t)slot) * kvd;
 }
 
-/* Rotate q and k, then store k and v at each token's cache slot. */
-static void rope_and_store(cpu_state *s, const eng_batch *b, int layer, int T) {
+/* Add the q/k/v biases (qwen2), rotate q and k, then store k and v at each
+ * token's cache slot. */
+static void rope_and_store(cpu_state *s, const eng_batch *b, const model_layer *L, int layer, int T) {
     const model_config *c = &s->m->cfg;
     int hd = c->head_dim, half = hd / 2;
     size_t qd = (size_t)c->n_heads * hd, kvd = (size_t)c->n_kv_heads * hd;
-    #pragma omp parallel for schedule(static)
+    #pragma omp for schedule(static)
     for (int t = 0; t < T; t++) {
+        float *q = s->q + t * qd, *k = s->k + t * kvd, *v = s->v + t * kvd;
+        if (L->bq) ops_add(q, L->bq, (int)qd);
+        if (L->bk) ops_add(k, L->bk, (int)kvd);
+        if (L->bv) ops_add(v, L->bv, (int)kvd);
         const float *cs = s->rope_cos + (size_t)t * half, *sn = s->rope_sin + (size_t)t * half;
-        for (int h = 0; h < c->n_heads; h++) rope_head(s->q + t * qd + (size_t)h * hd, cs, sn, hd, c->rope_neox);
-        for (int h = 0; h < c->n_kv_heads; h++) rope_head(s->k + t * kvd + (size_t)h * hd, cs, sn, hd, c->rope_neox);
-        const eng_seq *q = &b->seqs[s->tok_seq[t]];
-        int p = s->tok_pos[t], blk = q->blocks[p / s->bs], slot = p % s->bs;
-        memcpy(kv_slot(s, blk, layer, 0, slot), s->k + t * kvd, kvd * sizeof(float));
-        memcpy(kv_slot(s, blk, layer, 1, slot), s->v + t * kvd, kvd * sizeof(float));
+        for (int h = 0; h < c->n_heads; h++) rope_head(q + (size_t)h * hd, cs, sn, hd, c->rope_neox);
+        for (int h = 0; h < c->n_kv_heads; h++) rope_head(k + (size_t)h * hd, cs, sn, hd, c->rope_neox);
+        const eng_seq *sq = &b->seqs[s->tok_seq[t]];
+        int p = s->tok_pos[t], blk = sq->blocks[p / s->bs], slot = p % s->bs;
+        memcpy(kv_slot(s, blk, layer, 0, slot), k, kvd * sizeof(float));
+        memcpy(kv_slot(s, blk, layer, 1, slot), v, kvd * sizeof(float));
     }
 }
 
-/* One query head of one token over its sequence's cached positions 0..p. */
+/* One query head of one token over its sequence's cached positions 0..p,
+ * a cache block (bs consecutive positions, rows kvd floats apart) at a
+ * time. sc: (p + 1) scratch. */
 static void attend_head(cpu_state *s, const eng_seq *q, int layer, int p, const float *qh, int kvh,
                         float *out, float *sc) {
-    int hd = s->m->cfg.head_dim;
-    float scale = 1.0f / sqrtf((float)hd);
-    size_t off = (size_t)kvh * hd;
-    for (int j = 0; j <= p; j++)
-        sc[j] = ops_dot(qh, kv_slot(s, q->blocks[j / s->bs], layer, 0, j % s->bs) + off, hd) * scale;
-    ops_softmax(sc, p + 1);
+    const int hd = s->m->cfg.head_dim, bs = s->bs, n = p + 1;
+    const size_t kvd = (size_t)s->m->cfg.n_kv_heads * hd, off = (size_t)kvh * hd;
+    const float scale = 1.0f / sqrtf((float)hd);
+    for (int j = 0; j < n; j += bs)
+        ops_attn_scores(sc + j, qh, kv_slot(s, q->blocks[j / bs], layer, 0, 0) + off, (int64_t)kvd,
+                        n - j < bs ? n - j : bs, hd, scale);
+    ops_softmax(sc, n);
     memset(out, 0, (size_t)hd * sizeof(float));
-    for (int j = 0; j <= p; j++)
-        ops_axpy(out, sc[j], kv_slot(s, q->blocks[j / s->bs], layer, 1, j % s->bs) + off, hd);
+    for (int j = 0; j < n; j += bs)
+        ops_attn_mix(out, sc + j, kv_slot(s, q->blocks[j / bs], layer, 1, 0) + off, (int64_t)kvd,
+                     n - j < bs ? n - j : bs, hd);
 }
 
+/* Work items are (token, kv head): the heads of one group read the same
+ * keys, so they run back to back while those keys are in cache. Work per
+ * item grows with position; items are handed out on demand. */
 static void attention(cpu_state *s, const eng_batch *b, int layer, int T) {
     const model_config *c = &s->m->cfg;
     int hd = c->head_dim, group = c->n_heads / c->n_kv_heads;
     size_t qd = (size_t)c->n_heads * hd;
-    int items = T * c->n_heads;
-    /* Work per item grows with position; dynamic chunks keep threads even. */
-    #pragma omp parallel for schedule(dynamic, 4)
+    int items = T * c->n_kv_heads;
+    float *sc = s->scores + (size_t)omp_get_thread_num() * s->max_ctx;
+    #pragma omp for schedule(dynamic, 1)
     for (int it = 0; it < items; it++) {
-        int t = it / c->n_heads, h = it % c->n_heads;
-        float *sc = s->scores + (size_t)omp_get_thread_num() * s->max_ctx;
-        attend_head(s, &b->seqs[s->tok_seq[t]], layer, s->tok_pos[t], s->q + t * qd + (size_t)h * hd,
-                    h / group, s->att + t * qd + (size_t)h * hd, sc);
+        int t = it / c->n_kv_heads, g = it % c->n_kv_heads;
+        for (int h = g * group; h < (g + 1) * group; h++)
+            attend_head(s, &b->seqs[s->tok_seq[t]], layer, s->tok_pos[t], s->q + t * qd + (size_t)h * hd, g,
+                        s->att + t * qd + (size_t)h * hd, sc);
     }
 }
 
-static void norm_rows(float *out, const float *x, const float *w, int T, int n, float eps) {
-    #pragma omp parallel for schedule(static)
-    for (int t = 0; t < T; t++) ops_rmsnorm(out + (size_t)t * n, x + (size_t)t * n, w, n, eps);
+/* xb = rmsnorm(x) * w per token, first adding a pending residual (xb, the
+ * output of the previous product) into x when add is set. */
+static void residual_norm(cpu_state *s, const float *w, int T, int add) {
+    int dim = s->m->cfg.dim;
+    #pragma omp for schedule(static)
+    for (int t = 0; t < T; t++) {
+        float *x = s->x + (size_t)t * dim, *xb = s->xb + (size_t)t * dim;
+        if (add) ops_add(x, xb, dim);
+        ops_rmsnorm(xb, x, w, dim, s->m->cfg.rms_eps);
+    }
 }
 
+/* One layer, run by every thread of the forward's team; each phase ends
+ * with the barrier of its worksharing loop. On return xb holds the FFN
+ * output, still to be added into x (the next phase does it). */
 static void layer_forward(cpu_state *s, const eng_batch *b, int l, int T) {
     const model_config *c = &s->m->cfg;
     const model_layer *L = &s->m->layers[l];
-    int dim = c->dim, ffn = c->ffn_dim;
-    int qd = c->n_heads * c->head_dim, kvd = c->n_kv_heads * c->head_dim;
-    norm_rows(s->xb, s->x, L->attn_norm, T, dim, c->rms_eps);
-    ops_matmul(s->q, qd, s->xb, T, &L->wq, s->mm);
-    ops_matmul(s->k, kvd, s->xb, T, &L->wk, s->mm);
-    ops_matmul(s->v, kvd, s->xb, T, &L->wv, s->mm);
-    add_bias(s->q, L->bq, T, qd);
-    add_bias(s->k, L->bk, T, kvd);
-    add_bias(s->v, L->bv, T, kvd);
-    rope_and_store(s, b, l, T);
+    int64_t dim = c->dim, ffn = c->ffn_dim;
+    int64_t qd = (int64_t)c->n_heads * c->head_dim, kvd = (int64_t)c->n_kv_heads * c->head_dim;
+    residual_norm(s, L->attn_norm, T, l > 0);
+    float *qkv[3] = {s->q, s->k, s->v};
+    const int64_t ld[3] = {qd, kvd, kvd};
+    const ops_mat *w[3] = {&L->wq, &L->wk, &L->wv};
+    ops_matmul_n(3, qkv, ld, s->xb, T, w, s->mm);
+    rope_and_store(s, b, L, l, T);
     attention(s, b, l, T);
     ops_matmul(s->xb, dim, s->att, T, &L->wo, s->mm);
-    for (int t = 0; t < T; t++) ops_add(s->x + (size_t)t * dim, s->xb + (size_t)t * dim, dim);
-    norm_rows(s->xb, s->x, L->ffn_norm, T, dim, c->rms_eps);
-    ops_matmul(s->hb, ffn, s->xb, T, &L->w_gate, s->mm);
-    ops_matmul(s->hb2, ffn, s->xb, T, &L->w_up, s->mm);
-    #pragma omp parallel for schedule(static)
-    for (int t = 0; t < T; t++) ops_silu_mul(s->hb + (size_t)t * ffn, s->hb2 + (size_t)t * ffn, ffn);
+    residual_norm(s, L->ffn_norm, T, 1);
+    ops_matmul_swiglu(s->hb, s->hb2, ffn, s->xb, T, &L->w_gate, &L->w_up, s->mm);
     ops_matmul(s->xb, dim, s->hb, T, &L->w_down, s->mm);
-    for (int t = 0; t < T; t++) ops_add(s->x + (size_t)t * dim, s->xb + (size_t)t * dim, dim);
 }
 
-/* Final norm over just the rows whose logits were asked for, gathered into
- * xb, then one product with the output matrix. */
-static void output_logits(cpu_state *s, const eng_batch *b, float *logits) {
+/* The last residual, the final norm over just the rows whose logits were
+ * asked for (gathered into hb), then one product with the output matrix. */
+static void output_logits(cpu_state *s, int T, int rows, float *logits) {
     const model_config *c = &s->m->cfg;
-    int rows = 0, t = 0;
-    for (int i = 0; i < b->n_seqs; i++) {
-        const eng_seq *q = &b->seqs[i];
-        for (int j = 0; j < q->n_tokens; j++, t++)
-            if (q->logits == ENG_LOGITS_ALL || (q->logits == ENG_LOGITS_LAST && j == q->n_tokens - 1))
-                ops_rmsnorm(s->xb + (size_t)rows++ * c->dim, s->x + (size_t)t * c->dim, s->m->out_norm,
-                            c->dim, c->rms_eps);
-    }
-    if (rows) ops_matmul(logits, c->vocab, s->xb, rows, &s->m->output, s->mm);
+    int dim = c->dim;
+    #pragma omp for schedule(static)
+    for (int t = 0; t < T; t++) ops_add(s->x + (size_t)t * dim, s->xb + (size_t)t * dim, dim);
+    #pragma omp for schedule(static)
+    for (int r = 0; r < rows; r++)
+        ops_rmsnorm(s->hb + (size_t)r * dim, s->x + (size_t)s->out_tok[r] * dim, s->m->out_norm, dim, c->rms_eps);
+    if (rows) ops_matmul(logits, c->vocab, s->hb, rows, &s->m->output, s->mm);
 }
 
+/* The whole step is one parallel region: the kernels share out each phase
+ * among the team (ops.h), so threads meet at one barrier per phase rather
+ * than forking and joining around every product. */
 static int cpu_forward(void *st, const eng_batch *b, float *logits) {
     cpu_state *s = st;
-    int T = flatten(s, b);
-    embed(s, b);
-    for (int l = 0; l < s->m->cfg.n_layers; l++) layer_forward(s, b, l, T);
-    output_logits(s, b, logits);
+    int rows, T = flatten(s, b, &rows);
+    #pragma omp parallel num_threads(s->n_threads)
+    {
+        rope_tables(s, T);
+        embed(s, b, T);
+        for (int l = 0; l < s->m->cfg.n_layers; l++) layer_forward(s, b, l, T);
+        output_logits(s, T, rows, logits);
+    }
     return 0;
 }
 

@@ -26,8 +26,11 @@
 #include <immintrin.h>
 #endif
 
-/* Rows per parallel work item of the decode path. 16 floats are one 64-byte
- * line of y, so two threads never write the same line of an aligned y. */
+#define ALWAYS_INLINE inline __attribute__((always_inline))
+
+/* Work items of the decode path are multiples of this many rows. 16 floats
+ * are one 64-byte line of y, so two threads never write the same line of an
+ * aligned y. */
 #define OPS_ROW_BLOCK 16
 /* Weight rows dequantized per sgemm call in the prefill path. Each call
  * repacks the activations, so fewer, wider calls are cheaper: 256 measured
@@ -51,6 +54,9 @@
  * all about equal). F32 keeps the prefetcher busy by itself, and explicit
  * prefetches only cost it load slots (measured slower). */
 #define OPS_PREFETCH 4096
+/* Activation rows up to which every thread quantizes the Q8_0 activations
+ * into its own buffer instead of sharing one copy behind a barrier. */
+#define OPS_Q8_OWN_T 4
 
 /* ------------------------------------------------------------------------- */
 /* Conversions                                                               */
@@ -255,6 +261,40 @@ static inline float hsum8(__m256 v) {
     s = _mm_add_ss(s, _mm_movehdup_ps(s));
     return _mm_cvtss_f32(s);
 }
+
+/* Lane j of the result is the sum of the eight lanes of a[j]. */
+static inline __m256 hsum8x8(const __m256 a[8]) {
+    const __m256 s01 = _mm256_hadd_ps(a[0], a[1]), s23 = _mm256_hadd_ps(a[2], a[3]);
+    const __m256 s45 = _mm256_hadd_ps(a[4], a[5]), s67 = _mm256_hadd_ps(a[6], a[7]);
+    /* per 128-bit half: partial sums of a0..a3, then of a4..a7 */
+    const __m256 s0123 = _mm256_hadd_ps(s01, s23), s4567 = _mm256_hadd_ps(s45, s67);
+    return _mm256_add_ps(_mm256_permute2f128_ps(s0123, s4567, 0x20), _mm256_permute2f128_ps(s0123, s4567, 0x31));
+}
+
+/* e^x for eight floats, Cephes' expf: x = n ln2 + r with |r| <= ln2/2,
+ * e^r by a degree-7 polynomial, 2^n built in the exponent bits. Relative
+ * error about 2 ulp over [-87.3, 88]; below -87.3 (where e^x leaves the
+ * normal floats) the result is 0, so e^-inf = 0 as softmax's masked
+ * entries need; above 88 it saturates near e^88 (callers only ever pass
+ * x <= 0 or use the result where a huge value is as good as infinity). */
+static inline __m256 exp8(__m256 x) {
+    const __m256 lo = _mm256_set1_ps(-87.33654f), hi = _mm256_set1_ps(88.0f);
+    const __m256 keep = _mm256_cmp_ps(x, lo, _CMP_GE_OQ);
+    x = _mm256_min_ps(_mm256_max_ps(x, lo), hi);
+    const __m256 fx = _mm256_floor_ps(_mm256_fmadd_ps(x, _mm256_set1_ps(1.44269504088896341f), _mm256_set1_ps(0.5f)));
+    x = _mm256_fnmadd_ps(fx, _mm256_set1_ps(0.693359375f), x);
+    x = _mm256_fnmadd_ps(fx, _mm256_set1_ps(-2.12194440e-4f), x);
+    __m256 y = _mm256_set1_ps(1.9875691500e-4f);
+    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(1.3981999507e-3f));
+    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(8.3334519073e-3f));
+    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(4.1665795894e-2f));
+    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(1.6666665459e-1f));
+    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(5.0000001201e-1f));
+    y = _mm256_fmadd_ps(y, _mm256_mul_ps(x, x), _mm256_add_ps(x, _mm256_set1_ps(1.0f)));
+    const __m256i n = _mm256_add_epi32(_mm256_cvttps_epi32(fx), _mm256_set1_epi32(127));
+    y = _mm256_mul_ps(y, _mm256_castsi256_ps(_mm256_slli_epi32(n, 23)));
+    return _mm256_and_ps(y, keep);
+}
 #endif
 
 float ops_dot(const float *a, const float *b, int n) {
@@ -305,23 +345,128 @@ void ops_rmsnorm(float *out, const float *x, const float *w, int n, float eps) {
 void ops_softmax(float *x, int n) {
     if (n <= 0)
         return;
+    int i = 0;
     float max = x[0];
-    for (int i = 1; i < n; i++)
+#ifdef OPS_AVX2
+    if (n >= 8) {
+        __m256 m = _mm256_loadu_ps(x);
+        for (i = 8; i + 8 <= n; i += 8)
+            m = _mm256_max_ps(m, _mm256_loadu_ps(x + i));
+        __m128 h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+        h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+        max = _mm_cvtss_f32(_mm_max_ss(h, _mm_movehdup_ps(h)));
+    }
+#endif
+    for (; i < n; i++)
         max = fmaxf(max, x[i]);
     float sum = 0.0f;
-    for (int i = 0; i < n; i++) {
+    i = 0;
+#ifdef OPS_AVX2
+    const __m256 vmax = _mm256_set1_ps(max);
+    __m256 vsum = _mm256_setzero_ps();
+    for (; i + 8 <= n; i += 8) {
+        const __m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(x + i), vmax));
+        _mm256_storeu_ps(x + i, e);
+        vsum = _mm256_add_ps(vsum, e);
+    }
+    sum = hsum8(vsum);
+#endif
+    for (; i < n; i++) {
         x[i] = expf(x[i] - max);
         sum += x[i];
     }
     const float inv = 1.0f / sum;
-    for (int i = 0; i < n; i++)
+    i = 0;
+#ifdef OPS_AVX2
+    const __m256 vinv = _mm256_set1_ps(inv);
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(x + i, _mm256_mul_ps(_mm256_loadu_ps(x + i), vinv));
+#endif
+    for (; i < n; i++)
         x[i] *= inv;
 }
 
 void ops_silu_mul(float *gate, const float *up, int n) {
-    for (int i = 0; i < n; i++) {
+    int i = 0;
+#ifdef OPS_AVX2
+    const __m256 one = _mm256_set1_ps(1.0f), sign = _mm256_set1_ps(-0.0f);
+    for (; i + 8 <= n; i += 8) {
+        const __m256 g = _mm256_loadu_ps(gate + i);
+        const __m256 e = exp8(_mm256_xor_ps(g, sign));
+        _mm256_storeu_ps(gate + i, _mm256_mul_ps(_mm256_div_ps(g, _mm256_add_ps(one, e)), _mm256_loadu_ps(up + i)));
+    }
+#endif
+    for (; i < n; i++) {
         const float g = gate[i];
         gate[i] = g / (1.0f + expf(-g)) * up[i];
+    }
+}
+
+/* Scores of one query against n keys: 8 keys at a time, each with its own
+ * accumulator (8 independent FMA chains), reduced together at the end. */
+void ops_attn_scores(float *sc, const float *q, const float *k, int64_t ldk, int n, int hd, float scale) {
+    int j = 0;
+#ifdef OPS_AVX2
+    if (hd % 8 == 0) {
+        const __m256 vs = _mm256_set1_ps(scale);
+        for (; j + 8 <= n; j += 8) {
+            const float *kj = k + (size_t)j * (size_t)ldk;
+            __m256 acc[8];
+            for (int c = 0; c < 8; c++)
+                acc[c] = _mm256_setzero_ps();
+            for (int i = 0; i < hd; i += 8) {
+                const __m256 qv = _mm256_loadu_ps(q + i);
+#pragma GCC unroll 8
+                for (int c = 0; c < 8; c++)
+                    acc[c] = _mm256_fmadd_ps(_mm256_loadu_ps(kj + (size_t)c * (size_t)ldk + i), qv, acc[c]);
+            }
+            _mm256_storeu_ps(sc + j, _mm256_mul_ps(hsum8x8(acc), vs));
+        }
+    }
+#endif
+    for (; j < n; j++)
+        sc[j] = ops_dot(q, k + (size_t)j * (size_t)ldk, hd) * scale;
+}
+
+#ifdef OPS_AVX2
+/* out[0 .. 8 NV) += sum_j p[j] v_j[0 .. 8 NV): NV accumulators in registers
+ * across all n rows. NV is a constant at each call site. */
+static ALWAYS_INLINE void mix_strip(float *out, const float *p, const float *v, int64_t ldv, int n, const int NV) {
+    __m256 acc[8];
+#pragma GCC unroll 8
+    for (int c = 0; c < NV; c++)
+        acc[c] = _mm256_loadu_ps(out + 8 * c);
+    for (int j = 0; j < n; j++) {
+        const __m256 pj = _mm256_broadcast_ss(p + j);
+        const float *vj = v + (size_t)j * (size_t)ldv;
+#pragma GCC unroll 8
+        for (int c = 0; c < NV; c++)
+            acc[c] = _mm256_fmadd_ps(pj, _mm256_loadu_ps(vj + 8 * c), acc[c]);
+    }
+#pragma GCC unroll 8
+    for (int c = 0; c < NV; c++)
+        _mm256_storeu_ps(out + 8 * c, acc[c]);
+}
+#endif
+
+void ops_attn_mix(float *out, const float *p, const float *v, int64_t ldv, int n, int hd) {
+    int i = 0;
+#ifdef OPS_AVX2
+    /* Strips of up to 64 floats, each held in registers over all n rows. */
+    while (hd - i >= 8) {
+        const int nv = (hd - i) / 8;
+        if (nv >= 8) { mix_strip(out + i, p, v + i, ldv, n, 8); i += 64; }
+        else if (nv >= 6) { mix_strip(out + i, p, v + i, ldv, n, 6); i += 48; }
+        else if (nv >= 4) { mix_strip(out + i, p, v + i, ldv, n, 4); i += 32; }
+        else if (nv >= 2) { mix_strip(out + i, p, v + i, ldv, n, 2); i += 16; }
+        else { mix_strip(out + i, p, v + i, ldv, n, 1); i += 8; }
+    }
+#endif
+    for (; i < hd; i++) {
+        float a = out[i];
+        for (int j = 0; j < n; j++)
+            a += p[j] * v[(size_t)j * (size_t)ldv + (size_t)i];
+        out[i] = a;
     }
 }
 
@@ -335,6 +480,8 @@ struct ops_scratch {
     int n_threads;
     int8_t *xq;             /* (max_T, max_n_in) activation quants, Q8_0 path */
     float *xd;              /* (max_T, max_n_in / 32) activation scales, f16-rounded */
+    int8_t *xq_own;         /* (n_threads, OPS_Q8_OWN_T, max_n_in): each thread's own copy at small T */
+    float *xd_own;          /* (n_threads, OPS_Q8_OWN_T, max_n_in / 32) */
     float *tile;            /* (n_threads, OPS_TILE_ROWS, max_n_in) dequantized weights */
     size_t tile_floats;     /* floats per thread's tile, a multiple of 16 (64 bytes) */
 };
@@ -370,10 +517,13 @@ ops_scratch *ops_scratch_new(int max_T, int64_t max_n_in, int n_threads) {
     s->max_n_in = max_n_in;
     s->n_threads = n_threads;
     s->tile_floats = ((size_t)OPS_TILE_ROWS * (size_t)max_n_in + 15) / 16 * 16;
+    const size_t nb = (size_t)(max_n_in / GGUF_Q8_0_BLOCK), own = (size_t)n_threads * OPS_Q8_OWN_T;
     s->xq = alloc64((size_t)max_T * (size_t)max_n_in);
-    s->xd = alloc64((size_t)max_T * (size_t)(max_n_in / GGUF_Q8_0_BLOCK) * sizeof(float));
+    s->xd = alloc64((size_t)max_T * nb * sizeof(float));
+    s->xq_own = alloc64(own * (size_t)max_n_in);
+    s->xd_own = alloc64(own * nb * sizeof(float));
     s->tile = alloc64(s->tile_floats * (size_t)n_threads * sizeof(float));
-    if (!s->xq || !s->xd || !s->tile)
+    if (!s->xq || !s->xd || !s->xq_own || !s->xd_own || !s->tile)
         goto err;
     return s;
 err:
@@ -386,6 +536,8 @@ void ops_scratch_free(ops_scratch *s) {
         return;
     free(s->xq);
     free(s->xd);
+    free(s->xq_own);
+    free(s->xd_own);
     free(s->tile);
     free(s);
 }
@@ -393,13 +545,6 @@ void ops_scratch_free(ops_scratch *s) {
 /* ------------------------------------------------------------------------- */
 /* Matmul, decode path: stream each weight row once                          */
 /* ------------------------------------------------------------------------- */
-
-/* Threads for one call: as OpenMP is set for the calling thread, but no
- * more than the scratch has tile buffers for. */
-static int team_size(const ops_scratch *s) {
-    const int nt = omp_get_max_threads();
-    return nt < s->n_threads ? nt : s->n_threads;
-}
 
 /* Bytes of one weight row. */
 static size_t row_bytes(const ops_mat *w) {
@@ -421,18 +566,18 @@ static inline float w_elem(const uint8_t *row, int64_t i, uint32_t type) {
 
 /* The activations of the Q8_0 path, quantized once per call. */
 typedef struct q8_act {
-    const int8_t *q;        /* (T, n_in) */
-    const float *d;         /* (T, n_in / 32) */
+    int8_t *q;              /* (T, n_in) */
+    float *d;               /* (T, n_in / 32) */
 } q8_act;
 
-/* Quantize activation row t of x (T, n_in) into the scratch. The scale is
- * rounded through f16 so the products equal llama.cpp's q8_0 x q8_0 dot. */
-static void q8_act_row(ops_scratch *s, const float *x, int64_t n_in, int t) {
+/* Quantize activation row t of x (T, n_in) into xa. The scale is rounded
+ * through f16 so the products equal llama.cpp's q8_0 x q8_0 dot. */
+static void q8_act_row(const q8_act *xa, const float *x, int64_t n_in, int t) {
     const int64_t nb = n_in / GGUF_Q8_0_BLOCK;
     for (int64_t b = 0; b < nb; b++) {
         size_t at = (size_t)t * (size_t)n_in + (size_t)b * GGUF_Q8_0_BLOCK;
-        float d = q8_block_quantize(s->xq + at, x + at);
-        s->xd[(size_t)t * (size_t)nb + (size_t)b] = ops_f16_to_f32(ops_f32_to_f16(d));
+        float d = q8_block_quantize(xa->q + at, x + at);
+        xa->d[(size_t)t * (size_t)nb + (size_t)b] = ops_f16_to_f32(ops_f32_to_f16(d));
     }
 }
 
@@ -475,7 +620,6 @@ static void rows_scalar(float *y, int64_t ldy, const float *x, int T, const ops_
 
 #ifdef OPS_AVX2
 
-#define ALWAYS_INLINE inline __attribute__((always_inline))
 
 /* Eight weights of a float-type row as f32. type is a constant at every call
  * site, so the switch folds away. */
@@ -619,20 +763,104 @@ static ALWAYS_INLINE void tile_q8(float *y, int64_t ldy, const uint8_t *w, size_
             y[(size_t)c * (size_t)ldy + (size_t)r] = hsum8(acc[r][c]);
 }
 
-static void rows_q8(float *y, int64_t ldy, int T, const ops_mat *w, const q8_act *xa, int64_t o0, int64_t o1) {
+/* The batched form of tile_q8, for R rows against C activation rows taken
+ * C at a time through all T: the products of the weight and activation
+ * scales come from a table built per pass (sc[(r C + c) nb + b], a vector
+ * multiply over 8 blocks at once), so each (row, activation, block) costs
+ * sign, maddubs, madd, convert and one FMA with a broadcast load, and the
+ * R*C accumulators, R |w| and C x vectors fit the 16 ymm registers. */
+static ALWAYS_INLINE void tile_q8s(float *y, int64_t ldy, const uint8_t *w, size_t rb, int64_t nb,
+                                   const int8_t *xq, int64_t n, const float *sc, const int R, const int C) {
+    const __m256i ones = _mm256_set1_epi16(1);
+    __m256 acc[4][4];
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 4
+        for (int c = 0; c < C; c++)
+            acc[r][c] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        __m256i wa[4], xv[4];
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++)
+            wa[r] = _mm256_abs_epi8(_mm256_loadu_si256((const __m256i *)(w + (size_t)r * rb + (size_t)b * GGUF_Q8_0_BYTES + 2)));
+#pragma GCC unroll 4
+        for (int c = 0; c < C; c++)
+            xv[c] = _mm256_load_si256((const __m256i *)(xq + (size_t)c * (size_t)n + (size_t)b * GGUF_Q8_0_BLOCK));
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++) {
+            const __m256i wq = _mm256_loadu_si256((const __m256i *)(w + (size_t)r * rb + (size_t)b * GGUF_Q8_0_BYTES + 2));
+#pragma GCC unroll 4
+            for (int c = 0; c < C; c++) {
+                __m256i p = _mm256_maddubs_epi16(wa[r], _mm256_sign_epi8(xv[c], wq));
+                __m256 f = _mm256_cvtepi32_ps(_mm256_madd_epi16(p, ones));
+                acc[r][c] = _mm256_fmadd_ps(f, _mm256_broadcast_ss(sc + (size_t)(r * C + c) * (size_t)nb + (size_t)b), acc[r][c]);
+            }
+        }
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 4
+        for (int c = 0; c < C; c++)
+            y[(size_t)c * (size_t)ldy + (size_t)r] = hsum8(acc[r][c]);
+}
+
+/* sc[(r C + c) nb + b] = dw[r nb + b] * xd[c nb + b]: the scale table of
+ * one tile_q8s pass. */
+static ALWAYS_INLINE void q8_scale_table(float *sc, const float *dw, const float *xd, int64_t nb, const int R,
+                                         const int C) {
+    for (int r = 0; r < R; r++)
+        for (int c = 0; c < C; c++) {
+            float *o = sc + (size_t)(r * C + c) * (size_t)nb;
+            const float *a = dw + (size_t)r * (size_t)nb, *x = xd + (size_t)c * (size_t)nb;
+            int64_t b = 0;
+            for (; b + 8 <= nb; b += 8)
+                _mm256_storeu_ps(o + b, _mm256_mul_ps(_mm256_loadu_ps(a + b), _mm256_loadu_ps(x + b)));
+            for (; b < nb; b++)
+                o[b] = a[b] * x[b];
+        }
+}
+
+#ifndef Q8_R
+#define Q8_R 4
+#endif
+#ifndef Q8_C
+#define Q8_C 2
+#endif
+
+/* Q8_0 rows [o0, o1). One activation row streams each weight row once
+ * (tile_q8, prefetching); more take Q8_R rows at a time, convert their
+ * scales once into work, and pass over them Q8_C activations at a time
+ * while they sit in L1 (tile_q8s). work: (Q8_R + Q8_R * Q8_C) * nb floats. */
+static void rows_q8(float *y, int64_t ldy, int T, const ops_mat *w, const q8_act *xa, int64_t o0, int64_t o1,
+                    float *work) {
     const int64_t n = w->n_in, nb = n / GGUF_Q8_0_BLOCK;
     const size_t rb = row_bytes(w);
     int64_t o = o0;
 #define Q8_AT(R, C) \
     tile_q8(y + (size_t)t * (size_t)ldy + (size_t)o, ldy, row, rb, nb, \
             xa->q + (size_t)t * (size_t)n, xa->d + (size_t)t * (size_t)nb, n, R, C)
-    for (; o + 4 <= o1; o += 4) {
-        const uint8_t *row = (const uint8_t *)w->data + (size_t)o * rb;
-        int t = 0;
-        for (; t + 2 <= T; t += 2)
-            Q8_AT(4, 2);
-        if (t < T)
+#define Q8S_AT(R, C) \
+    (q8_scale_table(sc, dw, xa->d + (size_t)t * (size_t)nb, nb, R, C), \
+     tile_q8s(y + (size_t)t * (size_t)ldy + (size_t)o, ldy, row, rb, nb, xa->q + (size_t)t * (size_t)n, n, sc, R, C))
+    if (T == 1) {
+        for (; o + 4 <= o1; o += 4) {
+            const uint8_t *row = (const uint8_t *)w->data + (size_t)o * rb;
+            const int t = 0;
             Q8_AT(4, 1);
+        }
+    } else {
+        float *dw = work, *sc = work + (size_t)Q8_R * (size_t)nb;
+        for (; o + Q8_R <= o1; o += Q8_R) {
+            const uint8_t *row = (const uint8_t *)w->data + (size_t)o * rb;
+            for (int r = 0; r < Q8_R; r++)
+                for (int64_t b = 0; b < nb; b++)
+                    dw[(size_t)r * (size_t)nb + (size_t)b] = q8_scale(row + (size_t)r * rb + (size_t)b * GGUF_Q8_0_BYTES);
+            int t = 0;
+            for (; t + Q8_C <= T; t += Q8_C)
+                Q8S_AT(Q8_R, Q8_C);
+            for (; t < T; t++)
+                Q8S_AT(Q8_R, 1);
+        }
     }
     for (; o < o1; o++) {
         const uint8_t *row = (const uint8_t *)w->data + (size_t)o * rb;
@@ -643,49 +871,25 @@ static void rows_q8(float *y, int64_t ldy, int T, const ops_mat *w, const q8_act
             Q8_AT(1, 1);
     }
 #undef Q8_AT
+#undef Q8S_AT
 }
 
 #endif /* OPS_AVX2 */
 
 /* One row block of the decode path, by the vector kernel where there is one. */
 static void rows_block(float *y, int64_t ldy, const float *x, int T, const ops_mat *w,
-                       const q8_act *xa, int64_t o0, int64_t o1, int ref) {
+                       const q8_act *xa, int64_t o0, int64_t o1, int ref, float *work) {
 #ifdef OPS_AVX2
     if (!ref) {
         switch (w->type) {
         case GGUF_TT_F32: rows_f32(y, ldy, x, T, w, o0, o1); return;
         case GGUF_TT_F16: rows_f16(y, ldy, x, T, w, o0, o1); return;
         case GGUF_TT_BF16: rows_bf16(y, ldy, x, T, w, o0, o1); return;
-        case GGUF_TT_Q8_0: rows_q8(y, ldy, T, w, xa, o0, o1); return;
+        case GGUF_TT_Q8_0: rows_q8(y, ldy, T, w, xa, o0, o1, work); return;
         }
     }
 #endif
     rows_scalar(y, ldy, x, T, w, xa, o0, o1);
-}
-
-/* The decode path: parallel over blocks of output rows. The Q8_0
- * activations are quantized first, by the same threads, before the barrier
- * that ends the first loop. */
-static void matmul_rows(float *y, int64_t ldy, const float *x, int T, const ops_mat *w, ops_scratch *s, int ref) {
-    const int64_t n_out = w->n_out, n = w->n_in;
-    const int64_t n_blocks = (n_out + OPS_ROW_BLOCK - 1) / OPS_ROW_BLOCK;
-    const int q8 = w->type == GGUF_TT_Q8_0;
-    q8_act xa = {s->xq, s->xd};
-    const int nt = (int64_t)T * n_out * n < OPS_PAR_MIN_MACS ? 1 : team_size(s);
-#pragma omp parallel num_threads(nt)
-    {
-        if (q8) {
-#pragma omp for schedule(static)
-            for (int t = 0; t < T; t++)
-                q8_act_row(s, x, n, t);
-        }
-#pragma omp for schedule(static)
-        for (int64_t blk = 0; blk < n_blocks; blk++) {
-            const int64_t o0 = blk * OPS_ROW_BLOCK;
-            const int64_t o1 = o0 + OPS_ROW_BLOCK < n_out ? o0 + OPS_ROW_BLOCK : n_out;
-            rows_block(y, ldy, x, T, w, &xa, o0, o1, ref);
-        }
-    }
 }
 
 /* ------------------------------------------------------------------------- */
@@ -698,31 +902,117 @@ static void sgemm_cols(float *y, int64_t ldy, const float *x, int T, const float
                 wrows, (int)n, 0.0f, y, (int)ldy);
 }
 
-/* Each thread owns one contiguous range of output columns (a multiple of 16,
- * so no two threads share a line of y) and runs single-threaded sgemm on it:
- * in place for F32, tile by tile through its own dequantized buffer for
- * F16/BF16. The weights are read once per call either way. */
-static void matmul_sgemm(float *y, int64_t ldy, const float *x, int T, const ops_mat *w, ops_scratch *s) {
-    const int64_t n_out = w->n_out, n = w->n_in;
-    const int nt = (int64_t)T * n_out * n < OPS_PAR_MIN_MACS ? 1 : team_size(s);
-#pragma omp parallel num_threads(nt)
-    {
-        const int id = omp_get_thread_num(), k = omp_get_num_threads();
-        int64_t chunk = (n_out + k - 1) / k;
-        chunk = (chunk + 15) / 16 * 16;
-        const int64_t o0 = (int64_t)id * chunk;
-        const int64_t o1 = o0 + chunk < n_out ? o0 + chunk : n_out;
-        if (o0 < o1 && w->type == GGUF_TT_F32) {
-            sgemm_cols(y + o0, ldy, x, T, (const float *)w->data + (size_t)o0 * (size_t)n, o1 - o0, n);
-        } else if (o0 < o1) {
-            float *tile = s->tile + (size_t)id * s->tile_floats;
-            for (int64_t o = o0; o < o1; o += OPS_TILE_ROWS) {
-                const int64_t rows = o1 - o < OPS_TILE_ROWS ? o1 - o : OPS_TILE_ROWS;
-                for (int64_t r = 0; r < rows; r++)
-                    dequant_row(tile + (size_t)r * (size_t)n, w, o + r);
-                sgemm_cols(y + o, ldy, x, T, tile, rows, n);
-            }
+/* Rows [o0, o1) (at most OPS_TILE_ROWS) by single-threaded sgemm: in place
+ * for F32, through this thread's dequantized tile for F16/BF16. */
+static void sgemm_rows(float *y, int64_t ldy, const float *x, int T, const ops_mat *w, int64_t o0, int64_t o1,
+                       ops_scratch *s) {
+    const int64_t n = w->n_in;
+    if (w->type == GGUF_TT_F32) {
+        sgemm_cols(y + o0, ldy, x, T, (const float *)w->data + (size_t)o0 * (size_t)n, o1 - o0, n);
+        return;
+    }
+    float *tile = s->tile + (size_t)omp_get_thread_num() * s->tile_floats;
+    for (int64_t r = o0; r < o1; r++)
+        dequant_row(tile + (size_t)(r - o0) * (size_t)n, w, r);
+    sgemm_cols(y + o0, ldy, x, T, tile, o1 - o0, n);
+}
+
+/* ------------------------------------------------------------------------- */
+/* Matmul driver: one work list over every matrix of a call                  */
+/* ------------------------------------------------------------------------- */
+
+/* One call: up to OPS_MATMUL_MAX products of the same activations, or one
+ * SwiGLU pair (y = silu(x W^T) * (x W2^T), y2 receiving x W2^T). */
+typedef struct mm_call {
+    int n;                              /* products */
+    float *y[OPS_MATMUL_MAX];           /* (T, ldy[i]) each */
+    int64_t ldy[OPS_MATMUL_MAX];
+    const ops_mat *w[OPS_MATMUL_MAX];
+    float *y2;                          /* SwiGLU only: (T, ldy[0]) */
+    const ops_mat *w2;                  /* SwiGLU only: the up projection */
+    const float *x;                     /* (T, n_in) */
+    int T;
+    int ref;                            /* scalar path at every T */
+} mm_call;
+
+/* Which method a product takes: sgemm pays once T is large enough to beat
+ * streaming; Q8_0 keeps its int8 kernel at every T so a token's logits do
+ * not depend on what else is in the batch. */
+static int use_sgemm(const ops_mat *w, int T, int ref) {
+    if (ref || w->type == GGUF_TT_Q8_0)
+        return 0;
+    return T > (w->type == GGUF_TT_F32 ? OPS_SMALL_T_F32 : OPS_SMALL_T_HALF);
+}
+
+/* Rows per work item. sgemm takes tiles of OPS_TILE_ROWS (each call repacks
+ * x, so fewer, wider calls are cheaper). Streaming aims at about eight
+ * items per thread, so a thread that the machine delays holds back at most
+ * an eighth of its share while the others take the rest; items stay whole
+ * multiples of OPS_ROW_BLOCK rows, so no two threads write one line of y. */
+static int64_t item_rows(const ops_mat *w, int T, int ref, int nt) {
+    if (use_sgemm(w, T, ref))
+        return OPS_TILE_ROWS;
+    if (nt <= 1)
+        return w->n_out;
+    int64_t r = (w->n_out + 8 * nt - 1) / (8 * nt);
+    return (r + OPS_ROW_BLOCK - 1) / OPS_ROW_BLOCK * OPS_ROW_BLOCK;
+}
+
+/* Item it of product i: rows [o0, o1) of y[i] (and for SwiGLU of y2, then
+ * the gate applied to those columns, while they are still in cache). */
+static void run_item(const mm_call *c, int i, int64_t o0, int64_t o1, const q8_act *xa, ops_scratch *s) {
+    const ops_mat *w = c->w[i];
+    if (use_sgemm(w, c->T, c->ref)) {
+        sgemm_rows(c->y[i], c->ldy[i], c->x, c->T, w, o0, o1, s);
+        if (c->w2)
+            sgemm_rows(c->y2, c->ldy[i], c->x, c->T, c->w2, o0, o1, s);
+    } else {
+        float *work = s->tile + (size_t)omp_get_thread_num() * s->tile_floats;
+        rows_block(c->y[i], c->ldy[i], c->x, c->T, w, xa, o0, o1, c->ref, work);
+        if (c->w2)
+            rows_block(c->y2, c->ldy[i], c->x, c->T, c->w2, xa, o0, o1, c->ref, work);
+    }
+    if (c->w2)
+        for (int t = 0; t < c->T; t++)
+            ops_silu_mul(c->y[i] + (size_t)t * (size_t)c->ldy[i] + (size_t)o0,
+                         c->y2 + (size_t)t * (size_t)c->ldy[i] + (size_t)o0, (int)(o1 - o0));
+}
+
+/* The call as run by every thread of a team (or by one thread alone).
+ * Q8_0 activations are quantized first: at small T every thread quantizes
+ * them all into its own buffer, which costs less than the barrier that
+ * sharing one copy needs. Then all items of all products form one list
+ * that threads take from dynamically; the loop's barrier ends the call. */
+static void matmul_team(const mm_call *c, ops_scratch *s) {
+    const int nt = omp_get_num_threads(), id = omp_get_thread_num();
+    const int64_t n_in = c->w[0]->n_in;
+    q8_act xa = {s->xq, s->xd};
+    if (c->w[0]->type == GGUF_TT_Q8_0) {
+        if (c->T <= OPS_Q8_OWN_T) {
+            xa.q = s->xq_own + (size_t)id * OPS_Q8_OWN_T * (size_t)s->max_n_in;
+            xa.d = s->xd_own + (size_t)id * OPS_Q8_OWN_T * (size_t)(s->max_n_in / GGUF_Q8_0_BLOCK);
+            for (int t = 0; t < c->T; t++)
+                q8_act_row(&xa, c->x, n_in, t);
+        } else {
+#pragma omp for schedule(static)
+            for (int t = 0; t < c->T; t++)
+                q8_act_row(&xa, c->x, n_in, t);
         }
+    }
+    int64_t rows[OPS_MATMUL_MAX], first[OPS_MATMUL_MAX + 1];
+    first[0] = 0;
+    for (int i = 0; i < c->n; i++) {
+        rows[i] = item_rows(c->w[i], c->T, c->ref, nt);
+        first[i + 1] = first[i] + (c->w[i]->n_out + rows[i] - 1) / rows[i];
+    }
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t it = 0; it < first[c->n]; it++) {
+        int i = 0;
+        while (it >= first[i + 1])
+            i++;
+        const int64_t o0 = (it - first[i]) * rows[i];
+        const int64_t o1 = o0 + rows[i] < c->w[i]->n_out ? o0 + rows[i] : c->w[i]->n_out;
+        run_item(c, i, o0, o1, &xa, s);
     }
 }
 
@@ -736,19 +1026,66 @@ static void matmul_check(int64_t ldy, int T, const ops_mat *w, const ops_scratch
     assert(w->n_out < INT32_MAX && w->n_in < INT32_MAX && ldy < INT32_MAX); /* BLAS ints */
 }
 
-void ops_matmul(float *y, int64_t ldy, const float *x, int T, const ops_mat *w, ops_scratch *s) {
-    if (T <= 0 || w->n_out <= 0)
+/* Threads for a call made outside a parallel region: as OpenMP is set for
+ * the calling thread, but no more than the scratch has buffers for, and one
+ * when the work is too small to pay for waking the pool. */
+static int team_size(const mm_call *c, const ops_scratch *s) {
+    int64_t macs = 0;
+    for (int i = 0; i < c->n; i++)
+        macs += (int64_t)c->T * c->w[i]->n_out * c->w[i]->n_in * (c->w2 ? 2 : 1);
+    if (macs < OPS_PAR_MIN_MACS)
+        return 1;
+    const int nt = omp_get_max_threads();
+    return nt < s->n_threads ? nt : s->n_threads;
+}
+
+static void matmul_run(const mm_call *c, ops_scratch *s) {
+    if (c->T <= 0)
         return;
-    matmul_check(ldy, T, w, s);
-    if (w->type == GGUF_TT_Q8_0 || T <= (w->type == GGUF_TT_F32 ? OPS_SMALL_T_F32 : OPS_SMALL_T_HALF))
-        matmul_rows(y, ldy, x, T, w, s, 0);
-    else
-        matmul_sgemm(y, ldy, x, T, w, s);
+    for (int i = 0; i < c->n; i++) {
+        matmul_check(c->ldy[i], c->T, c->w[i], s);
+        assert(c->w[i]->n_in == c->w[0]->n_in && c->w[i]->type == c->w[0]->type);
+    }
+    assert(!c->w2 || (c->n == 1 && c->w2->n_out == c->w[0]->n_out && c->w2->n_in == c->w[0]->n_in &&
+                      c->w2->type == c->w[0]->type));
+    if (omp_in_parallel()) {
+        assert(omp_get_num_threads() <= s->n_threads);
+        matmul_team(c, s);
+        return;
+    }
+    const int nt = team_size(c, s);
+    if (nt <= 1) {
+        matmul_team(c, s);
+        return;
+    }
+#pragma omp parallel num_threads(nt)
+    matmul_team(c, s);
+}
+
+void ops_matmul(float *y, int64_t ldy, const float *x, int T, const ops_mat *w, ops_scratch *s) {
+    mm_call c = {.n = 1, .y = {y}, .ldy = {ldy}, .w = {w}, .x = x, .T = T};
+    matmul_run(&c, s);
 }
 
 void ops_matmul_ref(float *y, int64_t ldy, const float *x, int T, const ops_mat *w, ops_scratch *s) {
-    if (T <= 0 || w->n_out <= 0)
-        return;
-    matmul_check(ldy, T, w, s);
-    matmul_rows(y, ldy, x, T, w, s, 1);
+    mm_call c = {.n = 1, .y = {y}, .ldy = {ldy}, .w = {w}, .x = x, .T = T, .ref = 1};
+    matmul_run(&c, s);
+}
+
+void ops_matmul_n(int n, float *const *y, const int64_t *ldy, const float *x, int T, const ops_mat *const *w,
+                  ops_scratch *s) {
+    assert(n >= 1 && n <= OPS_MATMUL_MAX);
+    mm_call c = {.n = n, .x = x, .T = T};
+    for (int i = 0; i < n; i++) {
+        c.y[i] = y[i];
+        c.ldy[i] = ldy[i];
+        c.w[i] = w[i];
+    }
+    matmul_run(&c, s);
+}
+
+void ops_matmul_swiglu(float *h, float *u, int64_t ldh, const float *x, int T, const ops_mat *wg,
+                       const ops_mat *wu, ops_scratch *s) {
+    mm_call c = {.n = 1, .y = {h}, .ldy = {ldh}, .w = {wg}, .y2 = u, .w2 = wu, .x = x, .T = T};
+    matmul_run(&c, s);
 }

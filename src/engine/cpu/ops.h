@@ -7,13 +7,28 @@
  * Q8_0. It picks its method by the number of activation rows T:
  *   - small T (decode): every weight row is streamed from memory once and
  *     applied to all T activation vectors (AVX2/FMA/F16C; Q8_0 by int8 dot
- *     products against activations quantized to Q8_0), parallel over rows;
+ *     products against activations quantized to Q8_0);
  *   - large T (prefill): F32/F16/BF16 go through OpenBLAS sgemm (F16/BF16
  *     dequantized a tile of rows at a time into per-thread scratch); Q8_0
- *     stays on its int8 kernel at every T.
+ *     stays on its int8 kernel at every T, so a token's results do not
+ *     depend on what else is in the batch.
+ * ops_matmul_n runs several products of the same activations (q, k, v) and
+ * ops_matmul_swiglu the gated pair of a llama FFN as one call: one list of
+ * work items, one quantization of the activations, one barrier.
+ *
  * Threads come from OpenMP; OpenBLAS itself is kept single-threaded and
  * called from inside the OpenMP region on disjoint output tiles, so exactly
- * one pool of threads exists.
+ * one pool of threads exists. The matmuls work in two settings:
+ *   - called outside a parallel region, they open one of their own (at most
+ *     the scratch's thread count, one thread for tiny products);
+ *   - called inside a parallel region, every thread of the team must make
+ *     the same call, as with an OpenMP worksharing construct; the work is
+ *     shared among the team and the call ends with a barrier. This lets a
+ *     caller run a whole forward pass in one region, paying one barrier per
+ *     phase instead of a fork and a join per product.
+ * Work is handed out in row blocks on demand, not split evenly up front, so
+ * a thread that a busy machine deschedules delays the call by one block,
+ * not by its whole share.
  *
  * Every kernel has a scalar path, so a build without AVX2 is complete; the
  * scalar path is also the reference the vector path is tested against.
@@ -51,6 +66,21 @@ int ops_set_threads(int n);
  * T must be <= the scratch's max_T and n_in <= its max_n_in. */
 void ops_matmul(float *y, int64_t ldy, const float *x, int T, const ops_mat *w, ops_scratch *s);
 
+/* Most products one ops_matmul_n call takes. */
+#define OPS_MATMUL_MAX 4
+
+/* y[i] = x w[i]^T for i < n (1..OPS_MATMUL_MAX): products of one x, as
+ * ops_matmul each, with one work list. Every w[i] has the same n_in and
+ * type. */
+void ops_matmul_n(int n, float *const *y, const int64_t *ldy, const float *x, int T, const ops_mat *const *w,
+                  ops_scratch *s);
+
+/* The llama FFN's gated half: h = silu(x Wg^T) * (x Wu^T), elementwise.
+ * h, u: (T, ldh); u receives x Wu^T on the way (caller's scratch). Wg and Wu
+ * have the same shape and type. */
+void ops_matmul_swiglu(float *h, float *u, int64_t ldh, const float *x, int T, const ops_mat *wg,
+                       const ops_mat *wu, ops_scratch *s);
+
 /* The scalar path of ops_matmul at every T, whatever the build targets:
  * what a build without AVX2 runs for small T, and the reference the tests
  * hold the vector kernels against. Same contract as ops_matmul. */
@@ -85,5 +115,12 @@ void ops_add(float *y, const float *x, int n);
 float ops_dot(const float *a, const float *b, int n);
 /* y += a * x, (n) each. */
 void ops_axpy(float *y, float a, const float *x, int n);
+
+/* Attention of one query over n cached positions, whose keys (or values)
+ * are rows of hd floats ldk (ldv) floats apart, as in one KV cache block.
+ * sc[j] = scale * (q . k_j) for j < n.  sc: (n); q: (hd). */
+void ops_attn_scores(float *sc, const float *q, const float *k, int64_t ldk, int n, int hd, float scale);
+/* out += sum over j < n of p[j] * v_j.  out: (hd); p: (n). */
+void ops_attn_mix(float *out, const float *p, const float *v, int64_t ldv, int n, int hd);
 
 #endif
