@@ -356,10 +356,13 @@ static void *watch_loop(void *arg) {
 
 /* ---- generation ------------------------------------------------------------- */
 
-/* Called by the worker with r->mu held: wake the connection if it sleeps. */
+/* Called by the worker with r->mu held: wake the connection if it sleeps.
+ * A whole-answer (non-stream) request has nothing to act on until it is
+ * done; waking it for every token would only suspend it again. c->stream
+ * was set before wk_submit and never changes. */
 static void on_outbox(wk_req *r) {
     conn *c = r->user;
-    if (c && c->suspended) {
+    if (c && c->suspended && (c->stream || r->phase == WK_DONE)) {
         c->suspended = 0;
         MHD_resume_connection(c->mc);
     }
