@@ -401,6 +401,14 @@ static enum MHD_Result start_generation(conn *c, const oai_request *q) {
     if (m < 0) return reply_err(c, 404, "not_found_error", "model", "model_not_found", 0, "the model does not exist");
     c->model = m;
     snprintf(c->model_name, sizeof(c->model_name), "%s", q->model);
+    /* build_req copies stop strings into DTK_MAX_STOP_LEN bytes: a longer
+     * one would be cut silently and stop the text at its prefix. */
+    for (size_t i = 0; i < q->n_stop; i++)
+        if (strlen(q->stop[i]) >= DTK_MAX_STOP_LEN) {
+            char msg[96];
+            snprintf(msg, sizeof(msg), "each stop string must be shorter than %d bytes", DTK_MAX_STOP_LEN);
+            return reply_err(c, 400, "invalid_request_error", "stop", NULL, 0, msg);
+        }
     const model_config *mc = &wk_model(s->models[m].w)->cfg;
     int32_t *ids = NULL;
     int n = 0;
