@@ -202,6 +202,15 @@ int wk_new(const wk_opts *o, wk_worker **out, char *err, size_t errlen) {
     if ((rc = model_load(o->path, &w->m, err, errlen))) goto err;
     if ((rc = tok_new_from_gguf(w->m->gguf, &w->t, err, errlen))) goto err;
     w->vocab = w->m->cfg.vocab;
+    /* Every id the tokenizer can produce (and the server accepts as a
+     * prompt token) needs an embedding row; otherwise eng_forward refuses
+     * the whole batch and one request fails every request in its step. */
+    if (tok_n_vocab(w->t) > w->vocab) {
+        snprintf(err, errlen, "%s: the vocabulary has %d tokens but token_embd.weight only %d rows", o->path,
+                 tok_n_vocab(w->t), w->vocab);
+        rc = TS_ERR_MODEL_SHAPE;
+        goto err;
+    }
     /* Minimum shares may take a step past its budget (sched.c), so the engine
      * takes up to twice the budget plus one decode per sequence. */
     eng_opts eo = {.kv_pool_bytes = o->kv_bytes, .block_size = o->block_size,
