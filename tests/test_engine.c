@@ -246,6 +246,10 @@ static void test_bad_batches_change_nothing(void **state) {
     assert_int_equal(eng_forward(e, &bb, logits), TS_ERR_KV_BLOCK);
     bq = (eng_seq){r->ids + 20, 2, 20, table, 5, ENG_LOGITS_LAST}; /* table too short */
     assert_int_equal(eng_forward(e, &bb, logits), TS_ERR_KV_CAPACITY);
+    int32_t long_table[17];
+    for (int i = 0; i < 17; i++) long_table[i] = table[i % 16];
+    bq = (eng_seq){r->ids + 20, 1, 16 * BS, long_table, 17, ENG_LOGITS_LAST}; /* past the pool */
+    assert_int_equal(eng_forward(e, &bb, logits), TS_ERR_KV_CAPACITY);
     bq = (eng_seq){r->ids, 33, 20, table, 16, ENG_LOGITS_LAST}; /* over max_batch_tokens */
     assert_int_equal(eng_forward(e, &bb, logits), TS_ERR_BATCH_LIMIT);
     bq = (eng_seq){r->ids, 2, f->m->cfg.ctx_len - 1, table, 16, ENG_LOGITS_LAST};

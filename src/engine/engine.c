@@ -94,7 +94,10 @@ static int check_seq(const eng *e, const eng_seq *s) {
         return TS_ERR_INVAL;
     if ((int64_t)s->pos + s->n_tokens > c->ctx_len) return TS_ERR_CTX_LIMIT;
     int64_t need = ((int64_t)s->pos + s->n_tokens + e->opts.block_size - 1) / e->opts.block_size;
-    if (need > s->n_blocks) return TS_ERR_KV_CAPACITY;
+    /* More positions than the whole pool holds can only be a table that
+     * repeats blocks; backends size their per-sequence scratch (attention
+     * scores) by the pool, so it must not get that far. */
+    if (need > s->n_blocks || need > e->n_blocks) return TS_ERR_KV_CAPACITY;
     for (int i = 0; i < s->n_tokens; i++)
         if (s->tokens[i] < 0 || s->tokens[i] >= c->vocab) return TS_ERR_TOK_RANGE;
     for (int64_t i = 0; i < need; i++)
