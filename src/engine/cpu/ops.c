@@ -41,12 +41,14 @@
  * the pool costs more than it saves. */
 #define OPS_PAR_MIN_MACS ((int64_t)1 << 15)
 /* Activation rows up to which the float types stream rows instead of calling
- * sgemm. The streaming kernel runs at ~45 GFLOP/s a core whatever T is, and
- * sgemm pulls ahead as T grows; measured on Zen 3 (768x768 and 2048x768, hot
- * and cold weights) the two cross near T = 9 for F32 and T = 13 for F16 and
- * BF16, whose sgemm path must first dequantize. */
-#define OPS_SMALL_T_F32 8
-#define OPS_SMALL_T_HALF 12
+ * sgemm. The streaming kernel (4 rows x 2 activations per tile) runs F16 at
+ * T = 16 at ~45 GMAC/s a core, 90% of the FMA peak, while sgemm at such T
+ * must first dequantize every row (F16) and packs both operands: measured
+ * on Zen 3 (768x768 hot, 2048x768 cold, 1 thread, best of 60) streaming
+ * was 20-35% faster at T = 12..16 for F16 and F32 and about even at 24..32,
+ * so a decode batch of 16 sequences streams and prefill calls sgemm. */
+#define OPS_SMALL_T_F32 16
+#define OPS_SMALL_T_HALF 16
 /* Bytes ahead of each weight stream that the F16/BF16/Q8_0 decode kernels
  * prefetch. Converting costs them enough time per byte that the hardware
  * prefetcher alone leaves the loads stalling (measured on Zen 3, 1 thread,
@@ -685,26 +687,25 @@ static ALWAYS_INLINE void rows_float(float *y, int64_t ldy, const float *x, int 
     const int64_t n = w->n_in;
     const size_t rb = row_bytes(w);
     int64_t o = o0;
+#define FL_AT(R, C) tile_float(y + (size_t)t * (size_t)ldy + (size_t)o, ldy, row, rb, type, \
+                               x + (size_t)t * (size_t)n, n, R, C)
     for (; o + 4 <= o1; o += 4) {
         const uint8_t *row = (const uint8_t *)w->data + (size_t)o * rb;
         int t = 0;
         for (; t + 2 <= T; t += 2)
-            tile_float(y + (size_t)t * (size_t)ldy + (size_t)o, ldy, row, rb, type,
-                       x + (size_t)t * (size_t)n, n, 4, 2);
+            FL_AT(4, 2);
         if (t < T)
-            tile_float(y + (size_t)t * (size_t)ldy + (size_t)o, ldy, row, rb, type,
-                       x + (size_t)t * (size_t)n, n, 4, 1);
+            FL_AT(4, 1);
     }
     for (; o < o1; o++) {
         const uint8_t *row = (const uint8_t *)w->data + (size_t)o * rb;
         int t = 0;
         for (; t + 4 <= T; t += 4)
-            tile_float(y + (size_t)t * (size_t)ldy + (size_t)o, ldy, row, rb, type,
-                       x + (size_t)t * (size_t)n, n, 1, 4);
+            FL_AT(1, 4);
         for (; t < T; t++)
-            tile_float(y + (size_t)t * (size_t)ldy + (size_t)o, ldy, row, rb, type,
-                       x + (size_t)t * (size_t)n, n, 1, 1);
+            FL_AT(1, 1);
     }
+#undef FL_AT
 }
 
 static void rows_f32(float *y, int64_t ldy, const float *x, int T, const ops_mat *w, int64_t o0, int64_t o1) {
