@@ -141,9 +141,10 @@ int cmd_serve(int argc, char **argv) {
     sigaddset(&sigs, SIGTERM);
     pthread_sigmask(SIG_BLOCK, &sigs, NULL);
     signal(SIGPIPE, SIG_IGN);
-    srv *s;
+    srv *s = NULL;
     if (srv_new(&c, &s, err, sizeof(err)) || srv_start(s, err, sizeof(err))) {
         fprintf(stderr, "serve: %s\n", err);
+        srv_free(s); /* NULL when srv_new failed; its engine threads when srv_start did */
         cfg_free(&c);
         return 1;
     }
