@@ -25,6 +25,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -892,8 +893,12 @@ uint16_t srv_port(const srv *s) { return s->port; }
 
 void srv_shutdown(srv *s) {
     if (!s->d || atomic_exchange(&s->draining, 1)) return;
+    /* The quiesced listen socket is ours to close, but only after
+     * MHD_stop_daemon: a pool thread may still be using it (microhttpd.h),
+     * and a closed fd number may be reused meanwhile. shutdown() stops the
+     * listening at once (new clients are refused) and keeps the number. */
     MHD_socket lfd = MHD_quiesce_daemon(s->d);
-    if (lfd != MHD_INVALID_SOCKET) close(lfd);
+    if (lfd != MHD_INVALID_SOCKET) shutdown(lfd, SHUT_RDWR);
     int64_t grace = (int64_t)s->c->limits.shutdown_grace_s * 1000000;
     for (int m = 0; m < s->n_models; m++) wk_drain(s->models[m].w, grace);
     /* Every request is done and its connection resumed: give them a moment
@@ -904,6 +909,7 @@ void srv_shutdown(srv *s) {
     }
     MHD_stop_daemon(s->d);
     s->d = NULL;
+    if (lfd != MHD_INVALID_SOCKET) close(lfd);
 }
 
 static void stop_watcher(srv *s) {
