@@ -899,8 +899,14 @@ void srv_shutdown(srv *s) {
      * listening at once (new clients are refused) and keeps the number. */
     MHD_socket lfd = MHD_quiesce_daemon(s->d);
     if (lfd != MHD_INVALID_SOCKET) shutdown(lfd, SHUT_RDWR);
-    int64_t grace = (int64_t)s->c->limits.shutdown_grace_s * 1000000;
-    for (int m = 0; m < s->n_models; m++) wk_drain(s->models[m].w, grace);
+    /* One deadline for every model: draining them one after another with
+     * a full grace each would let the last model's requests run for
+     * n_models graces. */
+    int64_t deadline = wk_now_us() + (int64_t)s->c->limits.shutdown_grace_s * 1000000;
+    for (int m = 0; m < s->n_models; m++) {
+        int64_t left = deadline - wk_now_us();
+        wk_drain(s->models[m].w, left > 0 ? left : 0);
+    }
     /* Every request is done and its connection resumed: give them a moment
      * to write their last bytes before the daemon closes them. */
     for (int i = 0; i < 200 && atomic_load(&s->n_conns) > 0; i++) {
