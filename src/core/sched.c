@@ -73,6 +73,7 @@ typedef struct band {
     int64_t pending_tokens; /* prefill tokens still to run for queued requests */
     int32_t n_tenants;      /* tenants whose tier is in this band */
     int used;               /* tokens given to the band in the step being planned */
+    double w_active;        /* weights of its tenants with work, this step */
 } band;
 
 typedef struct deadline {
@@ -813,6 +814,16 @@ static void expire_timeouts(sched *s, int64_t now) {
     }
 }
 
+/* Each band's total weight of tenants with work (queued, running or
+ * swapped): the denominator of the seat shares. O(tenants) once a step. */
+static void weigh_bands(sched *s) {
+    for (int b = 0; b < SCHED_MAX_TIERS; b++) s->bands[b].w_active = 0;
+    for (int32_t i = 0; i < s->n_tenants; i++) {
+        const tenant *t = &s->tenants[i];
+        if (t->n_queued + t->n_running + t->n_swapped > 0) s->bands[t->band].w_active += t->cfg.weight;
+    }
+}
+
 /* The step's token budget: with running requests that have a TPOT target,
  * the largest budget whose predicted step time meets the strictest one. */
 static int compute_budget(sched *s) {
@@ -829,9 +840,16 @@ static int compute_budget(sched *s) {
             ctx += r->n_total;
         }
     }
-    if (!tpot) return c->budget_max;
+    double target = tpot ? 1000.0 * tpot : 0;
+    if (c->features & SCHED_FEAT_TTFT_BUDGET)
+        for (int i = 0; i < s->n_tiers; i++) {
+            const sched_tier *t = &s->tiers[i];
+            double q = 1000.0 * t->ttft_ms / 4;
+            if (t->ttft_ms && s->bands[t->band].w_active > 0 && (!target || q < target)) target = q;
+        }
+    if (!target) return c->budget_max;
     int lo = c->budget_min, hi = c->budget_max;
-    int extra = cost_budget_for(&s->cost, 1000.0 * tpot, decodes, ctx, 0, 0, hi);
+    int extra = cost_budget_for(&s->cost, target, decodes, ctx, 0, 0, hi);
     int b = (int)decodes + (extra > 0 ? extra : 0);
     return b < lo ? lo : b > hi ? hi : b;
 }
@@ -930,10 +948,63 @@ static int32_t admit_room(sched *s, const req *r, int bypass_watermark) {
 
 enum { PF_OK, PF_TENANT, PF_GLOBAL };
 
-/* Plan a prefill chunk of at most room tokens for the request at slot: the
- * next chunk of a PREFILLING request, or the first of a new admission.
- * Returns tokens planned; on 0, *why says whether only the tenant or
- * everyone in the band is blocked. */
+/* Seats a tenant is entitled to in its band while the band's tenants with
+ * work share the seats by weight: never less than one, since a tenant with
+ * any work must be able to run something. */
+static double seat_share(const sched *s, const tenant *t) {
+    double w = s->bands[t->band].w_active;
+    double share = w > 0 ? s->cfg.max_running * t->cfg.weight / w : 1;
+    return share < 1 ? 1 : share;
+}
+
+/* The running request of band b whose tenant holds at least one whole seat
+ * more than its share and is ahead of the claimant in weighted service,
+ * furthest over (then its newest request), or NIL. Nobody is taken below
+ * its share plus one, so the shares converge instead of trading seats. */
+static int32_t over_share_victim(const sched *s, int b, const tenant *claimant) {
+    int32_t best = NIL;
+    double best_over = 0;
+    for (int32_t i = 0; i < s->n_run; i++) {
+        const req *r = &s->reqs[s->run[i]];
+        const tenant *u = &s->tenants[r->tenant];
+        /* Only from a tenant ahead of the claimant in weighted service: the
+         * seat rule then works with the fair queue, never against it. */
+        if (u->band != b || u == claimant || r->moved_step == s->steps ||
+            fq_diff(u->fe.vtime, claimant->fe.vtime) <= 0)
+            continue;
+        double over = u->n_running - seat_share(s, u);
+        if (over < 1) continue;
+        if (best == NIL || over > best_over ||
+            (over == best_over && r->arrival_seq > s->reqs[best].arrival_seq)) {
+            best = s->run[i];
+            best_over = over;
+        }
+    }
+    return best;
+}
+
+/* Isolation inside a band. The fair queue decides who is admitted next but
+ * never takes a seat back, so a tenant that flooded the band while others
+ * were idle holds every seat and the KV pool, and a tenant arriving later
+ * waits for the flood's requests to end. A tenant with nothing running may
+ * therefore preempt requests of the tenant furthest over its seat share, in
+ * its own band, until it fits under the high watermark. Returns 1 if it may
+ * then be admitted past the watermark's hysteresis. */
+static int fair_share_room(sched *s, const req *r, int32_t want, int *left) {
+    const tenant *t = tenant_of(s, r);
+    /* A claim stops at the claimant's own share, and victims keep theirs
+     * plus one, so claims converge instead of trading the same seats. */
+    if (t->n_running + 1 > seat_share(s, t)) return 0;
+    int32_t v = over_share_victim(s, t->band, t);
+    if (v == NIL) return 0; /* nobody holds more than its share: usual rules */
+    while (v != NIL && (s->n_run >= s->cfg.max_running || s->kv.n_free < want ||
+                        kv_used(&s->kv) + want > s->kv.high_blocks)) {
+        preempt(s, v, left);
+        v = over_share_victim(s, t->band, t);
+    }
+    return s->n_run < s->cfg.max_running && s->kv.n_free >= want;
+}
+
 static int32_t plan_prefill(sched *s, int32_t slot, int room, int *left, int *why) {
     req *r = &s->reqs[slot];
     tenant *t = tenant_of(s, r);
@@ -966,6 +1037,11 @@ static int32_t plan_prefill(sched *s, int32_t slot, int room, int *left, int *wh
                 }
                 preempt(s, v, left);
             }
+            bypass = 1;
+            avail = admit_room(s, r, 1);
+        }
+        if (avail < want && s->cfg.policy == SCHED_POLICY_FAIR && (s->cfg.features & SCHED_FEAT_FAIR_SHARE) &&
+            fair_share_room(s, r, want, left)) {
             bypass = 1;
             avail = admit_room(s, r, 1);
         }
@@ -1039,7 +1115,7 @@ static int continue_prefills(sched *s, int b, int *left, int cap) {
 /* Prefill for band b, tenants in fair-queue order, up to cap tokens. */
 static int serve_band(sched *s, int b, int *left, int cap) {
     band *bd = &s->bands[b];
-    int used = 0;
+    int used = 0, look_further = 16;
     s->n_skipped = 0;
     while (used < cap && *left > 0) {
         fq_entity *e = fq_peek(&bd->q);
@@ -1058,7 +1134,13 @@ static int serve_band(sched *s, int b, int *left, int cap) {
          * only started prefills could still move. */
         fq_set_aside(&bd->q, e);
         s->skipped[s->n_skipped++] = e;
-        if (why == PF_GLOBAL && bd->n_prefilling == 0) break;
+        /* Closed for everyone: only started prefills could still move, and
+         * tenants with nothing running, which may claim a seat from a
+         * tenant over its share (fair_share_room). Look a few tenants
+         * further for those, in fair order, without scanning them all. */
+        if (why == PF_GLOBAL && bd->n_prefilling == 0 &&
+            (!(s->cfg.features & SCHED_FEAT_FAIR_SHARE) || --look_further <= 0))
+            break;
     }
     for (int32_t i = 0; i < s->n_skipped; i++) {
         /* A preemption during the pass (a swap-out of its prefilling
@@ -1166,6 +1248,7 @@ int sched_step(sched *s, int64_t now_us, sched_plan *p) {
     s->no_victim_above = SCHED_MAX_TIERS;
     for (int b = 0; b < SCHED_MAX_TIERS; b++) s->bands[b].used = 0;
     expire_timeouts(s, now_us);
+    weigh_bands(s);
     s->budget = compute_budget(s);
     int left = s->budget;
     plan_decodes(s, &left);

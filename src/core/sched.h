@@ -36,8 +36,10 @@
  * Policy, in one step (details at each function in sched.c):
  *  1. queued requests past their tier's max queue wait fail (timeout);
  *  2. the token budget adapts so the predicted step time meets the
- *     strictest TPOT target among running requests (cost model), within
- *     [budget_min, budget_max];
+ *     strictest TPOT target among running requests, and stays under a
+ *     quarter of the strictest TTFT target of a band with work (a new
+ *     arrival waits for the step in flight, then its own), within
+ *     [budget_min, budget_max] (cost model);
  *  3. every decoding request gets its token; one that needs a new block
  *     when none is free preempts a victim (lowest band, then largest KV,
  *     then newest);
@@ -49,7 +51,9 @@
  *     (fq.h). A new request is admitted only while the KV pool is under
  *     its watermarks (kv.h) and its tenant under its quotas; a request of
  *     a band whose TTFT target is predicted to be missed may preempt
- *     running requests of lower bands;
+ *     running requests of lower bands, and a tenant holding fewer than its
+ *     weighted share of the seats may preempt the tenant of its own band
+ *     furthest over its share (a flood must not hold every seat);
  *  6. preemption mode: swap when 2 x KV bytes / copy bandwidth is cheaper
  *     than recomputing the context and swap space is free, else recompute.
  * With policy SCHED_POLICY_FCFS all of that collapses to one arrival-order
@@ -111,7 +115,10 @@ enum {
     SCHED_FEAT_MIN_SHARE = 1u << 1,      /* bands' minimum shares of the budget */
     SCHED_FEAT_ADAPTIVE_BUDGET = 1u << 2, /* budget from the strictest TPOT */
     SCHED_FEAT_SWAP = 1u << 3,           /* swap as a preemption mode */
-    SCHED_FEAT_ALL = 0xf,
+    SCHED_FEAT_FAIR_SHARE = 1u << 4,     /* a tenant under its share of a band's seats
+                                            may preempt one over its share */
+    SCHED_FEAT_TTFT_BUDGET = 1u << 5,    /* steps short enough for waiting TTFT targets */
+    SCHED_FEAT_ALL = 0x3f,
 };
 
 typedef struct sched_tier {
