@@ -85,7 +85,7 @@ typedef struct deadline {
 
 struct sched {
     sched_config cfg;
-    int32_t max_blocks;     /* per request: ceil(max_ctx / block_size) */
+    int32_t max_blocks;     /* per request: min(ceil(max_ctx / block_size), n_blocks) */
     sched_tier tiers[SCHED_MAX_TIERS];
     int n_tiers;
     tenant *tenants;        /* (max_tenants) */
@@ -217,7 +217,12 @@ int sched_new(const sched_config *c, sched **out) {
     sched *s = calloc(1, sizeof(*s));
     if (!s) return TS_ERR_NOMEM;
     s->cfg = *c;
+    /* No request holds more blocks than the pool has (admission refuses
+     * one that would need more), so a long context does not size every
+     * slot's two tables past the pool: with a 1M-position model and 16384
+     * slots that was gigabytes of tables. */
     s->max_blocks = (c->max_ctx + c->block_size - 1) / c->block_size;
+    if (s->max_blocks > c->n_blocks) s->max_blocks = c->n_blocks;
     size_t nr = (size_t)c->max_requests, mb = (size_t)s->max_blocks;
     s->tenants = calloc((size_t)c->max_tenants, sizeof(tenant));
     s->reqs = calloc(nr, sizeof(req));
