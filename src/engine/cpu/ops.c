@@ -694,9 +694,10 @@ static ALWAYS_INLINE __m256 w_load8(const uint8_t *row, int64_t i, uint32_t type
  * loaded (and converted) once per 8 elements for all C. R and C are
  * constants at each call site; with R*C <= 10 the accumulators, the R
  * weight vectors and one x vector fit the 16 ymm registers.
- * y: (C, ldy) at the first output; x: (C, n); rows rb bytes apart. */
-static ALWAYS_INLINE void tile_float(float *y, int64_t ldy, const uint8_t *w, size_t rb, uint32_t type,
-                                     const float *x, int64_t n, const int R, const int C) {
+ * y: (C, ldy) at the first output, the outputs of consecutive rows ys
+ * apart; x: (C, n); rows rb bytes apart. */
+static ALWAYS_INLINE void tile_float_s(float *y, int64_t ldy, size_t ys, const uint8_t *w, size_t rb,
+                                       uint32_t type, const float *x, int64_t n, const int R, const int C) {
     __m256 acc[5][4];  /* fully unrolled below, so it lives in registers */
 #pragma GCC unroll 5
     for (int r = 0; r < R; r++)
@@ -727,16 +728,24 @@ static ALWAYS_INLINE void tile_float(float *y, int64_t ldy, const uint8_t *w, si
             float s = hsum8(acc[r][c]);
             for (int64_t j = i; j < n; j++)
                 s += w_elem(w + (size_t)r * rb, j, type) * x[(size_t)c * (size_t)n + (size_t)j];
-            y[(size_t)c * (size_t)ldy + (size_t)r] = s;
+            y[(size_t)c * (size_t)ldy + (size_t)r * ys] = s;
         }
 }
 
+static ALWAYS_INLINE void tile_float(float *y, int64_t ldy, const uint8_t *w, size_t rb, uint32_t type,
+                                     const float *x, int64_t n, const int R, const int C) {
+    tile_float_s(y, ldy, 1, w, rb, type, x, n, R, C);
+}
+
 /* Rows [o0, o1) of a float-type weight against all T activations. One
- * activation streams four rows at a time. More take five rows at a time
- * against two activations per pass while the rows stay in L1: ten
- * independent FMA chains cover the FMA latency where 4x2 left it exposed
- * (1 thread, 768x768, T = 16: F16 317 -> 206 us, F32 301 -> 252 us; T = 2
- * to 8 gained 10-35% likewise). DRAM sees each row once whatever T is. */
+ * activation takes four rows at a time from four streams a quarter of the
+ * range apart: one sequential stream per thread read ~28 GB/s on 2
+ * threads, four read ~43 GB/s (2048x768 F32, cold; F16 21 -> 31 GB/s).
+ * More activations take five rows at a time against two activations per
+ * pass while the rows stay in L1: ten independent FMA chains cover the
+ * FMA latency where 4x2 left it exposed (1 thread, 768x768, T = 16: F16
+ * 317 -> 206 us, F32 301 -> 252 us; T = 2 to 8 gained 10-35% likewise).
+ * DRAM sees each row once whatever T is. */
 static ALWAYS_INLINE void rows_float(float *y, int64_t ldy, const float *x, int T, const ops_mat *w,
                                      int64_t o0, int64_t o1, const uint32_t type) {
     const int64_t n = w->n_in;
@@ -745,11 +754,12 @@ static ALWAYS_INLINE void rows_float(float *y, int64_t ldy, const float *x, int 
 #define FL_AT(R, C) tile_float(y + (size_t)t * (size_t)ldy + (size_t)o, ldy, row, rb, type, \
                                x + (size_t)t * (size_t)n, n, R, C)
     if (T == 1) {
-        for (; o + 4 <= o1; o += 4) {
-            const uint8_t *row = (const uint8_t *)w->data + (size_t)o * rb;
-            const int t = 0;
-            FL_AT(4, 1);
-        }
+        /* Four streams: rows o0 + k + {0, 1, 2, 3} q. */
+        const int64_t q = (o1 - o0) / 4;
+        for (int64_t k = 0; k < q; k++)
+            tile_float_s(y + o0 + k, ldy, (size_t)q, (const uint8_t *)w->data + (size_t)(o0 + k) * rb,
+                         (size_t)q * rb, type, x, n, 4, 1);
+        o = o0 + 4 * q;
     } else {
         for (; o + 5 <= o1; o += 5) {
             const uint8_t *row = (const uint8_t *)w->data + (size_t)o * rb;
@@ -787,8 +797,8 @@ static void rows_bf16(float *y, int64_t ldy, const float *x, int T, const ops_ma
  * sign instead, so maddubs multiplies |w| * (x sgn w) = w * x in int16
  * pairs (at most 2 * 128 * 127, no saturation); madd with ones sums to 8
  * int32, which are scaled by d_w * d_x into float accumulators. */
-static ALWAYS_INLINE void tile_q8(float *y, int64_t ldy, const uint8_t *w, size_t rb, int64_t nb,
-                                  const int8_t *xq, const float *xd, int64_t n, const int R, const int C) {
+static ALWAYS_INLINE void tile_q8_s(float *y, int64_t ldy, size_t ys, const uint8_t *w, size_t rb, int64_t nb,
+                                    const int8_t *xq, const float *xd, int64_t n, const int R, const int C) {
     const __m256i ones = _mm256_set1_epi16(1);
     __m256 acc[4][4];  /* fully unrolled below, so it lives in registers */
 #pragma GCC unroll 4
@@ -824,7 +834,12 @@ static ALWAYS_INLINE void tile_q8(float *y, int64_t ldy, const uint8_t *w, size_
     for (int r = 0; r < R; r++)
 #pragma GCC unroll 4
         for (int c = 0; c < C; c++)
-            y[(size_t)c * (size_t)ldy + (size_t)r] = hsum8(acc[r][c]);
+            y[(size_t)c * (size_t)ldy + (size_t)r * ys] = hsum8(acc[r][c]);
+}
+
+static ALWAYS_INLINE void tile_q8(float *y, int64_t ldy, const uint8_t *w, size_t rb, int64_t nb,
+                                  const int8_t *xq, const float *xd, int64_t n, const int R, const int C) {
+    tile_q8_s(y, ldy, 1, w, rb, nb, xq, xd, n, R, C);
 }
 
 /* Eight weight rows against a tile of 4 activation rows, the weight rows
@@ -914,7 +929,8 @@ static void q8_rows8(int8_t *wg, uint8_t *ag, float *dw, const uint8_t *row, siz
 
 /* Q8_0 rows [o0, o1). Below OPS_Q8_TT activation rows, each weight row is
  * streamed once, four rows at a time, against one or two activations
- * (tile_q8, prefetching). From OPS_Q8_TT rows on (which matmul_team then
+ * (tile_q8, prefetching; one activation reads the four rows from four
+ * streams, as rows_float does). From OPS_Q8_TT rows on (which matmul_team then
  * regrouped in tiles of 4), the weight rows are taken eight at a time,
  * regrouped once into work, and every activation tile passes over them
  * while they sit in L1 (tile_q8w). Leftover rows take tile_q8.
@@ -927,7 +943,14 @@ static void rows_q8(float *y, int64_t ldy, int T, const ops_mat *w, const q8_act
 #define Q8_AT(R, C) \
     tile_q8(y + (size_t)t * (size_t)ldy + (size_t)o, ldy, row, rb, nb, \
             xa->q + (size_t)t * (size_t)n, xa->d + (size_t)t * (size_t)nb, n, R, C)
-    if (!xa->t) {
+    if (T == 1) {
+        /* Four streams, as rows_float does. */
+        const int64_t q = (o1 - o0) / 4;
+        for (int64_t k = 0; k < q; k++)
+            tile_q8_s(y + o0 + k, ldy, (size_t)q, (const uint8_t *)w->data + (size_t)(o0 + k) * rb, (size_t)q * rb, nb,
+                      xa->q, xa->d, n, 4, 1);
+        o = o0 + 4 * q;
+    } else if (!xa->t) {
         for (; o + 4 <= o1; o += 4) {
             const uint8_t *row = (const uint8_t *)w->data + (size_t)o * rb;
             int t = 0;
