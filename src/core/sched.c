@@ -699,7 +699,21 @@ static void drop_item(sched *s, req *r, int *left) {
 typedef struct victim_filter {
     int above_band;         /* victim's band must be > this (-1: any) */
     int32_t tenant;         /* victim's tenant must be this (-1: any) */
+    const struct req *for_req; /* growth of this request: only lower bands,
+                                  or its own band when newer, may yield */
 } victim_filter;
+
+/* Progress guarantee for growth preemption: a growing request may only
+ * take blocks from a lower band, or from its own band when the victim
+ * arrived after it. Otherwise two large requests of one band take turns
+ * evicting each other ("largest KV" always picks the one closest to
+ * finishing) and neither ever ends; with this rule the oldest request of
+ * the lowest band can never be evicted by growth, so it finishes. It also
+ * stops a lower band's prefill from evicting a higher band's request. */
+static int eligible_for_growth(const sched *s, const req *victim, const req *grower) {
+    int vb = s->tenants[victim->tenant].band, gb = s->tenants[grower->tenant].band;
+    return vb > gb || (vb == gb && victim->arrival_seq > grower->arrival_seq);
+}
 
 /* Preemption victim: lowest band (largest band number), then largest KV,
  * then newest. FCFS: newest. Requests moved by a copy this step are not
@@ -712,6 +726,7 @@ static int32_t choose_victim(const sched *s, victim_filter f) {
         const tenant *t = &s->tenants[r->tenant];
         if (r->moved_step == s->steps || t->band <= f.above_band || (f.tenant >= 0 && r->tenant != f.tenant))
             continue;
+        if (f.for_req && r != f.for_req && !eligible_for_growth(s, r, f.for_req)) continue;
         if (best == NIL) { best = slot; continue; }
         const req *b = &s->reqs[best];
         int bb = s->tenants[b->tenant].band;
@@ -788,7 +803,7 @@ static int grow_running(sched *s, int32_t slot, int32_t positions, int *left) {
             t->kv_blocks += need;
             return 1;
         }
-        victim_filter f = {-1, over_quota ? r->tenant : -1};
+        victim_filter f = {-1, over_quota ? r->tenant : -1, r};
         int32_t v = choose_victim(s, f);
         if (v == NIL) {
             /* Swapped in this very step: its blocks are the targets of this
@@ -1031,7 +1046,7 @@ static int32_t plan_prefill(sched *s, int32_t slot, int room, int *left, int *wh
             ttft_at_risk(s, r)) {
             /* Make room by preempting lower bands, then skip the watermark:
              * the headroom it keeps is there for exactly this. */
-            victim_filter f = {t->band, -1};
+            victim_filter f = {t->band, -1, NULL};
             /* Once a scan found no victim below band b, none appears later
              * in the step for b or any band below it: skip the rescans. */
             while (t->band < s->no_victim_above && (s->n_run >= s->cfg.max_running || s->kv.n_free < want)) {
@@ -1214,8 +1229,13 @@ static void serve_bands(sched *s, int *left) {
     int spare = *left - total;
     if (spare < 0) spare = 0;
     for (int b = 0; b < SCHED_MAX_TIERS; b++) {
-        int allowance = reserve[b] + spare, a = allowance;
+        int allowance = reserve[b] + spare;
+        /* A band whose allowance the lower bands' reserves ate still moves
+         * its started prefills a block's worth: they hold seats, and with
+         * few seats nothing else could ever run. */
+        if (allowance <= 0 && s->bands[b].n_prefilling > 0) allowance = s->cfg.block_size;
         if (allowance <= 0) continue;
+        int a = allowance;
         swap_in_band(s, b, &a, a);
         if (a > 0) continue_prefills(s, b, &a, a);
         if (a > 0) serve_band(s, b, &a, a);
