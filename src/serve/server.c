@@ -127,6 +127,9 @@ static enum MHD_Result reply(conn *c, int status, const char *ctype, char *body,
     enum MHD_Result ok = MHD_queue_response(c->mc, (unsigned)status, r);
     MHD_destroy_response(r);
     c->status = status;
+    /* Counted as the answer is queued, not when the connection ends: a
+     * client that reads /metrics right after its answer sees it. */
+    obs_request(c->s->obs, c->tenant, status);
     return ok;
 }
 
@@ -538,6 +541,7 @@ static enum MHD_Result continue_generation(conn *c) {
         enum MHD_Result ok = MHD_queue_response(c->mc, 200, resp);
         MHD_destroy_response(resp);
         c->status = 200;
+        obs_request(c->s->obs, c->tenant, 200);
         return ok;
     }
     if (phase != WK_DONE) {
@@ -756,7 +760,7 @@ static void on_completed(void *cls, struct MHD_Connection *mc, void **con_cls, e
         if (!done) wk_cancel(s->models[c->model].w, c->req);
     }
     give_back_limits(c);
-    obs_request(s->obs, c->tenant, c->status ? c->status : 499);
+    if (!c->status) obs_request(s->obs, c->tenant, 499); /* left before any answer */
     wk_req_release(c->req);
     free(c->pend);
     free(c->body);
