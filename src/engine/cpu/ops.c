@@ -57,13 +57,17 @@
  * prefetches only cost it load slots (measured slower). */
 #define OPS_PREFETCH 4096
 /* Activation rows up to which every thread quantizes the Q8_0 activations
- * into its own buffer instead of sharing one copy behind a barrier. At
- * most OPS_Q8_TT: the own buffers hold one activation tile. */
+ * into its own buffer instead of sharing one copy behind a barrier. Below
+ * OPS_Q8_TILED_T: the own buffers hold no regrouped form. */
 #define OPS_Q8_OWN_T 4
 /* Activation rows per tile of the Q8_0 kernel for larger T (tile_q8w): one
- * register of int32 sums per row. From this many rows on, that kernel runs:
- * at T = 2 regrouping the weights costs more than it saves. */
+ * register of int32 sums per row. */
 #define OPS_Q8_TT 4
+/* Activation rows from which that kernel runs: below, regrouping the
+ * weights costs more than it saves (1 thread, 768x768, best of 800:
+ * T = 4 96 us streaming vs 109 tiled, T = 6 154 vs 144, T = 8 187 vs 154). */
+#define OPS_Q8_TILED_T 6
+_Static_assert(OPS_Q8_OWN_T < OPS_Q8_TILED_T, "own activation buffers are never regrouped");
 
 /* ------------------------------------------------------------------------- */
 /* Conversions                                                               */
@@ -491,8 +495,6 @@ struct ops_scratch {
     float *xdt;             /* (max_T rounded up to 4, max_n_in / 32): their scales, likewise */
     int8_t *xq_own;         /* (n_threads, OPS_Q8_OWN_T, max_n_in): each thread's own copy at small T */
     float *xd_own;          /* (n_threads, OPS_Q8_OWN_T, max_n_in / 32) */
-    int8_t *xt_own;         /* (n_threads, OPS_Q8_OWN_T, max_n_in): and its regrouped form */
-    float *xdt_own;         /* (n_threads, OPS_Q8_OWN_T, max_n_in / 32) */
     float *tile;            /* (n_threads, OPS_TILE_ROWS, max_n_in) dequantized weights */
     size_t tile_floats;     /* floats per thread's tile, a multiple of 16 (64 bytes) */
 };
@@ -536,11 +538,8 @@ ops_scratch *ops_scratch_new(int max_T, int64_t max_n_in, int n_threads) {
     s->xdt = alloc64(t4 * nb * sizeof(float));
     s->xq_own = alloc64(own * (size_t)max_n_in);
     s->xd_own = alloc64(own * nb * sizeof(float));
-    s->xt_own = alloc64(own * (size_t)max_n_in);
-    s->xdt_own = alloc64(own * nb * sizeof(float));
     s->tile = alloc64(s->tile_floats * (size_t)n_threads * sizeof(float));
-    if (!s->xq || !s->xd || !s->xt || !s->xdt || !s->xq_own || !s->xd_own || !s->xt_own || !s->xdt_own ||
-        !s->tile)
+    if (!s->xq || !s->xd || !s->xt || !s->xdt || !s->xq_own || !s->xd_own || !s->tile)
         goto err;
     return s;
 err:
@@ -557,8 +556,6 @@ void ops_scratch_free(ops_scratch *s) {
     free(s->xdt);
     free(s->xq_own);
     free(s->xd_own);
-    free(s->xt_own);
-    free(s->xdt_own);
     free(s->tile);
     free(s);
 }
@@ -900,6 +897,8 @@ static void q8_rows8(int8_t *wg, uint8_t *ag, float *dw, const uint8_t *row, siz
         __m256i r[8], u[8], v[8];
         for (int i = 0; i < 8; i++) {
             const uint8_t *blk = row + (size_t)i * rb + (size_t)b * GGUF_Q8_0_BYTES;
+            if ((b & 1) == 0)  /* about once per 64-byte line of each row */
+                _mm_prefetch((const char *)blk + OPS_PREFETCH, _MM_HINT_T0);
             r[i] = _mm256_loadu_si256((const __m256i *)(blk + 2));
             dw[(size_t)b * 8 + (size_t)i] = q8_scale(blk);
         }
@@ -1090,7 +1089,7 @@ static void run_item(const mm_call *c, int i, int64_t o0, int64_t o1, const q8_a
 /* Whether a Q8_0 product at T rows runs tile_q8w on regrouped activations. */
 static int q8_tiled(int T, int ref) {
 #ifdef OPS_AVX2
-    return !ref && T >= OPS_Q8_TT;
+    return !ref && T >= OPS_Q8_TILED_T;
 #else
     (void)T; (void)ref;
     return 0;
@@ -1111,13 +1110,9 @@ static void matmul_team(const mm_call *c, ops_scratch *s) {
         if (c->T <= OPS_Q8_OWN_T) {
             const size_t qo = (size_t)id * OPS_Q8_OWN_T * (size_t)s->max_n_in;
             const size_t dof = (size_t)id * OPS_Q8_OWN_T * (size_t)(s->max_n_in / GGUF_Q8_0_BLOCK);
-            xa = (q8_act){s->xq_own + qo, s->xd_own + dof, s->xt_own + qo, s->xdt_own + dof};
+            xa = (q8_act){s->xq_own + qo, s->xd_own + dof, NULL, NULL};
             for (int t = 0; t < c->T; t++)
                 q8_act_row(&xa, c->x, n_in, t);
-#ifdef OPS_AVX2
-            if (tiled)
-                q8_act_tile(&xa, n_in, c->T, 0);
-#endif
         } else {
             if (tiled) {
                 xa.t = s->xt;
