@@ -771,6 +771,14 @@ static ALWAYS_INLINE void rows_float(float *y, int64_t ldy, const float *x, int 
             if (t < T)
                 FL_AT(5, 1);
         }
+        /* The last 1..4 rows of the range, still two activations a pass. */
+        const uint8_t *row = (const uint8_t *)w->data + (size_t)o * rb;
+        int t = 0;
+        switch (o1 - o) {
+        case 4: for (; t + 2 <= T; t += 2) FL_AT(4, 2); if (t < T) FL_AT(4, 1); o += 4; break;
+        case 3: for (; t + 2 <= T; t += 2) FL_AT(3, 2); if (t < T) FL_AT(3, 1); o += 3; break;
+        case 2: for (; t + 2 <= T; t += 2) FL_AT(2, 2); if (t < T) FL_AT(2, 1); o += 2; break;
+        }
     }
     for (; o < o1; o++) {
         const uint8_t *row = (const uint8_t *)w->data + (size_t)o * rb;
