@@ -1,15 +1,20 @@
 /*
  * ops.c - the CPU kernels declared in ops.h.
  *
- * The file reads in four parts: number conversions (f16, bf16, Q8_0), the
- * small elementwise kernels, the scratch arena, and ops_matmul with its two
- * methods. Decode (small T) is limited by how fast weights stream from
- * memory, so its kernels load each weight row once, convert it in registers
- * and apply it to every activation vector of the batch. Prefill (large T) is
- * limited by arithmetic, which OpenBLAS sgemm does better than anything
- * written here, so those paths only arrange the calls. Each vector kernel
- * has a scalar twin that is always compiled: a build without AVX2 runs it,
- * and the tests hold the vector kernels against it.
+ * The file reads in five parts: number conversions (f16, bf16, Q8_0), the
+ * small elementwise and attention kernels, the scratch arena, the matmul
+ * kernels, and the matmul driver that shares their work among a team.
+ * Decode (small T) is limited by how fast weights stream from memory, so
+ * its kernels load each weight row once, convert it in registers and apply
+ * it to every activation vector of the batch; at T = 1 each thread reads
+ * four streams at once. A batch of decodes (T up to 16) is limited by
+ * arithmetic on rows that sit in L1: register tiles sized to the FMA
+ * latency for floats, and for Q8_0 a layout with weight rows in the lanes
+ * so int8 sums stay exact in int32 over a block. Prefill of the float types
+ * is limited by arithmetic that OpenBLAS sgemm does well, so those paths
+ * only arrange the calls; Q8_0 keeps its int8 kernel at every T. Each
+ * vector kernel has a scalar twin that is always compiled: a build without
+ * AVX2 runs it, and the tests hold the vector kernels against it.
  */
 #include "ops.h"
 #include "gguf.h"
@@ -41,12 +46,13 @@
  * the pool costs more than it saves. */
 #define OPS_PAR_MIN_MACS ((int64_t)1 << 15)
 /* Activation rows up to which the float types stream rows instead of calling
- * sgemm. The streaming kernel (4 rows x 2 activations per tile) runs F16 at
- * T = 16 at ~45 GMAC/s a core, 90% of the FMA peak, while sgemm at such T
- * must first dequantize every row (F16) and packs both operands: measured
- * on Zen 3 (768x768 hot, 2048x768 cold, 1 thread, best of 60) streaming
- * was 20-35% faster at T = 12..16 for F16 and F32 and about even at 24..32,
- * so a decode batch of 16 sequences streams and prefill calls sgemm. */
+ * sgemm. The streaming kernel (5 rows x 2 activations per tile) runs F16 at
+ * T = 16 at ~45 GMAC/s a core hot, over 90% of the FMA peak, while sgemm at
+ * such T must first dequantize every row (F16) and packs both operands:
+ * measured on Zen 3 (768x768 hot, 2048x768 cold, 2 threads, best of 60)
+ * streaming was 20-35% faster at T = 12..16 for F16 and F32 (with the
+ * older 4x2 tile) and about even at 24..32, so a decode batch of 16
+ * sequences streams and prefill calls sgemm. */
 #define OPS_SMALL_T_F32 16
 #define OPS_SMALL_T_HALF 16
 /* Bytes ahead of each weight stream that the F16/BF16/Q8_0 decode kernels

@@ -5,9 +5,10 @@
  * The one heavy kernel is ops_matmul: Y = X W^T for a weight W stored in
  * GGUF's row-major layout (n_out rows of n_in elements) in F32, F16, BF16 or
  * Q8_0. It picks its method by the number of activation rows T:
- *   - small T (decode): every weight row is streamed from memory once and
- *     applied to all T activation vectors (AVX2/FMA/F16C; Q8_0 by int8 dot
- *     products against activations quantized to Q8_0);
+ *   - small T (decode, T <= 16 for the float types): every weight row is
+ *     streamed from memory once and applied to all T activation vectors
+ *     (AVX2/FMA/F16C; Q8_0 by int8 dot products against activations
+ *     quantized to Q8_0);
  *   - large T (prefill): F32/F16/BF16 go through OpenBLAS sgemm (F16/BF16
  *     dequantized a tile of rows at a time into per-thread scratch); Q8_0
  *     stays on its int8 kernel at every T, so a token's results do not
