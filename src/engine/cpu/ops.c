@@ -620,6 +620,7 @@ static void q8_act_tile(const q8_act *xa, int64_t n_in, int T, int tt) {
     for (int64_t b = 0; b < nb; b++) {
         __m256i r[4];
         float *d = xa->td + ((size_t)tt * (size_t)nb + (size_t)b) * OPS_Q8_TT;
+#pragma GCC unroll 4
         for (int j = 0; j < OPS_Q8_TT; j++) {
             const int t = tt * OPS_Q8_TT + j;
             const size_t at = (size_t)t * (size_t)n_in + (size_t)b * GGUF_Q8_0_BLOCK;
@@ -914,17 +915,24 @@ static ALWAYS_INLINE void tile_q8w(float *y, int64_t ldy, int tv, const int8_t *
 static void q8_rows8(int8_t *wg, uint8_t *ag, float *dw, const uint8_t *row, size_t rb, int64_t nb) {
     for (int64_t b = 0; b < nb; b++) {
         __m256i r[8], u[8], v[8];
+        __m128i h = _mm_setzero_si128();
+#pragma GCC unroll 8
         for (int i = 0; i < 8; i++) {
             const uint8_t *blk = row + (size_t)i * rb + (size_t)b * GGUF_Q8_0_BYTES;
             if ((b & 1) == 0)  /* about once per 64-byte line of each row */
                 _mm_prefetch((const char *)blk + OPS_PREFETCH, _MM_HINT_T0);
             r[i] = _mm256_loadu_si256((const __m256i *)(blk + 2));
-            dw[(size_t)b * 8 + (size_t)i] = q8_scale(blk);
+            uint16_t d;
+            memcpy(&d, blk, sizeof d);
+            h = _mm_insert_epi16(h, d, i);
         }
+        _mm256_store_ps(dw + (size_t)b * 8, _mm256_cvtph_ps(h));
+#pragma GCC unroll 4
         for (int j = 0; j < 8; j += 2) {
             u[j] = _mm256_unpacklo_epi32(r[j], r[j + 1]);
             u[j + 1] = _mm256_unpackhi_epi32(r[j], r[j + 1]);
         }
+#pragma GCC unroll 2
         for (int j = 0; j < 8; j += 4) {
             v[j] = _mm256_unpacklo_epi64(u[j], u[j + 2]);
             v[j + 1] = _mm256_unpackhi_epi64(u[j], u[j + 2]);
@@ -934,6 +942,7 @@ static void q8_rows8(int8_t *wg, uint8_t *ag, float *dw, const uint8_t *row, siz
         /* v[g] = groups g | g + 4 of rows 0..3, v[g + 4] = the same of rows 4..7 */
         int8_t *o = wg + (size_t)b * 256;
         uint8_t *oa = ag + (size_t)b * 256;
+#pragma GCC unroll 4
         for (int g = 0; g < 4; g++) {
             const __m256i lo = _mm256_permute2x128_si256(v[g], v[g + 4], 0x20);
             const __m256i hi = _mm256_permute2x128_si256(v[g], v[g + 4], 0x31);
