@@ -55,15 +55,18 @@
  * sequences streams and prefill calls sgemm. */
 #define OPS_SMALL_T_F32 16
 #define OPS_SMALL_T_HALF 16
-/* Bytes ahead of each weight stream that the F16/BF16/Q8_0 decode kernels
- * prefetch. Converting costs them enough time per byte that the hardware
- * prefetcher alone leaves the loads stalling (measured on Zen 3, 1 thread,
- * cold weights: Q8_0 8.6 -> 12 GB/s, F16 12 -> 14.5 GB/s; 2048 to 16384
- * all about equal). F32 streaming one activation keeps the prefetcher busy
- * by itself, and explicit prefetches only cost it load slots (measured
- * slower); against two activations per pass it computes long enough per
- * line that they pay: 2048 elements ahead, 768x288 T = 16 cold, 1 thread,
- * best of 250: 144-184 -> 104-114 us (4096 bytes ahead: 119-125). */
+/* Bytes ahead of each weight stream that the F16/BF16/Q8_0 kernels at one
+ * activation (and the Q8_0 regrouping) prefetch. Converting costs them
+ * enough time per byte that the hardware prefetcher alone leaves the loads
+ * stalling (measured on Zen 3, 1 thread, cold weights: Q8_0 8.6 -> 12
+ * GB/s, F16 12 -> 14.5 GB/s; 2048 to 16384 all about equal). F32 at one
+ * activation keeps the prefetcher busy by itself, and explicit prefetches
+ * only cost it load slots (measured slower). With several activations the
+ * float kernels instead prefetch the next group of rows during the first
+ * pass over the current one, whatever the row length (2 threads, T = 16,
+ * cold, best of 20 over three runs: F32 2048x768 605-631 -> 440-489 us,
+ * 768x2048 552-597 -> 506-569 us; F16 unchanged; 1 thread hot 768x768 F32
+ * 331 -> 238 us). */
 #define OPS_PREFETCH 4096
 /* Activation rows up to which every thread quantizes the Q8_0 activations
  * into its own buffer instead of sharing one copy behind a barrier. Below
@@ -703,7 +706,7 @@ static ALWAYS_INLINE __m256 w_load8(const uint8_t *row, int64_t i, uint32_t type
  * weight vectors and one x vector fit the 16 ymm registers.
  * y: (C, ldy) at the first output, the outputs of consecutive rows ys
  * apart; x: (C, n); rows rb bytes apart. */
-static ALWAYS_INLINE void tile_float_s(float *y, int64_t ldy, size_t ys, const uint8_t *w, size_t rb,
+static ALWAYS_INLINE void tile_float_s(float *y, int64_t ldy, size_t ys, const uint8_t *w, size_t rb, size_t pf,
                                        uint32_t type, const float *x, int64_t n, const int R, const int C) {
     __m256 acc[5][4];  /* fully unrolled below, so it lives in registers */
 #pragma GCC unroll 5
@@ -716,10 +719,11 @@ static ALWAYS_INLINE void tile_float_s(float *y, int64_t ldy, size_t ys, const u
         __m256 wv[5];
 #pragma GCC unroll 5
         for (int r = 0; r < R; r++) {
-            if (type != GGUF_TT_F32 && (i & 31) == 0)  /* once per 64-byte line */
+            /* once per 64-byte line */
+            if (C == 1 && type != GGUF_TT_F32 && (i & 31) == 0)
                 _mm_prefetch((const char *)(w + (size_t)r * rb) + 2 * i + OPS_PREFETCH, _MM_HINT_T0);
-            if (type == GGUF_TT_F32 && C > 1 && (i & 15) == 0)  /* the same 2048 elements ahead */
-                _mm_prefetch((const char *)(w + (size_t)r * rb) + 4 * i + 2 * OPS_PREFETCH, _MM_HINT_T0);
+            if (C > 1 && pf && (i & (type == GGUF_TT_F32 ? 15 : 31)) == 0)
+                _mm_prefetch((const char *)(w + (size_t)r * rb + pf) + (type == GGUF_TT_F32 ? 4 : 2) * i, _MM_HINT_T0);
             wv[r] = w_load8(w + (size_t)r * rb, i, type);
         }
 #pragma GCC unroll 5
@@ -741,9 +745,9 @@ static ALWAYS_INLINE void tile_float_s(float *y, int64_t ldy, size_t ys, const u
         }
 }
 
-static ALWAYS_INLINE void tile_float(float *y, int64_t ldy, const uint8_t *w, size_t rb, uint32_t type,
+static ALWAYS_INLINE void tile_float(float *y, int64_t ldy, const uint8_t *w, size_t rb, size_t pf, uint32_t type,
                                      const float *x, int64_t n, const int R, const int C) {
-    tile_float_s(y, ldy, 1, w, rb, type, x, n, R, C);
+    tile_float_s(y, ldy, 1, w, rb, pf, type, x, n, R, C);
 }
 
 /* Rows [o0, o1) of a float-type weight against all T activations. One
@@ -760,14 +764,14 @@ static ALWAYS_INLINE void rows_float(float *y, int64_t ldy, const float *x, int 
     const int64_t n = w->n_in;
     const size_t rb = row_bytes(w);
     int64_t o = o0;
-#define FL_AT(R, C) tile_float(y + (size_t)t * (size_t)ldy + (size_t)o, ldy, row, rb, type, \
-                               x + (size_t)t * (size_t)n, n, R, C)
+#define FL_AT(R, C) tile_float(y + (size_t)t * (size_t)ldy + (size_t)o, ldy, row, rb, t ? 0 : (size_t)(R) * rb, \
+                               type, x + (size_t)t * (size_t)n, n, R, C)
     if (T == 1) {
         /* Four streams: rows o0 + k + {0, 1, 2, 3} q. */
         const int64_t q = (o1 - o0) / 4;
         for (int64_t k = 0; k < q; k++)
             tile_float_s(y + o0 + k, ldy, (size_t)q, (const uint8_t *)w->data + (size_t)(o0 + k) * rb,
-                         (size_t)q * rb, type, x, n, 4, 1);
+                         (size_t)q * rb, 0, type, x, n, 4, 1);
         o = o0 + 4 * q;
     } else {
         for (; o + 5 <= o1; o += 5) {
