@@ -18,6 +18,8 @@
  * noisy shared machine shifts them together; the spread says how noisy it
  * was. Targets (issue 2): batch-1 decode >= 70% of roofline, 16-sequence
  * aggregate >= 4x batch-1; a PASS/MISS column reports them, nothing asserts.
+ * Small models (15m: 16-61 MB of weights) stay partly in the last-level
+ * cache between tokens, so their batch-1 decode can pass the DRAM roofline.
  * Prefill is shown next to llama.cpp's pp128 on the same synthetic models
  * and machine kind (docs: shared/reference/cpu-performance-facts.md): a
  * figure from another run, so for orientation only.
@@ -309,7 +311,8 @@ int main(int argc, char **argv) {
     }
     printf("\nrates in tokens/s, medians over rounds; decode at b sequences is the aggregate over the batch;\n"
            "llama = prefill over llama.cpp's pp128 (2 threads, facts file); ratios show median (min-max);\n"
-           "targets: b1/roof >= %.0f%%, b16/b1 >= %.0fx\n", 100 * SHARE_TARGET, GAIN_TARGET);
+           "targets: b1/roof >= %.0f%%, b16/b1 >= %.0fx (b1/roof can pass 100%% where weights stay in L3)\n",
+           100 * SHARE_TARGET, GAIN_TARGET);
     free(bwbuf);
     return bad;
 }
