@@ -55,6 +55,12 @@
  * sequences streams and prefill calls sgemm. */
 #define OPS_SMALL_T_F32 16
 #define OPS_SMALL_T_HALF 16
+/* Activation rows up to which the float kernels read a work item as
+ * several streams a fraction of the item apart (as at T = 1) rather than
+ * group after group: so few activations per row leave them waiting on
+ * memory. 2048x768 cold, 2 threads, best of 120: F16 T=4 161 -> 116 us,
+ * T=8 260 -> 216 us; F32 T=4 267 -> 198 us, T=8 301 -> 268 us. */
+#define OPS_STREAMS_T 8
 /* Bytes ahead of each weight stream that the F16/BF16/Q8_0 kernels at one
  * activation (and the Q8_0 regrouping) prefetch. Converting costs them
  * enough time per byte that the hardware prefetcher alone leaves the loads
@@ -507,7 +513,8 @@ struct ops_scratch {
     float *xdt;             /* (max_T rounded up to 4, max_n_in / 32): their scales, likewise */
     int8_t *xq_own;         /* (n_threads, OPS_Q8_OWN_T, max_n_in): each thread's own copy at small T */
     float *xd_own;          /* (n_threads, OPS_Q8_OWN_T, max_n_in / 32) */
-    float *tile;            /* (n_threads, OPS_TILE_ROWS, max_n_in) dequantized weights */
+    float *tile;            /* (n_threads, OPS_TILE_ROWS, max_n_in): each thread's dequantized weights
+                             * (sgemm path) or regrouped Q8_0 rows (rows_q8's work) */
     size_t tile_floats;     /* floats per thread's tile, a multiple of 16 (64 bytes) */
 };
 
@@ -758,7 +765,10 @@ static ALWAYS_INLINE void tile_float(float *y, int64_t ldy, const uint8_t *w, si
  * pass while the rows stay in L1: ten independent FMA chains cover the
  * FMA latency where 4x2 left it exposed (1 thread, 768x768, T = 16: F16
  * 317 -> 206 us, F32 301 -> 252 us; T = 2 to 8 gained 10-35% likewise).
- * DRAM sees each row once whatever T is. */
+ * Up to OPS_STREAMS_T activations those five rows come from five streams;
+ * beyond, from one group after another, the next group prefetched during
+ * the first pass over the current one. DRAM sees each row once whatever T
+ * is. */
 static ALWAYS_INLINE void rows_float(float *y, int64_t ldy, const float *x, int T, const ops_mat *w,
                                      int64_t o0, int64_t o1, const uint32_t type) {
     const int64_t n = w->n_in;
@@ -774,6 +784,21 @@ static ALWAYS_INLINE void rows_float(float *y, int64_t ldy, const float *x, int 
                          (size_t)q * rb, 0, type, x, n, 4, 1);
         o = o0 + 4 * q;
     } else {
+        if (T <= OPS_STREAMS_T) {
+            /* Few activations: still bound by the stream, so five streams. */
+            const int64_t q = (o1 - o0) / 5;
+            for (int64_t k = 0; k < q; k++) {
+                const uint8_t *row = (const uint8_t *)w->data + (size_t)(o0 + k) * rb;
+                int t = 0;
+                for (; t + 2 <= T; t += 2)
+                    tile_float_s(y + (size_t)t * (size_t)ldy + (size_t)(o0 + k), ldy, (size_t)q, row, (size_t)q * rb, 0,
+                                 type, x + (size_t)t * (size_t)n, n, 5, 2);
+                if (t < T)
+                    tile_float_s(y + (size_t)t * (size_t)ldy + (size_t)(o0 + k), ldy, (size_t)q, row, (size_t)q * rb, 0,
+                                 type, x + (size_t)t * (size_t)n, n, 5, 1);
+            }
+            o = o0 + 5 * q;
+        }
         for (; o + 5 <= o1; o += 5) {
             const uint8_t *row = (const uint8_t *)w->data + (size_t)o * rb;
             int t = 0;
@@ -959,9 +984,9 @@ static void q8_rows8(int8_t *wg, uint8_t *ag, float *dw, const uint8_t *row, siz
 }
 
 /* Q8_0 rows [o0, o1). Below OPS_Q8_TT activation rows, each weight row is
- * streamed once, four rows at a time, against one or two activations
- * (tile_q8, prefetching; one activation reads the four rows from four
- * streams, as rows_float does). From OPS_Q8_TT rows on (which matmul_team then
+ * streamed once, four rows at a time from four streams a quarter of the
+ * range apart (as rows_float does), against one or two activations per
+ * pass (tile_q8, prefetching). From OPS_Q8_TT rows on (which matmul_team then
  * regrouped in tiles of 4), the weight rows are taken eight at a time,
  * regrouped once into work, and every activation tile passes over them
  * while they sit in L1 (tile_q8w). Leftover rows take tile_q8.
@@ -982,14 +1007,18 @@ static void rows_q8(float *y, int64_t ldy, int T, const ops_mat *w, const q8_act
                       xa->q, xa->d, n, 4, 1);
         o = o0 + 4 * q;
     } else if (!xa->t) {
-        for (; o + 4 <= o1; o += 4) {
-            const uint8_t *row = (const uint8_t *)w->data + (size_t)o * rb;
+        const int64_t q = (o1 - o0) / 4;
+        for (int64_t k = 0; k < q; k++) {
+            const uint8_t *row = (const uint8_t *)w->data + (size_t)(o0 + k) * rb;
             int t = 0;
             for (; t + 2 <= T; t += 2)
-                Q8_AT(4, 2);
+                tile_q8_s(y + (size_t)t * (size_t)ldy + (size_t)(o0 + k), ldy, (size_t)q, row, (size_t)q * rb, nb,
+                          xa->q + (size_t)t * (size_t)n, xa->d + (size_t)t * (size_t)nb, n, 4, 2);
             if (t < T)
-                Q8_AT(4, 1);
+                tile_q8_s(y + (size_t)t * (size_t)ldy + (size_t)(o0 + k), ldy, (size_t)q, row, (size_t)q * rb, nb,
+                          xa->q + (size_t)t * (size_t)n, xa->d + (size_t)t * (size_t)nb, n, 4, 1);
         }
+        o = o0 + 4 * q;
     } else {
         float *dw = work;
         int8_t *wg = (int8_t *)(((uintptr_t)(work + 8 * (size_t)nb) + 31) & ~(uintptr_t)31);
