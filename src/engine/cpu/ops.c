@@ -55,24 +55,13 @@
  * sequences streams and prefill calls sgemm. */
 #define OPS_SMALL_T_F32 16
 #define OPS_SMALL_T_HALF 16
-/* Activation rows up to which the float kernels read a work item as
- * several streams a fraction of the item apart (as at T = 1) rather than
- * group after group: so few activations per row leave them waiting on
- * memory. 2048x768 cold, 2 threads, best of 120: F16 T=4 161 -> 116 us,
- * T=8 260 -> 216 us; F32 T=4 267 -> 198 us, T=8 301 -> 268 us. */
-#define OPS_STREAMS_T 8
-/* Bytes ahead of each weight stream that the F16/BF16/Q8_0 kernels at one
- * activation (and the Q8_0 regrouping) prefetch. Converting costs them
- * enough time per byte that the hardware prefetcher alone leaves the loads
- * stalling (measured on Zen 3, 1 thread, cold weights: Q8_0 8.6 -> 12
- * GB/s, F16 12 -> 14.5 GB/s; 2048 to 16384 all about equal). F32 at one
- * activation keeps the prefetcher busy by itself, and explicit prefetches
- * only cost it load slots (measured slower). With several activations the
- * float kernels instead prefetch the next group of rows during the first
- * pass over the current one, whatever the row length (2 threads, T = 16,
- * cold, best of 20 over three runs: F32 2048x768 605-631 -> 440-489 us,
- * 768x2048 552-597 -> 506-569 us; F16 unchanged; 1 thread hot 768x768 F32
- * 331 -> 238 us). */
+/* Bytes ahead of each weight stream that the F16/BF16/Q8_0 kernels (and
+ * the Q8_0 regrouping) prefetch. Converting costs them enough time per
+ * byte that the hardware prefetcher alone leaves the loads stalling
+ * (measured on Zen 3, 1 thread, cold weights: Q8_0 8.6 -> 12 GB/s, F16
+ * 12 -> 14.5 GB/s; 2048 to 16384 all about equal). F32 keeps the
+ * prefetcher busy by itself, and explicit prefetches only cost it load
+ * slots (measured slower). */
 #define OPS_PREFETCH 4096
 /* Activation rows up to which every thread quantizes the Q8_0 activations
  * into its own buffer instead of sharing one copy behind a barrier. Below
@@ -713,7 +702,7 @@ static ALWAYS_INLINE __m256 w_load8(const uint8_t *row, int64_t i, uint32_t type
  * weight vectors and one x vector fit the 16 ymm registers.
  * y: (C, ldy) at the first output, the outputs of consecutive rows ys
  * apart; x: (C, n); rows rb bytes apart. */
-static ALWAYS_INLINE void tile_float_s(float *y, int64_t ldy, size_t ys, const uint8_t *w, size_t rb, size_t pf,
+static ALWAYS_INLINE void tile_float_s(float *y, int64_t ldy, size_t ys, const uint8_t *w, size_t rb,
                                        uint32_t type, const float *x, int64_t n, const int R, const int C) {
     __m256 acc[5][4];  /* fully unrolled below, so it lives in registers */
 #pragma GCC unroll 5
@@ -726,11 +715,8 @@ static ALWAYS_INLINE void tile_float_s(float *y, int64_t ldy, size_t ys, const u
         __m256 wv[5];
 #pragma GCC unroll 5
         for (int r = 0; r < R; r++) {
-            /* once per 64-byte line */
-            if (C == 1 && type != GGUF_TT_F32 && (i & 31) == 0)
+            if (type != GGUF_TT_F32 && (i & 31) == 0)  /* once per 64-byte line */
                 _mm_prefetch((const char *)(w + (size_t)r * rb) + 2 * i + OPS_PREFETCH, _MM_HINT_T0);
-            if (C > 1 && pf && (i & (type == GGUF_TT_F32 ? 15 : 31)) == 0)
-                _mm_prefetch((const char *)(w + (size_t)r * rb + pf) + (type == GGUF_TT_F32 ? 4 : 2) * i, _MM_HINT_T0);
             wv[r] = w_load8(w + (size_t)r * rb, i, type);
         }
 #pragma GCC unroll 5
@@ -752,77 +738,63 @@ static ALWAYS_INLINE void tile_float_s(float *y, int64_t ldy, size_t ys, const u
         }
 }
 
-static ALWAYS_INLINE void tile_float(float *y, int64_t ldy, const uint8_t *w, size_t rb, size_t pf, uint32_t type,
-                                     const float *x, int64_t n, const int R, const int C) {
-    tile_float_s(y, ldy, 1, w, rb, pf, type, x, n, R, C);
-}
 
-/* Rows [o0, o1) of a float-type weight against all T activations. One
- * activation takes four rows at a time from four streams a quarter of the
- * range apart: one sequential stream per thread read ~28 GB/s on 2
- * threads, four read ~43 GB/s (2048x768 F32, cold; F16 21 -> 31 GB/s).
- * More activations take five rows at a time against two activations per
- * pass while the rows stay in L1: ten independent FMA chains cover the
- * FMA latency where 4x2 left it exposed (1 thread, 768x768, T = 16: F16
- * 317 -> 206 us, F32 301 -> 252 us; T = 2 to 8 gained 10-35% likewise).
- * Up to OPS_STREAMS_T activations those five rows come from five streams;
- * beyond, from one group after another, the next group prefetched during
- * the first pass over the current one. DRAM sees each row once whatever T
- * is. */
+/* Rows [o0, o1) of a float-type weight against all T activations, read as
+ * four (T = 1) or five streams a fraction of the range apart: one
+ * sequential stream per thread read ~28 GB/s on 2 threads, four ~43 GB/s
+ * (2048x768 F32, cold; F16 21 -> 31 GB/s), and more activations only
+ * shift the balance towards arithmetic without hiding the memory (T = 16
+ * cold, 2 threads, best of 30-120: F16 450-500 -> 312-481 us, F32 495-563
+ * -> 474-522 us, against reading 5-row groups one after another with the
+ * next group prefetched). T > 1 takes five rows against two activations
+ * per pass while they sit in L1: ten independent FMA chains cover the FMA
+ * latency where 4x2 left it exposed (1 thread, 768x768, T = 16: F16 317 ->
+ * 206 us, F32 301 -> 252 us). DRAM sees each row once whatever T is. */
 static ALWAYS_INLINE void rows_float(float *y, int64_t ldy, const float *x, int T, const ops_mat *w,
                                      int64_t o0, int64_t o1, const uint32_t type) {
     const int64_t n = w->n_in;
     const size_t rb = row_bytes(w);
+    const uint8_t *base = (const uint8_t *)w->data;
     int64_t o = o0;
-#define FL_AT(R, C) tile_float(y + (size_t)t * (size_t)ldy + (size_t)o, ldy, row, rb, t ? 0 : (size_t)(R) * rb, \
-                               type, x + (size_t)t * (size_t)n, n, R, C)
+    /* Streams: one activation takes rows o0 + k + {0..3} q, more take
+     * o0 + k + {0..4} q, so the outputs of a tile are q apart. */
+#define FL_AT(R, C, S) tile_float_s(y + (size_t)t * (size_t)ldy + (size_t)o, ldy, (size_t)(S), row, (size_t)(S) * rb, \
+                                    type, x + (size_t)t * (size_t)n, n, R, C)
     if (T == 1) {
-        /* Four streams: rows o0 + k + {0, 1, 2, 3} q. */
         const int64_t q = (o1 - o0) / 4;
-        for (int64_t k = 0; k < q; k++)
-            tile_float_s(y + o0 + k, ldy, (size_t)q, (const uint8_t *)w->data + (size_t)(o0 + k) * rb,
-                         (size_t)q * rb, 0, type, x, n, 4, 1);
+        for (o = o0; o < o0 + q; o++) {
+            const uint8_t *row = base + (size_t)o * rb;
+            const int t = 0;
+            FL_AT(4, 1, q);
+        }
         o = o0 + 4 * q;
     } else {
-        if (T <= OPS_STREAMS_T) {
-            /* Few activations: still bound by the stream, so five streams. */
-            const int64_t q = (o1 - o0) / 5;
-            for (int64_t k = 0; k < q; k++) {
-                const uint8_t *row = (const uint8_t *)w->data + (size_t)(o0 + k) * rb;
-                int t = 0;
-                for (; t + 2 <= T; t += 2)
-                    tile_float_s(y + (size_t)t * (size_t)ldy + (size_t)(o0 + k), ldy, (size_t)q, row, (size_t)q * rb, 0,
-                                 type, x + (size_t)t * (size_t)n, n, 5, 2);
-                if (t < T)
-                    tile_float_s(y + (size_t)t * (size_t)ldy + (size_t)(o0 + k), ldy, (size_t)q, row, (size_t)q * rb, 0,
-                                 type, x + (size_t)t * (size_t)n, n, 5, 1);
-            }
-            o = o0 + 5 * q;
-        }
-        for (; o + 5 <= o1; o += 5) {
-            const uint8_t *row = (const uint8_t *)w->data + (size_t)o * rb;
+        const int64_t q = (o1 - o0) / 5;
+        for (o = o0; o < o0 + q; o++) {
+            const uint8_t *row = base + (size_t)o * rb;
             int t = 0;
             for (; t + 2 <= T; t += 2)
-                FL_AT(5, 2);
+                FL_AT(5, 2, q);
             if (t < T)
-                FL_AT(5, 1);
+                FL_AT(5, 1, q);
         }
+        o = o0 + 5 * q;
         /* The last 1..4 rows of the range, still two activations a pass. */
-        const uint8_t *row = (const uint8_t *)w->data + (size_t)o * rb;
+        const uint8_t *row = base + (size_t)o * rb;
         int t = 0;
         switch (o1 - o) {
-        case 4: for (; t + 2 <= T; t += 2) FL_AT(4, 2); if (t < T) FL_AT(4, 1); o += 4; break;
-        case 3: for (; t + 2 <= T; t += 2) FL_AT(3, 2); if (t < T) FL_AT(3, 1); o += 3; break;
-        case 2: for (; t + 2 <= T; t += 2) FL_AT(2, 2); if (t < T) FL_AT(2, 1); o += 2; break;
+        case 4: for (; t + 2 <= T; t += 2) FL_AT(4, 2, 1); if (t < T) FL_AT(4, 1, 1); o += 4; break;
+        case 3: for (; t + 2 <= T; t += 2) FL_AT(3, 2, 1); if (t < T) FL_AT(3, 1, 1); o += 3; break;
+        case 2: for (; t + 2 <= T; t += 2) FL_AT(2, 2, 1); if (t < T) FL_AT(2, 1, 1); o += 2; break;
         }
     }
     for (; o < o1; o++) {
-        const uint8_t *row = (const uint8_t *)w->data + (size_t)o * rb;
+        const uint8_t *row = base + (size_t)o * rb;
         int t = 0;
         for (; t + 4 <= T; t += 4)
-            FL_AT(1, 4);
+            FL_AT(1, 4, 1);
         for (; t < T; t++)
-            FL_AT(1, 1);
+            FL_AT(1, 1, 1);
     }
 #undef FL_AT
 }
