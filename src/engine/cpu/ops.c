@@ -916,18 +916,19 @@ static ALWAYS_INLINE void tile_q8w(float *y, int64_t ldy, int tv, const int8_t *
 static void q8_rows8(int8_t *wg, uint8_t *ag, float *dw, const uint8_t *row, size_t rb, int64_t nb) {
     for (int64_t b = 0; b < nb; b++) {
         __m256i r[8], u[8], v[8];
-        __m128i h = _mm_setzero_si128();
+        uint16_t ds[8];
 #pragma GCC unroll 8
         for (int i = 0; i < 8; i++) {
             const uint8_t *blk = row + (size_t)i * rb + (size_t)b * GGUF_Q8_0_BYTES;
             if ((b & 1) == 0)  /* about once per 64-byte line of each row */
                 _mm_prefetch((const char *)blk + OPS_PREFETCH, _MM_HINT_T0);
             r[i] = _mm256_loadu_si256((const __m256i *)(blk + 2));
-            uint16_t d;
-            memcpy(&d, blk, sizeof d);
-            h = _mm_insert_epi16(h, d, i);
+            /* Through memory, not _mm_insert_epi16: its lane must be a
+             * compile-time constant, which the loop index only is once
+             * unrolled (not at -O1, the sanitizer build). */
+            memcpy(&ds[i], blk, sizeof ds[i]);
         }
-        _mm256_store_ps(dw + (size_t)b * 8, _mm256_cvtph_ps(h));
+        _mm256_store_ps(dw + (size_t)b * 8, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)ds)));
 #pragma GCC unroll 4
         for (int j = 0; j < 8; j += 2) {
             u[j] = _mm256_unpacklo_epi32(r[j], r[j + 1]);
