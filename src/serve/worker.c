@@ -333,7 +333,6 @@ static void admit(wk_worker *w, wk_req *r, int64_t now) {
         drop_live(w, r);
         return;
     }
-    int32_t eos = tok_eos(w->t);
     smp_params sp = r->sp;
     sp.stop_ids = NULL;
     sp.n_stop = 0;
@@ -344,7 +343,6 @@ static void admit(wk_worker *w, wk_req *r, int64_t now) {
         drop_live(w, r);
         return;
     }
-    (void)eos;
     sched_reason why;
     if (sched_submit(w->s, now, r->tenant, r->n_prompt, r->max_new, &r->sid, &why)) {
         if (w->o.hooks.on_reject) w->o.hooks.on_reject(w->o.hooks.ctx, r, why);
@@ -432,7 +430,7 @@ static double do_swaps(wk_worker *w, const sched_plan *p) {
     return (double)(wk_now_us() - t0);
 }
 
-static int run_plan(wk_worker *w, const sched_plan *p, int64_t now, double *copy_us) {
+static int run_plan(wk_worker *w, const sched_plan *p, double *copy_us) {
     int32_t rows = 0;
     *copy_us = do_swaps(w, p);
     for (int32_t i = 0; i < p->n_items; i++) {
@@ -447,7 +445,6 @@ static int run_plan(wk_worker *w, const sched_plan *p, int64_t now, double *copy
     int rc = eng_forward(w->e, &b, w->logits);
     if (rc) return rc;
     int64_t t = wk_now_us();
-    (void)now;
     for (int32_t i = 0; i < p->n_items; i++)
         if (w->rows[i] >= 0)
             sample_item(w, w->by_slot[(uint32_t)p->items[i].id], w->logits + (size_t)w->rows[i] * w->vocab,
@@ -561,7 +558,7 @@ static void *loop(void *arg) {
         sched_plan p;
         sched_step(w->s, now, &p);
         double copy_us = 0;
-        int rc = p.n_items ? run_plan(w, &p, now, &copy_us) : 0;
+        int rc = p.n_items ? run_plan(w, &p, &copy_us) : 0;
         int64_t end = wk_now_us();
         sched_result res = {w->results, p.n_items, (double)(end - now), copy_us, rc != 0};
         sched_step_done(w->s, end, &res);
