@@ -125,6 +125,7 @@ struct sched {
     int32_t n_skipped;
     int budget;
     int swap_stuck_band;    /* a swapped request of this band could not come back */
+    int32_t swap_stuck_tenant; /* ...and its tenant (the first one stuck) */
     int no_victim_above;    /* this step found no TTFT victim below this band */
     cost_features feat;     /* features of the step in flight */
     int64_t now_us;         /* time of the step being planned */
@@ -834,6 +835,15 @@ static void expire_timeouts(sched *s, int64_t now) {
     }
 }
 
+static double seat_share(const sched *s, const tenant *t);
+static double kv_share(const sched *s, const tenant *t);
+
+/* A tenant that may take one more seat and `want` more blocks within its
+ * shares of its band's seats and KV pool. */
+static int under_shares(const sched *s, const tenant *t, int32_t want) {
+    return t->n_running + 1 <= seat_share(s, t) && t->kv_blocks + want <= kv_share(s, t);
+}
+
 /* Each band's total weight of tenants with work (queued, running or
  * swapped): the denominator of the seat shares. O(tenants) once a step. */
 static void weigh_bands(sched *s) {
@@ -842,6 +852,19 @@ static void weigh_bands(sched *s) {
         const tenant *t = &s->tenants[i];
         if (t->n_queued + t->n_running + t->n_swapped > 0) s->bands[t->band].w_active += t->cfg.weight;
     }
+}
+
+/* A backlogged tenant of band b under its shares: one that may claim a
+ * seat (fair_share_room). Scans the band's fair queue until one is found;
+ * only asked when the band has swapped-out requests. */
+static int claim_waiting(const sched *s, int b) {
+    if (s->cfg.policy != SCHED_POLICY_FAIR || !(s->cfg.features & SCHED_FEAT_FAIR_SHARE)) return 0;
+    const fq *q = &s->bands[b].q;
+    for (int32_t i = 0; i < q->n; i++) {
+        const tenant *t = (const tenant *)((const char *)q->heap[i] - offsetof(tenant, fe));
+        if (under_shares(s, t, 0)) return 1;
+    }
+    return 0;
 }
 
 /* The step's token budget: with running requests that have a TPOT target,
@@ -895,7 +918,7 @@ static void plan_decodes(sched *s, int *left) {
  * Returns the tokens its decodes take. */
 static int swap_in_band(sched *s, int b, int *left, int cap) {
     band *bd = &s->bands[b];
-    int used = 0;
+    int used = 0, claim = bd->swap_head != NIL && claim_waiting(s, b);
     for (int32_t slot = bd->swap_head, next; slot != NIL && used < cap; slot = next) {
         req *r = &s->reqs[slot];
         tenant *t = tenant_of(s, r);
@@ -904,13 +927,20 @@ static int swap_in_band(sched *s, int b, int *left, int cap) {
         int decoding = r->n_total - r->n_computed == 1;
         int32_t need = blocks_for(s, decoding ? r->n_total : r->n_computed);
         /* Held back by its own tenant's limits: that must not hold back
-         * anyone else, so try the next one. */
-        if (t->kv_blocks + need > t->kv_quota || (t->cfg.max_running && (uint32_t)t->n_running >= t->cfg.max_running))
+         * anyone else, so try the next one. A swap-in is an admission too:
+         * while a tenant under its shares waits in the band, a tenant at or
+         * over its own does not take the seat back (it would be preempted
+         * again at once to make room: a swap each way per step). */
+        if (t->kv_blocks + need > t->kv_quota || (t->cfg.max_running && (uint32_t)t->n_running >= t->cfg.max_running) ||
+            (claim && !under_shares(s, t, need)))
             continue;
         if (s->n_run >= s->cfg.max_running || s->kv.n_free < need) {
             /* FCFS has no bands: a stuck swap-in stops every admission. */
             if (s->cfg.policy == SCHED_POLICY_FCFS) s->swap_stuck_band = 0;
-            else if (b < s->swap_stuck_band) s->swap_stuck_band = b;
+            else if (b < s->swap_stuck_band) {
+                s->swap_stuck_band = b;
+                s->swap_stuck_tenant = r->tenant;
+            }
             break;
         }
         kv_alloc(&s->kv, need, r->table);
@@ -959,10 +989,25 @@ static int ttft_at_risk(sched *s, const req *r) {
     return t > 1000.0 * tier->ttft_ms;
 }
 
-/* Blocks a new admission of r may take now (0 when admission is closed). */
-static int32_t admit_room(sched *s, const req *r, int bypass_watermark) {
-    int b = tenant_of(s, r)->band;
-    if (s->n_run >= s->cfg.max_running || b >= s->swap_stuck_band) return 0;
+/* A stuck swap-in closes admission to its band and the ones below, or
+ * newcomers would take the blocks it waits for. Inside its band, a tenant
+ * under its shares still passes one stuck over its own: that one gets
+ * seats back as its own requests end, which nothing else takes. */
+static int held_by_stuck_swap(const sched *s, const tenant *t) {
+    if (t->band != s->swap_stuck_band) return t->band > s->swap_stuck_band;
+    if (s->cfg.policy != SCHED_POLICY_FAIR || !(s->cfg.features & SCHED_FEAT_FAIR_SHARE)) return 1;
+    const tenant *stuck = &s->tenants[s->swap_stuck_tenant];
+    return t == stuck || !under_shares(s, t, 0) || under_shares(s, stuck, 0);
+}
+
+enum { ADMIT_USUAL, ADMIT_PAST_WATERMARK, ADMIT_CLAIM };
+
+/* Blocks a new admission of r may take now (0 when admission is closed).
+ * A claim (fair_share_room) has already taken its room from tenants over
+ * their shares, which may have brought a stuck tenant under its own. */
+static int32_t admit_room(sched *s, const req *r, int how) {
+    if (s->n_run >= s->cfg.max_running || (how != ADMIT_CLAIM && held_by_stuck_swap(s, tenant_of(s, r)))) return 0;
+    int bypass_watermark = how != ADMIT_USUAL;
     return bypass_watermark ? s->kv.n_free : kv_admit_room(&s->kv);
 }
 
@@ -977,23 +1022,38 @@ static double seat_share(const sched *s, const tenant *t) {
     return share < 1 ? 1 : share;
 }
 
-/* The running request of band b whose tenant holds at least one whole seat
- * more than its share and is ahead of the claimant in weighted service,
- * furthest over (then its newest request), or NIL. Nobody is taken below
- * its share plus one, so the shares converge instead of trading seats. */
+/* Blocks of the pool a tenant is entitled to in its band, like its seats. */
+static double kv_share(const sched *s, const tenant *t) {
+    double w = s->bands[t->band].w_active;
+    return w > 0 ? s->kv.n_blocks * t->cfg.weight / w : s->kv.n_blocks;
+}
+
+/* How far a tenant is over its shares, relative to them: the larger of
+ * the seat and the KV figure. */
+static double overshoot(const sched *s, const tenant *u) {
+    double seats = seat_share(s, u), kv = kv_share(s, u);
+    double a = (u->n_running - seats) / seats, b = kv > 0 ? (u->kv_blocks - kv) / kv : 0;
+    return a > b ? a : b;
+}
+
+/* The running request of band b whose tenant keeps at least its share of
+ * seats, or of KV blocks, without it, and is not behind the claimant in
+ * weighted service; of the tenant furthest over (then its newest request),
+ * or NIL. Nobody is taken below its share, so the shares converge instead
+ * of trading seats. */
 static int32_t over_share_victim(const sched *s, int b, const tenant *claimant) {
     int32_t best = NIL;
     double best_over = 0;
     for (int32_t i = 0; i < s->n_run; i++) {
         const req *r = &s->reqs[s->run[i]];
         const tenant *u = &s->tenants[r->tenant];
-        /* Only from a tenant ahead of the claimant in weighted service: the
+        /* Not from a tenant behind the claimant in weighted service: the
          * seat rule then works with the fair queue, never against it. */
         if (u->band != b || u == claimant || r->moved_step == s->steps ||
-            fq_diff(u->fe.vtime, claimant->fe.vtime) <= 0)
+            fq_diff(u->fe.vtime, claimant->fe.vtime) < 0)
             continue;
-        double over = u->n_running - seat_share(s, u);
-        if (over < 1) continue;
+        if (u->n_running - 1 < seat_share(s, u) && u->kv_blocks - r->n_blocks < kv_share(s, u)) continue;
+        double over = overshoot(s, u);
         if (best == NIL || over > best_over ||
             (over == best_over && r->arrival_seq > s->reqs[best].arrival_seq)) {
             best = s->run[i];
@@ -1006,15 +1066,16 @@ static int32_t over_share_victim(const sched *s, int b, const tenant *claimant) 
 /* Isolation inside a band. The fair queue decides who is admitted next but
  * never takes a seat back, so a tenant that flooded the band while others
  * were idle holds every seat and the KV pool, and a tenant arriving later
- * waits for the flood's requests to end. A tenant with nothing running may
- * therefore preempt requests of the tenant furthest over its seat share, in
- * its own band, until it fits under the high watermark. Returns 1 if it may
- * then be admitted past the watermark's hysteresis. */
+ * waits for the flood's requests to end. A tenant under its shares of
+ * seats and KV blocks may therefore preempt requests of the tenant furthest
+ * over its shares, in its own band, until it fits under the high
+ * watermark. Returns 1 if it may then be admitted past the watermark's
+ * hysteresis: that pause is for the tenants that filled the pool. */
 static int fair_share_room(sched *s, const req *r, int32_t want, int *left) {
     const tenant *t = tenant_of(s, r);
-    /* A claim stops at the claimant's own share, and victims keep theirs
-     * plus one, so claims converge instead of trading the same seats. */
-    if (t->n_running + 1 > seat_share(s, t)) return 0;
+    /* A claim stops at the claimant's own shares, and victims keep theirs,
+     * so claims converge instead of trading the same seats. */
+    if (!under_shares(s, t, want)) return 0;
     int32_t v = over_share_victim(s, t->band, t);
     if (v == NIL) return 0; /* nobody holds more than its share: usual rules */
     while (v != NIL && (s->n_run >= s->cfg.max_running || s->kv.n_free < want ||
@@ -1023,6 +1084,21 @@ static int fair_share_room(sched *s, const req *r, int32_t want, int *left) {
         v = over_share_victim(s, t->band, t);
     }
     return s->n_run < s->cfg.max_running && s->kv.n_free >= want;
+}
+
+/* The step that seats a claimant carries its prefill, not the decodes of
+ * the tenants over their share: their next token waits one step, and the
+ * claimant's first token comes as fast as if it were alone, instead of
+ * after a step padded with the flood's batch. Nothing else is planned in
+ * it. */
+static void claim_step(sched *s, const tenant *claimant, int *left) {
+    for (int32_t i = 0; i < s->n_run; i++) {
+        req *r = &s->reqs[s->run[i]];
+        const tenant *u = &s->tenants[r->tenant];
+        if (u != claimant && u->band == claimant->band && r->state == SCHED_DECODING && overshoot(s, u) > 0)
+            drop_item(s, r, left);
+    }
+    *left = 0;
 }
 
 static int32_t plan_prefill(sched *s, int32_t slot, int room, int *left, int *why) {
@@ -1037,10 +1113,10 @@ static int32_t plan_prefill(sched *s, int32_t slot, int room, int *left, int *wh
         *why = PF_TENANT;
         return 0;
     }
-    int bypass = 0;
+    int bypass = ADMIT_USUAL, claimed = 0;
     int32_t avail = s->kv.n_free;
     if (fresh) {
-        avail = admit_room(s, r, 0);
+        avail = admit_room(s, r, ADMIT_USUAL);
         int32_t want = blocks_for(s, r->n_computed + n);
         if (avail < want && s->cfg.policy == SCHED_POLICY_FAIR && (s->cfg.features & SCHED_FEAT_TTFT_PREEMPT) &&
             ttft_at_risk(s, r)) {
@@ -1057,13 +1133,14 @@ static int32_t plan_prefill(sched *s, int32_t slot, int room, int *left, int *wh
                 }
                 preempt(s, v, left);
             }
-            bypass = 1;
-            avail = admit_room(s, r, 1);
+            bypass = ADMIT_PAST_WATERMARK;
+            avail = admit_room(s, r, bypass);
         }
         if (avail < want && s->cfg.policy == SCHED_POLICY_FAIR && (s->cfg.features & SCHED_FEAT_FAIR_SHARE) &&
             fair_share_room(s, r, want, left)) {
-            bypass = 1;
-            avail = admit_room(s, r, 1);
+            bypass = ADMIT_CLAIM;
+            claimed = 1;
+            avail = admit_room(s, r, bypass);
         }
     }
     int32_t quota = t->kv_quota - t->kv_blocks;
@@ -1099,6 +1176,7 @@ static int32_t plan_prefill(sched *s, int32_t slot, int room, int *left, int *wh
     }
     charge_input(s, r, n);
     add_item(s, slot, n, left);
+    if (claimed) claim_step(s, t, left);
     return n;
 }
 
@@ -1270,6 +1348,7 @@ int sched_step(sched *s, int64_t now_us, sched_plan *p) {
     s->now_us = now_us;
     s->n_items = s->n_swap_out = s->n_swap_in = s->n_preempted = s->n_failed = s->n_swapped_in = 0;
     s->swap_stuck_band = SCHED_MAX_TIERS;
+    s->swap_stuck_tenant = NIL;
     s->no_victim_above = SCHED_MAX_TIERS;
     for (int b = 0; b < SCHED_MAX_TIERS; b++) s->bands[b].used = 0;
     expire_timeouts(s, now_us);

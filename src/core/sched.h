@@ -51,9 +51,13 @@
  *     (fq.h). A new request is admitted only while the KV pool is under
  *     its watermarks (kv.h) and its tenant under its quotas; a request of
  *     a band whose TTFT target is predicted to be missed may preempt
- *     running requests of lower bands, and a tenant holding fewer than its
- *     weighted share of the seats may preempt the tenant of its own band
- *     furthest over its share (a flood must not hold every seat);
+ *     running requests of lower bands, and a tenant holding less than its
+ *     weighted share of the seats and of the KV pool may preempt the tenant
+ *     of its own band furthest over its shares (a flood must not hold every
+ *     seat); such a claim passes the watermark's hysteresis and a swap-in
+ *     stuck for an over-share tenant, and its step leaves out that
+ *     tenant's decodes, so the claimant's first token is not padded by the
+ *     flood's batch; over-share tenants' swap-ins wait while it waits;
  *  6. preemption mode: swap when 2 x KV bytes / copy bandwidth is cheaper
  *     than recomputing the context and swap space is free, else recompute.
  * With policy SCHED_POLICY_FCFS all of that collapses to one arrival-order
