@@ -1038,19 +1038,26 @@ static double overshoot(const sched *s, const tenant *u) {
 
 /* The running request of band b whose tenant keeps at least its share of
  * seats, or of KV blocks, without it, and is not behind the claimant in
- * weighted service; of the tenant furthest over (then its newest request),
- * or NIL. Nobody is taken below its share, so the shares converge instead
- * of trading seats. */
-static int32_t over_share_victim(const sched *s, int b, const tenant *claimant) {
+ * weighted service by more than one prompt chunk; of the tenant
+ * furthest over (then its newest request), or NIL. Nobody is taken below
+ * its share, so the shares converge instead of trading seats. */
+static int32_t over_share_victim(const sched *s, int b, const tenant *claimant, const req *claim) {
     int32_t best = NIL;
     double best_over = 0;
+    /* The claimant may be ahead by one prompt chunk of its own: right after
+     * paying for a prompt it is ahead of a flood that is charged a few
+     * tokens a step, and its next request would otherwise wait steps for
+     * the flood to catch up. A chunk is at most the service unit U of
+     * VTC's 2U bound (fq.h), which backlogged tenants are allowed anyway. */
+    int32_t chunk = claim->prompt < s->cfg.budget_max ? claim->prompt : s->cfg.budget_max;
+    int64_t slack = (int64_t)(FQ_SCALE * s->cfg.w_in * chunk / claimant->cfg.weight);
     for (int32_t i = 0; i < s->n_run; i++) {
         const req *r = &s->reqs[s->run[i]];
         const tenant *u = &s->tenants[r->tenant];
-        /* Not from a tenant behind the claimant in weighted service: the
-         * seat rule then works with the fair queue, never against it. */
+        /* Not from a tenant further behind the claimant in weighted
+         * service than that: the seat rule then works with the fair queue. */
         if (u->band != b || u == claimant || r->moved_step == s->steps ||
-            fq_diff(u->fe.vtime, claimant->fe.vtime) < 0)
+            fq_diff(u->fe.vtime, claimant->fe.vtime) < -slack)
             continue;
         if (u->n_running - 1 < seat_share(s, u) && u->kv_blocks - r->n_blocks < kv_share(s, u)) continue;
         double over = overshoot(s, u);
@@ -1076,12 +1083,12 @@ static int fair_share_room(sched *s, const req *r, int32_t want, int *left) {
     /* A claim stops at the claimant's own shares, and victims keep theirs,
      * so claims converge instead of trading the same seats. */
     if (!under_shares(s, t, want)) return 0;
-    int32_t v = over_share_victim(s, t->band, t);
+    int32_t v = over_share_victim(s, t->band, t, r);
     if (v == NIL) return 0; /* nobody holds more than its share: usual rules */
     while (v != NIL && (s->n_run >= s->cfg.max_running || s->kv.n_free < want ||
                         kv_used(&s->kv) + want > s->kv.high_blocks)) {
         preempt(s, v, left);
-        v = over_share_victim(s, t->band, t);
+        v = over_share_victim(s, t->band, t, r);
     }
     return s->n_run < s->cfg.max_running && s->kv.n_free >= want;
 }
