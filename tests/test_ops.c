@@ -284,7 +284,7 @@ static void test_quantize_q8_0_random(void **state) {
 /* ------------------------------------------------------------------------- */
 
 static const uint32_t k_types[] = {GGUF_TT_F32, GGUF_TT_F16, GGUF_TT_BF16, GGUF_TT_Q8_0};
-static const int k_Ts[] = {1, 2, 3, 5, 8, 16, 17, 64, 130};
+static const int k_Ts[] = {1, 2, 3, 5, 8, 12, 13, 16, 17, 64, 130};  /* 13..16: F32 broadcast tiles */
 static const int64_t k_n_outs[] = {3, 67, 300};
 static const int64_t k_n_ins[] = {32, 96, 288, 768, 37};  /* 37: vector tails (not Q8_0) */
 #define MAX_T 130
@@ -508,7 +508,8 @@ static void test_matmul_scratch_threads(void **state) {
 
 /* ops_matmul_n, ops_matmul_swiglu and ops_matmul called from inside a
  * parallel region by every thread, against double products, for every type
- * and for a small and a large T (decode and prefill paths). */
+ * and for a small, a decode-batch and a large T (the decode paths, F32's
+ * broadcast tiles, prefill). */
 static void test_matmul_fused_and_team(void **state) {
     (void)state;
     enum { NI = 96, NO0 = 300, NO1 = 67, NO2 = 35, TM = 40 };
@@ -531,8 +532,8 @@ static void test_matmul_fused_and_team(void **state) {
         for (int i = 0; i < TM * NI; i++)
             x[i] = rng_float() * 2.0f;
         acts_as_seen(xs, x, TM, NI, type);
-        const int Ts[2] = {3, TM};
-        for (int k = 0; k < 2; k++) {
+        const int Ts[3] = {3, 16, TM};
+        for (int k = 0; k < 3; k++) {
             const int T = Ts[k];
             const ops_mat *wp[3] = {&w[0].m, &w[1].m, &w[2].m};
             const int64_t ld[3] = {NO0, NO1, NO2};

@@ -9,8 +9,10 @@
  * it to every activation vector of the batch; at T = 1 each thread reads
  * four streams at once. A batch of decodes (T up to 16) is limited by
  * arithmetic on rows that sit in L1: register tiles sized to the FMA
- * latency for floats, and for Q8_0 a layout with weight rows in the lanes
- * so int8 sums stay exact in int32 over a block. Prefill of the float types
+ * latency for floats (for F32 from T = 13 on with the activations in the
+ * lanes and the weights broadcast, which needs fewer loads per FMA), and
+ * for Q8_0 a layout with weight rows in the lanes so int8 sums stay exact
+ * in int32 over a block. Prefill of the float types
  * is limited by arithmetic that OpenBLAS sgemm does well, so those paths
  * only arrange the calls; Q8_0 keeps its int8 kernel at every T. Each
  * vector kernel has a scalar twin that is always compiled: a build without
@@ -55,6 +57,13 @@
  * sequences streams and prefill calls sgemm. */
 #define OPS_SMALL_T_F32 16
 #define OPS_SMALL_T_HALF 16
+/* Activation rows from which F32 takes tile_f32_b (the activations in the
+ * lanes, weights broadcast) instead of tile_float_s, up to 16: both hold
+ * 16 lanes of activations, so below 13 too many of them are padding (2
+ * threads, hot, best of 30 interleaved: T = 12 about even, 47-67 against
+ * 49-64 GMAC/s; T = 16 58-88 against 48-66). */
+#define OPS_BCAST_T 13
+_Static_assert(OPS_SMALL_T_F32 <= 16, "tile_f32_b holds 16 activations");
 /* Bytes ahead of each weight stream that the F16/BF16/Q8_0 kernels (and
  * the Q8_0 regrouping) prefetch. Converting costs them enough time per
  * byte that the hardware prefetcher alone leaves the loads stalling
@@ -739,6 +748,76 @@ static ALWAYS_INLINE void tile_float_s(float *y, int64_t ldy, size_t ys, const u
 }
 
 
+/* The activations x (T, n) transposed for tile_f32_b: xt (n, 16), row k
+ * holding element k of every activation, zeros from T on. */
+static void f32_act_transpose(float *xt, const float *x, int T, int64_t n) {
+    for (int64_t k = 0; k < n; k++) {
+        float *o = xt + (size_t)k * 16;
+        for (int t = 0; t < 16; t++)
+            o[t] = t < T ? x[(size_t)t * (size_t)n + (size_t)k] : 0.0f;
+    }
+}
+
+/* R F32 weight rows against T <= 16 activations, the activations in the
+ * lanes (xt, two vectors per element k): per k, one broadcast weight per
+ * row gives 2 R FMAs into 2 R accumulators, and no horizontal sums are
+ * left at the end. At R = 6 that is 8 loads per 12 FMAs, where
+ * tile_float_s (weights in the lanes, 5x2) loads each weight vector again
+ * for every pair of activations: 12 loads per 10 FMAs, which crowd the
+ * FMAs out (1 thread, T = 16, hot, best of 30 interleaved: 768x768 33 ->
+ * 39 GMAC/s, 768x2048 25 -> 45, 2048x288 26 -> 33; 2 threads 55 -> 72 on
+ * 2048x768, about sgemm's rate). F32 only: F16 rows converted into an L1
+ * buffer first (so the broadcasts read floats) came out 5-20% slower
+ * than tile_float_s, and at T = 8 (one vector of activations) both types
+ * were. Each output is one FMA chain over k: a different order of the
+ * same sums than tile_float_s takes. y: (T, ldy) at the first output, the
+ * outputs of consecutive rows ys apart. */
+static ALWAYS_INLINE void tile_f32_b(float *y, int64_t ldy, int T, size_t ys, const float *w, size_t rs,
+                                     const float *xt, int64_t n, const int R) {
+    __m256 acc[6][2];  /* fully unrolled below, so it lives in registers */
+#pragma GCC unroll 6
+    for (int r = 0; r < R; r++)
+        acc[r][0] = acc[r][1] = _mm256_setzero_ps();
+    for (int64_t k = 0; k < n; k++) {
+        const __m256 x0 = _mm256_load_ps(xt + (size_t)k * 16), x1 = _mm256_load_ps(xt + (size_t)k * 16 + 8);
+#pragma GCC unroll 6
+        for (int r = 0; r < R; r++) {
+            const __m256 b = _mm256_broadcast_ss(w + (size_t)r * rs + (size_t)k);
+            acc[r][0] = _mm256_fmadd_ps(b, x0, acc[r][0]);
+            acc[r][1] = _mm256_fmadd_ps(b, x1, acc[r][1]);
+        }
+    }
+#pragma GCC unroll 6
+    for (int r = 0; r < R; r++) {
+        float o[16];
+        _mm256_storeu_ps(o, acc[r][0]);
+        _mm256_storeu_ps(o + 8, acc[r][1]);
+        for (int t = 0; t < T; t++)
+            y[(size_t)t * (size_t)ldy + (size_t)r * ys] = o[t];
+    }
+}
+
+/* Rows [o0, o1) of an F32 weight against OPS_BCAST_T..16 activations by
+ * tile_f32_b: six rows at a time from six streams a sixth of the range
+ * apart (as rows_float reads five), then the last rows together. */
+static void rows_f32_b(float *y, int64_t ldy, int T, const ops_mat *w, int64_t o0, int64_t o1, const float *xt) {
+    const int64_t n = w->n_in, q = (o1 - o0) / 6;
+    const float *base = (const float *)w->data;
+    for (int64_t o = o0; o < o0 + q; o++)
+        tile_f32_b(y + o, ldy, T, (size_t)q, base + (size_t)o * (size_t)n, (size_t)q * (size_t)n, xt, n, 6);
+    /* The last 0..5 rows as one tile: row by row, two FMA chains each would
+     * wait on the FMA latency. */
+    const int64_t o = o0 + 6 * q;
+    const float *row = base + (size_t)o * (size_t)n;
+    switch (o1 - o) {
+    case 5: tile_f32_b(y + o, ldy, T, 1, row, (size_t)n, xt, n, 5); break;
+    case 4: tile_f32_b(y + o, ldy, T, 1, row, (size_t)n, xt, n, 4); break;
+    case 3: tile_f32_b(y + o, ldy, T, 1, row, (size_t)n, xt, n, 3); break;
+    case 2: tile_f32_b(y + o, ldy, T, 1, row, (size_t)n, xt, n, 2); break;
+    case 1: tile_f32_b(y + o, ldy, T, 1, row, (size_t)n, xt, n, 1); break;
+    }
+}
+
 /* Rows [o0, o1) of a float-type weight against all T activations, read as
  * four (T = 1) or five streams a fraction of the range apart: one
  * sequential stream per thread read ~28 GB/s on 2 threads, four ~43 GB/s
@@ -799,8 +878,14 @@ static ALWAYS_INLINE void rows_float(float *y, int64_t ldy, const float *x, int 
 #undef FL_AT
 }
 
-static void rows_f32(float *y, int64_t ldy, const float *x, int T, const ops_mat *w, int64_t o0, int64_t o1) {
-    rows_float(y, ldy, x, T, w, o0, o1, GGUF_TT_F32);
+/* work: the transposed activations (f32_act_transpose) from matmul_team
+ * where T >= OPS_BCAST_T. */
+static void rows_f32(float *y, int64_t ldy, const float *x, int T, const ops_mat *w, int64_t o0, int64_t o1,
+                     const float *work) {
+    if (T >= OPS_BCAST_T)
+        rows_f32_b(y, ldy, T, w, o0, o1, work);
+    else
+        rows_float(y, ldy, x, T, w, o0, o1, GGUF_TT_F32);
 }
 static void rows_f16(float *y, int64_t ldy, const float *x, int T, const ops_mat *w, int64_t o0, int64_t o1) {
     rows_float(y, ldy, x, T, w, o0, o1, GGUF_TT_F16);
@@ -1024,7 +1109,7 @@ static void rows_block(float *y, int64_t ldy, const float *x, int T, const ops_m
 #ifdef OPS_AVX2
     if (!ref) {
         switch (w->type) {
-        case GGUF_TT_F32: rows_f32(y, ldy, x, T, w, o0, o1); return;
+        case GGUF_TT_F32: rows_f32(y, ldy, x, T, w, o0, o1, work); return;
         case GGUF_TT_F16: rows_f16(y, ldy, x, T, w, o0, o1); return;
         case GGUF_TT_BF16: rows_bf16(y, ldy, x, T, w, o0, o1); return;
         case GGUF_TT_Q8_0: rows_q8(y, ldy, T, w, xa, o0, o1, work); return;
@@ -1165,6 +1250,11 @@ static void matmul_team(const mm_call *c, ops_scratch *s) {
         if (!tiled)
             xa.t = NULL, xa.td = NULL;
     }
+#ifdef OPS_AVX2
+    if (c->w[0]->type == GGUF_TT_F32 && !c->ref && c->T >= OPS_BCAST_T && !use_sgemm(c->w[0], c->T, 0))
+        /* Every thread its own copy in its own tile: cheaper than a barrier. */
+        f32_act_transpose(s->tile + (size_t)id * s->tile_floats, c->x, c->T, n_in);
+#endif
     int64_t rows[OPS_MATMUL_MAX], first[OPS_MATMUL_MAX + 1];
     first[0] = 0;
     for (int i = 0; i < c->n; i++) {
