@@ -127,6 +127,7 @@ struct sched {
     int swap_stuck_band;    /* a swapped request of this band could not come back */
     int32_t swap_stuck_tenant; /* ...and its tenant (the first one stuck) */
     int no_victim_above;    /* this step found no TTFT victim below this band */
+    int claim_band;         /* band of this step's claims (claim_step), or -1 */
     cost_features feat;     /* features of the step in flight */
     int64_t now_us;         /* time of the step being planned */
 };
@@ -1038,19 +1039,18 @@ static double overshoot(const sched *s, const tenant *u) {
 
 /* The running request of band b whose tenant keeps at least its share of
  * seats, or of KV blocks, without it, and is not behind the claimant in
- * weighted service by more than one prompt chunk; of the tenant
+ * weighted service by more than one service unit; of the tenant
  * furthest over (then its newest request), or NIL. Nobody is taken below
  * its share, so the shares converge instead of trading seats. */
-static int32_t over_share_victim(const sched *s, int b, const tenant *claimant, const req *claim) {
+static int32_t over_share_victim(const sched *s, int b, const tenant *claimant) {
     int32_t best = NIL;
     double best_over = 0;
-    /* The claimant may be ahead by one prompt chunk of its own: right after
-     * paying for a prompt it is ahead of a flood that is charged a few
-     * tokens a step, and its next request would otherwise wait steps for
-     * the flood to catch up. A chunk is at most the service unit U of
-     * VTC's 2U bound (fq.h), which backlogged tenants are allowed anyway. */
-    int32_t chunk = claim->prompt < s->cfg.budget_max ? claim->prompt : s->cfg.budget_max;
-    int64_t slack = (int64_t)(FQ_SCALE * s->cfg.w_in * chunk / claimant->cfg.weight);
+    /* The claimant may be ahead by one service unit U, a whole prefill
+     * chunk (fq.h): right after paying for its prompts it is ahead of a
+     * flood that is charged a few tokens a step, and its next request
+     * would otherwise wait many steps for the flood to catch up. VTC's 2U
+     * bound allows that much between backlogged tenants anyway. */
+    int64_t slack = (int64_t)(FQ_SCALE * s->cfg.w_in * s->cfg.budget_max / claimant->cfg.weight);
     for (int32_t i = 0; i < s->n_run; i++) {
         const req *r = &s->reqs[s->run[i]];
         const tenant *u = &s->tenants[r->tenant];
@@ -1083,29 +1083,28 @@ static int fair_share_room(sched *s, const req *r, int32_t want, int *left) {
     /* A claim stops at the claimant's own shares, and victims keep theirs,
      * so claims converge instead of trading the same seats. */
     if (!under_shares(s, t, want)) return 0;
-    int32_t v = over_share_victim(s, t->band, t, r);
+    int32_t v = over_share_victim(s, t->band, t);
     if (v == NIL) return 0; /* nobody holds more than its share: usual rules */
     while (v != NIL && (s->n_run >= s->cfg.max_running || s->kv.n_free < want ||
                         kv_used(&s->kv) + want > s->kv.high_blocks)) {
         preempt(s, v, left);
-        v = over_share_victim(s, t->band, t, r);
+        v = over_share_victim(s, t->band, t);
     }
     return s->n_run < s->cfg.max_running && s->kv.n_free >= want;
 }
 
-/* The step that seats a claimant carries its prefill, not the decodes of
- * the tenants over their share: their next token waits one step, and the
- * claimant's first token comes as fast as if it were alone, instead of
- * after a step padded with the flood's batch. Nothing else is planned in
- * it. */
+/* The step that seats a claimant carries its prefill, not the work of the
+ * tenants over their shares in its band: their next token waits one step,
+ * and the claimant's first token comes about as fast as if it were alone,
+ * instead of after a step padded with the flood's batch. From here on the
+ * step admits only tenants under their shares (more claimants). */
 static void claim_step(sched *s, const tenant *claimant, int *left) {
+    s->claim_band = claimant->band;
     for (int32_t i = 0; i < s->n_run; i++) {
         req *r = &s->reqs[s->run[i]];
         const tenant *u = &s->tenants[r->tenant];
-        if (u != claimant && u->band == claimant->band && r->state == SCHED_DECODING && overshoot(s, u) > 0)
-            drop_item(s, r, left);
+        if (u != claimant && u->band == claimant->band && overshoot(s, u) > 0) drop_item(s, r, left);
     }
-    *left = 0;
 }
 
 static int32_t plan_prefill(sched *s, int32_t slot, int room, int *left, int *why) {
@@ -1115,6 +1114,10 @@ static int32_t plan_prefill(sched *s, int32_t slot, int room, int *left, int *wh
     int32_t n = r->n_total - r->n_computed;
     if (n > room) n = room;
     *why = PF_GLOBAL;
+    if (t->band == s->claim_band && overshoot(s, t) > 0) {
+        *why = PF_TENANT; /* a claim step: see claim_step */
+        return 0;
+    }
     if (fresh && ((t->cfg.max_running && (uint32_t)t->n_running >= t->cfg.max_running) ||
                   r->moved_step == s->steps)) {
         *why = PF_TENANT;
@@ -1357,6 +1360,7 @@ int sched_step(sched *s, int64_t now_us, sched_plan *p) {
     s->swap_stuck_band = SCHED_MAX_TIERS;
     s->swap_stuck_tenant = NIL;
     s->no_victim_above = SCHED_MAX_TIERS;
+    s->claim_band = -1;
     for (int b = 0; b < SCHED_MAX_TIERS; b++) s->bands[b].used = 0;
     expire_timeouts(s, now_us);
     weigh_bands(s);
