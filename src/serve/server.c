@@ -72,6 +72,7 @@ struct srv {
     int watching;
     pthread_mutex_t watch_mu;
     struct conn *watched;   /* list of connections with a request in flight */
+    int32_t n_watched;
     int stop_watch;
 };
 
@@ -322,6 +323,7 @@ static void watch_add(conn *c) {
     c->wnext = c->s->watched;
     if (c->wnext) c->wnext->wprev = c;
     c->s->watched = c;
+    c->s->n_watched++;
     c->in_watch = 1;
     pthread_mutex_unlock(&c->s->watch_mu);
 }
@@ -331,31 +333,60 @@ static void watch_remove(conn *c) {
     if (c->in_watch) {
         if (c->wprev) c->wprev->wnext = c->wnext; else c->s->watched = c->wnext;
         if (c->wnext) c->wnext->wprev = c->wprev;
+        c->s->n_watched--;
         c->in_watch = 0;
     }
     pthread_mutex_unlock(&c->s->watch_mu);
 }
 
-/* Every 50 ms, look for peers that hung up. The socket stays open until
- * on_completed has taken the connection off the list (under the same lock),
- * so the fd polled is always this connection's. */
+static int hung_up(short revents) { return (revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0; }
+
+/* Every 50 ms, look for peers that hung up: one poll over all watched
+ * sockets (a flood queues thousands; a syscall each cost a core's share).
+ * The socket stays open until on_completed has taken the connection off
+ * the list (under the same lock), so the fd polled is always this
+ * connection's. The arrays belong to this thread. */
 static void *watch_loop(void *arg) {
     srv *s = arg;
+    struct pollfd *pfd = NULL;
+    conn **pc = NULL;
+    int32_t cap = 0;
     for (;;) {
         struct timespec ts = {0, 50 * 1000000};
         nanosleep(&ts, NULL);
         pthread_mutex_lock(&s->watch_mu);
         if (s->stop_watch) {
             pthread_mutex_unlock(&s->watch_mu);
-            return NULL;
+            break;
         }
-        for (conn *c = s->watched; c; c = c->wnext) {
-            struct pollfd p = {c->fd, POLLRDHUP, 0};
-            if (poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR)))
-                wk_cancel(s->models[c->model].w, c->req);
+        if (s->n_watched > cap) {
+            int32_t want = s->n_watched + s->n_watched / 2 + 16;
+            struct pollfd *np = realloc(pfd, (size_t)want * sizeof(*np));
+            if (np) pfd = np;
+            conn **nc = np ? realloc(pc, (size_t)want * sizeof(*nc)) : NULL;
+            if (nc) pc = nc, cap = want;
+        }
+        if (s->n_watched <= cap) {
+            int32_t n = 0;
+            for (conn *c = s->watched; c; c = c->wnext, n++) {
+                pfd[n] = (struct pollfd){c->fd, POLLRDHUP, 0};
+                pc[n] = c;
+            }
+            if (n && poll(pfd, (nfds_t)n, 0) > 0)
+                for (int32_t i = 0; i < n; i++)
+                    if (hung_up(pfd[i].revents)) wk_cancel(s->models[pc[i]->model].w, pc[i]->req);
+        } else {
+            /* Out of memory for the arrays: one socket at a time. */
+            for (conn *c = s->watched; c; c = c->wnext) {
+                struct pollfd p = {c->fd, POLLRDHUP, 0};
+                if (poll(&p, 1, 0) > 0 && hung_up(p.revents)) wk_cancel(s->models[c->model].w, c->req);
+            }
         }
         pthread_mutex_unlock(&s->watch_mu);
     }
+    free(pfd);
+    free(pc);
+    return NULL;
 }
 
 /* ---- generation ------------------------------------------------------------- */

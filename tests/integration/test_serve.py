@@ -397,6 +397,22 @@ class Disconnect(OaiAsserts):
         log("disconnect: freed %.2fs after the hang-up" % (time.monotonic() - t0))
 
 
+    def test_hang_up_while_suspended(self):
+        """A whole-answer request sleeps suspended in MHD until it is done,
+        so only the hang-up watcher can notice its client leaving: the
+        request must be cancelled and everything it held freed."""
+        cancelled0 = settled("cancelled")["dc"]
+        rs = RawStream(S.port, COMP, {"model": "slow", "prompt": "a long story", "max_tokens": 900,
+                                      "temperature": 0, "stream": False}, S.key("dc"))
+        try:
+            wait_until(lambda: (lambda kv, run: kv and kv > 0 and run == 1)(*self.gauges("dc")), 3,
+                       what="dc running its whole-answer request")
+        finally:
+            rs.close()
+        wait_until(lambda: self.gauges("dc") == (0, 0), 3,
+                   what="dc's gauges back to 0 after hanging up on a suspended request")
+        wait_until(lambda: admin_sum("cancelled", "dc") == cancelled0 + 1, 3, what="dc's cancelled count + 1")
+
     def test_gauges_add_up_across_models(self):
         """A tenant's gauges cover all models: traffic on "tiny" must not
         hide the blocks the same tenant holds on "slow"."""
