@@ -76,6 +76,9 @@ _Static_assert(OPS_SMALL_T_F32 <= 16, "tile_f32_b holds 16 activations");
  * into its own buffer instead of sharing one copy behind a barrier. Below
  * OPS_Q8_TILED_T: the own buffers hold no regrouped form. */
 #define OPS_Q8_OWN_T 4
+/* Bytes of one group of 8 regrouped Q8_0 rows per block of 32 (q8_rows8):
+ * 256 of quants and 8 float scales. */
+#define Q8_GROUP_BYTES 288
 /* Activation rows per tile of the Q8_0 kernel for larger T (tile_q8w): one
  * register of int32 sums per row. */
 #define OPS_Q8_TT 4
@@ -947,8 +950,10 @@ static ALWAYS_INLINE void tile_q8(float *y, int64_t ldy, const uint8_t *w, size_
 
 /* Eight weight rows against a tile of 4 activation rows, the weight rows
  * in the 8 lanes. The weights come regrouped by q8_rows8 (per block, 8
- * vectors: vector g holds quants 4g..4g+3 of each row; the same as
- * |quants|; the 8 scales), the activations by q8_act_tile. Per group and
+ * vectors: vector g holds quants 4g..4g+3 of each row; the 8 scales),
+ * the activations by q8_act_tile. Per group: |weights| (one abs for the
+ * four activation rows; storing them instead doubled the bytes a
+ * regrouped copy streams from memory). Per group and
  * activation row: a broadcast of the activation's 4 quants, given the
  * weights' signs, maddubs with the |weights| and madd give the 8 rows'
  * partial dot products at once (|-128| reads as 128 unsigned; activations
@@ -959,8 +964,8 @@ static ALWAYS_INLINE void tile_q8(float *y, int64_t ldy, const uint8_t *w, size_
  * (row, activation) pair (tile_q8) adds a convert and an FMA to each: in
  * an isolated loop on Zen 3, 1.3 cycles against 1.9. Writes y[j][0..8) for
  * the tv <= 4 valid activation rows. */
-static ALWAYS_INLINE void tile_q8w(float *y, int64_t ldy, int tv, const int8_t *wg, const uint8_t *ag,
-                                   const float *dw, int64_t nb, const int8_t *xt, const float *xdt) {
+static ALWAYS_INLINE void tile_q8w(float *y, int64_t ldy, int tv, const int8_t *wg, const float *dw, int64_t nb,
+                                   const int8_t *xt, const float *xdt) {
     const __m256i ones = _mm256_set1_epi16(1);
     __m256 acc[4];
     for (int c = 0; c < 4; c++)
@@ -970,11 +975,10 @@ static ALWAYS_INLINE void tile_q8w(float *y, int64_t ldy, int tv, const int8_t *
         for (int c = 0; c < 4; c++)
             ia[c] = _mm256_setzero_si256();
         const int8_t *xb = xt + (size_t)b * 128, *wb = wg + (size_t)b * 256;
-        const uint8_t *ab = ag + (size_t)b * 256;
 #pragma GCC unroll 8
         for (int g = 0; g < 8; g++) {
             const __m256i w = _mm256_load_si256((const __m256i *)(wb + 32 * g));
-            const __m256i a = _mm256_load_si256((const __m256i *)(ab + 32 * g));
+            const __m256i a = _mm256_abs_epi8(w);  /* |-128| = 0x80, 128 read unsigned */
 #pragma GCC unroll 4
             for (int c = 0; c < 4; c++) {
                 int32_t x4;
@@ -995,10 +999,10 @@ static ALWAYS_INLINE void tile_q8w(float *y, int64_t ldy, int tv, const int8_t *
 }
 
 /* Eight Q8_0 rows (rb bytes apart) regrouped for tile_q8w: per block an
- * 8x8 transpose of 32-bit groups of quants (wg, and |quants| in ag, 256
- * bytes each) and the 8 scales as floats (dw). Once per 8 rows, however
- * many activation tiles then pass over them. */
-static void q8_rows8(int8_t *wg, uint8_t *ag, float *dw, const uint8_t *row, size_t rb, int64_t nb) {
+ * 8x8 transpose of 32-bit groups of quants (wg, 256 bytes) and the 8
+ * scales as floats (dw). Once per 8 rows, however many activation tiles
+ * then pass over them, or once at load (ops_q8_regroup). */
+static void q8_rows8(int8_t *wg, float *dw, const uint8_t *row, size_t rb, int64_t nb) {
     for (int64_t b = 0; b < nb; b++) {
         __m256i r[8], u[8], v[8];
         uint16_t ds[8];
@@ -1028,15 +1032,12 @@ static void q8_rows8(int8_t *wg, uint8_t *ag, float *dw, const uint8_t *row, siz
         }
         /* v[g] = groups g | g + 4 of rows 0..3, v[g + 4] = the same of rows 4..7 */
         int8_t *o = wg + (size_t)b * 256;
-        uint8_t *oa = ag + (size_t)b * 256;
 #pragma GCC unroll 4
         for (int g = 0; g < 4; g++) {
             const __m256i lo = _mm256_permute2x128_si256(v[g], v[g + 4], 0x20);
             const __m256i hi = _mm256_permute2x128_si256(v[g], v[g + 4], 0x31);
             _mm256_store_si256((__m256i *)(o + 32 * g), lo);
             _mm256_store_si256((__m256i *)(o + 32 * (g + 4)), hi);
-            _mm256_store_si256((__m256i *)(oa + 32 * g), _mm256_abs_epi8(lo));
-            _mm256_store_si256((__m256i *)(oa + 32 * (g + 4)), _mm256_abs_epi8(hi));
         }
     }
 }
@@ -1080,12 +1081,18 @@ static void rows_q8(float *y, int64_t ldy, int T, const ops_mat *w, const q8_act
     } else {
         float *dw = work;
         int8_t *wg = (int8_t *)(((uintptr_t)(work + 8 * (size_t)nb) + 31) & ~(uintptr_t)31);
-        uint8_t *ag = (uint8_t *)wg + 8 * (size_t)n;
         for (; o + 8 <= o1; o += 8) {
-            q8_rows8(wg, ag, dw, (const uint8_t *)w->data + (size_t)o * rb, rb, nb);
+            if (w->q8g) {
+                /* o0 is a multiple of OPS_ROW_BLOCK, so o starts a group */
+                const uint8_t *g = (const uint8_t *)w->q8g + (size_t)(o / 8) * (size_t)nb * Q8_GROUP_BYTES;
+                wg = (int8_t *)g;
+                dw = (float *)(g + 256 * (size_t)nb);
+            } else {
+                q8_rows8(wg, dw, (const uint8_t *)w->data + (size_t)o * rb, rb, nb);
+            }
             for (int tt = 0; tt * OPS_Q8_TT < T; tt++) {
                 const int t = tt * OPS_Q8_TT, tv = T - t < OPS_Q8_TT ? T - t : OPS_Q8_TT;
-                tile_q8w(y + (size_t)t * (size_t)ldy + (size_t)o, ldy, tv, wg, ag, dw, nb,
+                tile_q8w(y + (size_t)t * (size_t)ldy + (size_t)o, ldy, tv, wg, dw, nb,
                          xa->t + (size_t)tt * (size_t)n * OPS_Q8_TT, xa->td + (size_t)tt * (size_t)nb * OPS_Q8_TT);
             }
         }
@@ -1099,6 +1106,35 @@ static void rows_q8(float *y, int64_t ldy, int T, const ops_mat *w, const q8_act
             Q8_AT(1, 1);
     }
 #undef Q8_AT
+}
+
+size_t ops_q8_regroup_bytes(const ops_mat *w) {
+    if (w->type != GGUF_TT_Q8_0)
+        return 0;
+    return (size_t)(w->n_out / 8) * (size_t)(w->n_in / GGUF_Q8_0_BLOCK) * Q8_GROUP_BYTES;
+}
+
+void ops_q8_regroup(void *out, const ops_mat *w) {
+    const int64_t nb = w->n_in / GGUF_Q8_0_BLOCK;
+    const size_t rb = row_bytes(w);
+    assert(((uintptr_t)out & 63) == 0);
+    for (int64_t g = 0; g < w->n_out / 8; g++) {
+        uint8_t *o = (uint8_t *)out + (size_t)g * (size_t)nb * Q8_GROUP_BYTES;
+        q8_rows8((int8_t *)o, (float *)(o + 256 * (size_t)nb), (const uint8_t *)w->data + (size_t)g * 8 * rb, rb,
+                 nb);
+    }
+}
+
+#else
+
+size_t ops_q8_regroup_bytes(const ops_mat *w) {
+    (void)w;
+    return 0;
+}
+
+void ops_q8_regroup(void *out, const ops_mat *w) {
+    (void)out;
+    (void)w;
 }
 
 #endif /* OPS_AVX2 */

@@ -46,6 +46,10 @@ typedef struct ops_mat {
     uint32_t type;          /* GGUF_TT_F32 | F16 | BF16 | Q8_0 */
     int64_t n_out;          /* rows */
     int64_t n_in;           /* row length; multiple of 32 for Q8_0 */
+    const void *q8g;        /* Q8_0 only, optional: the rows regrouped by
+                             * ops_q8_regroup, which decode batches of
+                             * OPS_Q8_TILED_T or more rows read instead of
+                             * regrouping per call; NULL: regroup per call */
 } ops_mat;
 
 /* Scratch for ops_matmul, sized once for the largest call (no allocation in
@@ -86,6 +90,20 @@ void ops_matmul_swiglu(float *h, float *u, int64_t ldh, const float *x, int T, c
  * what a build without AVX2 runs for small T, and the reference the tests
  * hold the vector kernels against. Same contract as ops_matmul. */
 void ops_matmul_ref(float *y, int64_t ldy, const float *x, int T, const ops_mat *w, ops_scratch *s);
+
+/* Bytes ops_q8_regroup writes for w: 0 where it has nothing to write (not
+ * Q8_0, fewer than 8 rows, or a build without AVX2, whose kernels never
+ * read a regrouped copy). */
+size_t ops_q8_regroup_bytes(const ops_mat *w);
+/* Write w's rows, 8 at a time, in the layout the batched Q8_0 kernel reads
+ * (per 8 rows and block of 32: the quants as 8x8 transposed groups of 4,
+ * then the 8 scales as floats; 288 bytes) into out
+ * (64-byte aligned, ops_q8_regroup_bytes(w)). Results with w->q8g = out
+ * are bit for bit those without: the same bytes, made once at load instead
+ * of once per call (at T = 16 the per-call regrouping took ~20% of the
+ * product). The caller owns out and must keep it while w->q8g points to
+ * it. */
+void ops_q8_regroup(void *out, const ops_mat *w);
 
 /* Dequantize row r of w into out (n_in floats). Used for embeddings. */
 void ops_dequant_row(float *out, const ops_mat *w, int64_t r);
