@@ -190,7 +190,10 @@ static double sgemm_gflops(int n) {
  * rate is memory traffic, attention, norms and barriers. CEIL_T is the
  * batch of the b16 column, so the figure is for the exact kernel path that
  * column runs (for F32/F16 a larger T would switch ops_matmul to sgemm).
- * CEIL_BYTES keeps a slice in the last-level cache with room to spare. */
+ * CEIL_BYTES keeps a slice in the last-level cache with room to spare.
+ * Each call opens its own OpenMP team where the step shares one, so the
+ * smallest shapes (15m's 288x288, ~20 us a call) read a little low: the
+ * ceiling errs on the side of calling a target out of reach. */
 #define CEIL_T 16
 #define CEIL_BYTES ((size_t)2 << 20)
 #define CEIL_REPS 6
