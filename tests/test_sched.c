@@ -3,7 +3,8 @@
  * with a fake clock and the synthetic executor of sched_harness.h:
  * admission control, chunked prefill, watermark hysteresis, KV quotas,
  * victim order, swap-vs-recompute, swap-in priority, band minimum shares,
- * TTFT preemption, the adaptive budget, cancellation and timeouts.
+ * TTFT preemption, the adaptive budget, cancellation and timeouts, and
+ * a flood against a victim in one band (claims of a fair share).
  * (Randomised properties live in test_sched_prop.c.)
  */
 #include <math.h>
