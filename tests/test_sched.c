@@ -4,7 +4,8 @@
  * admission control, chunked prefill, watermark hysteresis, KV quotas,
  * victim order, swap-vs-recompute, swap-in priority, band minimum shares,
  * TTFT preemption, the adaptive budget, cancellation and timeouts, and
- * a flood against a victim in one band (claims of a fair share).
+ * a flood against a victim in one band (claims of a fair share) and what
+ * claims may cost the flood.
  * (Randomised properties live in test_sched_prop.c.)
  */
 #include <math.h>
@@ -505,7 +506,7 @@ static void test_isolation_claim(void **state_) {
     int32_t vic = add_tenant(&h, "victim", 0, 1, 0);
     enum { N_VIC = 60 };
     sched_id vid[N_VIC];
-    int first[N_VIC], n_vic = 0, stuck_seen = 0, swaps = 0, claims = 0;
+    int first[N_VIC], n_vic = 0, stuck_seen = 0, swaps = 0, claims = 0, idle_run = 0, idle_worst = 0;
     sched_plan p;
     for (int step = 0; step < 37 * N_VIC + 40; step++) {
         sched_tenant_stats ts;
@@ -528,6 +529,12 @@ static void test_isolation_claim(void **state_) {
             for (int k = 0; k < n_vic; k++)
                 if (it->id == vid[k] && first[k] < 0) first[k] = step;
         }
+        /* A claim leaves a request out at most every other step. */
+        sched_tenant_stats_get(h.s, agg, &ts);
+        int agg_items = 0;
+        for (int32_t i = 0; i < p.n_items; i++) agg_items += p.items[i].tenant == agg;
+        idle_run = ts.running > 0 && agg_items == 0 ? idle_run + 1 : 0;
+        if (idle_run > idle_worst) idle_worst = idle_run;
         if (arrived >= 0) {
             if (first[arrived] != step)
                 fail_msg("victim request %d arrived before step %d, first served in step %d", arrived, step,
@@ -543,12 +550,81 @@ static void test_isolation_claim(void **state_) {
     sched_tenant_stats_get(h.s, vic, &tv);
     print_message("isolation: %d victim requests, each first served the step after arrival; aggressor completed "
                   "%llu, swapped out %d blocks, a swapped aggressor request waiting at %d of the arrivals, "
-                  "%d claim steps\n",
-                  n_vic, (unsigned long long)ta.completed, swaps, stuck_seen, claims);
+                  "%d claim steps, aggressor left out at most %d step in a row\n",
+                  n_vic, (unsigned long long)ta.completed, swaps, stuck_seen, claims, idle_worst);
     assert_true(ta.completed > 60);
     assert_true(tv.completed >= N_VIC - 1);
     /* The cases the rules are for did occur. */
     assert_true(swaps > 0 && stuck_seen > N_VIC / 4 && claims > N_VIC / 4);
+    assert_true(idle_worst <= 1);
+    check(&h);
+    h_deinit(&h);
+}
+
+/* What claims cost the tenant they take from stays bounded. A flood F in
+ * one band with three small tenants that claim step after step (one held
+ * to a single running request by its own quota): F's running requests are
+ * left out of at most one step in a row, and none of its swapped-out
+ * requests waits long while F's newer ones are admitted. */
+static void test_claims_bounded(void **state_) {
+    harness h;
+    sched_config c;
+    h_config(&c, 56, 512);
+    c.max_running = 8;
+    assert_int_equal(h_init(&h, &c, 11), 0);
+    add_tier(&h, "t", 0, 0, 0, 0, 0);
+    int32_t f = add_tenant(&h, "flood", 0, 1, 0);
+    int32_t x[3];
+    for (int i = 0; i < 3; i++) x[i] = add_tenant(&h, "small", 0, 1, 0);
+    sched_tenant_cfg capped = {"capped", 0, 1, 0, 0, 1, 0}; /* max_running 1 */
+    int32_t xc = sched_tenant_add(h.s, &capped);
+    assert_true(xc >= 0);
+    enum { N_F = 4096 };
+    static sched_id fid[N_F];
+    static int swapped_since[N_F];
+    int n_f = 0, idle_run = 0, idle_worst = 0, swap_worst = 0;
+    sched_plan p;
+    for (int step = 0; step < 4000; step++) {
+        sched_tenant_stats ts;
+        sched_tenant_stats_get(h.s, f, &ts);
+        for (int32_t q = ts.queued; q < 40 && n_f < N_F; q++) {
+            swapped_since[n_f] = -1;
+            fid[n_f++] = submit(&h, f, 64, 128);
+        }
+        for (int i = 0; i < 3; i++) {
+            sched_tenant_stats_get(h.s, x[i], &ts);
+            if (ts.queued == 0) submit(&h, x[i], 8, 1);
+        }
+        sched_tenant_stats_get(h.s, xc, &ts);
+        for (int32_t q = ts.queued; q < 2; q++) submit(&h, xc, 64, 64);
+        h_step(&h, &p);
+        sched_end e;
+        while (sched_poll_end(h.s, &e)) {}
+        sched_tenant_stats_get(h.s, f, &ts);
+        int f_items = 0;
+        for (int32_t i = 0; i < p.n_items; i++) f_items += p.items[i].tenant == f;
+        idle_run = ts.running > 0 && f_items == 0 ? idle_run + 1 : 0;
+        if (idle_run > idle_worst) idle_worst = idle_run;
+        for (int k = 0; k < n_f; k++) {
+            sched_req_info in;
+            if (sched_req_get(h.s, fid[k], &in) || in.state != SCHED_PREEMPTED_SWAPPED) {
+                swapped_since[k] = -1;
+                continue;
+            }
+            if (swapped_since[k] < 0) swapped_since[k] = step;
+            if (step - swapped_since[k] > swap_worst) swap_worst = step - swapped_since[k];
+        }
+        if (step % 100 == 0) check(&h);
+    }
+    sched_tenant_stats tf, tc;
+    sched_tenant_stats_get(h.s, f, &tf);
+    sched_tenant_stats_get(h.s, xc, &tc);
+    print_message("claims: flood left out at most %d step in a row, longest swapped wait %d steps, flood completed "
+                  "%llu, capped tenant %llu\n",
+                  idle_worst, swap_worst, (unsigned long long)tf.completed, (unsigned long long)tc.completed);
+    assert_true(idle_worst <= 1);
+    assert_true(swap_worst < 200); /* ~9,000 steps when swap-ins were held back for claimants */
+    assert_true(tf.completed > 50 && tc.completed > 50);
     check(&h);
     h_deinit(&h);
 }
@@ -569,6 +645,7 @@ int main(void) {
         cmocka_unit_test(test_cancel_in_flight_and_timeout),
         cmocka_unit_test(test_fcfs_order),
         cmocka_unit_test(test_isolation_claim),
+        cmocka_unit_test(test_claims_bounded),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

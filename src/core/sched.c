@@ -53,6 +53,7 @@ typedef struct req {
     int32_t item;           /* index in the plan this step, NIL if none */
     int64_t charge;         /* provisional fq charge of this step's item */
     uint64_t moved_step;    /* step number of its last swap in or out */
+    uint64_t dropped_step;  /* step a claim last left its item out (claim_step) */
 } req;
 
 typedef struct tenant {
@@ -855,19 +856,6 @@ static void weigh_bands(sched *s) {
     }
 }
 
-/* A backlogged tenant of band b under its shares: one that may claim a
- * seat (fair_share_room). Scans the band's fair queue until one is found;
- * only asked when the band has swapped-out requests. */
-static int claim_waiting(const sched *s, int b) {
-    if (s->cfg.policy != SCHED_POLICY_FAIR || !(s->cfg.features & SCHED_FEAT_FAIR_SHARE)) return 0;
-    const fq *q = &s->bands[b].q;
-    for (int32_t i = 0; i < q->n; i++) {
-        const tenant *t = (const tenant *)((const char *)q->heap[i] - offsetof(tenant, fe));
-        if (under_shares(s, t, 0)) return 1;
-    }
-    return 0;
-}
-
 /* The step's token budget: with running requests that have a TPOT target,
  * the largest budget whose predicted step time meets the strictest one. */
 static int compute_budget(sched *s) {
@@ -913,13 +901,15 @@ static void plan_decodes(sched *s, int *left) {
     }
 }
 
+static int fair_share_room(sched *s, const req *r, int32_t want, int *left);
+
 /* Bring swapped-out requests of band b back, oldest first, while blocks,
  * seats and their tenants' quotas allow; a stuck one holds back new
  * admissions of its band and lower ones (they would take its blocks).
  * Returns the tokens its decodes take. */
 static int swap_in_band(sched *s, int b, int *left, int cap) {
     band *bd = &s->bands[b];
-    int used = 0, claim = bd->swap_head != NIL && claim_waiting(s, b);
+    int used = 0;
     for (int32_t slot = bd->swap_head, next; slot != NIL && used < cap; slot = next) {
         req *r = &s->reqs[slot];
         tenant *t = tenant_of(s, r);
@@ -928,14 +918,14 @@ static int swap_in_band(sched *s, int b, int *left, int cap) {
         int decoding = r->n_total - r->n_computed == 1;
         int32_t need = blocks_for(s, decoding ? r->n_total : r->n_computed);
         /* Held back by its own tenant's limits: that must not hold back
-         * anyone else, so try the next one. A swap-in is an admission too:
-         * while a tenant under its shares waits in the band, a tenant at or
-         * over its own does not take the seat back (it would be preempted
-         * again at once to make room: a swap each way per step). */
-        if (t->kv_blocks + need > t->kv_quota || (t->cfg.max_running && (uint32_t)t->n_running >= t->cfg.max_running) ||
-            (claim && !under_shares(s, t, need)))
+         * anyone else, so try the next one. */
+        if (t->kv_blocks + need > t->kv_quota || (t->cfg.max_running && (uint32_t)t->n_running >= t->cfg.max_running))
             continue;
-        if (s->n_run >= s->cfg.max_running || s->kv.n_free < need) {
+        /* A tenant under its shares claims room for a swapped request as
+         * for a new one (fair_share_room); otherwise it is stuck. */
+        if ((s->n_run >= s->cfg.max_running || s->kv.n_free < need) &&
+            !(s->cfg.policy == SCHED_POLICY_FAIR && (s->cfg.features & SCHED_FEAT_FAIR_SHARE) &&
+              fair_share_room(s, r, need, left))) {
             /* FCFS has no bands: a stuck swap-in stops every admission. */
             if (s->cfg.policy == SCHED_POLICY_FCFS) s->swap_stuck_band = 0;
             else if (b < s->swap_stuck_band) {
@@ -990,24 +980,21 @@ static int ttft_at_risk(sched *s, const req *r) {
     return t > 1000.0 * tier->ttft_ms;
 }
 
-/* A stuck swap-in closes admission to its band and the ones below, or
- * newcomers would take the blocks it waits for. Inside its band, a tenant
- * under its shares still passes one stuck over its own: that one gets
- * seats back as its own requests end, which nothing else takes. */
-static int held_by_stuck_swap(const sched *s, const tenant *t) {
-    if (t->band != s->swap_stuck_band) return t->band > s->swap_stuck_band;
-    if (s->cfg.policy != SCHED_POLICY_FAIR || !(s->cfg.features & SCHED_FEAT_FAIR_SHARE)) return 1;
-    const tenant *stuck = &s->tenants[s->swap_stuck_tenant];
-    return t == stuck || !under_shares(s, t, 0) || under_shares(s, stuck, 0);
-}
-
 enum { ADMIT_USUAL, ADMIT_PAST_WATERMARK, ADMIT_CLAIM };
 
-/* Blocks a new admission of r may take now (0 when admission is closed).
- * A claim (fair_share_room) has already taken its room from tenants over
- * their shares, which may have brought a stuck tenant under its own. */
+/* A stuck swap-in closes admission to its band and the ones below, or
+ * newcomers would take the blocks it waits for. A claim (fair_share_room)
+ * in that band has taken its room from tenants over their shares instead,
+ * so it passes, unless the stuck request is the claimant's own: that one
+ * comes first. */
+static int held_by_stuck_swap(const sched *s, const tenant *t, int how) {
+    if (t->band != s->swap_stuck_band) return t->band > s->swap_stuck_band;
+    return how != ADMIT_CLAIM || s->swap_stuck_tenant == NIL || t == &s->tenants[s->swap_stuck_tenant];
+}
+
+/* Blocks a new admission of r may take now (0 when admission is closed). */
 static int32_t admit_room(sched *s, const req *r, int how) {
-    if (s->n_run >= s->cfg.max_running || (how != ADMIT_CLAIM && held_by_stuck_swap(s, tenant_of(s, r)))) return 0;
+    if (s->n_run >= s->cfg.max_running || held_by_stuck_swap(s, tenant_of(s, r), how)) return 0;
     int bypass_watermark = how != ADMIT_USUAL;
     return bypass_watermark ? s->kv.n_free : kv_admit_room(&s->kv);
 }
@@ -1041,7 +1028,7 @@ static double overshoot(const sched *s, const tenant *u) {
  * seats, or of KV blocks, without it, and is not behind the claimant in
  * weighted service by more than one service unit; of the tenant
  * furthest over (then its newest request), or NIL. Nobody is taken below
- * its share, so the shares converge instead of trading seats. */
+ * both of its shares, so claims converge instead of trading seats. */
 static int32_t over_share_victim(const sched *s, int b, const tenant *claimant) {
     int32_t best = NIL;
     double best_over = 0;
@@ -1094,16 +1081,22 @@ static int fair_share_room(sched *s, const req *r, int32_t want, int *left) {
 }
 
 /* The step that seats a claimant carries its prefill, not the work of the
- * tenants over their shares in its band: their next token waits one step,
- * and the claimant's first token comes about as fast as if it were alone,
- * instead of after a step padded with the flood's batch. From here on the
- * step admits only tenants under their shares (more claimants). */
+ * tenants over their shares in its band, so the claimant's first token
+ * comes about as fast as if it were alone, instead of after a step padded
+ * with the flood's batch. A request is left out at most every other step:
+ * claimants arriving step after step must not stop an over-share tenant's
+ * requests (their tokens wait one step at most). From here on the step
+ * admits only tenants under their shares (more claimants). */
 static void claim_step(sched *s, const tenant *claimant, int *left) {
     s->claim_band = claimant->band;
     for (int32_t i = 0; i < s->n_run; i++) {
         req *r = &s->reqs[s->run[i]];
         const tenant *u = &s->tenants[r->tenant];
-        if (u != claimant && u->band == claimant->band && overshoot(s, u) > 0) drop_item(s, r, left);
+        if (u == claimant || u->band != claimant->band || r->item == NIL || overshoot(s, u) <= 0 ||
+            (r->dropped_step && r->dropped_step + 1 == s->steps))
+            continue;
+        drop_item(s, r, left);
+        r->dropped_step = s->steps;
     }
 }
 
