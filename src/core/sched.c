@@ -1037,7 +1037,8 @@ static int32_t over_share_victim(const sched *s, int b, const tenant *claimant) 
      * flood that is charged a few tokens a step, and its next request
      * would otherwise wait many steps for the flood to catch up. VTC's 2U
      * bound allows that much between backlogged tenants anyway. */
-    int64_t slack = (int64_t)(FQ_SCALE * s->cfg.w_in * s->cfg.budget_max / claimant->cfg.weight);
+    double unit = FQ_SCALE * s->cfg.w_in * s->cfg.budget_max / claimant->cfg.weight;
+    int64_t slack = unit < (double)(INT64_MAX / 2) ? (int64_t)unit : INT64_MAX / 2; /* weights near 0 */
     for (int32_t i = 0; i < s->n_run; i++) {
         const req *r = &s->reqs[s->run[i]];
         const tenant *u = &s->tenants[r->tenant];
@@ -1069,7 +1070,9 @@ static int fair_share_room(sched *s, const req *r, int32_t want, int *left) {
     const tenant *t = tenant_of(s, r);
     /* A claim stops at the claimant's own shares, and victims keep theirs,
      * so claims converge instead of trading the same seats. */
-    if (!under_shares(s, t, want)) return 0;
+    /* Nor for a request its own KV quota would refuse anyway: that would
+     * preempt others for nothing. */
+    if (!under_shares(s, t, want) || t->kv_blocks + want > t->kv_quota) return 0;
     int32_t v = over_share_victim(s, t->band, t);
     if (v == NIL) return 0; /* nobody holds more than its share: usual rules */
     while (v != NIL && (s->n_run >= s->cfg.max_running || s->kv.n_free < want ||
