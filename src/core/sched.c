@@ -1069,9 +1069,9 @@ static int32_t over_share_victim(const sched *s, int b, const tenant *claimant) 
 static int fair_share_room(sched *s, const req *r, int32_t want, int *left) {
     const tenant *t = tenant_of(s, r);
     /* A claim stops at the claimant's own shares, and victims keep theirs,
-     * so claims converge instead of trading the same seats. */
-    /* Nor for a request its own KV quota would refuse anyway: that would
-     * preempt others for nothing. */
+     * so claims converge instead of trading the same seats; and there is
+     * none for a request its own KV quota would refuse anyway (it would
+     * preempt others for nothing). */
     if (!under_shares(s, t, want) || t->kv_blocks + want > t->kv_quota) return 0;
     int32_t v = over_share_victim(s, t->band, t);
     if (v == NIL) return 0; /* nobody holds more than its share: usual rules */
