@@ -901,11 +901,13 @@ static void plan_decodes(sched *s, int *left) {
     }
 }
 
-static int fair_share_room(sched *s, const req *r, int32_t want, int *left);
+static int fair_share_room(sched *s, const req *r, int32_t want, int below_high, int *left);
 
 /* Bring swapped-out requests of band b back, oldest first, while blocks,
- * seats and their tenants' quotas allow; a stuck one holds back new
- * admissions of its band and lower ones (they would take its blocks).
+ * seats and their tenants' quotas allow, a request of a tenant under its
+ * shares claiming room if need be (fair_share_room); a stuck one holds
+ * back new admissions of its band and lower ones (they would take its
+ * blocks), except claims of other tenants in its band (held_by_stuck_swap).
  * Returns the tokens its decodes take. */
 static int swap_in_band(sched *s, int b, int *left, int cap) {
     band *bd = &s->bands[b];
@@ -925,7 +927,7 @@ static int swap_in_band(sched *s, int b, int *left, int cap) {
          * for a new one (fair_share_room); otherwise it is stuck. */
         if ((s->n_run >= s->cfg.max_running || s->kv.n_free < need) &&
             !(s->cfg.policy == SCHED_POLICY_FAIR && (s->cfg.features & SCHED_FEAT_FAIR_SHARE) &&
-              fair_share_room(s, r, need, left))) {
+              fair_share_room(s, r, need, 0, left))) {
             /* FCFS has no bands: a stuck swap-in stops every admission. */
             if (s->cfg.policy == SCHED_POLICY_FCFS) s->swap_stuck_band = 0;
             else if (b < s->swap_stuck_band) {
@@ -984,9 +986,9 @@ enum { ADMIT_USUAL, ADMIT_PAST_WATERMARK, ADMIT_CLAIM };
 
 /* A stuck swap-in closes admission to its band and the ones below, or
  * newcomers would take the blocks it waits for. A claim (fair_share_room)
- * in that band has taken its room from tenants over their shares instead,
- * so it passes, unless the stuck request is the claimant's own: that one
- * comes first. */
+ * in that band takes its room from tenants over their shares instead, so
+ * it passes, unless the stuck request is the claimant's own: that one
+ * comes first. Claims in lower bands are held like everything else. */
 static int held_by_stuck_swap(const sched *s, const tenant *t, int how) {
     if (t->band != s->swap_stuck_band) return t->band > s->swap_stuck_band;
     return how != ADMIT_CLAIM || s->swap_stuck_tenant == NIL || t == &s->tenants[s->swap_stuck_tenant];
@@ -1063,20 +1065,22 @@ static int32_t over_share_victim(const sched *s, int b, const tenant *claimant) 
  * were idle holds every seat and the KV pool, and a tenant arriving later
  * waits for the flood's requests to end. A tenant under its shares of
  * seats and KV blocks may therefore preempt requests of the tenant furthest
- * over its shares, in its own band, until it fits under the high
- * watermark. Returns 1 if it may then be admitted past the watermark's
- * hysteresis: that pause is for the tenants that filled the pool. */
-static int fair_share_room(sched *s, const req *r, int32_t want, int *left) {
+ * over its shares, in its own band, until it fits (for a new request:
+ * under the high watermark). Returns 1 if it has room then, and may be
+ * admitted past the watermark's hysteresis: that pause is for the tenants
+ * that filled the pool. Callers check a stuck swap-in first
+ * (held_by_stuck_swap), so that nothing is preempted for a refused claim. */
+static int fair_share_room(sched *s, const req *r, int32_t want, int below_high, int *left) {
     const tenant *t = tenant_of(s, r);
     /* A claim stops at the claimant's own shares, and victims keep theirs,
      * so claims converge instead of trading the same seats; and there is
-     * none for a request its own KV quota would refuse anyway (it would
-     * preempt others for nothing). */
+     * none for a chunk that its own KV quota would not let it take (it
+     * would preempt others for blocks it cannot use). */
     if (!under_shares(s, t, want) || t->kv_blocks + want > t->kv_quota) return 0;
     int32_t v = over_share_victim(s, t->band, t);
     if (v == NIL) return 0; /* nobody holds more than its share: usual rules */
     while (v != NIL && (s->n_run >= s->cfg.max_running || s->kv.n_free < want ||
-                        kv_used(&s->kv) + want > s->kv.high_blocks)) {
+                        (below_high && kv_used(&s->kv) + want > s->kv.high_blocks))) {
         preempt(s, v, left);
         v = over_share_victim(s, t->band, t);
     }
@@ -1086,17 +1090,19 @@ static int fair_share_room(sched *s, const req *r, int32_t want, int *left) {
 /* The step that seats a claimant carries its prefill, not the work of the
  * tenants over their shares in its band, so the claimant's first token
  * comes about as fast as if it were alone, instead of after a step padded
- * with the flood's batch. A request is left out at most every other step:
- * claimants arriving step after step must not stop an over-share tenant's
- * requests (their tokens wait one step at most). From here on the step
- * admits only tenants under their shares (more claimants). */
+ * with the flood's batch. A request is left out at most every other step,
+ * and never in the step it was swapped in: claimants arriving step after
+ * step must not stop an over-share tenant's running requests (their tokens
+ * wait one step at most). From here on the step admits only tenants under
+ * their shares (more claimants); the others' prefills wait for a step
+ * without a claim. */
 static void claim_step(sched *s, const tenant *claimant, int *left) {
     s->claim_band = claimant->band;
     for (int32_t i = 0; i < s->n_run; i++) {
         req *r = &s->reqs[s->run[i]];
         const tenant *u = &s->tenants[r->tenant];
         if (u == claimant || u->band != claimant->band || r->item == NIL || overshoot(s, u) <= 0 ||
-            (r->dropped_step && r->dropped_step + 1 == s->steps))
+            r->moved_step == s->steps || (r->dropped_step && r->dropped_step + 1 == s->steps))
             continue;
         drop_item(s, r, left);
         r->dropped_step = s->steps;
@@ -1143,7 +1149,7 @@ static int32_t plan_prefill(sched *s, int32_t slot, int room, int *left, int *wh
             avail = admit_room(s, r, bypass);
         }
         if (avail < want && s->cfg.policy == SCHED_POLICY_FAIR && (s->cfg.features & SCHED_FEAT_FAIR_SHARE) &&
-            fair_share_room(s, r, want, left)) {
+            !held_by_stuck_swap(s, t, ADMIT_CLAIM) && fair_share_room(s, r, want, 1, left)) {
             bypass = ADMIT_CLAIM;
             claimed = 1;
             avail = admit_room(s, r, bypass);

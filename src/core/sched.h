@@ -55,11 +55,11 @@
  *     weighted share of the seats and of the KV pool may preempt the tenant
  *     of its own band furthest over its shares (a flood must not hold every
  *     seat); such a claim passes the watermark's hysteresis and another
- *     tenant's stuck swap-in, and its step leaves out the over-share
- *     tenants' items (a request at most every other step) and admits no
- *     more of them, so the claimant's first token is not padded by the
- *     flood's batch; a swapped-out request of a tenant under its shares
- *     claims room the same way;
+ *     tenant's stuck swap-in in its band, and its step leaves out the
+ *     over-share tenants' items (a request at most every other step) and
+ *     admits no more of them, so the claimant's first token is not padded
+ *     by the flood's batch; a swapped-out request of a tenant under its
+ *     shares may preempt the same way to come back;
  *  6. preemption mode: swap when 2 x KV bytes / copy bandwidth is cheaper
  *     than recomputing the context and swap space is free, else recompute.
  * With policy SCHED_POLICY_FCFS all of that collapses to one arrival-order
