@@ -488,12 +488,12 @@ static void test_fcfs_order(void **state_) {
 
 /* A flood and a victim in one band, equal weights (scenarios/isolation.yaml
  * in miniature): the aggressor keeps 40 requests queued, fills every seat
- * and overcommits the KV pool, so its requests are swapped out and stuck
- * waiting to come back. The victim sends a request every 37 steps. Each
+ * and overcommits the KV pool, so its requests are swapped out and wait
+ * to come back. The victim sends a request every 37 steps. Each
  * one must get its first prefill chunk in the very step after it arrives
  * (it claims a seat from the tenant over its share, even though it has
- * just paid for its previous prompt and a swapped-out aggressor request is
- * stuck); when it had to claim a seat, that step carries no decode of the
+ * just paid for its previous prompt and a swapped-out aggressor request
+ * waits); when it had to claim a seat, that step carries no decode of the
  * aggressor (the claim step). The aggressor keeps finishing requests. */
 static void test_isolation_claim(void **state_) {
     harness h;

@@ -837,15 +837,6 @@ static void expire_timeouts(sched *s, int64_t now) {
     }
 }
 
-static double seat_share(const sched *s, const tenant *t);
-static double kv_share(const sched *s, const tenant *t);
-
-/* A tenant that may take one more seat and `want` more blocks within its
- * shares of its band's seats and KV pool. */
-static int under_shares(const sched *s, const tenant *t, int32_t want) {
-    return t->n_running + 1 <= seat_share(s, t) && t->kv_blocks + want <= kv_share(s, t);
-}
-
 /* Each band's total weight of tenants with work (queued, running or
  * swapped): the denominator of the seat shares. O(tenants) once a step. */
 static void weigh_bands(sched *s) {
@@ -1018,6 +1009,12 @@ static double kv_share(const sched *s, const tenant *t) {
     return w > 0 ? s->kv.n_blocks * t->cfg.weight / w : s->kv.n_blocks;
 }
 
+/* A tenant that may take one more seat and `want` more blocks within its
+ * shares of its band's seats and KV pool. */
+static int under_shares(const sched *s, const tenant *t, int32_t want) {
+    return t->n_running + 1 <= seat_share(s, t) && t->kv_blocks + want <= kv_share(s, t);
+}
+
 /* How far a tenant is over its shares, relative to them: the larger of
  * the seat and the KV figure. */
 static double overshoot(const sched *s, const tenant *u) {
@@ -1125,7 +1122,7 @@ static int32_t plan_prefill(sched *s, int32_t slot, int room, int *left, int *wh
         *why = PF_TENANT;
         return 0;
     }
-    int bypass = ADMIT_USUAL, claimed = 0;
+    int bypass = ADMIT_USUAL;
     int32_t avail = s->kv.n_free;
     if (fresh) {
         avail = admit_room(s, r, ADMIT_USUAL);
@@ -1151,7 +1148,6 @@ static int32_t plan_prefill(sched *s, int32_t slot, int room, int *left, int *wh
         if (avail < want && s->cfg.policy == SCHED_POLICY_FAIR && (s->cfg.features & SCHED_FEAT_FAIR_SHARE) &&
             !held_by_stuck_swap(s, t, ADMIT_CLAIM) && fair_share_room(s, r, want, 1, left)) {
             bypass = ADMIT_CLAIM;
-            claimed = 1;
             avail = admit_room(s, r, bypass);
         }
     }
@@ -1188,7 +1184,7 @@ static int32_t plan_prefill(sched *s, int32_t slot, int room, int *left, int *wh
     }
     charge_input(s, r, n);
     add_item(s, slot, n, left);
-    if (claimed) claim_step(s, t, left);
+    if (bypass == ADMIT_CLAIM) claim_step(s, t, left);
     return n;
 }
 
