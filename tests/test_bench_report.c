@@ -18,7 +18,7 @@
 #include "bench/report.h"
 #include "bench/scenario.h"
 #include "err.h"
-#include "metrics.h"
+#include "fq.h"
 
 #define EPS 1e-9
 
@@ -58,12 +58,12 @@ static void test_percentile(void **state) {
 
 static void test_jain(void **state) {
     (void)state;
-    /* The report uses the server's met_jain; check the values it relies on. */
+    /* The report uses core's fq_jain; check the values it relies on. */
     const double eq[] = {3, 3, 3, 3}, half[] = {1, 0}, x[] = {1, 2, 3};
-    close_to(met_jain(eq, 4), 1, "equal");
-    close_to(met_jain(half, 2), 0.5, "one of two");
-    close_to(met_jain(x, 3), 36.0 / 42.0, "1,2,3");   /* 6^2 / (3 x 14) */
-    close_to(met_jain(x, 0), 1, "none");
+    close_to(fq_jain(eq, 4), 1, "equal");
+    close_to(fq_jain(half, 2), 0.5, "one of two");
+    close_to(fq_jain(x, 3), 36.0 / 42.0, "1,2,3");   /* 6^2 / (3 x 14) */
+    close_to(fq_jain(x, 0), 1, "none");
 }
 
 static void test_slots(void **state) {

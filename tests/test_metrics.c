@@ -23,6 +23,7 @@
 #include <string.h>
 
 #include "err.h"
+#include "fq.h"
 #include "serve/metrics.h"
 
 #define SEC 1000000LL   /* us */
@@ -351,18 +352,18 @@ static void test_render_while_updating(void **st) {
 static void test_jain_hand_values(void **st) {
     (void)st;
     const double eq[] = {3, 3, 3, 3};
-    assert_float_equal(met_jain(eq, 4), 1.0, 1e-15);
+    assert_float_equal(fq_jain(eq, 4), 1.0, 1e-15);
     const double one[] = {0, 5, 0, 0};
-    assert_float_equal(met_jain(one, 4), 0.25, 1e-15);
+    assert_float_equal(fq_jain(one, 4), 0.25, 1e-15);
     const double two[] = {2, 2, 0, 0, 0};
-    assert_float_equal(met_jain(two, 5), 0.4, 1e-15);
+    assert_float_equal(fq_jain(two, 5), 0.4, 1e-15);
     /* (1+2+3)^2 / (3 * 14) = 36/42 */
     const double x[] = {1, 2, 3};
-    assert_float_equal(met_jain(x, 3), 36.0 / 42.0, 1e-15);
+    assert_float_equal(fq_jain(x, 3), 36.0 / 42.0, 1e-15);
     const double zero[] = {0, 0};
-    assert_float_equal(met_jain(zero, 2), 1.0, 0);
-    assert_float_equal(met_jain(NULL, 0), 1.0, 0);
-    assert_float_equal(met_jain(x, 1), 1.0, 1e-15);
+    assert_float_equal(fq_jain(zero, 2), 1.0, 0);
+    assert_float_equal(fq_jain(NULL, 0), 1.0, 0);
+    assert_float_equal(fq_jain(x, 1), 1.0, 1e-15);
 }
 
 /* ---- window ------------------------------------------------------------- */
@@ -399,7 +400,7 @@ static void test_window_jain_and_exclusion(void **st) {
     /* Tenant 2 now backlogged once with its 1.0 total: {20, 20, 1.1}. */
     met_window_add(w, 2, t0 + 10 * SEC, 0.1, 1);
     double x[] = {20, 20, 1.1};
-    assert_float_equal(met_window_jain(w, t0 + 10 * SEC), met_jain(x, 3), 1e-12);
+    assert_float_equal(met_window_jain(w, t0 + 10 * SEC), fq_jain(x, 3), 1e-12);
     met_window_free(w);
 }
 
@@ -428,7 +429,7 @@ static void test_window_expiry(void **st) {
     }
     /* At 59.999999 s second 0 is still inside: {159, 59}. */
     double in[] = {159, 59};
-    assert_float_equal(met_window_jain(w, 60 * SEC - 1), met_jain(in, 2), 1e-12);
+    assert_float_equal(met_window_jain(w, 60 * SEC - 1), fq_jain(in, 2), 1e-12);
     /* At 60 s it has left: {59, 59}, perfectly fair. */
     assert_float_equal(met_window_jain(w, 60 * SEC), 1.0, 1e-15);
     /* At 118 s only second 59 remains; at 119 s nothing, nobody backlogged. */
@@ -440,15 +441,15 @@ static void test_window_expiry(void **st) {
     met_window_add(w, 1, 60 * SEC, 3.0, 1);
     met_window_add(w, 0, 60 * SEC, 0.0, 1);
     double reuse[] = {59, 62};
-    assert_float_equal(met_window_jain(w, 60 * SEC), met_jain(reuse, 2), 1e-12);
+    assert_float_equal(met_window_jain(w, 60 * SEC), fq_jain(reuse, 2), 1e-12);
 
     /* A call older than 59 s behind the newest second is dropped. */
     assert_int_equal(met_window_add(w, 0, 0, 1000.0, 1), 0);
-    assert_float_equal(met_window_jain(w, 60 * SEC), met_jain(reuse, 2), 1e-12);
+    assert_float_equal(met_window_jain(w, 60 * SEC), fq_jain(reuse, 2), 1e-12);
     /* A late call still inside the window is kept. */
     assert_int_equal(met_window_add(w, 0, 30 * SEC, 3.0, 1), 0);
     double late[] = {62, 62};
-    assert_float_equal(met_window_jain(w, 60 * SEC), met_jain(late, 2), 1e-12);
+    assert_float_equal(met_window_jain(w, 60 * SEC), fq_jain(late, 2), 1e-12);
     met_window_free(w);
 }
 

@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "err.h"
-#include "metrics.h"
+#include "fq.h"
 
 void rpt_reqs_free(rpt_req *r, size_t n) {
     for (size_t i = 0; r && i < n; i++) {
@@ -252,7 +252,7 @@ int rpt_compute(const scn *s, const rpt_req *r, size_t n, double run_s, rpt *p) 
             p->errors += p->t[i].errors;
             if (p->t[i].backlogged_s > 0) rates[p->n_jain++] = p->t[i].service_rate;
         }
-        p->jain = met_jain(rates, p->n_jain);
+        p->jain = fq_jain(rates, p->n_jain);
     }
     free(va);
     free(vb);

@@ -37,7 +37,7 @@
  *    (sent, not yet started: it wanted more service than it was getting).
  *    Its weighted service rate is the service it got in its backlogged
  *    slots, divided by its weight and by the number of those slots. Jain's
- *    index (met_jain) is taken over the tenants backlogged in at least one
+ *    index (fq_jain) is taken over the tenants backlogged in at least one
  *    slot; it is 1 when they all got the same weighted rate.
  */
 #ifndef TS_BENCH_REPORT_H

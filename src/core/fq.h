@@ -36,6 +36,8 @@
 
 #include <stdint.h>
 
+#include "heap.h"
+
 #define FQ_SCALE 1024   /* counter units per weighted token */
 
 /* Embedded in the owner's tenant struct. */
@@ -46,8 +48,7 @@ typedef struct fq_entity {
 } fq_entity;
 
 typedef struct fq {
-    fq_entity **heap;   /* (cap) min-heap on (vtime, seq) */
-    int32_t n, cap;
+    heap h;             /* of fq_entity *, fixed, least (vtime, seq) first */
     uint64_t floor;     /* monotone: max over time of the backlogged minimum */
     uint64_t next_seq;
 } fq;
@@ -78,5 +79,17 @@ int64_t fq_charge(fq *q, fq_entity *e, double cost, double weight);
 static inline int64_t fq_diff(uint64_t a, uint64_t b) { return (int64_t)(a - b); }
 /* Current lower bound of the band's counters (floor or heap minimum). */
 uint64_t fq_min_vtime(const fq *q);
+/* Backlogged entities in the queue (set-aside ones not counted). */
+static inline int32_t fq_len(const fq *q) { return (int32_t)q->h.n; }
+
+/*
+ * Jain's fairness index of x[0..n-1]: (sum x)^2 / (n * sum x^2). It is 1
+ * when all x are equal, k/n when k of them are equal and the rest are 0, and
+ * 1/n at worst. Returns 1 for n <= 0 or when every x is 0 (nothing to be
+ * unfair about). x should be finite and non-negative. It lives beside the
+ * fair queue because it is the measure of what the queue promises: the
+ * server's gauge and the load generator's report both take it from here.
+ */
+double fq_jain(const double *x, int n);
 
 #endif

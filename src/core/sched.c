@@ -1289,7 +1289,7 @@ static double band_share(const sched *s, int b) {
 }
 
 static int band_backlogged(const sched *s, int b) {
-    return s->bands[b].q.n > 0 || s->bands[b].swap_head != NIL;
+    return fq_len(&s->bands[b].q) > 0 || s->bands[b].swap_head != NIL;
 }
 
 /* Tokens reserved for band b this step: its minimum share of the budget,

@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "err.h"
+#include "fq.h"
 
 const double met_latency_buckets[MET_LATENCY_N_BUCKETS] = {
     0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.15,
@@ -477,17 +478,6 @@ int met_render(met_registry *r, char **buf, size_t *len) {
 }
 
 /* ---- fairness ----------------------------------------------------------- */
-
-double met_jain(const double *x, int n) {
-    if (n <= 0) return 1.0;
-    double sum = 0.0, sum2 = 0.0;
-    for (int i = 0; i < n; i++) {
-        sum += x[i];
-        sum2 += x[i] * x[i];
-    }
-    if (sum2 == 0.0) return 1.0;
-    return sum * sum / ((double)n * sum2);
-}
 
 #define WIN_SLOTS 60
 #define WIN_SLOT_US 1000000LL

@@ -124,14 +124,6 @@ int met_render(met_registry *r, char **buf, size_t *len);
 /* ---- fairness ----------------------------------------------------------- */
 
 /*
- * Jain's fairness index of x[0..n-1]: (sum x)^2 / (n * sum x^2). It is 1
- * when all x are equal, k/n when k of them are equal and the rest are 0, and
- * 1/n at worst. Returns 1 for n <= 0 or when every x is 0 (nothing to be
- * unfair about). x should be finite and non-negative.
- */
-double met_jain(const double *x, int n);
-
-/*
  * met_window - weighted service among backlogged tenants over the last
  * minute, the input of the fairness gauge.
  *
@@ -142,7 +134,7 @@ double met_jain(const double *x, int n);
  *     S_i = sum of weighted_service passed to met_window_add for i with a
  *           now_us whose slot lies in the window,
  *     B_i = 1 if any of those calls had backlogged != 0, else 0,
- * and met_window_jain(now_us) = met_jain({S_i : B_i = 1}), which is 1 when
+ * and met_window_jain(now_us) = fq_jain({S_i : B_i = 1}), which is 1 when
  * no tenant was backlogged. A tenant that had nothing to run is left out
  * rather than counted as starved; a backlogged tenant that got nothing
  * counts with S_i = 0 and pulls the index down. weighted_service is the

@@ -11,6 +11,8 @@
 #ifndef TS_ERR_H
 #define TS_ERR_H
 
+#include <stddef.h>
+
 /*      name                code  http  message */
 #define TS_ERR_TABLE(X)                                                              \
     X(OK,                    0,  200, "success")                                     \
@@ -55,5 +57,11 @@ const char *err_str(int code);
 const char *err_name(int code);
 /* HTTP status the server answers with for this code; 500 if unknown. */
 int err_http_status(int code);
+
+/* Write the detail message into err (cut to errlen, NUL-terminated; err may
+ * be NULL or errlen 0 to drop it) and return code, so a failure path reads
+ * `return err_set(err, errlen, TS_ERR_GGUF_CORRUPT, "tensor '%s' ...", name);`. */
+__attribute__((format(printf, 4, 5)))
+int err_set(char *err, size_t errlen, int code, const char *fmt, ...);
 
 #endif

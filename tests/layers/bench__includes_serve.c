@@ -1,0 +1,3 @@
+/* bench must not see serve (its metrics included). */
+#include "metrics.h"
+int probe(void) { return 0; }

@@ -1,0 +1,3 @@
+/* cluster must not see engine. */
+#include "gguf.h"
+int probe(void) { return 0; }

@@ -1,0 +1,3 @@
+/* cluster must not see serve. */
+#include "config.h"
+int probe(void) { return 0; }
