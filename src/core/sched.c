@@ -275,14 +275,15 @@ int sched_tier_add(sched *s, const sched_tier *t) {
     return s->n_tiers++;
 }
 
+const sched_tier sched_default_tiers[SCHED_DEFAULT_TIERS] = {
+    {.name = "gold", .band = 0, .ttft_ms = 200},
+    {.name = "silver", .band = 1, .ttft_ms = 500, .min_share = 0.10},
+    {.name = "bronze", .band = 2, .min_share = 0.05, .max_queue_ms = 30000},
+};
+
 int sched_tiers_default(sched *s) {
-    static const sched_tier defaults[] = {
-        {"gold", 0, 200, 0, 0.0, 0},
-        {"silver", 1, 500, 0, 0.10, 0},
-        {"bronze", 2, 0, 0, 0.05, 30000},
-    };
-    for (size_t i = 0; i < sizeof(defaults) / sizeof(defaults[0]); i++) {
-        int rc = sched_tier_add(s, &defaults[i]);
+    for (size_t i = 0; i < SCHED_DEFAULT_TIERS; i++) {
+        int rc = sched_tier_add(s, &sched_default_tiers[i]);
         if (rc < 0) return rc;
     }
     return 0;

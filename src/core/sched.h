@@ -176,8 +176,13 @@ int sched_new(const sched_config *c, sched **out);
 void sched_free(sched *s);
 /* Add a tier; returns its index or a negative code. */
 int sched_tier_add(sched *s, const sched_tier *t);
-/* gold (band 0, TTFT 200 ms), silver (band 1, 500 ms, min share 0.10),
- * bronze (band 2, best effort, min share 0.05, max queue 30 s). */
+/* The default tiers, the one definition that the server's config, the
+ * planner and sched_tiers_default share: gold (band 0, TTFT 200 ms), silver
+ * (band 1, 500 ms, min share 0.10), bronze (band 2, best effort, min share
+ * 0.05, max queue 30 s). */
+#define SCHED_DEFAULT_TIERS 3
+extern const sched_tier sched_default_tiers[SCHED_DEFAULT_TIERS];
+/* Add the default tiers to s. */
 int sched_tiers_default(sched *s);
 /* Add a tenant; returns its id (0, 1, ...) or a negative code. */
 int sched_tenant_add(sched *s, const sched_tenant_cfg *t);
