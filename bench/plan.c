@@ -71,9 +71,9 @@ static void add_models(plan_input *in) {
 
 static void add_tiers(plan_input *in) {
     static const plan_tier t[] = {
-        {"gold", 500, 50, 0, 0},
-        {"silver", 1500, 100, 1, 0.1},
-        {"bronze", 0, 0, 2, 0.05},
+        {.name = "gold", .ttft_ms = 500, .tpot_ms = 50, .band = 0},
+        {.name = "silver", .ttft_ms = 1500, .tpot_ms = 100, .band = 1, .min_share = 0.1},
+        {.name = "bronze", .band = 2, .min_share = 0.05},
     };
     for (size_t i = 0; i < 3; i++) plan_input_add_tier(in, &t[i]);
 }

@@ -214,6 +214,48 @@ static void test_serve_configs_load(void **st) {
     unload(&fx);
 }
 
+/* An input without tiers gets the scheduler's default tiers, and the
+ * tessera.yaml it emits gives serve exactly those tiers back: every field,
+ * bronze's 30 s queue limit included. */
+static void test_default_tiers_reach_serve(void **st) {
+    (void)st;
+    static const char text[] =
+        "fleet:\n  - {name: h, gpu: H100-80GB, gpus_per_node: 1, nodes: 1}\n"
+        "models:\n  - {name: m, params: 0.49B, layers: 24, heads: 14, kv_heads: 2, head_dim: 64,"
+        " max_context: 4096}\n"
+        "tenants:\n  - {name: a, model: m, tier: bronze, load: {rps: 1, prompt_tokens: 100, output_tokens: 10},"
+        " key_sha256: 1111111111111111111111111111111111111111111111111111111111111111}\n";
+    fixture fx;
+    char err[512];
+    int rc = planio_parse(text, sizeof text - 1, "defaults.yaml", &fx.in, err, sizeof err);
+    if (rc) fail_msg("defaults.yaml: %s", err);
+    assert_int_equal(plan_build(&fx.in, &fx.p), 0);
+    emit_out out;
+    assert_int_equal(emit_run(&fx.p, EMIT_SERVE, &out), 0);
+    assert_true(out.n >= 1);
+    char path[PATH_LEN];
+    tu_path(path, sizeof path, "serve-defaults.yaml");
+    assert_int_equal(tu_write_file(path, out.files[0].data, out.files[0].len), 0);
+    cfg c;
+    rc = cfg_load(path, &c, err, sizeof err);
+    unlink(path);
+    if (rc) fail_msg("%s does not load: %s", out.files[0].path, err);
+    assert_int_equal(c.n_tiers, SCHED_DEFAULT_TIERS);
+    for (int i = 0; i < SCHED_DEFAULT_TIERS; i++) {
+        const sched_tier *want = &sched_default_tiers[i];
+        assert_string_equal(c.tiers[i].name, want->name);
+        assert_int_equal(c.tiers[i].band, want->band);
+        assert_int_equal(c.tiers[i].ttft_ms, want->ttft_ms);
+        assert_int_equal(c.tiers[i].tpot_ms, want->tpot_ms);
+        assert_float_equal(c.tiers[i].min_share, want->min_share, 1e-12);
+        assert_int_equal(c.tiers[i].max_queue_ms, want->max_queue_ms);
+    }
+    assert_int_equal(c.tiers[2].max_queue_ms, 30000);
+    cfg_free(&c);
+    emit_out_free(&out);
+    unload(&fx);
+}
+
 /* ---- the command -------------------------------------------------------------- */
 
 static int run(const char *args) {
@@ -262,6 +304,7 @@ int main(void) {
         cmocka_unit_test(test_goldens),
         cmocka_unit_test(test_outputs_parse),
         cmocka_unit_test(test_serve_configs_load),
+        cmocka_unit_test(test_default_tiers_reach_serve),
         cmocka_unit_test(test_command),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

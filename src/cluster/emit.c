@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "strbuf.h"
 #include "err.h"
 #include "pack.h"
 
@@ -14,66 +15,25 @@
 #define MIB 1048576.0
 #define SERVE_PORT 8080             /* first port of a node's workers; k8s pods all use it */
 
-/* ---- string builder ----------------------------------------------------------- */
-
-typedef struct sb {
-    char *s;
-    size_t len, cap;
-    int oom;
-} sb;
-
-__attribute__((format(printf, 2, 3)))
-static void sb_printf(sb *b, const char *fmt, ...) {
-    if (b->oom) return;
-    for (;;) {
-        va_list ap;
-        va_start(ap, fmt);
-        int n = vsnprintf(b->s ? b->s + b->len : NULL, b->s ? b->cap - b->len : 0, fmt, ap);
-        va_end(ap);
-        if (n < 0) {
-            b->oom = 1;
-            return;
-        }
-        if (b->s && b->len + (size_t)n < b->cap) {
-            b->len += (size_t)n;
-            return;
-        }
-        size_t cap = b->cap ? b->cap : 1024;
-        while (cap <= b->len + (size_t)n) cap *= 2;
-        char *s = realloc(b->s, cap);
-        if (!s) {
-            b->oom = 1;
-            return;
-        }
-        b->s = s;
-        b->cap = cap;
-    }
-}
-
 /* Move the builder's text into a new file of out. */
-static int add_file(emit_out *out, sb *b, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static int add_file(emit_out *out, sb *b, const char *fmt, ...) {
-    if (b->oom) {
-        free(b->s);
-        memset(b, 0, sizeof *b);
-        return TS_ERR_NOMEM;
-    }
-    if (!b->s) sb_printf(b, "%s", "");
-    emit_file *a = realloc(out->files, (out->n + 1) * sizeof *a);
-    if (!a || b->oom) {
-        free(b->s);
-        memset(b, 0, sizeof *b);
+static int add_file(emit_out *out, strbuf *b, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int add_file(emit_out *out, strbuf *b, const char *fmt, ...) {
+    emit_file *a = strbuf_failed(b) ? NULL : realloc(out->files, (out->n + 1) * sizeof *a);
+    if (!a) {
+        strbuf_free(b);
         return TS_ERR_NOMEM;
     }
     out->files = a;
+    size_t len;
+    char *data = strbuf_steal(b, &len);
+    if (!data) return TS_ERR_NOMEM;
     emit_file *f = &a[out->n++];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(f->path, sizeof f->path, fmt, ap);
     va_end(ap);
-    f->data = b->s;
-    f->len = b->len;
-    memset(b, 0, sizeof *b);
+    f->data = data;
+    f->len = len;
     return 0;
 }
 
@@ -164,43 +124,43 @@ static double rnd(double x, int d) {
 
 /* ---- table -------------------------------------------------------------------- */
 
-static void table_header(const plan *p, sb *b) {
+static void table_header(const plan *p, strbuf *b) {
     const plan_input *in = p->in;
-    sb_printf(b, "tessera plan: %zu pool%s, %zu node%s, %zu GPU%s (", in->n_pools, in->n_pools == 1 ? "" : "s",
+    strbuf_printf(b, "tessera plan: %zu pool%s, %zu node%s, %zu GPU%s (", in->n_pools, in->n_pools == 1 ? "" : "s",
               p->n_nodes, p->n_nodes == 1 ? "" : "s", p->n_gpus, p->n_gpus == 1 ? "" : "s");
     for (size_t t = 0; t < p->n_types; t++) {
         size_t n = 0;
         for (size_t g = 0; g < p->n_gpus; g++) n += p->gpus[g].type == (int)t;
-        sb_printf(b, "%s%s x%zu", t ? ", " : "", p->types[t]->name, n);
+        strbuf_printf(b, "%s%s x%zu", t ? ", " : "", p->types[t]->name, n);
     }
-    sb_printf(b, "); %zu model%s, %zu tenant%s\n", in->n_models, in->n_models == 1 ? "" : "s", in->n_tenants,
+    strbuf_printf(b, "); %zu model%s, %zu tenant%s\n", in->n_models, in->n_models == 1 ? "" : "s", in->n_tenants,
               in->n_tenants == 1 ? "" : "s");
-    sb_printf(b, "memory in GB (1e9 bytes); latency predicted by the roofline + Little's law model\n\n");
-    sb_printf(b, "placement: first-fit decreasing %d GPU%s", p->heuristic_gpus, p->heuristic_gpus == 1 ? "" : "s");
+    strbuf_printf(b, "memory in GB (1e9 bytes); latency predicted by the roofline + Little's law model\n\n");
+    strbuf_printf(b, "placement: first-fit decreasing %d GPU%s", p->heuristic_gpus, p->heuristic_gpus == 1 ? "" : "s");
     if (p->exact_ran) {
-        sb_printf(b, "; exact branch and bound %d GPU%s (%s, %ld nodes)", p->exact_gpus,
+        strbuf_printf(b, "; exact branch and bound %d GPU%s (%s, %ld nodes)", p->exact_gpus,
                   p->exact_gpus == 1 ? "" : "s", p->exact_proven ? "optimal" : "best found, budget spent",
                   p->exact_nodes);
         if (p->used_exact && p->exact_unplaced < p->heuristic_unplaced)
-            sb_printf(b, "\n           the exact plan is used: it places %zu slice%s the heuristic left out",
+            strbuf_printf(b, "\n           the exact plan is used: it places %zu slice%s the heuristic left out",
                       p->heuristic_unplaced - p->exact_unplaced,
                       p->heuristic_unplaced - p->exact_unplaced == 1 ? "" : "s");
         else if (p->used_exact && p->exact_gpus < p->heuristic_gpus)
-            sb_printf(b, "\n           the exact plan is used: the heuristic was %d GPU%s worse",
+            strbuf_printf(b, "\n           the exact plan is used: the heuristic was %d GPU%s worse",
                       p->heuristic_gpus - p->exact_gpus, p->heuristic_gpus - p->exact_gpus == 1 ? "" : "s");
         else if (p->used_exact)
-            sb_printf(b, "\n           the exact plan is used: same GPUs, less memory in use");
+            strbuf_printf(b, "\n           the exact plan is used: same GPUs, less memory in use");
         else
-            sb_printf(b, "\n           the heuristic is %s", p->exact_proven ? "optimal" : "as good as the search found");
+            strbuf_printf(b, "\n           the heuristic is %s", p->exact_proven ? "optimal" : "as good as the search found");
     } else {
-        sb_printf(b, "; exact search skipped: %zu slices > exact_limit %d", p->n_slices, p->in->exact_limit);
+        strbuf_printf(b, "; exact search skipped: %zu slices > exact_limit %d", p->n_slices, p->in->exact_limit);
     }
-    sb_printf(b, "\nlower bound: %d GPU%s (%.2f GPUs of need)\n", p->lower_bound, p->lower_bound == 1 ? "" : "s",
+    strbuf_printf(b, "\nlower bound: %d GPU%s (%.2f GPUs of need)\n", p->lower_bound, p->lower_bound == 1 ? "" : "s",
               p->lower_frac);
 }
 
-static void table_gpus(const plan *p, sb *b) {
-    sb_printf(b, "\nGPUS\n%-14s %3s  %-10s %-9s %7s %7s  %s\n", "node", "gpu", "type", "mode", "alloc", "need",
+static void table_gpus(const plan *p, strbuf *b) {
+    strbuf_printf(b, "\nGPUS\n%-14s %3s  %-10s %-9s %7s %7s  %s\n", "node", "gpu", "type", "mode", "alloc", "need",
               "layout / shares");
     size_t idle = 0;
     for (size_t gi = 0; gi < p->n_gpus; gi++) {
@@ -230,14 +190,14 @@ static void table_gpus(const plan *p, sb *b) {
         } else {
             snprintf(what, sizeof what, "one instance");
         }
-        sb_printf(b, "%-14s %3d  %-10s %-9s %7.1f %7.1f  %s\n", p->nodes[g->node].name, g->index,
+        strbuf_printf(b, "%-14s %3d  %-10s %-9s %7.1f %7.1f  %s\n", p->nodes[g->node].name, g->index,
                   p->types[g->type]->name, gpu_mode_name(g->mode), g->mem_alloc / GB, g->mem_need / GB, what);
     }
-    if (idle) sb_printf(b, "(%zu GPU%s idle)\n", idle, idle == 1 ? "" : "s");
+    if (idle) strbuf_printf(b, "(%zu GPU%s idle)\n", idle, idle == 1 ? "" : "s");
 }
 
-static void table_insts(const plan *p, sb *b) {
-    sb_printf(b, "\nINSTANCES\n%-26s %-9s %-16s %-20s %7s %7s %7s %7s %5s %8s %8s %5s\n", "instance", "mode",
+static void table_insts(const plan *p, strbuf *b) {
+    strbuf_printf(b, "\nINSTANCES\n%-26s %-9s %-16s %-20s %7s %7s %7s %7s %5s %8s %8s %5s\n", "instance", "mode",
               "node/gpu", "slice", "alloc", "need", "weights", "kv", "seqs", "ttft ms", "tpot ms", "util");
     for (size_t i = 0; i < p->n_insts; i++) {
         const plan_inst *in = &p->insts[i];
@@ -246,13 +206,13 @@ static void table_insts(const plan *p, sb *b) {
         emit_inst_name(p, i, name, sizeof name);
         const plan_gpu *g = inst_gpu(p, in);
         if (!g) {
-            sb_printf(b, "%-26s %-9s %-16s (not placed)\n", name, plan_mode_name(w->mode), "-");
+            strbuf_printf(b, "%-26s %-9s %-16s (not placed)\n", name, plan_mode_name(w->mode), "-");
             continue;
         }
         snprintf(where, sizeof where, "%s/%d", p->nodes[g->node].name, g->index);
         slice_desc(p, in, slice, sizeof slice);
         const perf_est *e = &in->est;
-        sb_printf(b, "%-26s %-9s %-16s %-20s %7.1f %7.1f %7.1f %7.1f %5d %8.1f %8.1f %5.2f\n", name,
+        strbuf_printf(b, "%-26s %-9s %-16s %-20s %7.1f %7.1f %7.1f %7.1f %5d %8.1f %8.1f %5.2f\n", name,
                   plan_mode_name(w->mode), where, slice, in->mem_limit / GB, e->need_bytes / GB,
                   e->weight_bytes / GB, e->kv_bytes / GB, e->seqs, e->ttft_s * 1e3, e->step_s * 1e3, e->util);
     }
@@ -264,8 +224,8 @@ static void target_str(double pred_s, double target_ms, int have, char *buf, siz
     else snprintf(buf, cap, "%.0f / -", pred_s * 1e3);
 }
 
-static void table_tenants(const plan *p, sb *b) {
-    sb_printf(b, "\nTENANTS\n%-16s %-16s %-8s %-11s %-26s %7s %13s %13s  %s\n", "tenant", "model", "tier", "isolation",
+static void table_tenants(const plan *p, strbuf *b) {
+    strbuf_printf(b, "\nTENANTS\n%-16s %-16s %-8s %-11s %-26s %7s %13s %13s  %s\n", "tenant", "model", "tier", "isolation",
               "worker", "rps", "ttft ms p/t", "tpot ms p/t", "status");
     for (size_t t = 0; t < p->in->n_tenants; t++) {
         const plan_tenant *tn = &p->in->tenants[t];
@@ -276,34 +236,34 @@ static void table_tenants(const plan *p, sb *b) {
         target_str(r->ttft_s, tn->iso == PLAN_ISO_BEST_EFFORT ? 0 : tr->ttft_ms, have, ttft, sizeof ttft);
         target_str(r->tpot_s, tn->iso == PLAN_ISO_BEST_EFFORT ? 0 : tr->tpot_ms, have, tpot, sizeof tpot);
         const char *status = r->ok ? (tn->iso == PLAN_ISO_BEST_EFFORT ? "ok (best effort)" : "ok") : "INFEASIBLE";
-        sb_printf(b, "%-16s %-16s %-8s %-11s %-26s %7.2f %13s %13s  %s\n", tn->name, p->in->models[tn->model].name,
+        strbuf_printf(b, "%-16s %-16s %-8s %-11s %-26s %7.2f %13s %13s  %s\n", tn->name, p->in->models[tn->model].name,
                   tr->name, plan_iso_name(tn->iso), r->worker >= 0 ? p->workers[r->worker].name : "-", tn->load.rps,
                   ttft, tpot, status);
     }
 }
 
-static void table_totals(const plan *p, sb *b) {
+static void table_totals(const plan *p, strbuf *b) {
     size_t served = 0;
     for (size_t t = 0; t < p->in->n_tenants; t++) served += p->results[t].ok;
     double waste = p->mem_alloc - p->mem_need;
-    sb_printf(b, "\nTOTALS\nGPUs used %d of %zu (lower bound %d); tenants served %zu of %zu\n", p->gpus_used, p->n_gpus,
+    strbuf_printf(b, "\nTOTALS\nGPUs used %d of %zu (lower bound %d); tenants served %zu of %zu\n", p->gpus_used, p->n_gpus,
               p->lower_bound, served, p->in->n_tenants);
-    sb_printf(b, "memory: allocated %.1f, needed %.1f, waste %.1f (%.1f%% of allocated); GPUs used hold %.1f\n",
+    strbuf_printf(b, "memory: allocated %.1f, needed %.1f, waste %.1f (%.1f%% of allocated); GPUs used hold %.1f\n",
               p->mem_alloc / GB, p->mem_need / GB, waste / GB, p->mem_alloc > 0 ? 100.0 * waste / p->mem_alloc : 0.0,
               p->mem_capacity / GB);
-    sb_printf(b, "verdict: %s\n", p->feasible ? "feasible" : "INFEASIBLE");
+    strbuf_printf(b, "verdict: %s\n", p->feasible ? "feasible" : "INFEASIBLE");
     if (p->n_problems) {
-        sb_printf(b, "\nPROBLEMS\n");
-        for (size_t i = 0; i < p->n_problems; i++) sb_printf(b, "- %s\n", p->problems[i].text);
+        strbuf_printf(b, "\nPROBLEMS\n");
+        for (size_t i = 0; i < p->n_problems; i++) strbuf_printf(b, "- %s\n", p->problems[i].text);
     }
     if (p->n_notes) {
-        sb_printf(b, "\nNOTES\n");
-        for (size_t i = 0; i < p->n_notes; i++) sb_printf(b, "- %s\n", p->notes[i]);
+        strbuf_printf(b, "\nNOTES\n");
+        for (size_t i = 0; i < p->n_notes; i++) strbuf_printf(b, "- %s\n", p->notes[i]);
     }
 }
 
 static int emit_table(const plan *p, emit_out *out) {
-    sb b = {0};
+    strbuf b = STRBUF_INIT;
     table_header(p, &b);
     table_gpus(p, &b);
     table_insts(p, &b);
@@ -440,8 +400,8 @@ static int emit_json(const plan *p, emit_out *out) {
     char *txt = cJSON_Print(root);
     cJSON_Delete(root);
     if (!txt) return TS_ERR_NOMEM;
-    sb b = {0};
-    sb_printf(&b, "%s\n", txt);
+    strbuf b = STRBUF_INIT;
+    strbuf_printf(&b, "%s\n", txt);
     cJSON_free(txt);
     return add_file(out, &b, "plan.json");
 }
@@ -460,10 +420,10 @@ static int emit_nvidia_smi(const plan *p, emit_out *out) {
         if (!node_used(p, n)) continue;
         const plan_node *nd = &p->nodes[n];
         const gpucat_gpu *type = p->in->pools[nd->pool].gpu;
-        sb b = {0};
-        sb_printf(&b, "#!/bin/sh\n# tessera plan: GPU set-up of node %s (%d x %s). Run as root on the node.\n", nd->name,
+        strbuf b = STRBUF_INIT;
+        strbuf_printf(&b, "#!/bin/sh\n# tessera plan: GPU set-up of node %s (%d x %s). Run as root on the node.\n", nd->name,
                   nd->n_gpus, type->name);
-        sb_printf(&b,
+        strbuf_printf(&b,
                   "# nvidia-smi mig -cgi places each instance first-fit and never moves one, so every\n"
                   "# list below is in the order that lands the planned slots on an emptied GPU\n"
                   "# (largest first; see src/cluster/mig.h). Changing MIG mode may need a GPU reset.\n"
@@ -471,35 +431,35 @@ static int emit_nvidia_smi(const plan *p, emit_out *out) {
         for (int k = 0; k < nd->n_gpus; k++) {
             const plan_gpu *g = &p->gpus[nd->first_gpu + (size_t)k];
             if (g->mode == PLAN_GPU_IDLE) continue;
-            sb_printf(&b, "\n");
+            strbuf_printf(&b, "\n");
             switch (g->mode) {
             case PLAN_GPU_MIG: {
                 char lay[160], cgi[64];
                 layout_desc(p, g, lay, sizeof lay);
                 cgi_list(g, cgi, sizeof cgi);
-                sb_printf(&b, "# GPU %d: MIG %s\n", g->index, lay);
-                sb_printf(&b, "nvidia-smi -i %d -mig 1\n", g->index);
-                sb_printf(&b, "nvidia-smi mig -i %d -dci || true    # compute instances first,\n", g->index);
-                sb_printf(&b, "nvidia-smi mig -i %d -dgi || true    # then GPU instances\n", g->index);
-                sb_printf(&b, "nvidia-smi mig -i %d -cgi %s -C\n", g->index, cgi);
+                strbuf_printf(&b, "# GPU %d: MIG %s\n", g->index, lay);
+                strbuf_printf(&b, "nvidia-smi -i %d -mig 1\n", g->index);
+                strbuf_printf(&b, "nvidia-smi mig -i %d -dci || true    # compute instances first,\n", g->index);
+                strbuf_printf(&b, "nvidia-smi mig -i %d -dgi || true    # then GPU instances\n", g->index);
+                strbuf_printf(&b, "nvidia-smi mig -i %d -cgi %s -C\n", g->index, cgi);
                 break;
             }
             case PLAN_GPU_MPS:
-                sb_printf(&b, "# GPU %d: MPS, %.0f%% of SMs given to clients; MIG off, one process (the MPS server)\n",
+                strbuf_printf(&b, "# GPU %d: MPS, %.0f%% of SMs given to clients; MIG off, one process (the MPS server)\n",
                           g->index, g->share_pct);
-                sb_printf(&b, "nvidia-smi -i %d -mig 0\n", g->index);
-                sb_printf(&b, "nvidia-smi -i %d -c EXCLUSIVE_PROCESS\n", g->index);
+                strbuf_printf(&b, "nvidia-smi -i %d -mig 0\n", g->index);
+                strbuf_printf(&b, "nvidia-smi -i %d -c EXCLUSIVE_PROCESS\n", g->index);
                 break;
             case PLAN_GPU_TIMESLICE:
-                sb_printf(&b, "# GPU %d: time-sliced (best effort), %.0f%% of its time planned; MIG off\n", g->index,
+                strbuf_printf(&b, "# GPU %d: time-sliced (best effort), %.0f%% of its time planned; MIG off\n", g->index,
                           g->share_pct);
-                sb_printf(&b, "nvidia-smi -i %d -mig 0\n", g->index);
-                sb_printf(&b, "nvidia-smi -i %d -c DEFAULT\n", g->index);
-                sb_printf(&b, "nvidia-smi compute-policy -i %d --set-timeslice 0    # default slice length\n", g->index);
+                strbuf_printf(&b, "nvidia-smi -i %d -mig 0\n", g->index);
+                strbuf_printf(&b, "nvidia-smi -i %d -c DEFAULT\n", g->index);
+                strbuf_printf(&b, "nvidia-smi compute-policy -i %d --set-timeslice 0    # default slice length\n", g->index);
                 break;
             default:
-                sb_printf(&b, "# GPU %d: one instance on the whole GPU; MIG off\n", g->index);
-                sb_printf(&b, "nvidia-smi -i %d -mig 0\n", g->index);
+                strbuf_printf(&b, "# GPU %d: one instance on the whole GPU; MIG off\n", g->index);
+                strbuf_printf(&b, "nvidia-smi -i %d -mig 0\n", g->index);
             }
         }
         int rc = add_file(out, &b, "nvidia-smi/%s.sh", nd->name);
@@ -523,8 +483,8 @@ static int same_mig(const plan *p, const plan_gpu *a, const plan_gpu *b) {
 }
 
 static int emit_mig_parted(const plan *p, emit_out *out) {
-    sb b = {0};
-    sb_printf(&b,
+    strbuf b = STRBUF_INIT;
+    strbuf_printf(&b,
               "# tessera plan: nvidia-mig-parted v1 config, one named config per node with MIG GPUs.\n"
               "# Apply on a node:   nvidia-mig-parted apply -f mig-parted.yaml -c tessera-<node>\n"
               "# or with the GPU Operator: label the node nvidia.com/mig.config=tessera-<node>.\n"
@@ -535,37 +495,37 @@ static int emit_mig_parted(const plan *p, emit_out *out) {
         const plan_node *nd = &p->nodes[n];
         if (!p->in->pools[nd->pool].gpu->n_mig) continue;
         any = 1;
-        sb_printf(&b, "  tessera-%s:\n", nd->name);
+        strbuf_printf(&b, "  tessera-%s:\n", nd->name);
         char *done = calloc((size_t)nd->n_gpus, 1);
         if (!done) {
-            free(b.s);
+            strbuf_free(&b);
             return TS_ERR_NOMEM;
         }
         for (int k = 0; k < nd->n_gpus; k++) {
             if (done[k]) continue;
             const plan_gpu *g = &p->gpus[nd->first_gpu + (size_t)k];
-            sb_printf(&b, "    - devices: [");
+            strbuf_printf(&b, "    - devices: [");
             for (int j = k, first = 1; j < nd->n_gpus; j++) {
                 const plan_gpu *h = &p->gpus[nd->first_gpu + (size_t)j];
                 if (done[j] || !same_mig(p, g, h)) continue;
                 done[j] = 1;
-                sb_printf(&b, "%s%d", first ? "" : ", ", h->index);
+                strbuf_printf(&b, "%s%d", first ? "" : ", ", h->index);
                 first = 0;
             }
-            sb_printf(&b, "]\n      mig-enabled: %s\n", g->mode == PLAN_GPU_MIG ? "true" : "false");
+            strbuf_printf(&b, "]\n      mig-enabled: %s\n", g->mode == PLAN_GPU_MIG ? "true" : "false");
             if (g->mode != PLAN_GPU_MIG) continue;
-            sb_printf(&b, "      mig-devices:\n");
+            strbuf_printf(&b, "      mig-devices:\n");
             /* Profiles in the catalog's order, each with its count. */
             const gpucat_gpu *t = p->types[g->type];
             for (int m = 0; m < t->n_mig; m++) {
                 int c = 0;
                 for (int j = 0; j < g->n_gi; j++) c += g->gi[j].gi_id == t->mig[m].gi_id;
-                if (c) sb_printf(&b, "        \"%s\": %d\n", t->mig[m].name, c);
+                if (c) strbuf_printf(&b, "        \"%s\": %d\n", t->mig[m].name, c);
             }
         }
         free(done);
     }
-    if (!any) sb_printf(&b, "  {}\n");
+    if (!any) strbuf_printf(&b, "  {}\n");
     return add_file(out, &b, "mig-parted.yaml");
 }
 
@@ -592,25 +552,25 @@ static void pipe_dir(const plan *p, const plan_inst *in, char *buf, size_t cap) 
 
 static int uses_mps(const plan_slice *s) { return s->mode == PLAN_MODE_MPS || s->mode == PLAN_MODE_MIG_MPS; }
 
-static void mps_env(const plan *p, size_t i, sb *b, const char *prefix, const char *quote) {
+static void mps_env(const plan *p, size_t i, strbuf *b, const char *prefix, const char *quote) {
     const plan_inst *in = &p->insts[i];
     const plan_slice *s = &p->slices[in->slice];
     const plan_worker *w = &p->workers[in->worker];
     char vis[160], pipe[96];
     visible(p, in, vis, sizeof vis);
-    sb_printf(b, "%sCUDA_VISIBLE_DEVICES=%s%s%s\n", prefix, quote, vis, quote);
+    strbuf_printf(b, "%sCUDA_VISIBLE_DEVICES=%s%s%s\n", prefix, quote, vis, quote);
     if (!uses_mps(s)) return;
     pipe_dir(p, in, pipe, sizeof pipe);
-    sb_printf(b, "%sCUDA_MPS_PIPE_DIRECTORY=%s%s%s\n", prefix, quote, pipe, quote);
-    sb_printf(b, "%sCUDA_MPS_ACTIVE_THREAD_PERCENTAGE=%s%.0f%s\n", prefix, quote, in->pct, quote);
-    sb_printf(b, "%sCUDA_MPS_PINNED_DEVICE_MEM_LIMIT=%s0=%.0fM%s\n", prefix, quote, mib_up(in->mem_limit), quote);
-    sb_printf(b, "%sCUDA_MPS_CLIENT_PRIORITY=%s%d%s\n", prefix, quote, mps_priority(p, w), quote);
+    strbuf_printf(b, "%sCUDA_MPS_PIPE_DIRECTORY=%s%s%s\n", prefix, quote, pipe, quote);
+    strbuf_printf(b, "%sCUDA_MPS_ACTIVE_THREAD_PERCENTAGE=%s%.0f%s\n", prefix, quote, in->pct, quote);
+    strbuf_printf(b, "%sCUDA_MPS_PINNED_DEVICE_MEM_LIMIT=%s0=%.0fM%s\n", prefix, quote, mib_up(in->mem_limit), quote);
+    strbuf_printf(b, "%sCUDA_MPS_CLIENT_PRIORITY=%s%d%s\n", prefix, quote, mps_priority(p, w), quote);
 }
 
 static int emit_mps(const plan *p, emit_out *out) {
     /* One script per node starting an MPS control daemon per MPS GPU or GI. */
     for (size_t n = 0; n < p->n_nodes; n++) {
-        sb b = {0};
+        strbuf b = STRBUF_INIT;
         int any = 0;
         const plan_node *nd = &p->nodes[n];
         for (size_t k = 0; k < (size_t)nd->n_gpus * p->n_slices; k++) {
@@ -624,7 +584,7 @@ static int emit_mps(const plan *p, emit_out *out) {
                 seen |= p->slices[e].gpu == sl->gpu && p->slices[e].mode == PLAN_MODE_MPS;
             if (seen) continue;
             if (!any)
-                sb_printf(&b,
+                strbuf_printf(&b,
                           "#!/bin/sh\n# tessera plan: MPS control daemons of node %s, one per MPS GPU or MIG instance.\n"
                           "# Start them before the workers (mps/<instance>.env); stop with\n"
                           "# echo quit | CUDA_MPS_PIPE_DIRECTORY=<dir> nvidia-cuda-mps-control\n"
@@ -635,8 +595,8 @@ static int emit_mps(const plan *p, emit_out *out) {
             char vis[160], pipe[96];
             visible(p, in, vis, sizeof vis);
             pipe_dir(p, in, pipe, sizeof pipe);
-            sb_printf(&b, "\n# GPU %d%s\n", p->gpus[sl->gpu].index, sl->mode == PLAN_MODE_MIG_MPS ? " (inside a MIG instance)" : "");
-            sb_printf(&b,
+            strbuf_printf(&b, "\n# GPU %d%s\n", p->gpus[sl->gpu].index, sl->mode == PLAN_MODE_MIG_MPS ? " (inside a MIG instance)" : "");
+            strbuf_printf(&b,
                       "CUDA_VISIBLE_DEVICES=%s CUDA_MPS_PIPE_DIRECTORY=%s CUDA_MPS_LOG_DIRECTORY=%s.log \\\n"
                       "    nvidia-cuda-mps-control -d\n",
                       vis, pipe, pipe);
@@ -645,7 +605,7 @@ static int emit_mps(const plan *p, emit_out *out) {
             int rc = add_file(out, &b, "mps/%s.sh", p->nodes[n].name);
             if (rc) return rc;
         } else {
-            free(b.s);
+            strbuf_free(&b);
         }
     }
     for (size_t i = 0; i < p->n_insts; i++) {
@@ -656,13 +616,13 @@ static int emit_mps(const plan *p, emit_out *out) {
         char name[80], slice[64];
         emit_inst_name(p, i, name, sizeof name);
         slice_desc(p, in, slice, sizeof slice);
-        sb b = {0};
-        sb_printf(&b, "# tessera plan: environment of worker instance %s (%s), on %s GPU %d, %s.\n", name,
+        strbuf b = STRBUF_INIT;
+        strbuf_printf(&b, "# tessera plan: environment of worker instance %s (%s), on %s GPU %d, %s.\n", name,
                   plan_mode_name(w->mode), p->nodes[g->node].name, g->index, slice);
         if (p->slices[in->slice].mode == PLAN_MODE_MIG || p->slices[in->slice].mode == PLAN_MODE_MIG_MPS)
-            sb_printf(&b, "# Replace the MIG-UUID-... placeholder with the instance's UUID from nvidia-smi -L.\n");
+            strbuf_printf(&b, "# Replace the MIG-UUID-... placeholder with the instance's UUID from nvidia-smi -L.\n");
         if (uses_mps(&p->slices[in->slice]))
-            sb_printf(&b, "# The pinned limit names device 0: the one device the client sees.\n");
+            strbuf_printf(&b, "# The pinned limit names device 0: the one device the client sees.\n");
         mps_env(p, i, &b, "", "");
         int rc = add_file(out, &b, "mps/%s.env", name);
         if (rc) return rc;
@@ -673,7 +633,7 @@ static int emit_mps(const plan *p, emit_out *out) {
 /* ---- serve -------------------------------------------------------------------- */
 
 /* tessera.yaml of instance i, each line prefixed by indent (for k8s). */
-static void serve_yaml(const plan *p, size_t i, int port, sb *b, const char *indent) {
+static void serve_yaml(const plan *p, size_t i, int port, strbuf *b, const char *indent) {
     const plan_inst *in = &p->insts[i];
     const plan_worker *w = &p->workers[in->worker];
     const plan_model *m = &p->in->models[w->model];
@@ -682,31 +642,33 @@ static void serve_yaml(const plan *p, size_t i, int port, sb *b, const char *ind
     char name[80], slice[64];
     emit_inst_name(p, i, name, sizeof name);
     slice_desc(p, in, slice, sizeof slice);
-    sb_printf(b, "%s# tessera plan: worker instance %s, %s on %s GPU %d (%s).\n", indent, name,
+    strbuf_printf(b, "%s# tessera plan: worker instance %s, %s on %s GPU %d (%s).\n", indent, name,
               plan_mode_name(w->mode), p->nodes[g->node].name, g->index, slice);
-    sb_printf(b, "%s# Sized for %.2f req/s: %d sequences in flight, %.0f KV tokens; predicted TTFT %.0f ms,\n",
+    strbuf_printf(b, "%s# Sized for %.2f req/s: %d sequences in flight, %.0f KV tokens; predicted TTFT %.0f ms,\n",
               indent, w->load.rps / w->replicas, e->seqs, e->kv_tokens, e->ttft_s * 1e3);
-    sb_printf(b, "%s# TPOT %.0f ms. Start: tessera serve --config <this file>\n", indent, e->step_s * 1e3);
-    sb_printf(b, "%slisten: 0.0.0.0:%d\n", indent, port);
-    sb_printf(b, "%smodels:\n", indent);
-    sb_printf(b, "%s  - name: %s\n", indent, m->name);
-    if (m->path[0]) sb_printf(b, "%s    path: %s\n", indent, m->path);
-    else sb_printf(b, "%s    path: models/%s.gguf\n", indent, m->name);
-    sb_printf(b, "%s    kv_cache_bytes: %.0fMiB\n", indent, mib_up(e->kv_bytes));
-    sb_printf(b, "%s    max_seqs: %d\n", indent, e->seqs < 1 ? 1 : e->seqs > 65536 ? 65536 : e->seqs);
-    sb_printf(b, "%stiers:\n", indent);
+    strbuf_printf(b, "%s# TPOT %.0f ms. Start: tessera serve --config <this file>\n", indent, e->step_s * 1e3);
+    strbuf_printf(b, "%slisten: 0.0.0.0:%d\n", indent, port);
+    strbuf_printf(b, "%smodels:\n", indent);
+    strbuf_printf(b, "%s  - name: %s\n", indent, m->name);
+    if (m->path[0]) strbuf_printf(b, "%s    path: %s\n", indent, m->path);
+    else strbuf_printf(b, "%s    path: models/%s.gguf\n", indent, m->name);
+    strbuf_printf(b, "%s    kv_cache_bytes: %.0fMiB\n", indent, mib_up(e->kv_bytes));
+    strbuf_printf(b, "%s    max_seqs: %d\n", indent, e->seqs < 1 ? 1 : e->seqs > 65536 ? 65536 : e->seqs);
+    strbuf_printf(b, "%stiers:\n", indent);
     for (size_t t = 0; t < p->in->n_tiers; t++) {
         const plan_tier *tr = &p->in->tiers[t];
-        sb_printf(b, "%s  - {name: %s, band: %d, ttft_ms: %.0f, tpot_ms: %.0f, min_share: %g}\n", indent, tr->name,
-                  tr->band, tr->ttft_ms, tr->tpot_ms, tr->min_share);
+        strbuf_printf(b, "%s  - {name: %s, band: %d, ttft_ms: %.0f, tpot_ms: %.0f, min_share: %g", indent, tr->name,
+                   tr->band, tr->ttft_ms, tr->tpot_ms, tr->min_share);
+        if (tr->max_queue_ms > 0) strbuf_printf(b, ", max_queue_ms: %.0f", tr->max_queue_ms);
+        strbuf_printf(b, "}\n");
     }
-    sb_printf(b, "%stenants:\n", indent);
+    strbuf_printf(b, "%stenants:\n", indent);
     for (size_t k = 0; k < w->n_tenants; k++) {
         const plan_tenant *tn = &p->in->tenants[w->tenants[k]];
-        sb_printf(b, "%s  - name: %s\n%s    tier: %s\n%s    weight: %g\n", indent, tn->name, indent,
+        strbuf_printf(b, "%s  - name: %s\n%s    tier: %s\n%s    weight: %g\n", indent, tn->name, indent,
                   p->in->tiers[tn->tier].name, indent, tn->weight);
-        if (tn->key_sha256[0]) sb_printf(b, "%s    key_sha256: %s\n", indent, tn->key_sha256);
-        else sb_printf(b, "%s    key_sha256: REPLACE-with-the-sha256-tessera-keygen-prints\n", indent);
+        if (tn->key_sha256[0]) strbuf_printf(b, "%s    key_sha256: %s\n", indent, tn->key_sha256);
+        else strbuf_printf(b, "%s    key_sha256: REPLACE-with-the-sha256-tessera-keygen-prints\n", indent);
     }
 }
 
@@ -726,7 +688,7 @@ static int emit_serve(const plan *p, emit_out *out) {
         if (!inst_gpu(p, &p->insts[i])) continue;
         char name[80];
         emit_inst_name(p, i, name, sizeof name);
-        sb b = {0};
+        strbuf b = STRBUF_INIT;
         serve_yaml(p, i, serve_port(p, i), &b, "");
         int rc = add_file(out, &b, "serve/%s.yaml", name);
         if (rc) return rc;
@@ -750,8 +712,8 @@ static void node_clients(const plan *p, size_t n, int *max_mps, int *max_ts) {
     }
 }
 
-static void k8s_device_plugin(const plan *p, sb *b) {
-    sb_printf(b,
+static void k8s_device_plugin(const plan *p, strbuf *b) {
+    strbuf_printf(b,
               "# tessera plan: Kubernetes manifests.\n"
               "# 1. MIG layouts: --emit mig-parted (GPU Operator: node label nvidia.com/mig.config).\n"
               "# 2. Device plugin: the ConfigMap below has one config per node; select it with the node\n"
@@ -765,31 +727,31 @@ static void k8s_device_plugin(const plan *p, sb *b) {
         int max_mps, max_ts;
         node_clients(p, n, &max_mps, &max_ts);
         int rep = max_mps > max_ts ? max_mps : max_ts;
-        sb_printf(b, "  %s: |-\n    version: v1\n    flags:\n      migStrategy: mixed\n", p->nodes[n].name);
+        strbuf_printf(b, "  %s: |-\n    version: v1\n    flags:\n      migStrategy: mixed\n", p->nodes[n].name);
         if (rep < 2) {
             if (max_mps || max_ts)
-                sb_printf(b, "    # one worker per shared GPU on this node: nothing to share\n");
+                strbuf_printf(b, "    # one worker per shared GPU on this node: nothing to share\n");
             continue;
         }
-        sb_printf(b, "    sharing:\n      %s:\n        resources:\n          - name: nvidia.com/gpu\n"
+        strbuf_printf(b, "    sharing:\n      %s:\n        resources:\n          - name: nvidia.com/gpu\n"
                      "            replicas: %d\n", max_mps ? "mps" : "timeSlicing", rep);
         if (max_mps && max_ts)
-            sb_printf(b, "    # time-sliced GPUs of this node run their best-effort workers as MPS\n"
+            strbuf_printf(b, "    # time-sliced GPUs of this node run their best-effort workers as MPS\n"
                          "    # clients: the device plugin shares node-wide, MPS or time-slicing.\n");
     }
 }
 
-static void k8s_instance(const plan *p, size_t i, sb *b) {
+static void k8s_instance(const plan *p, size_t i, strbuf *b) {
     const plan_inst *in = &p->insts[i];
     const plan_worker *w = &p->workers[in->worker];
     const plan_slice *s = &p->slices[in->slice];
     const plan_gpu *g = inst_gpu(p, in);
     char name[80];
     emit_inst_name(p, i, name, sizeof name);
-    sb_printf(b, "---\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: tessera-%s\ndata:\n  tessera.yaml: |\n",
+    strbuf_printf(b, "---\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: tessera-%s\ndata:\n  tessera.yaml: |\n",
               name);
     serve_yaml(p, i, SERVE_PORT, b, "    ");
-    sb_printf(b, "---\napiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: tessera-%s\n  labels:\n"
+    strbuf_printf(b, "---\napiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: tessera-%s\n  labels:\n"
                  "    app.kubernetes.io/name: tessera\n    tessera.dev/worker: %s\nspec:\n  replicas: 1\n"
                  "  selector:\n    matchLabels:\n      tessera.dev/instance: %s\n  template:\n    metadata:\n"
                  "      labels:\n        app.kubernetes.io/name: tessera\n        tessera.dev/instance: %s\n"
@@ -799,7 +761,7 @@ static void k8s_instance(const plan *p, size_t i, sb *b) {
                  "          ports:\n            - containerPort: %d\n",
               name, w->name, name, name, p->nodes[g->node].name, SERVE_PORT);
     if (s->mode == PLAN_MODE_MPS) {
-        sb_printf(b, "          env:\n            - {name: CUDA_MPS_ACTIVE_THREAD_PERCENTAGE, value: \"%.0f\"}\n"
+        strbuf_printf(b, "          env:\n            - {name: CUDA_MPS_ACTIVE_THREAD_PERCENTAGE, value: \"%.0f\"}\n"
                      "            - {name: CUDA_MPS_PINNED_DEVICE_MEM_LIMIT, value: \"0=%.0fM\"}\n"
                      "            - {name: CUDA_MPS_CLIENT_PRIORITY, value: \"%d\"}\n",
                   in->pct, mib_up(in->mem_limit), mps_priority(p, w));
@@ -809,11 +771,11 @@ static void k8s_instance(const plan *p, size_t i, sb *b) {
         node_clients(p, (size_t)g->node, &max_mps, &max_ts);
         int rep = max_mps > max_ts ? max_mps : max_ts;
         if (rep >= 2 && in->pct > 100.0 / rep + 1e-9)
-            sb_printf(b, "          # WARNING: planned %.0f%% of SMs, but the device plugin's MPS daemon caps each\n"
+            strbuf_printf(b, "          # WARNING: planned %.0f%% of SMs, but the device plugin's MPS daemon caps each\n"
                          "          # client at 100/%d = %.0f%%; run MPS outside the plugin (--emit mps) to get it.\n",
                       in->pct, rep, 100.0 / rep);
     } else if (s->mode == PLAN_MODE_MIG_MPS) {
-        sb_printf(b, "          # MPS inside this MIG instance needs an nvidia-cuda-mps-control daemon in the\n"
+        strbuf_printf(b, "          # MPS inside this MIG instance needs an nvidia-cuda-mps-control daemon in the\n"
                      "          # pod or on the node (the device plugin shares whole GPUs only); then:\n"
                      "          env:\n            - {name: CUDA_MPS_ACTIVE_THREAD_PERCENTAGE, value: \"%.0f\"}\n"
                      "            - {name: CUDA_MPS_PINNED_DEVICE_MEM_LIMIT, value: \"0=%.0fM\"}\n",
@@ -823,21 +785,21 @@ static void k8s_instance(const plan *p, size_t i, sb *b) {
         int max_mps, max_ts;
         node_clients(p, (size_t)g->node, &max_mps, &max_ts);
         if ((max_mps > max_ts ? max_mps : max_ts) >= 2)
-            sb_printf(b, "          # This node shares its GPUs, so nvidia.com/gpu: 1 is one replica of a GPU,\n"
+            strbuf_printf(b, "          # This node shares its GPUs, so nvidia.com/gpu: 1 is one replica of a GPU,\n"
                          "          # not a whole one: give whole-GPU instances a node without sharing.\n");
     }
-    sb_printf(b, "          resources:\n            limits:\n");
+    strbuf_printf(b, "          resources:\n            limits:\n");
     if (s->mode == PLAN_MODE_MIG || s->mode == PLAN_MODE_MIG_MPS)
-        sb_printf(b, "              nvidia.com/mig-%s: 1\n", plan_slice_profile(p, s));
+        strbuf_printf(b, "              nvidia.com/mig-%s: 1\n", plan_slice_profile(p, s));
     else
-        sb_printf(b, "              nvidia.com/gpu: 1\n");
-    sb_printf(b, "          volumeMounts:\n            - {name: config, mountPath: /etc/tessera}\n"
+        strbuf_printf(b, "              nvidia.com/gpu: 1\n");
+    strbuf_printf(b, "          volumeMounts:\n            - {name: config, mountPath: /etc/tessera}\n"
                  "      volumes:\n        - name: config\n          configMap:\n            name: tessera-%s\n",
               name);
 }
 
 static int emit_k8s(const plan *p, emit_out *out) {
-    sb b = {0};
+    strbuf b = STRBUF_INIT;
     k8s_device_plugin(p, &b);
     for (size_t i = 0; i < p->n_insts; i++)
         if (inst_gpu(p, &p->insts[i])) k8s_instance(p, i, &b);

@@ -45,17 +45,6 @@ static void starts_str(unsigned mask, char *buf, size_t cap) {
 /* Bits [start, start + size) of the memory line. */
 static unsigned span(int start, int size) { return ((1u << size) - 1u) << start; }
 
-__attribute__((format(printf, 3, 4)))
-static int why_set(char *why, size_t cap, const char *fmt, ...) {
-    if (why && cap) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(why, cap, fmt, ap);
-        va_end(ap);
-    }
-    return TS_ERR_MIG_LAYOUT;
-}
-
 int mig_layout_check(const mig_inst *v, size_t n, char *why, size_t cap) {
     if (why && cap) why[0] = 0;
     if (n && !v) return TS_ERR_INVAL;
@@ -71,19 +60,19 @@ int mig_layout_check(const mig_inst *v, size_t n, char *why, size_t cap) {
         if (v[i].start < 0 || v[i].start >= MIG_MEM_SLICES || !(g->starts & (1u << v[i].start))) {
             char s[32];
             starts_str(g->starts, s, sizeof s);
-            return why_set(why, cap, "profile id %d at slot %d: valid starts are %s", g->gi_id,
+            return err_set(why, cap, TS_ERR_MIG_LAYOUT, "profile id %d at slot %d: valid starts are %s", g->gi_id,
                            v[i].start, s);
         }
         unsigned m = span(v[i].start, g->mem);
         if (used & m)
-            return why_set(why, cap, "profile id %d at slot %d: memory slices [%d,%d) overlap another instance",
+            return err_set(why, cap, TS_ERR_MIG_LAYOUT, "profile id %d at slot %d: memory slices [%d,%d) overlap another instance",
                            g->gi_id, v[i].start, v[i].start, v[i].start + g->mem);
         used |= m;
-        if (g->me && ++me > 1) return why_set(why, cap, "more than one +me instance");
+        if (g->me && ++me > 1) return err_set(why, cap, TS_ERR_MIG_LAYOUT, "more than one +me instance");
         if (++count[g - GEOM] > g->max)
-            return why_set(why, cap, "more than %d instances of profile id %d", g->max, g->gi_id);
+            return err_set(why, cap, TS_ERR_MIG_LAYOUT, "more than %d instances of profile id %d", g->max, g->gi_id);
         if ((compute += g->compute) > MIG_COMPUTE_SLICES)
-            return why_set(why, cap, "instances need %d compute slices, the GPU has %d", compute,
+            return err_set(why, cap, TS_ERR_MIG_LAYOUT, "instances need %d compute slices, the GPU has %d", compute,
                            MIG_COMPUTE_SLICES);
     }
     return 0;

@@ -70,15 +70,14 @@ int plan_input_add_tenant(plan_input *in, const plan_tenant *t) {
 }
 
 int plan_input_default_tiers(plan_input *in) {
-    /* serve's defaults (config.c), so a plan's workers and a hand-written
+    /* The scheduler's own defaults, so a plan's workers and a hand-written
      * tessera.yaml mean the same by "gold". */
-    static const plan_tier def[] = {
-        {"gold", 200, 0, 0, 0.0},
-        {"silver", 500, 0, 1, 0.10},
-        {"bronze", 0, 0, 2, 0.05},
-    };
-    for (size_t i = 0; i < sizeof def / sizeof def[0]; i++) {
-        int rc = plan_input_add_tier(in, &def[i]);
+    for (size_t i = 0; i < SCHED_DEFAULT_TIERS; i++) {
+        const sched_tier *d = &sched_default_tiers[i];
+        plan_tier t = {.ttft_ms = d->ttft_ms, .tpot_ms = d->tpot_ms, .band = d->band,
+                       .min_share = d->min_share, .max_queue_ms = d->max_queue_ms};
+        snprintf(t.name, sizeof t.name, "%s", d->name);
+        int rc = plan_input_add_tier(in, &t);
         if (rc < 0) return rc;
     }
     return 0;

@@ -49,8 +49,9 @@
 #include "gpucat.h"
 #include "mig.h"
 #include "perf.h"
+#include "sched.h"
 
-#define PLAN_NAME_MAX 48            /* bytes of a name with its NUL (= serve's SCHED_NAME_MAX) */
+#define PLAN_NAME_MAX SCHED_NAME_MAX /* bytes of a name with its NUL: the names serve takes */
 #define PLAN_PATH_MAX 256           /* bytes of a model path with its NUL */
 #define PLAN_MAX_TYPES 16           /* distinct GPU types in one fleet */
 #define PLAN_TEXT_MAX 640           /* bytes of one problem's text */
@@ -100,6 +101,7 @@ typedef struct plan_tier {
     double tpot_ms;                 /* time-per-output-token target, 0 = none */
     int band;                       /* serve's priority band, 0 first */
     double min_share;               /* serve's minimum share of the band, 0..1 */
+    double max_queue_ms;            /* serve's longest queue wait, 0 = unbounded */
 } plan_tier;
 
 typedef struct plan_tenant {
@@ -139,8 +141,8 @@ int plan_input_add_model(plan_input *in, const plan_model *m);
 int plan_input_add_tier(plan_input *in, const plan_tier *t);
 int plan_input_add_tenant(plan_input *in, const plan_tenant *t);
 
-/* Add the default tiers (gold 200 ms TTFT, silver 500 ms, bronze best
- * effort; no TPOT target; bands and shares as serve's defaults). */
+/* Add serve's default tiers (core's sched_default_tiers: gold 200 ms TTFT,
+ * silver 500 ms, bronze best effort with a 30 s queue limit). */
 int plan_input_default_tiers(plan_input *in);
 
 /* Index of the entry with that name, or -1. */

@@ -1,5 +1,5 @@
 /* engine sees core and util: must build. */
 #include "model.h"
 #include "sched.h"
-#include "buf.h"
+#include "strbuf.h"
 int probe_engine_ok(void) { return 0; }

@@ -1,5 +1,5 @@
-/* buf.c - the growable text buffer; see buf.h. */
-#include "buf.h"
+/* strbuf.c - the growable text buffer; see strbuf.h. */
+#include "strbuf.h"
 
 #include <stdint.h>
 #include <stdio.h>
@@ -8,7 +8,7 @@
 
 #include "err.h"
 
-int buf_reserve(buf *b, size_t n) {
+int strbuf_reserve(strbuf *b, size_t n) {
     if (b->failed) return TS_ERR_NOMEM;
     if (b->cap > b->len && n < b->cap - b->len) return 0;
     size_t cap = b->cap ? b->cap : 256;
@@ -26,16 +26,16 @@ fail:
     return TS_ERR_NOMEM;
 }
 
-void buf_put(buf *b, const char *s, size_t n) {
-    if (buf_reserve(b, n)) return;
+void strbuf_put(strbuf *b, const char *s, size_t n) {
+    if (strbuf_reserve(b, n)) return;
     if (n) memcpy(b->p + b->len, s, n);
     b->len += n;
     b->p[b->len] = '\0';
 }
 
-void buf_puts(buf *b, const char *s) { buf_put(b, s, strlen(s)); }
+void strbuf_puts(strbuf *b, const char *s) { strbuf_put(b, s, strlen(s)); }
 
-void buf_vprintf(buf *b, const char *fmt, va_list ap) {
+void strbuf_vprintf(strbuf *b, const char *fmt, va_list ap) {
     if (b->failed) return;
     va_list again;
     va_copy(again, ap);
@@ -45,35 +45,35 @@ void buf_vprintf(buf *b, const char *fmt, va_list ap) {
         b->failed = 1;
     } else if ((size_t)k < room) {
         b->len += (size_t)k;
-    } else if (buf_reserve(b, (size_t)k) == 0) {
+    } else if (strbuf_reserve(b, (size_t)k) == 0) {
         vsnprintf(b->p + b->len, b->cap - b->len, fmt, again);
         b->len += (size_t)k;
     }
     va_end(again);
 }
 
-void buf_printf(buf *b, const char *fmt, ...) {
+void strbuf_printf(strbuf *b, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
-    buf_vprintf(b, fmt, ap);
+    strbuf_vprintf(b, fmt, ap);
     va_end(ap);
 }
 
-void buf_clear(buf *b) {
+void strbuf_clear(strbuf *b) {
     b->len = 0;
     if (b->p) b->p[0] = '\0';
 }
 
-void buf_free(buf *b) {
+void strbuf_free(strbuf *b) {
     free(b->p);
-    *b = (buf)BUF_INIT;
+    *b = (strbuf)STRBUF_INIT;
 }
 
-char *buf_steal(buf *b, size_t *len) {
-    if (!b->failed && !b->p) buf_put(b, "", 0);
+char *strbuf_steal(strbuf *b, size_t *len) {
+    if (!b->failed && !b->p) strbuf_put(b, "", 0);
     char *p = b->failed ? NULL : b->p;
     if (len) *len = p ? b->len : 0;
     if (!p) free(b->p);
-    *b = (buf)BUF_INIT;
+    *b = (strbuf)STRBUF_INIT;
     return p;
 }
