@@ -1,5 +1,7 @@
-# Thin front end over CMake. Every target installs missing Debian packages
-# first (scripts/deps.sh), so a fresh Debian 12 machine needs nothing else.
+# Thin front end over CMake. Every target installs the Debian packages it
+# needs first (scripts/deps.sh: `build` for building and running, `test`
+# adds the test suite's reference peers), so a fresh Debian 12 machine needs
+# nothing else.
 #   make            build (Release, -march=native)
 #   make demo       build, make the demo model, serve it to three demo tenants
 #   make test       build and run the whole suite (ctest)
@@ -18,12 +20,15 @@ endif
 TESSERA := $(BUILD)/tessera
 DEMO_MODEL := models/demo-15m.gguf
 
-.PHONY: all deps build demo test bench clean
+.PHONY: all deps deps-test build demo test bench clean
 
 all: build
 
 deps:
-	@scripts/deps.sh
+	@scripts/deps.sh build
+
+deps-test:
+	@scripts/deps.sh test
 
 build: deps
 	@cmake -S . -B $(BUILD) $(CMAKE_FLAGS) >/dev/null
@@ -36,10 +41,10 @@ $(DEMO_MODEL): | build
 demo: build $(DEMO_MODEL)
 	@scripts/demo.sh $(TESSERA)
 
-test: build
+test: deps-test build
 	@cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
 
-bench: build
+bench: deps-test build
 	@for b in $(BUILD)/bench_*; do echo "== $$b"; $$b || exit 1; done
 	@echo "== bench/streams.sh (1000 concurrent streams)"; TESSERA=$(TESSERA) bash bench/streams.sh 1000
 

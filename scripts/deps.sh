@@ -1,15 +1,31 @@
 #!/usr/bin/env bash
-# Install the Debian packages tessera builds and tests with. Idempotent and
-# quick when everything is present: it asks dpkg first and only runs apt-get
-# (as root, or through sudo) for what is missing.
+# Install the Debian packages tessera needs. Idempotent and quick when
+# everything is present: it asks dpkg first and only runs apt-get (as root,
+# or through sudo) for what is missing.
+#
+#   scripts/deps.sh build   what building and running tessera needs
+#                           (make, make demo, make bench)
+#   scripts/deps.sh test    that, plus what the test suite's reference
+#                           peers need (make test)
 set -euo pipefail
 
-PKGS=(build-essential cmake pkg-config libopenblas-dev libcmocka-dev
-      libmicrohttpd-dev libcjson-dev libyaml-dev libssl-dev python3 python3-numpy libcurl4-openssl-dev gnuplot-nox
-      nodejs prometheus)  # node (+ npm) and prometheus: tests/openai_compat.sh, tests/prometheus.sh
-# Debian's npm, unless an npm is already there: NodeSource's nodejs bundles
-# its own and conflicts with Debian's npm package.
-command -v npm >/dev/null || PKGS+=(npm)
+SET=${1:-build}
+BUILD=(build-essential cmake pkg-config libopenblas-dev libcmocka-dev
+       libmicrohttpd-dev libcjson-dev libyaml-dev libssl-dev libcurl4-openssl-dev
+       gnuplot-nox)   # gnuplot: tessera bench's plots
+# The suite's independent references: NumPy (tests/ref: the model's
+# numerics), Node.js and the official OpenAI SDK (tests/openai_compat.sh),
+# Prometheus (tests/prometheus.sh parses /metrics with the real server).
+TEST=(python3 python3-numpy nodejs prometheus)
+
+case "$SET" in
+build) PKGS=("${BUILD[@]}") ;;
+test)  PKGS=("${BUILD[@]}" "${TEST[@]}")
+       # Debian's npm, unless an npm is already there: NodeSource's nodejs
+       # bundles its own and conflicts with Debian's npm package.
+       command -v npm >/dev/null || PKGS+=(npm) ;;
+*)     echo "usage: scripts/deps.sh [build|test]" >&2; exit 2 ;;
+esac
 
 missing=()
 for p in "${PKGS[@]}"; do

@@ -160,10 +160,19 @@ int cmd_serve(int argc, char **argv) {
     return 0;
 }
 
+static void keygen_usage(FILE *f) {
+    fprintf(f, "usage: tessera keygen\n"
+               "  Prints a new random API key and its SHA-256, the form a config's\n"
+               "  tenants[].key_sha256 stores (the server never keeps the key itself).\n");
+}
+
 int cmd_keygen(int argc, char **argv) {
-    (void)argv;
+    if (argc == 2 && (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0)) {
+        keygen_usage(stdout);
+        return 0;
+    }
     if (argc != 1) {
-        fprintf(stderr, "usage: tessera keygen\n");
+        keygen_usage(stderr);
         return 2;
     }
     char key[AUTH_KEY_LEN + 8], hex[AUTH_HEX_LEN + 1];
