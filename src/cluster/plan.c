@@ -1004,7 +1004,6 @@ static int finish(builder *b) {
     return 0;
 }
 
-/* Per tenant: prediction, or a capacity problem for unplaced workers. */
 /* Why worker w's unplaced slices found no GPU, as "what; fix: what would",
  * naming the types it fits, whether other types sit idle, and how many
  * GPUs its unplaced slices need at least (their larger per-dimension sum
