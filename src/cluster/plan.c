@@ -76,7 +76,8 @@ int plan_input_default_tiers(plan_input *in) {
         const sched_tier *d = &sched_default_tiers[i];
         plan_tier t = {.ttft_ms = d->ttft_ms, .tpot_ms = d->tpot_ms, .band = d->band,
                        .min_share = d->min_share, .max_queue_ms = d->max_queue_ms};
-        snprintf(t.name, sizeof t.name, "%s", d->name);
+        _Static_assert(sizeof t.name == sizeof d->name, "plan and scheduler names differ in size");
+        memcpy(t.name, d->name, sizeof t.name);
         int rc = plan_input_add_tier(in, &t);
         if (rc < 0) return rc;
     }
