@@ -131,7 +131,7 @@ static void test_errors(void **state) {
         {"model: m\ntenants: {a: 1}\n", "t.yaml:2: tenants: expected a list"},
         {"model: m\ntenants: []\n", "expected 1 to 64 tenants, got 0"},
         {"model: m\nmodel: n\ntenants: []\n", "t.yaml:2: model: repeated key"},
-        {"model: m\napi: grpc\n" "tenants: []\n", "api: expected completions or chat"},
+        {"model: m\napi: grpc\n" "tenants: []\n", "t.yaml:2: api: unknown api 'grpc' (completions, chat)"},
         {"model: \"a b\"\ntenants: []\n", "model: may not contain spaces"},
         {"model: m\ntenants:\n  - key: k\n" ARR LENS, "tenants[0].name: required"},
         {"model: m\ntenants:\n  - name: a\n" ARR LENS, "t.yaml:3: tenants[0].key: required"},
@@ -139,7 +139,7 @@ static void test_errors(void **state) {
         {HEAD "    arrival: {process: pareto, rate: 1}\n" LENS, "t.yaml:5: tenants[0].arrival.process: unknown process 'pareto'"},
         {HEAD "    arrival: {process: gamma, rate: 1}\n" LENS, "tenants[0].arrival.cv: required for a gamma process"},
         {HEAD "    arrival: {process: poisson, rate: 1, cv: 2}\n" LENS, "tenants[0].arrival.cv: only a gamma process takes a cv"},
-        {HEAD "    arrival: {process: poisson, rate: 0}\n" LENS, "tenants[0].arrival.rate: expected a number from 1e-06"},
+        {HEAD "    arrival: {process: poisson, rate: 0}\n" LENS, "tenants[0].arrival.rate: expected a number in [1e-06, 1e+06]"},
         {HEAD "    arrival: {process: poisson, rate: fast}\n" LENS, "got 'fast'"},
         {HEAD "    arrival: {process: poisson}\n" LENS, "tenants[0].arrival.rate: required"},
         {HEAD ARR "    output_tokens: {dist: fixed, value: 4}\n", "tenants[0].prompt_tokens: required with an arrival process"},
@@ -152,7 +152,7 @@ static void test_errors(void **state) {
         {HEAD ARR "    prompt_tokens: {dist: lognormal, mean: 900, cv: 1, max: 100}\n    output_tokens: {dist: fixed, value: 4}\n",
          "mean 900 lies outside min..max (1..100)"},
         {HEAD ARR "    prompt_tokens: {dist: fixed, value: 0}\n    output_tokens: {dist: fixed, value: 4}\n",
-         "prompt_tokens.value: expected an integer from 1 to 1000000, got '0'"},
+         "prompt_tokens.value: expected an integer in 1..1000000, got '0'"},
         {HEAD ARR LENS "    start: 10 parsecs\n", "tenants[0].start: expected a duration"},
         {HEAD ARR LENS "    start: 10s\n    stop: 5s\n", "tenants[0].stop: must come after start"},
         {HEAD ARR LENS "    slo: {ttft: 5}\n", "tenants[0].slo.ttft: unknown key"},
@@ -175,6 +175,41 @@ static void test_errors(void **state) {
         assert_null(s.tenants);   /* nothing left allocated */
         assert_int_equal(s.n_tenants, 0);
     }
+}
+
+/* Rules shared through util/ydoc.h: one document per file, and every YAML
+ * null (empty, ~, null, Null, NULL) is an absent key whose default stands. */
+static void test_ydoc_rules(void **state) {
+    (void)state;
+    static const char two[] = "model: m\ntenants:\n  - name: a\n    key: k\n" ARR LENS "---\nmodel: n\n";
+    scn s;
+    char err[512];
+    assert_int_equal(scn_parse(two, strlen(two), "t.yaml", ".", &s, err, sizeof err), TS_ERR_SCENARIO);
+    assert_string_equal(err, "t.yaml:9: more than one YAML document (--- separates documents)");
+    assert_null(s.tenants);
+    static const char nulls[] =
+        "name: Null\nmodel: m\napi: NULL\nduration: ~\ndrain: null\ntemperature:\n"
+        "token_ids: Null\nservice: ~\nmax_in_flight: NULL\ntrace: Null\n"
+        "tenants:\n  - name: a\n    key: k\n    weight: Null\n    slo: ~\n    start: NULL\n"
+        "    arrival: {process: poisson, rate: 1, cv: Null}\n"
+        "    prompt_tokens: {dist: fixed, value: 4, min: ~}\n    output_tokens: {dist: fixed, value: 4}\n";
+    if (scn_parse(nulls, strlen(nulls), "dir/n.yaml", ".", &s, err, sizeof err)) fail_msg("%s", err);
+    assert_string_equal(s.name, "n");
+    assert_int_equal(s.chat, 0);
+    assert_true(s.duration_s == 0 && s.drain_s == 30 && s.temperature == 0);
+    assert_true(s.token_min == 100 && s.token_max == 9999 && s.w_in == 1 && s.w_out == 2);
+    assert_int_equal(s.max_in_flight, 4000);
+    assert_string_equal(s.trace_path, "");
+    assert_true(s.tenants[0].weight == 1 && s.tenants[0].arrival.cv == 1 && s.tenants[0].start_s == 0);
+    scn_free(&s);
+    /* A required key that is null is missing. */
+    static const char no_model[] = "model: ~\ntenants: []\n";
+    assert_int_equal(scn_parse(no_model, strlen(no_model), "t.yaml", ".", &s, err, sizeof err), TS_ERR_SCENARIO);
+    assert_string_equal(err, "t.yaml:1: model: required (the model name requests ask for)");
+    /* Quoted, null is text. */
+    static const char quoted[] = "model: m\napi: \"null\"\ntenants: []\n";
+    assert_int_equal(scn_parse(quoted, strlen(quoted), "t.yaml", ".", &s, err, sizeof err), TS_ERR_SCENARIO);
+    assert_string_equal(err, "t.yaml:2: api: unknown api 'null' (completions, chat)");
 }
 
 static void test_durations(void **state) {
@@ -277,8 +312,9 @@ static void test_load_files(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_full),      cmocka_unit_test(test_defaults),   cmocka_unit_test(test_errors),
-        cmocka_unit_test(test_durations), cmocka_unit_test(test_trace),      cmocka_unit_test(test_load_files),
+        cmocka_unit_test(test_full),       cmocka_unit_test(test_defaults),  cmocka_unit_test(test_errors),
+        cmocka_unit_test(test_ydoc_rules), cmocka_unit_test(test_durations), cmocka_unit_test(test_trace),
+        cmocka_unit_test(test_load_files),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -260,8 +260,13 @@ static const bad_case bad_cases[] = {
      ":4: tenants[0].tier: missing (every tenant needs a tier)"},
     {"models:\n  - {name: m, path: m.gguf}\ntenants:\n  - name: a\n    tier: gold\n",
      ":4: tenants[0].key_sha256: missing (every tenant needs at least one key hash)"},
+    /* A null value counts as absent (ydoc's one null rule). */
     {"models:\n  - {name: m, path: m.gguf}\ntenants:\n  - name: a\n    tier:\n    key_sha256: " H_GOLD "\n",
-     ":5: tenants[0].tier: missing value"},
+     ":4: tenants[0].tier: missing (every tenant needs a tier)"},
+    {"models:\n  - {name: m, path: m.gguf}\ntenants: Null\n", ":1: tenants: missing (at least one tenant is required)"},
+    {"models:\n  - {name: m, path: m.gguf}\ntenants:\n  - {name: a, tier: gold, key_sha256: [~]}\n",
+     ":4: tenants[0].key_sha256[0]: missing value"},
+    {"---\n", ":1: empty configuration"},
     {"models:\n  - {name: m, path: m.gguf}\ntenants:\n  - name: [a]\n    tier: gold\n    key_sha256: " H_GOLD "\n",
      ":4: tenants[0].name: expected a single value, not a list"},
     {"models:\n  - {name: m, path: m.gguf}\ntenants:\n  - a\n", ":4: tenants[0]: expected a mapping"},
@@ -406,6 +411,37 @@ static void test_defaults(void **st) {
     assert_int_equal(t->requests_per_minute, 0);
     assert_int_equal(t->max_concurrent, 0);
     assert_false(c.has_admin);
+    cfg_free(&c);
+}
+
+/* A key whose value is null (empty, ~, null, Null, NULL) counts as absent:
+ * the default stands. */
+static void test_null_is_default(void **st) {
+    (void)st;
+    static const char text[] =
+        "listen: ~\n"
+        "policy:\n"
+        "limits: Null\n"
+        "tiers: NULL\n"
+        "admin_key_sha256: null\n"
+        "models:\n"
+        "  - {name: m, path: m.gguf, kv_cache_bytes: ~, block_size: }\n"
+        "tenants:\n"
+        "  - {name: a, tier: gold, key_sha256: " H_GOLD ", weight: Null, max_queued: NULL}\n";
+    char path[PATH_MAX], err[512];
+    cfg c;
+    int rc = load_text("nulls.yaml", text, &c, err, sizeof err, path, sizeof path);
+    if (rc) fail_msg("%s", err);
+    assert_string_equal(c.host, "127.0.0.1");
+    assert_int_equal(c.port, 8080);
+    assert_int_equal(c.policy, SCHED_POLICY_FAIR);
+    assert_int_equal(c.limits.max_body_bytes, 1048576);
+    assert_int_equal(c.n_tiers, 3);
+    assert_false(c.has_admin);
+    assert_int_equal(c.models[0].kv_cache_bytes, 256u << 20);
+    assert_int_equal(c.models[0].block_size, 16);
+    assert_true(c.tenants[0].sched.weight == 1.0);
+    assert_int_equal(c.tenants[0].sched.max_queued, 0);
     cfg_free(&c);
 }
 
@@ -643,6 +679,7 @@ int main(void) {
         cmocka_unit_test(test_unreadable),
         cmocka_unit_test(test_truncations),
         cmocka_unit_test(test_defaults),
+        cmocka_unit_test(test_null_is_default),
         cmocka_unit_test(test_full_values),
         cmocka_unit_test(test_sizes),
         cmocka_unit_test(test_relative_paths),

@@ -593,7 +593,7 @@ static void test_planio_errors(void **st) {
         {OK_FLEET OK_MODEL, "t.yaml:1: tenants: required"},
         {OK_FLEET OK_MODEL OK_TENANT "extra: 1\n", "t.yaml:4: extra: unknown key"},
         {"fleet: [{name: n, gpu: V100}]\n" OK_MODEL OK_TENANT, "t.yaml:1: fleet[0].gpu: unknown GPU type 'V100' (A100-40GB"},
-        {"fleet: [{name: n, gpu: L4, nodes: 0}]\n" OK_MODEL OK_TENANT, "fleet[0].nodes: expected a number in [1, 100000]"},
+        {"fleet: [{name: n, gpu: L4, nodes: 0}]\n" OK_MODEL OK_TENANT, "fleet[0].nodes: expected an integer in 1..100000"},
         {OK_FLEET "models: [{name: m, params: lots, layers: 32, kv_heads: 8, head_dim: 128}]\n" OK_TENANT,
          "t.yaml:2: models[0].params: expected a number"},
         {OK_FLEET "models: [{name: m, params: 7B, kv_heads: 8, head_dim: 128}]\n" OK_TENANT, "models[0].layers: required"},
@@ -631,6 +631,38 @@ static void test_planio_errors(void **st) {
     char err[256];
     assert_int_equal(planio_load("/nonexistent/fleet.yaml", &in, err, sizeof err), TS_ERR_IO);
     assert_non_null(strstr(err, "/nonexistent/fleet.yaml"));
+}
+
+/* Rules shared through util/ydoc.h: one document per file; every YAML null
+ * (empty, ~, null, Null, NULL, but no other spelling) is an absent key;
+ * integers are written as integers. */
+static void test_planio_ydoc_rules(void **st) {
+    (void)st;
+    static const struct {
+        const char *yaml, *want;
+    } cases[] = {
+        {OK_FLEET OK_MODEL OK_TENANT "---\n" OK_FLEET, "t.yaml:5: more than one YAML document (--- separates documents)"},
+        {"", "t.yaml:1: empty file"},
+        {OK_FLEET OK_MODEL "tenants: Null\n", "t.yaml:1: tenants: required"},
+        {OK_FLEET OK_MODEL "tiers: nUlL\n" OK_TENANT, "t.yaml:3: tiers: expected a list (lines starting with '- ')"},
+        {"fleet: [{name: n, gpu: L4, nodes: 2.0}]\n" OK_MODEL OK_TENANT,
+         "t.yaml:1: fleet[0].nodes: expected an integer in 1..100000, got '2.0'"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        plan_input in;
+        char err[512];
+        int rc = planio_parse(cases[i].yaml, strlen(cases[i].yaml), "t.yaml", &in, err, sizeof err);
+        if (rc != TS_ERR_CONFIG || strcmp(err, cases[i].want))
+            fail_msg("case %zu: rc %d, '%s', wanted '%s'", i, rc, err, cases[i].want);
+        assert_null(in.pools);
+    }
+    plan_input in;
+    must_parse(OK_FLEET OK_MODEL "tiers: Null\noptions: NULL\n"
+               "tenants: [{name: a, model: m, tier: gold, weight: ~, load: null, isolation: Null}]\n", &in);
+    assert_int_equal(in.n_tiers, 3);
+    assert_true(in.tenants[0].weight == 1 && in.tenants[0].load.prompt == 512);
+    assert_int_equal(in.tenants[0].iso, PLAN_ISO_SHARED);
+    plan_input_free(&in);
 }
 
 static void test_planio_values(void **st) {
@@ -709,6 +741,7 @@ int main(void) {
         cmocka_unit_test(test_exact_vs_heuristic),
         cmocka_unit_test(test_random_plans),
         cmocka_unit_test(test_planio_errors),
+        cmocka_unit_test(test_planio_ydoc_rules),
         cmocka_unit_test(test_planio_values),
         cmocka_unit_test(test_planio_mutations),
     };

@@ -1,394 +1,264 @@
 /* scenario.c - bench scenario parsing and checking; see scenario.h.
  *
- * libyaml's document API loads the whole buffer into a node tree and the
- * checker walks it along the schema, as serve/config.c does: the schema
- * bounds the depth (an alias cycle cannot recurse) and every value's type is
- * known where it is read, so each message can say where and what. The result
- * is built in a local scn and handed over only when everything passed.
+ * util/ydoc.h loads the YAML into a node tree and this file walks it along
+ * the schema, as serve/config.c does: the schema bounds the depth (an alias
+ * cycle cannot recurse) and every value's type is known where it is read,
+ * so each message can say where and what. The result is built in a local
+ * scn and handed over only when everything passed.
  */
 #include "scenario.h"
 
 #include <errno.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <yaml.h>
 
 #include "err.h"
+#include "ydoc.h"
 
-#define PATH_LEN 128
+#define MAX_DURATION_S (30 * 86400.0)   /* the longest time in a scenario or trace: 30 days */
+#define KEY_MAX 512                      /* bytes of an API key, with the NUL */
 
-typedef struct ctx {
-    yaml_document_t *doc;
-    const char *file;
-    char *err;
-    size_t errlen;
-} ctx;
-
-__attribute__((format(printf, 4, 5)))
-static int fail(const ctx *c, const yaml_node_t *n, const char *path, const char *fmt, ...) {
-    if (c->err && c->errlen) {
-        char msg[384];
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(msg, sizeof msg, fmt, ap);
-        va_end(ap);
-        char where[32] = "";
-        if (n) snprintf(where, sizeof where, ":%lu", (unsigned long)n->start_mark.line + 1);
-        if (path && *path)
-            snprintf(c->err, c->errlen, "%s%s: %s: %s", c->file, where, path, msg);
-        else
-            snprintf(c->err, c->errlen, "%s%s: %s", c->file, where, msg);
-    }
-    return TS_ERR_SCENARIO;
-}
-
-static yaml_node_t *node_at(const ctx *c, int i) { return yaml_document_get_node(c->doc, i); }
-
-static void join(char *buf, const char *path, const char *key) {
-    snprintf(buf, PATH_LEN, *path ? "%s.%s" : "%s%s", path, key);
-}
-
-/* Check that map is a mapping whose keys are among keys[0..nkeys), each at
- * most once; vals[i] is the value of keys[i] or NULL. */
-static int map_fields(const ctx *c, const yaml_node_t *map, const char *path,
-                      const char *const *keys, size_t nkeys, yaml_node_t **vals) {
-    for (size_t i = 0; i < nkeys; i++) vals[i] = NULL;
-    if (map->type != YAML_MAPPING_NODE) return fail(c, map, path, "expected a mapping (key: value)");
-    for (yaml_node_pair_t *p = map->data.mapping.pairs.start; p < map->data.mapping.pairs.top; p++) {
-        yaml_node_t *k = node_at(c, p->key), *v = node_at(c, p->value);
-        if (k->type != YAML_SCALAR_NODE) return fail(c, k, path, "keys must be plain names");
-        const char *name = (const char *)k->data.scalar.value;
-        size_t i = 0;
-        while (i < nkeys && strcmp(keys[i], name) != 0) i++;
-        char fp[PATH_LEN];
-        join(fp, path, name);
-        if (i == nkeys) {
-            char list[384] = "";
-            size_t o = 0;
-            for (size_t j = 0; j < nkeys && o < sizeof list; j++)
-                o += (size_t)snprintf(list + o, sizeof list - o, "%s%s", j ? ", " : "", keys[j]);
-            return fail(c, k, fp, "unknown key (expected one of: %s)", list);
-        }
-        if (vals[i]) return fail(c, k, fp, "repeated key");
-        vals[i] = v;
-    }
-    return 0;
-}
-
-/* The text of a scalar with a value, else NULL with *rc set. */
-static const char *get_text(const ctx *c, const yaml_node_t *n, const char *path, int *rc) {
-    if (n->type != YAML_SCALAR_NODE) {
-        *rc = fail(c, n, path, "expected a single value, not a %s",
-                   n->type == YAML_SEQUENCE_NODE ? "list" : "mapping");
-        return NULL;
-    }
-    const char *s = (const char *)n->data.scalar.value;
-    if (!*s || (n->data.scalar.style == YAML_PLAIN_SCALAR_STYLE && (!strcmp(s, "~") || !strcmp(s, "null")))) {
-        *rc = fail(c, n, path, "missing value");
-        return NULL;
-    }
-    if (strlen(s) != n->data.scalar.length) {
-        *rc = fail(c, n, path, "value contains a NUL byte");
-        return NULL;
-    }
-    *rc = 0;
-    return s;
-}
-
-static int get_num(const ctx *c, const yaml_node_t *n, const char *path, double lo, double hi, double *out) {
-    int rc;
-    const char *s = get_text(c, n, path, &rc);
-    if (!s) return rc;
-    char *end;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (end == s || *end || errno || !isfinite(v) || v < lo || v > hi)
-        return fail(c, n, path, "expected a number from %g to %g, got '%.40s'", lo, hi, s);
-    *out = v;
-    return 0;
-}
-
-static int get_int(const ctx *c, const yaml_node_t *n, const char *path, int32_t lo, int32_t hi, int32_t *out) {
-    int rc;
-    const char *s = get_text(c, n, path, &rc);
-    if (!s) return rc;
-    char *end;
-    errno = 0;
-    long long v = strtoll(s, &end, 10);
-    if (end == s || *end || errno || v < lo || v > hi)
-        return fail(c, n, path, "expected an integer from %d to %d, got '%.40s'", (int)lo, (int)hi, s);
-    *out = (int32_t)v;
-    return 0;
-}
-
-static int get_name(const ctx *c, const yaml_node_t *n, const char *path, char *out, size_t cap) {
-    int rc;
-    const char *s = get_text(c, n, path, &rc);
-    if (!s) return rc;
-    if (strlen(s) >= cap) return fail(c, n, path, "longer than %zu bytes", cap - 1);
-    for (const char *p = s; *p; p++)
+/* A label, key or file name: it goes into HTTP headers and report files
+ * as it is, so no spaces, quotes, backslashes or control characters. */
+static int get_label(const ydoc *d, const yaml_node_t *n, const char *path, char *out, size_t cap) {
+    int rc = ydoc_get_text(d, n, path, out, cap);
+    if (rc || !n) return rc;
+    for (const char *p = out; *p; p++)
         if ((unsigned char)*p <= ' ' || *p == '"' || *p == '\\' || *p == 0x7f)
-            return fail(c, n, path, "may not contain spaces, quotes, backslashes or control characters");
-    memcpy(out, s, strlen(s) + 1);
+            return ydoc_fail(d, n, path, "may not contain spaces, quotes, backslashes or control characters");
     return 0;
 }
 
 int scn_duration_parse(const char *s, double *out_s) {
-    if (!s || !*s) return -1;
-    char *end;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (end == s || errno || !isfinite(v) || v < 0) return -1;
-    while (*end == ' ') end++;
-    double mult = 1;
-    if (!*end || !strcmp(end, "s")) mult = 1;
-    else if (!strcmp(end, "ms")) mult = 1e-3;
-    else if (!strcmp(end, "m") || !strcmp(end, "min")) mult = 60;
-    else if (!strcmp(end, "h")) mult = 3600;
-    else return -1;
-    *out_s = v * mult;
-    return isfinite(*out_s) ? 0 : -1;
-}
-
-static int get_duration(const ctx *c, const yaml_node_t *n, const char *path, double lo, double *out) {
-    int rc;
-    const char *s = get_text(c, n, path, &rc);
-    if (!s) return rc;
-    double v;
-    if (scn_duration_parse(s, &v) || v < lo || v > 30 * 86400.0)
-        return fail(c, n, path, "expected a duration of at least %gs such as 30s, 500ms or 2m, got '%.40s'", lo, s);
-    *out = v;
-    return 0;
+    return ydoc_duration_parse(s, out_s) ? -1 : 0;
 }
 
 /* ---- sections -------------------------------------------------------------- */
 
-static int parse_arrival(const ctx *c, const yaml_node_t *n, const char *path, scn_arrival *a) {
-    static const char *const keys[] = {"process", "rate", "cv"};
-    yaml_node_t *v[3];
-    char fp[PATH_LEN];
-    int rc = map_fields(c, n, path, keys, 3, v);
+static int parse_arrival(const ydoc *d, const yaml_node_t *n, const char *path, scn_arrival *a) {
+    enum { PROCESS, RATE, CV, NK };
+    static const char *const keys[NK] = {"process", "rate", "cv"};
+    static const char *const names[] = {"poisson", "gamma", "constant"};
+    static const scn_process processes[] = {SCN_ARR_POISSON, SCN_ARR_GAMMA, SCN_ARR_CONSTANT};
+    const yaml_node_t *v[NK];
+    char fp[YDOC_PATH_MAX];
+    int k = 0, rc = ydoc_map_fields(d, n, path, keys, NK, v);
     if (rc) return rc;
-    join(fp, path, "process");
-    if (!v[0]) return fail(c, n, fp, "required (poisson, gamma or constant)");
-    const char *p = get_text(c, v[0], fp, &rc);
-    if (!p) return rc;
-    if (!strcmp(p, "poisson")) a->process = SCN_ARR_POISSON;
-    else if (!strcmp(p, "gamma")) a->process = SCN_ARR_GAMMA;
-    else if (!strcmp(p, "constant")) a->process = SCN_ARR_CONSTANT;
-    else return fail(c, v[0], fp, "unknown process '%.40s' (poisson, gamma or constant)", p);
-    join(fp, path, "rate");
-    if (!v[1]) return fail(c, n, fp, "required (requests per second)");
-    if ((rc = get_num(c, v[1], fp, 1e-6, 1e6, &a->rate))) return rc;
-    join(fp, path, "cv");
+#define FP(i) ydoc_path_field(fp, path, keys[i])
+    if (!v[PROCESS]) return ydoc_fail(d, n, FP(PROCESS), "required (poisson, gamma or constant)");
+    if ((rc = ydoc_get_enum(d, v[PROCESS], FP(PROCESS), "process", names, 3, &k))) return rc;
+    a->process = processes[k];
+    if (!v[RATE]) return ydoc_fail(d, n, FP(RATE), "required (requests per second)");
+    if ((rc = ydoc_get_number(d, v[RATE], FP(RATE), 1e-6, 1e6, 0, &a->rate))) return rc;
     a->cv = a->process == SCN_ARR_POISSON ? 1 : 0;
-    if (a->process == SCN_ARR_GAMMA) {
-        if (!v[2]) return fail(c, n, fp, "required for a gamma process (1 = Poisson, > 1 = bursts)");
-        if ((rc = get_num(c, v[2], fp, 0, 100, &a->cv))) return rc;
-        if (a->cv < 0.01) return fail(c, v[2], fp, "must be at least 0.01 (use process: constant for 0)");
-    } else if (v[2]) {
-        return fail(c, v[2], fp, "only a gamma process takes a cv");
-    }
+    if (a->process != SCN_ARR_GAMMA)
+        return v[CV] ? ydoc_fail(d, v[CV], FP(CV), "only a gamma process takes a cv") : 0;
+    if (!v[CV]) return ydoc_fail(d, n, FP(CV), "required for a gamma process (1 = Poisson, > 1 = bursts)");
+    if ((rc = ydoc_get_number(d, v[CV], FP(CV), 0, 100, 0, &a->cv))) return rc;
+    if (a->cv < 0.01) return ydoc_fail(d, v[CV], FP(CV), "must be at least 0.01 (use process: constant for 0)");
+#undef FP
     return 0;
 }
 
-static int parse_len(const ctx *c, const yaml_node_t *n, const char *path, scn_len *l) {
-    static const char *const keys[] = {"dist", "value", "min", "max", "mean", "cv"};
-    yaml_node_t *v[6];
-    char fp[PATH_LEN];
-    int rc = map_fields(c, n, path, keys, 6, v);
-    if (rc) return rc;
-    join(fp, path, "dist");
-    if (!v[0]) return fail(c, n, fp, "required (fixed, uniform or lognormal)");
-    const char *d = get_text(c, v[0], fp, &rc);
-    if (!d) return rc;
-    /* which keys each distribution takes: value, min, max, mean, cv */
+static int parse_len(const ydoc *d, const yaml_node_t *n, const char *path, scn_len *l) {
+    enum { DIST, VALUE, MIN, MAX, MEAN, CV, NK };
+    static const char *const keys[NK] = {"dist", "value", "min", "max", "mean", "cv"};
+    static const char *const names[] = {"fixed", "uniform", "lognormal"};
+    static const scn_dist dists[] = {SCN_LEN_FIXED, SCN_LEN_UNIFORM, SCN_LEN_LOGNORMAL};
+    /* which keys each distribution takes and needs: value, min, max, mean, cv */
     static const int takes[3][5] = {{1, 0, 0, 0, 0}, {0, 1, 1, 0, 0}, {0, 1, 1, 1, 1}};
     static const int needs[3][5] = {{1, 0, 0, 0, 0}, {0, 1, 1, 0, 0}, {0, 0, 0, 1, 1}};
-    if (!strcmp(d, "fixed")) l->dist = SCN_LEN_FIXED;
-    else if (!strcmp(d, "uniform")) l->dist = SCN_LEN_UNIFORM;
-    else if (!strcmp(d, "lognormal")) l->dist = SCN_LEN_LOGNORMAL;
-    else return fail(c, v[0], fp, "unknown distribution '%.40s' (fixed, uniform or lognormal)", d);
-    for (int k = 0; k < 5; k++) {
-        join(fp, path, keys[k + 1]);
-        if (v[k + 1] && !takes[l->dist][k]) return fail(c, v[k + 1], fp, "not a parameter of dist %s", d);
-        if (!v[k + 1] && needs[l->dist][k]) return fail(c, n, fp, "required for dist %s", d);
+    const yaml_node_t *v[NK];
+    char fp[YDOC_PATH_MAX];
+    int k = 0, rc = ydoc_map_fields(d, n, path, keys, NK, v);
+    if (rc) return rc;
+#define FP(i) ydoc_path_field(fp, path, keys[i])
+    if (!v[DIST]) return ydoc_fail(d, n, FP(DIST), "required (fixed, uniform or lognormal)");
+    if ((rc = ydoc_get_enum(d, v[DIST], FP(DIST), "distribution", names, 3, &k))) return rc;
+    l->dist = dists[k];
+    for (int i = VALUE; i < NK; i++) {
+        if (v[i] && !takes[k][i - VALUE]) return ydoc_fail(d, v[i], FP(i), "not a parameter of dist %s", names[k]);
+        if (!v[i] && needs[k][i - VALUE]) return ydoc_fail(d, n, FP(i), "required for dist %s", names[k]);
     }
     l->min = 1;
     l->max = SCN_MAX_TOKENS;
-    if (v[1] && (rc = get_int(c, v[1], (join(fp, path, "value"), fp), 1, SCN_MAX_TOKENS, &l->value))) return rc;
-    if (v[2] && (rc = get_int(c, v[2], (join(fp, path, "min"), fp), 1, SCN_MAX_TOKENS, &l->min))) return rc;
-    if (v[3] && (rc = get_int(c, v[3], (join(fp, path, "max"), fp), 1, SCN_MAX_TOKENS, &l->max))) return rc;
-    if (v[4] && (rc = get_num(c, v[4], (join(fp, path, "mean"), fp), 1, SCN_MAX_TOKENS, &l->mean))) return rc;
-    if (v[5] && (rc = get_num(c, v[5], (join(fp, path, "cv"), fp), 0, 10, &l->cv))) return rc;
-    if (l->min > l->max) return fail(c, n, path, "min (%d) is above max (%d)", (int)l->min, (int)l->max);
+    if ((rc = ydoc_get_i32(d, v[VALUE], FP(VALUE), 1, SCN_MAX_TOKENS, &l->value))) return rc;
+    if ((rc = ydoc_get_i32(d, v[MIN], FP(MIN), 1, SCN_MAX_TOKENS, &l->min))) return rc;
+    if ((rc = ydoc_get_i32(d, v[MAX], FP(MAX), 1, SCN_MAX_TOKENS, &l->max))) return rc;
+    if ((rc = ydoc_get_number(d, v[MEAN], FP(MEAN), 1, SCN_MAX_TOKENS, 0, &l->mean))) return rc;
+    if ((rc = ydoc_get_number(d, v[CV], FP(CV), 0, 10, 0, &l->cv))) return rc;
+#undef FP
+    if (l->min > l->max) return ydoc_fail(d, n, path, "min (%d) is above max (%d)", (int)l->min, (int)l->max);
     if (l->dist == SCN_LEN_FIXED) l->min = l->max = l->value;
     if (l->dist == SCN_LEN_LOGNORMAL && (l->mean < l->min || l->mean > l->max))
-        return fail(c, n, path, "mean %g lies outside min..max (%d..%d)", l->mean, (int)l->min, (int)l->max);
+        return ydoc_fail(d, n, path, "mean %g lies outside min..max (%d..%d)", l->mean, (int)l->min, (int)l->max);
     return 0;
 }
 
-static int parse_tenant(const ctx *c, const yaml_node_t *n, const char *path, scn_tenant *t) {
-    static const char *const keys[] = {"name", "key", "weight", "arrival", "prompt_tokens",
-                                       "output_tokens", "slo", "start", "stop"};
-    yaml_node_t *v[9];
-    char fp[PATH_LEN];
-    int rc = map_fields(c, n, path, keys, 9, v);
+static int parse_slo(const ydoc *d, const yaml_node_t *n, const char *path, scn_tenant *t) {
+    enum { TTFT, TPOT, NK };
+    static const char *const keys[NK] = {"ttft_ms", "tpot_ms"};
+    const yaml_node_t *v[NK];
+    char fp[YDOC_PATH_MAX];
+    int rc = ydoc_map_fields(d, n, path, keys, NK, v);
     if (rc) return rc;
-    join(fp, path, "name");
-    if (!v[0]) return fail(c, n, fp, "required");
-    if ((rc = get_name(c, v[0], fp, t->name, sizeof t->name))) return rc;
-    join(fp, path, "key");
-    if (!v[1]) return fail(c, n, fp, "required (the tenant's API key)");
-    char key[512];
-    if ((rc = get_name(c, v[1], fp, key, sizeof key))) return rc;
-    if (!(t->key = strdup(key))) return TS_ERR_NOMEM;
-    t->weight = 1;
-    if (v[2] && (rc = get_num(c, v[2], (join(fp, path, "weight"), fp), 1e-6, 1e6, &t->weight))) return rc;
-    if (v[3] && (rc = parse_arrival(c, v[3], (join(fp, path, "arrival"), fp), &t->arrival))) return rc;
-    /* Lengths are required for a generated process; a trace brings its own. */
+    if ((rc = ydoc_get_number(d, v[TTFT], ydoc_path_field(fp, path, keys[TTFT]), 0, 1e9, 0, &t->ttft_ms))) return rc;
+    return ydoc_get_number(d, v[TPOT], ydoc_path_field(fp, path, keys[TPOT]), 0, 1e9, 0, &t->tpot_ms);
+}
+
+/* Lengths are required for a generated process; a trace brings its own. */
+static int parse_lens(const ydoc *d, const yaml_node_t *n, const char *path, const yaml_node_t *arrival,
+                      const yaml_node_t *prompt, const yaml_node_t *output, scn_tenant *t) {
+    char fp[YDOC_PATH_MAX];
+    int rc;
     t->prompt = (scn_len){SCN_LEN_FIXED, 1, 1, 1, 0, 0};
     t->output = t->prompt;
-    if (v[4]) {
-        if ((rc = parse_len(c, v[4], (join(fp, path, "prompt_tokens"), fp), &t->prompt))) return rc;
-    } else if (v[3]) {
-        return fail(c, n, (join(fp, path, "prompt_tokens"), fp), "required with an arrival process");
-    }
-    if (v[5]) {
-        if ((rc = parse_len(c, v[5], (join(fp, path, "output_tokens"), fp), &t->output))) return rc;
-    } else if (v[3]) {
-        return fail(c, n, (join(fp, path, "output_tokens"), fp), "required with an arrival process");
-    }
-    if (!v[3] && (v[4] || v[5]))
-        return fail(c, v[4] ? v[4] : v[5], path, "lengths come from the trace when there is no arrival process");
-    if (v[6]) {
-        static const char *const sk[] = {"ttft_ms", "tpot_ms"};
-        yaml_node_t *sv[2];
-        char sp[PATH_LEN];
-        join(fp, path, "slo");
-        if ((rc = map_fields(c, v[6], fp, sk, 2, sv))) return rc;
-        if (sv[0] && (rc = get_num(c, sv[0], (join(sp, fp, "ttft_ms"), sp), 0, 1e9, &t->ttft_ms))) return rc;
-        if (sv[1] && (rc = get_num(c, sv[1], (join(sp, fp, "tpot_ms"), sp), 0, 1e9, &t->tpot_ms))) return rc;
-    }
-    if (v[7] && (rc = get_duration(c, v[7], (join(fp, path, "start"), fp), 0, &t->start_s))) return rc;
-    if (v[8] && (rc = get_duration(c, v[8], (join(fp, path, "stop"), fp), 0.001, &t->stop_s))) return rc;
-    if (t->stop_s > 0 && t->stop_s <= t->start_s)
-        return fail(c, v[8], (join(fp, path, "stop"), fp), "must come after start");
+    if (!arrival && (prompt || output))
+        return ydoc_fail(d, prompt ? prompt : output, path,
+                         "lengths come from the trace when there is no arrival process");
+    if (!arrival) return 0;
+    if (!prompt) return ydoc_fail(d, n, ydoc_path_field(fp, path, "prompt_tokens"), "required with an arrival process");
+    if ((rc = parse_len(d, prompt, ydoc_path_field(fp, path, "prompt_tokens"), &t->prompt))) return rc;
+    if (!output) return ydoc_fail(d, n, ydoc_path_field(fp, path, "output_tokens"), "required with an arrival process");
+    return parse_len(d, output, ydoc_path_field(fp, path, "output_tokens"), &t->output);
+}
+
+static int parse_tenant(const ydoc *d, const yaml_node_t *n, const char *path, scn_tenant *t) {
+    enum { NAME, KEY, WEIGHT, ARRIVAL, PROMPT, OUTPUT, SLO, START, STOP, NK };
+    static const char *const keys[NK] = {"name", "key", "weight", "arrival", "prompt_tokens",
+                                         "output_tokens", "slo", "start", "stop"};
+    const yaml_node_t *v[NK];
+    char fp[YDOC_PATH_MAX], key[KEY_MAX];
+    int rc = ydoc_map_fields(d, n, path, keys, NK, v);
+    if (rc) return rc;
+#define FP(i) ydoc_path_field(fp, path, keys[i])
+    if (!v[NAME]) return ydoc_fail(d, n, FP(NAME), "required");
+    if ((rc = get_label(d, v[NAME], FP(NAME), t->name, sizeof t->name))) return rc;
+    if (!v[KEY]) return ydoc_fail(d, n, FP(KEY), "required (the tenant's API key)");
+    if ((rc = get_label(d, v[KEY], FP(KEY), key, sizeof key))) return rc;
+    if (!(t->key = strdup(key))) return ydoc_nomem(d);
+    t->weight = 1;
+    if ((rc = ydoc_get_number(d, v[WEIGHT], FP(WEIGHT), 1e-6, 1e6, 0, &t->weight))) return rc;
+    if (v[ARRIVAL] && (rc = parse_arrival(d, v[ARRIVAL], FP(ARRIVAL), &t->arrival))) return rc;
+    if ((rc = parse_lens(d, n, path, v[ARRIVAL], v[PROMPT], v[OUTPUT], t))) return rc;
+    if (v[SLO] && (rc = parse_slo(d, v[SLO], FP(SLO), t))) return rc;
+    if ((rc = ydoc_get_duration(d, v[START], FP(START), 0, MAX_DURATION_S, &t->start_s))) return rc;
+    if ((rc = ydoc_get_duration(d, v[STOP], FP(STOP), 0.001, MAX_DURATION_S, &t->stop_s))) return rc;
+    if (t->stop_s > 0 && t->stop_s <= t->start_s) return ydoc_fail(d, v[STOP], FP(STOP), "must come after start");
+#undef FP
     return 0;
 }
 
-static int parse_root(const ctx *c, const yaml_node_t *root, const char *base_dir, scn *s) {
-    static const char *const keys[] = {"name",        "model",     "api",     "duration", "drain",
-                                       "temperature", "token_ids", "service", "max_in_flight",
-                                       "trace",       "tenants"};
-    enum { K_NAME, K_MODEL, K_API, K_DUR, K_DRAIN, K_TEMP, K_IDS, K_SERVICE, K_INFLIGHT, K_TRACE, K_TENANTS, K_N };
-    yaml_node_t *v[K_N];
-    int rc = map_fields(c, root, "", keys, K_N, v);
+/* token_ids and service: the draws and charges of every request. */
+static int parse_ids(const ydoc *d, const yaml_node_t *n, scn *s) {
+    static const char *const keys[] = {"min", "max"};
+    const yaml_node_t *v[2];
+    int rc = ydoc_map_fields(d, n, "token_ids", keys, 2, v);
     if (rc) return rc;
-    if (v[K_NAME] && (rc = get_name(c, v[K_NAME], "name", s->name, sizeof s->name))) return rc;
-    if (!v[K_MODEL]) return fail(c, root, "model", "required (the model name requests ask for)");
-    if ((rc = get_name(c, v[K_MODEL], "model", s->model, sizeof s->model))) return rc;
-    if (v[K_API]) {
-        const char *a = get_text(c, v[K_API], "api", &rc);
-        if (!a) return rc;
-        if (!strcmp(a, "chat")) s->chat = 1;
-        else if (strcmp(a, "completions")) return fail(c, v[K_API], "api", "expected completions or chat");
-    }
-    if (v[K_DUR] && (rc = get_duration(c, v[K_DUR], "duration", 0.001, &s->duration_s))) return rc;
-    s->drain_s = 30;
-    if (v[K_DRAIN] && (rc = get_duration(c, v[K_DRAIN], "drain", 0, &s->drain_s))) return rc;
-    if (v[K_TEMP] && (rc = get_num(c, v[K_TEMP], "temperature", 0, 2, &s->temperature))) return rc;
-    s->token_min = 100;
-    s->token_max = 9999;
-    if (v[K_IDS]) {
-        static const char *const ik[] = {"min", "max"};
-        yaml_node_t *iv[2];
-        if ((rc = map_fields(c, v[K_IDS], "token_ids", ik, 2, iv))) return rc;
-        if (iv[0] && (rc = get_int(c, iv[0], "token_ids.min", 0, INT32_MAX, &s->token_min))) return rc;
-        if (iv[1] && (rc = get_int(c, iv[1], "token_ids.max", 0, INT32_MAX, &s->token_max))) return rc;
-        if (s->token_min > s->token_max) return fail(c, v[K_IDS], "token_ids", "min is above max");
-    }
-    s->w_in = 1;
-    s->w_out = 2;
-    if (v[K_SERVICE]) {
-        static const char *const wk[] = {"input_weight", "output_weight"};
-        yaml_node_t *wv[2];
-        if ((rc = map_fields(c, v[K_SERVICE], "service", wk, 2, wv))) return rc;
-        if (wv[0] && (rc = get_num(c, wv[0], "service.input_weight", 0, 1e6, &s->w_in))) return rc;
-        if (wv[1] && (rc = get_num(c, wv[1], "service.output_weight", 0, 1e6, &s->w_out))) return rc;
-        if (s->w_in + s->w_out <= 0) return fail(c, v[K_SERVICE], "service", "the weights may not both be 0");
-    }
-    s->max_in_flight = 4000;
-    if (v[K_INFLIGHT] && (rc = get_int(c, v[K_INFLIGHT], "max_in_flight", 1, 100000, &s->max_in_flight))) return rc;
-    if (v[K_TRACE]) {
-        char tp[256];
-        if ((rc = get_name(c, v[K_TRACE], "trace", tp, sizeof tp))) return rc;
-        if (tp[0] == '/' || !base_dir || !*base_dir)
-            snprintf(s->trace_path, sizeof s->trace_path, "%s", tp);
-        else if ((size_t)snprintf(s->trace_path, sizeof s->trace_path, "%s/%s", base_dir, tp) >= sizeof s->trace_path)
-            return fail(c, v[K_TRACE], "trace", "path too long");
-    }
-    const yaml_node_t *tn = v[K_TENANTS];
-    if (!tn) return fail(c, root, "tenants", "required (a list of at least one tenant)");
-    if (tn->type != YAML_SEQUENCE_NODE) return fail(c, tn, "tenants", "expected a list");
-    size_t nt = (size_t)(tn->data.sequence.items.top - tn->data.sequence.items.start);
+    if ((rc = ydoc_get_i32(d, v[0], "token_ids.min", 0, INT32_MAX, &s->token_min))) return rc;
+    if ((rc = ydoc_get_i32(d, v[1], "token_ids.max", 0, INT32_MAX, &s->token_max))) return rc;
+    return s->token_min > s->token_max ? ydoc_fail(d, n, "token_ids", "min is above max") : 0;
+}
+
+static int parse_service(const ydoc *d, const yaml_node_t *n, scn *s) {
+    static const char *const keys[] = {"input_weight", "output_weight"};
+    const yaml_node_t *v[2];
+    int rc = ydoc_map_fields(d, n, "service", keys, 2, v);
+    if (rc) return rc;
+    if ((rc = ydoc_get_number(d, v[0], "service.input_weight", 0, 1e6, 0, &s->w_in))) return rc;
+    if ((rc = ydoc_get_number(d, v[1], "service.output_weight", 0, 1e6, 0, &s->w_out))) return rc;
+    return s->w_in + s->w_out <= 0 ? ydoc_fail(d, n, "service", "the weights may not both be 0") : 0;
+}
+
+static int parse_trace_path(const ydoc *d, const yaml_node_t *n, const char *base_dir, scn *s) {
+    char tp[256];
+    int rc = get_label(d, n, "trace", tp, sizeof tp);
+    if (rc) return rc;
+    if (tp[0] == '/' || !base_dir || !*base_dir)
+        snprintf(s->trace_path, sizeof s->trace_path, "%s", tp);
+    else if ((size_t)snprintf(s->trace_path, sizeof s->trace_path, "%s/%s", base_dir, tp) >= sizeof s->trace_path)
+        return ydoc_fail(d, n, "trace", "path too long");
+    return 0;
+}
+
+static int parse_tenants(const ydoc *d, const yaml_node_t *n, scn *s) {
+    size_t nt;
+    int rc = ydoc_get_seq(d, n, "tenants", &nt);
+    if (rc) return rc;
     if (nt < 1 || nt > SCN_MAX_TENANTS)
-        return fail(c, tn, "tenants", "expected 1 to %d tenants, got %zu", SCN_MAX_TENANTS, nt);
-    if (!(s->tenants = calloc(nt, sizeof *s->tenants))) return TS_ERR_NOMEM;
+        return ydoc_fail(d, n, "tenants", "expected 1 to %d tenants, got %zu", SCN_MAX_TENANTS, nt);
+    if (!(s->tenants = calloc(nt, sizeof *s->tenants))) return ydoc_nomem(d);
     s->n_tenants = (int)nt;
-    int any_trace = 0;
     for (size_t i = 0; i < nt; i++) {
-        char fp[PATH_LEN];
-        snprintf(fp, sizeof fp, "tenants[%zu]", i);
-        const yaml_node_t *item = node_at(c, tn->data.sequence.items.start[i]);
-        if ((rc = parse_tenant(c, item, fp, &s->tenants[i]))) return rc;
+        char fp[YDOC_PATH_MAX];
+        const yaml_node_t *item = ydoc_seq_at(d, n, i);
+        if ((rc = parse_tenant(d, item, ydoc_path_index(fp, "tenants", i), &s->tenants[i]))) return rc;
         for (size_t j = 0; j < i; j++)
             if (!strcmp(s->tenants[j].name, s->tenants[i].name))
-                return fail(c, item, fp, "tenant name '%s' repeated (tenants[%zu])", s->tenants[i].name, j);
-        any_trace |= s->tenants[i].arrival.process == SCN_ARR_NONE;
+                return ydoc_fail(d, item, fp, "tenant name '%s' repeated (tenants[%zu])", s->tenants[i].name, j);
     }
+    return 0;
+}
+
+static int parse_root(const ydoc *d, const yaml_node_t *root, const char *base_dir, scn *s) {
+    enum { NAME, MODEL, API, DUR, DRAIN, TEMP, IDS, SERVICE, INFLIGHT, TRACE, TENANTS, NK };
+    static const char *const keys[NK] = {"name",        "model",     "api",     "duration", "drain",
+                                         "temperature", "token_ids", "service", "max_in_flight",
+                                         "trace",       "tenants"};
+    static const char *const apis[] = {"completions", "chat"};
+    const yaml_node_t *v[NK];
+    int rc = ydoc_map_fields(d, root, "", keys, NK, v);
+    if (rc) return rc;
+    if ((rc = get_label(d, v[NAME], "name", s->name, sizeof s->name))) return rc;
+    if (!v[MODEL]) return ydoc_fail(d, root, "model", "required (the model name requests ask for)");
+    if ((rc = get_label(d, v[MODEL], "model", s->model, sizeof s->model))) return rc;
+    if ((rc = ydoc_get_enum(d, v[API], "api", "api", apis, 2, &s->chat))) return rc;
+    if ((rc = ydoc_get_duration(d, v[DUR], "duration", 0.001, MAX_DURATION_S, &s->duration_s))) return rc;
+    s->drain_s = 30;
+    if ((rc = ydoc_get_duration(d, v[DRAIN], "drain", 0, MAX_DURATION_S, &s->drain_s))) return rc;
+    if ((rc = ydoc_get_number(d, v[TEMP], "temperature", 0, 2, 0, &s->temperature))) return rc;
+    s->token_min = 100;
+    s->token_max = 9999;
+    if (v[IDS] && (rc = parse_ids(d, v[IDS], s))) return rc;
+    s->w_in = 1;
+    s->w_out = 2;
+    if (v[SERVICE] && (rc = parse_service(d, v[SERVICE], s))) return rc;
+    s->max_in_flight = 4000;
+    if ((rc = ydoc_get_i32(d, v[INFLIGHT], "max_in_flight", 1, 100000, &s->max_in_flight))) return rc;
+    if (v[TRACE] && (rc = parse_trace_path(d, v[TRACE], base_dir, s))) return rc;
+    if (!v[TENANTS]) return ydoc_fail(d, root, "tenants", "required (a list of at least one tenant)");
+    if ((rc = parse_tenants(d, v[TENANTS], s))) return rc;
+    int any_trace = 0;
+    for (int i = 0; i < s->n_tenants; i++) any_trace |= s->tenants[i].arrival.process == SCN_ARR_NONE;
     if (any_trace && !s->trace_path[0])
-        return fail(c, tn, "tenants", "a tenant without an arrival process needs a trace file (trace: FILE.csv)");
+        return ydoc_fail(d, v[TENANTS], "tenants", "a tenant without an arrival process needs a trace file (trace: FILE.csv)");
     if (!any_trace && s->trace_path[0])
-        return fail(c, v[K_TRACE], "trace", "every tenant has an arrival process, so the trace would go unused");
+        return ydoc_fail(d, v[TRACE], "trace", "every tenant has an arrival process, so the trace would go unused");
     return 0;
 }
 
 int scn_parse(const char *yaml, size_t len, const char *file, const char *base_dir, scn *out, char *err,
               size_t errlen) {
+    static const ydoc_opts opts = {TS_ERR_SCENARIO, "the file is empty", 0};
     memset(out, 0, sizeof *out);
-    if (err && errlen) err[0] = 0;
-    yaml_parser_t p;
-    yaml_document_t doc;
-    ctx c = {&doc, file ? file : "scenario", err, errlen};
-    if (!yaml_parser_initialize(&p)) return TS_ERR_NOMEM;
-    yaml_parser_set_input_string(&p, (const unsigned char *)yaml, len);
-    if (!yaml_parser_load(&p, &doc)) {
-        int rc = p.error == YAML_MEMORY_ERROR ? TS_ERR_NOMEM : TS_ERR_SCENARIO;
-        if (rc == TS_ERR_SCENARIO && err && errlen)
-            snprintf(err, errlen, "%s:%lu: YAML syntax error: %s", c.file,
-                     (unsigned long)p.problem_mark.line + 1, p.problem ? p.problem : "unknown");
-        yaml_parser_delete(&p);
-        return rc;
-    }
-    yaml_parser_delete(&p);
+    file = file ? file : "scenario";
+    ydoc *d;
+    int rc = ydoc_load_string(yaml, len, file, &opts, &d, err, errlen);
+    if (rc) return rc;
     scn s;
     memset(&s, 0, sizeof s);
-    yaml_node_t *root = yaml_document_get_root_node(&doc);
-    int rc = root ? parse_root(&c, root, base_dir, &s) : fail(&c, NULL, "", "the file is empty");
-    yaml_document_delete(&doc);
+    rc = parse_root(d, ydoc_root(d), base_dir, &s);
+    ydoc_free(d);
     if (rc) {
-        if (rc == TS_ERR_NOMEM && err && errlen) snprintf(err, errlen, "%s: out of memory", c.file);
         scn_free(&s);
         return rc;
     }
     if (!s.name[0]) {
         /* The file's base name without its extension. */
-        const char *b = strrchr(c.file, '/');
-        b = b ? b + 1 : c.file;
+        const char *b = strrchr(file, '/');
+        b = b ? b + 1 : file;
         size_t n = strcspn(b, ".");
         if (n >= sizeof s.name) n = sizeof s.name - 1;
         memcpy(s.name, b, n);
@@ -423,30 +293,59 @@ static int sort_rows(scn_trace_row *rows, size_t n) {
     return 0;
 }
 
-__attribute__((format(printf, 5, 6)))
-static int trace_fail(char *err, size_t errlen, const char *file, size_t line, const char *fmt, ...) {
-    if (err && errlen) {
-        char msg[300];
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(msg, sizeof msg, fmt, ap);
-        va_end(ap);
-        snprintf(err, errlen, "%s:%zu: %s", file, line, msg);
+/* One data line of the trace (NUL-terminated, cut at commas in place)
+ * into *row. */
+static int trace_row(const scn *s, char *buf, const char *file, size_t line, scn_trace_row *row, char *err,
+                     size_t errlen) {
+    char *f[4], *p = buf, *end;
+    int k = 0;
+    for (char *tok; k < 5 && (tok = strsep(&p, ",")); k++)
+        if (k < 4) f[k] = tok;
+    if (k != 4) return err_set(err, errlen, TS_ERR_SCENARIO, "%s:%zu: expected 4 fields, got %d", file, line, k);
+    errno = 0;
+    double t = strtod(f[0], &end);
+    if (end == f[0] || *end || errno || !isfinite(t) || t < 0 || t > MAX_DURATION_S)
+        return err_set(err, errlen, TS_ERR_SCENARIO, "%s:%zu: timestamp_s '%.40s' is not a time in seconds >= 0",
+                       file, line, f[0]);
+    int ti = -1;
+    for (int i = 0; i < s->n_tenants; i++)
+        if (!strcmp(s->tenants[i].name, f[1])) ti = i;
+    if (ti < 0)
+        return err_set(err, errlen, TS_ERR_SCENARIO, "%s:%zu: tenant '%.60s' is not in the scenario", file, line, f[1]);
+    if (s->tenants[ti].arrival.process != SCN_ARR_NONE)
+        return err_set(err, errlen, TS_ERR_SCENARIO,
+                       "%s:%zu: tenant '%s' has an arrival process; its rows would go unused", file, line, f[1]);
+    long v[2];
+    for (int j = 0; j < 2; j++) {
+        errno = 0;
+        v[j] = strtol(f[2 + j], &end, 10);
+        if (end == f[2 + j] || *end || errno || v[j] < 1 || v[j] > SCN_MAX_TOKENS)
+            return err_set(err, errlen, TS_ERR_SCENARIO, "%s:%zu: %s '%.40s' is not an integer from 1 to %d", file,
+                           line, j ? "output_tokens" : "prompt_tokens", f[2 + j], SCN_MAX_TOKENS);
     }
-    return TS_ERR_SCENARIO;
+    *row = (scn_trace_row){t, ti, (int32_t)v[0], (int32_t)v[1]};
+    return 0;
+}
+
+/* Append row to rows[0..*n), growing *cap. */
+static int push_row(scn_trace_row **rows, size_t *n, size_t *cap, scn_trace_row row) {
+    if (*n == *cap) {
+        scn_trace_row *g = realloc(*rows, 2 * *cap * sizeof **rows);
+        if (!g) return TS_ERR_NOMEM;
+        *rows = g;
+        *cap *= 2;
+    }
+    (*rows)[(*n)++] = row;
+    return 0;
 }
 
 int scn_trace_parse(scn *s, const char *csv, size_t len, const char *file, char *err, size_t errlen) {
+    static const char header_line[] = "timestamp_s,tenant,prompt_tokens,output_tokens";
     file = file ? file : "trace";
     size_t cap = 64, n = 0, line = 0;
     scn_trace_row *rows = malloc(cap * sizeof *rows);
-    if (!rows) return TS_ERR_NOMEM;
-    int rc = 0, header = 0;
-    size_t *per = calloc((size_t)s->n_tenants, sizeof *per);
-    if (!per) {
-        free(rows);
-        return TS_ERR_NOMEM;
-    }
+    size_t *per = calloc((size_t)s->n_tenants + 1, sizeof *per);
+    int rc = rows && per ? 0 : TS_ERR_NOMEM, header = 0;
     for (size_t off = 0; off < len && !rc;) {
         size_t e = off;
         while (e < len && csv[e] != '\n') e++;
@@ -457,86 +356,36 @@ int scn_trace_parse(scn *s, const char *csv, size_t len, const char *file, char 
         const char *src = csv + off;
         off = e + 1;
         if (l >= sizeof buf) {
-            rc = trace_fail(err, errlen, file, line, "line too long");
+            rc = err_set(err, errlen, TS_ERR_SCENARIO, "%s:%zu: line too long", file, line);
             break;
         }
         memcpy(buf, src, l);
         buf[l] = 0;
         if (memchr(buf, 0, l)) {
-            rc = trace_fail(err, errlen, file, line, "NUL byte");
-            break;
-        }
-        if (!buf[0] || buf[0] == '#') continue;
-        if (!header) {
-            if (strcmp(buf, "timestamp_s,tenant,prompt_tokens,output_tokens")) {
-                rc = trace_fail(err, errlen, file, line,
-                                "expected the header timestamp_s,tenant,prompt_tokens,output_tokens");
-                break;
-            }
-            header = 1;
+            rc = err_set(err, errlen, TS_ERR_SCENARIO, "%s:%zu: NUL byte", file, line);
+        } else if (!buf[0] || buf[0] == '#') {
             continue;
+        } else if (!header) {
+            header = 1;
+            if (strcmp(buf, header_line))
+                rc = err_set(err, errlen, TS_ERR_SCENARIO, "%s:%zu: expected the header %s", file, line, header_line);
+        } else {
+            scn_trace_row row = {0};
+            rc = trace_row(s, buf, file, line, &row, err, errlen);
+            if (!rc) rc = push_row(&rows, &n, &cap, row);
+            if (!rc) per[row.tenant]++;
         }
-        char *f[4], *p = buf;
-        int k = 0;
-        for (char *tok; k < 5 && (tok = strsep(&p, ",")); k++)
-            if (k < 4) f[k] = tok;
-        if (k != 4) {
-            rc = trace_fail(err, errlen, file, line, "expected 4 fields, got %d", k);
-            break;
-        }
-        char *end;
-        errno = 0;
-        double t = strtod(f[0], &end);
-        if (end == f[0] || *end || errno || !isfinite(t) || t < 0 || t > 30 * 86400.0) {
-            rc = trace_fail(err, errlen, file, line, "timestamp_s '%.40s' is not a time in seconds >= 0", f[0]);
-            break;
-        }
-        int ti = -1;
-        for (int i = 0; i < s->n_tenants; i++)
-            if (!strcmp(s->tenants[i].name, f[1])) ti = i;
-        if (ti < 0) {
-            rc = trace_fail(err, errlen, file, line, "tenant '%.60s' is not in the scenario", f[1]);
-            break;
-        }
-        if (s->tenants[ti].arrival.process != SCN_ARR_NONE) {
-            rc = trace_fail(err, errlen, file, line, "tenant '%s' has an arrival process; its rows would go unused",
-                            f[1]);
-            break;
-        }
-        long v[2];
-        for (int j = 0; j < 2 && !rc; j++) {
-            errno = 0;
-            v[j] = strtol(f[2 + j], &end, 10);
-            if (end == f[2 + j] || *end || errno || v[j] < 1 || v[j] > SCN_MAX_TOKENS)
-                rc = trace_fail(err, errlen, file, line, "%s '%.40s' is not an integer from 1 to %d",
-                                j ? "output_tokens" : "prompt_tokens", f[2 + j], SCN_MAX_TOKENS);
-        }
-        if (rc) break;
-        if (n == cap) {
-            scn_trace_row *g = realloc(rows, 2 * cap * sizeof *rows);
-            if (!g) {
-                rc = TS_ERR_NOMEM;
-                break;
-            }
-            rows = g;
-            cap *= 2;
-        }
-        rows[n++] = (scn_trace_row){t, ti, (int32_t)v[0], (int32_t)v[1]};
-        per[ti]++;
     }
-    if (!rc && !header) rc = trace_fail(err, errlen, file, line, "empty: no header line");
+    if (!rc && !header) rc = err_set(err, errlen, TS_ERR_SCENARIO, "%s:%zu: empty: no header line", file, line);
     for (int i = 0; !rc && i < s->n_tenants; i++)
         if (s->tenants[i].arrival.process == SCN_ARR_NONE && per[i] == 0)
-            rc = trace_fail(err, errlen, file, line, "tenant '%s' has no arrival process and no rows",
-                            s->tenants[i].name);
+            rc = err_set(err, errlen, TS_ERR_SCENARIO, "%s:%zu: tenant '%s' has no arrival process and no rows", file,
+                         line, s->tenants[i].name);
     free(per);
+    if (!rc) rc = sort_rows(rows, n);
     if (rc) {
         free(rows);
         return rc;
-    }
-    if (sort_rows(rows, n)) {
-        free(rows);
-        return TS_ERR_NOMEM;
     }
     free(s->trace);
     s->trace = rows;

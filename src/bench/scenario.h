@@ -36,7 +36,9 @@
  *       stop: 30s                     no arrival at or after this
  *
  * Durations are a number of seconds, or a number with a unit: ms, s, m, h
- * ("1.5s", "500ms", "2m"). Unknown keys are errors, so a typo cannot pass.
+ * ("1.5s", "500ms", "2m"). Unknown keys are errors, so a typo cannot pass,
+ * and so is a second YAML document; a key whose value is null (empty, ~,
+ * null, Null, NULL) counts as absent.
  * A tenant without `arrival` takes its requests from the trace: a CSV with
  * the header `timestamp_s,tenant,prompt_tokens,output_tokens` whose rows name
  * scenario tenants; rows may come in any order (they are sorted, stably).

@@ -6,7 +6,9 @@
  * output stays empty (nothing leaks) and the message names the file, the
  * 1-based line and the field, e.g.
  *     fleet.yaml:12: tenants[2].model: unknown model 'llama-9b' (llama-3-8b, qwen2-7b)
- * Unknown and repeated keys are errors. Names follow `tessera serve`'s
+ * Unknown and repeated keys are errors, and so is a second YAML document; a
+ * key whose value is null (empty, ~, null, Null, NULL) counts as absent. The
+ * reading is util/ydoc.h's. Names follow `tessera serve`'s
  * rules so the configurations `--emit serve` writes load as they are.
  * This module only parses; plan.h decides.
  *
@@ -28,7 +30,7 @@
  *       head_dim: 128            required, 1..4096
  *       max_context: 8192        tokens, 0..16777216 (default 4096)
  *       path: /models/l3.gguf    for --emit serve (default models/<name>.gguf)
- *   tiers:                       optional, at most 8; default gold/silver/bronze
+ *   tiers:                       optional, at most SCHED_MAX_TIERS (8); default gold/silver/bronze
  *     - name: gold               required; letters, digits, ._-
  *       ttft_ms: 200             0 = no target (default 0)
  *       tpot_ms: 50              0 = no target (default 0)

@@ -2,12 +2,14 @@
  * config.h - the server's YAML configuration: listen address, HTTP limits,
  * models, SLO tiers, tenants with their hashed API keys and rate limits.
  *
- * cfg_load reads one file with libyaml's document API and checks all of it
- * before anything is returned: a bad file loads nothing (the output stays
- * zeroed, nothing leaks) and the error names the file, the 1-based line and
- * the field, e.g.
+ * cfg_load reads one file with util/ydoc.h and checks all of it before
+ * anything is returned: a bad file loads nothing (the output stays zeroed,
+ * nothing leaks) and the error names the file, the 1-based line and the
+ * field, e.g.
  *     demo.yaml:14: tenants[1].tier: unknown tier 'platinum' (gold, silver, bronze)
- * Unknown keys and repeated keys are errors, so a typo never passes silently.
+ * Unknown keys and repeated keys are errors, so a typo never passes silently;
+ * so is a second YAML document. A key whose value is null (empty, ~, null,
+ * Null, NULL) counts as absent.
  * It does not open model files: the server loads them and reports their
  * errors itself. The cfg owns all of its memory; cfg_free releases it.
  * Nothing here touches the scheduler or the network: the server turns a cfg
