@@ -2,4 +2,5 @@
 #include "server.h"
 #include "model.h"
 #include "sched.h"
+#include "ydoc.h"
 int probe_serve_ok(void) { return 0; }
