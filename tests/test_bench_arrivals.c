@@ -26,8 +26,8 @@ typedef struct moments {
 } moments;
 
 static moments gap_moments(const scn_arrival *a, uint64_t seed) {
-    arr_rng r;
-    arr_rng_seed(&r, seed, 0);
+    rng r;
+    rng_seed_stream(&r, seed, 0);
     double s = 0, s2 = 0, mn = INFINITY, mx = 0;
     for (int i = 0; i < N_SAMPLES; i++) {
         double g = arr_gap(a, &r);
@@ -46,11 +46,11 @@ static void near(double got, double want, double rel, const char *what) {
 
 static void test_uniform_and_normal(void **state) {
     (void)state;
-    arr_rng r;
-    arr_rng_seed(&r, 42, 7);
+    rng r;
+    rng_seed_stream(&r, 42, 7);
     double s = 0, s2 = 0, lo = 1, hi = 0;
     for (int i = 0; i < N_SAMPLES; i++) {
-        double u = arr_uniform(&r);
+        double u = rng_uniform_open(&r);
         assert_true(u > 0 && u < 1);
         s += u;
         lo = u < lo ? u : lo;
@@ -104,8 +104,8 @@ static void test_constant(void **state) {
 
 static void test_lengths(void **state) {
     (void)state;
-    arr_rng r;
-    arr_rng_seed(&r, 9, 1);
+    rng r;
+    rng_seed_stream(&r, 9, 1);
     scn_len fixed = {SCN_LEN_FIXED, 17, 17, 17, 0, 0};
     for (int i = 0; i < 1000; i++) assert_int_equal(arr_len(&fixed, &r), 17);
 

@@ -10,44 +10,14 @@
  * hour fails as out of memory politely instead of eating the machine. */
 #define ARR_MAX_EVENTS 20000000u
 
-static uint64_t splitmix64(uint64_t *x) {
-    uint64_t z = (*x += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
-void arr_rng_seed(arr_rng *r, uint64_t seed, uint64_t stream) {
-    uint64_t x = seed ^ splitmix64(&(uint64_t){stream * 0x632be59bd9b4e019ull + 1});
-    for (int i = 0; i < 4; i++) r->s[i] = splitmix64(&x);
-}
-
-static uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
-
-uint64_t arr_rng_next(arr_rng *r) {
-    uint64_t *s = r->s, out = rotl(s[1] * 5, 7) * 9, t = s[1] << 17;
-    s[2] ^= s[0];
-    s[3] ^= s[1];
-    s[1] ^= s[2];
-    s[0] ^= s[3];
-    s[2] ^= t;
-    s[3] = rotl(s[3], 45);
-    return out;
-}
-
-double arr_uniform(arr_rng *r) {
-    /* 53 random bits, shifted by half a step: (0, 1) exactly. */
-    return ((double)(arr_rng_next(r) >> 11) + 0.5) * 0x1.0p-53;
-}
-
-double arr_normal(arr_rng *r) {
-    double u = arr_uniform(r), v = arr_uniform(r);
+double arr_normal(rng *r) {
+    double u = rng_uniform_open(r), v = rng_uniform_open(r);
     return sqrt(-2 * log(u)) * cos(2 * M_PI * v);
 }
 
-double arr_gamma(arr_rng *r, double shape, double scale) {
+double arr_gamma(rng *r, double shape, double scale) {
     if (shape < 1) {
-        double u = arr_uniform(r);
+        double u = rng_uniform_open(r);
         return arr_gamma(r, shape + 1, scale) * pow(u, 1 / shape);
     }
     /* Marsaglia and Tsang (2000): squeeze, then the log acceptance test. */
@@ -59,15 +29,15 @@ double arr_gamma(arr_rng *r, double shape, double scale) {
             v = 1 + c * x;
         } while (v <= 0);
         v = v * v * v;
-        double u = arr_uniform(r);
+        double u = rng_uniform_open(r);
         if (u < 1 - 0.0331 * x * x * x * x) return d * v * scale;
         if (log(u) < 0.5 * x * x + d * (1 - v + log(v))) return d * v * scale;
     }
 }
 
-double arr_gap(const scn_arrival *a, arr_rng *r) {
+double arr_gap(const scn_arrival *a, rng *r) {
     switch (a->process) {
-    case SCN_ARR_POISSON: return -log(arr_uniform(r)) / a->rate;
+    case SCN_ARR_POISSON: return -log(rng_uniform_open(r)) / a->rate;
     case SCN_ARR_GAMMA: {
         double k = 1 / (a->cv * a->cv);
         return arr_gamma(r, k, 1 / (k * a->rate));
@@ -77,11 +47,11 @@ double arr_gap(const scn_arrival *a, arr_rng *r) {
     }
 }
 
-int32_t arr_len(const scn_len *l, arr_rng *r) {
+int32_t arr_len(const scn_len *l, rng *r) {
     double v;
     switch (l->dist) {
     case SCN_LEN_UNIFORM:
-        return l->min + (int32_t)(arr_rng_next(r) % (uint64_t)(l->max - l->min + 1));
+        return l->min + (int32_t)(rng_next(r) % (uint64_t)(l->max - l->min + 1));
     case SCN_LEN_LOGNORMAL: {
         double s2 = log1p(l->cv * l->cv), mu = log(l->mean) - s2 / 2;
         v = round(exp(mu + sqrt(s2) * arr_normal(r)));
@@ -95,7 +65,7 @@ int32_t arr_len(const scn_len *l, arr_rng *r) {
 /* One source of the merge: a tenant's process, or the trace. */
 typedef struct source {
     double next;              /* s; INFINITY when exhausted */
-    arr_rng gaps, lens;
+    rng gaps, lens;
 } source;
 
 int arr_schedule(const scn *s, uint64_t seed, double until_s, size_t max_requests, arr_event **ev,
@@ -111,13 +81,13 @@ int arr_schedule(const scn *s, uint64_t seed, double until_s, size_t max_request
     if (!src) return TS_ERR_NOMEM;
     for (int i = 0; i < nt; i++) {
         const scn_tenant *t = &s->tenants[i];
-        arr_rng_seed(&src[i].gaps, seed, 2 * (uint64_t)i);
-        arr_rng_seed(&src[i].lens, seed, 2 * (uint64_t)i + 1);
+        rng_seed_stream(&src[i].gaps, seed, 2 * (uint64_t)i);
+        rng_seed_stream(&src[i].lens, seed, 2 * (uint64_t)i + 1);
         double first = t->arrival.process == SCN_ARR_NONE ? INFINITY : t->start_s + arr_gap(&t->arrival, &src[i].gaps);
         src[i].next = t->stop_s > 0 && first >= t->stop_s ? INFINITY : first;
     }
-    arr_rng req_seeds;
-    arr_rng_seed(&req_seeds, seed, UINT64_C(0xfeedface));
+    rng req_seeds;
+    rng_seed_stream(&req_seeds, seed, UINT64_C(0xfeedface));
     size_t ti = 0, cap = 0, cnt = 0;
     arr_event *out = NULL;
     int rc = 0;
@@ -154,7 +124,7 @@ int arr_schedule(const scn *s, uint64_t seed, double until_s, size_t max_request
         }
         arr_event *e = &out[cnt++];
         e->t_s = t;
-        e->seed = arr_rng_next(&req_seeds);
+        e->seed = rng_next(&req_seeds);
         if (from_trace) {
             const scn_trace_row *row = &s->trace[ti++];
             e->tenant = row->tenant;

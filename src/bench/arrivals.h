@@ -27,28 +27,23 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "rng.h"
 #include "scenario.h"
 
-typedef struct arr_rng {
-    uint64_t s[4];
-} arr_rng;
+/* Draws come from util/rng: a tenant's streams are rng_seed_stream(seed,
+ * 2 * tenant) for gaps and (seed, 2 * tenant + 1) for lengths, and the
+ * requests' own seeds come from stream 0xfeedface. */
 
-/* Seed r from (seed, stream) through splitmix64: distinct streams are
- * independent for every practical purpose. */
-void arr_rng_seed(arr_rng *r, uint64_t seed, uint64_t stream);
-uint64_t arr_rng_next(arr_rng *r);
-/* Uniform in (0, 1): never 0, so logs are safe. */
-double arr_uniform(arr_rng *r);
 /* Standard normal (Box-Muller, one value per call). */
-double arr_normal(arr_rng *r);
+double arr_normal(rng *r);
 /* Gamma(shape, scale) by Marsaglia-Tsang; shape < 1 by the boost
  * Gamma(k) = Gamma(k + 1) * U^(1/k). shape, scale > 0. */
-double arr_gamma(arr_rng *r, double shape, double scale);
+double arr_gamma(rng *r, double shape, double scale);
 
 /* The next gap, s, of process a. */
-double arr_gap(const scn_arrival *a, arr_rng *r);
+double arr_gap(const scn_arrival *a, rng *r);
 /* A length, tokens, drawn from l. */
-int32_t arr_len(const scn_len *l, arr_rng *r);
+int32_t arr_len(const scn_len *l, rng *r);
 
 typedef struct arr_event {
     double t_s;               /* s since the start of the run */

@@ -21,7 +21,6 @@
 #include <cjson/cJSON.h>
 #include <curl/curl.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,6 +29,8 @@
 #include <unistd.h>
 
 #include "err.h"
+#include "rng.h"
+#include "strbuf.h"
 
 #define LINE_MAX_BYTES (1u << 20)   /* an SSE line longer than this breaks the stream */
 #define ERR_BODY_BYTES 300          /* of an error body, kept for the first-error notes */
@@ -117,66 +118,37 @@ int lg_url_check(const char *url, char *err, size_t errlen) {
 
 /* ---- request bodies --------------------------------------------------------- */
 
-/* Append to a growing buffer; 0 or -1 when out of memory. */
-typedef struct sbuf {
-    char *p;
-    size_t len, cap;
-} sbuf;
-
-__attribute__((format(printf, 2, 3)))
-static int sb_printf(sbuf *b, const char *fmt, ...) {
-    for (;;) {
-        va_list ap;
-        va_start(ap, fmt);
-        int k = vsnprintf(b->p ? b->p + b->len : NULL, b->p ? b->cap - b->len : 0, fmt, ap);
-        va_end(ap);
-        if (k < 0) return -1;
-        if (b->p && b->len + (size_t)k < b->cap) {
-            b->len += (size_t)k;
-            return 0;
-        }
-        size_t nc = b->cap ? b->cap * 2 : 256;
-        while (nc < b->len + (size_t)k + 1) nc *= 2;
-        char *g = realloc(b->p, nc);
-        if (!g) return -1;
-        b->p = g;
-        b->cap = nc;
-    }
-}
-
 /* The JSON body of request e. Scenario names and models were checked to hold
- * no quote, backslash or control character, so they print as they are. */
+ * no quote, backslash or control character, so they print as they are. The
+ * prompt's ids (or words) come from e's own seed, so a request's body does
+ * not depend on which others were sent. */
 static char *make_body(const scn *s, const arr_event *e) {
-    sbuf b = {0};
-    arr_rng rng;
-    arr_rng_seed(&rng, e->seed, 0);
+    strbuf b = STRBUF_INIT;
+    rng r;
+    rng_seed_stream(&r, e->seed, 0);
     uint64_t span = (uint64_t)(s->token_max - s->token_min) + 1;
-    int bad = sb_printf(&b, "{\"model\":\"%s\",", s->model);
+    strbuf_printf(&b, "{\"model\":\"%s\",", s->model);
     if (!s->chat) {
-        bad |= sb_printf(&b, "\"prompt\":[");
-        for (int32_t i = 0; i < e->prompt_tokens && !bad; i++)
-            bad |= sb_printf(&b, "%s%lld", i ? "," : "", (long long)(s->token_min + (int64_t)(arr_rng_next(&rng) % span)));
-        bad |= sb_printf(&b, "],");
+        strbuf_puts(&b, "\"prompt\":[");
+        for (int32_t i = 0; i < e->prompt_tokens && !strbuf_failed(&b); i++)
+            strbuf_printf(&b, "%s%lld", i ? "," : "", (long long)(s->token_min + (int64_t)(rng_next(&r) % span)));
+        strbuf_puts(&b, "],");
     } else {
-        bad |= sb_printf(&b, "\"messages\":[{\"role\":\"user\",\"content\":\"");
-        for (int32_t i = 0; i < e->prompt_tokens && !bad; i++) {
+        strbuf_puts(&b, "\"messages\":[{\"role\":\"user\",\"content\":\"");
+        for (int32_t i = 0; i < e->prompt_tokens && !strbuf_failed(&b); i++) {
             char w[8];
-            int wl = 3 + (int)(arr_rng_next(&rng) % 4);
-            for (int c = 0; c < wl; c++) w[c] = (char)('a' + arr_rng_next(&rng) % 26);
+            int wl = 3 + (int)(rng_next(&r) % 4);
+            for (int c = 0; c < wl; c++) w[c] = (char)('a' + rng_next(&r) % 26);
             w[wl] = 0;
-            bad |= sb_printf(&b, "%s%s", i ? " " : "", w);
+            strbuf_printf(&b, "%s%s", i ? " " : "", w);
         }
-        bad |= sb_printf(&b, "\"}],");
+        strbuf_puts(&b, "\"}],");
     }
-    bad |= sb_printf(&b,
-                     "\"max_tokens\":%d,\"temperature\":%g,\"stream\":true,"
-                     "\"stream_options\":{\"include_usage\":true},\"ignore_eos\":true}",
-                     (int)e->output_tokens, s->temperature);
-    if (bad) {
-        free(b.p);
-        return NULL;
-    }
-    return b.p;
+    strbuf_printf(&b,
+                  "\"max_tokens\":%d,\"temperature\":%g,\"stream\":true,"
+                  "\"stream_options\":{\"include_usage\":true},\"ignore_eos\":true}",
+                  (int)e->output_tokens, s->temperature);
+    return strbuf_steal(&b, NULL);
 }
 
 /* ---- responses -------------------------------------------------------------- */

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "err.h"
+#include "strbuf.h"
 
 enum { R_SYSTEM, R_USER, R_ASSISTANT, R_TOOL, R_BAD };
 
@@ -62,46 +63,31 @@ const char *chat_family_name(chat_family f) {
 /* ---- writer ------------------------------------------------------------- */
 
 typedef struct wr {
-    char *p;
-    size_t len, cap;
-    chat_seg *segs;               /* NULL when not tracking */
+    strbuf text;
+    chat_seg *segs;               /* (cap_segs) NULL when not tracking */
     size_t n_segs, cap_segs;
     int track;                    /* record template segments */
-    int err;                      /* sticky TS_ERR_NOMEM */
+    int segs_failed;              /* sticky: growing segs ran out of memory */
 } wr;
 
-static int grow(void **p, size_t *cap, size_t need, size_t elem) {
-    if (need <= *cap) return 0;
-    size_t c = *cap ? *cap : 16;
-    while (c < need) {
-        if (c > SIZE_MAX / 2 / elem) return -1;
-        c *= 2;
-    }
-    void *q = realloc(*p, c * elem);
+/* Room for one more segment; -1 when out of memory. */
+static int segs_reserve(wr *w) {
+    if (w->n_segs < w->cap_segs) return 0;
+    size_t cap = w->cap_segs ? w->cap_segs * 2 : 16;
+    if (cap > SIZE_MAX / sizeof *w->segs) return -1;
+    chat_seg *q = realloc(w->segs, cap * sizeof *q);
     if (!q) return -1;
-    *p = q;
-    *cap = c;
+    w->segs = q;
+    w->cap_segs = cap;
     return 0;
-}
-
-static void put(wr *w, const char *s, size_t n) {
-    if (w->err || (n == 0 && w->p)) return;
-    if (n > SIZE_MAX - w->len - 1 ||
-        grow((void **)&w->p, &w->cap, w->len + n + 1, 1) != 0) {
-        w->err = TS_ERR_NOMEM;
-        return;
-    }
-    memcpy(w->p + w->len, s, n);
-    w->len += n;
-    w->p[w->len] = '\0';
 }
 
 /* Template text: appended and, when tracking, recorded (merged with the
  * previous segment when they touch). */
 static void tpl(wr *w, const char *s) {
-    size_t n = strlen(s), off = w->len;
-    put(w, s, n);
-    if (w->err || !w->track || n == 0) return;
+    size_t n = strlen(s), off = w->text.len;
+    strbuf_put(&w->text, s, n);
+    if (strbuf_failed(&w->text) || w->segs_failed || !w->track || n == 0) return;
     if (w->n_segs > 0) {
         chat_seg *last = &w->segs[w->n_segs - 1];
         if (last->off + last->len == off) {
@@ -109,15 +95,15 @@ static void tpl(wr *w, const char *s) {
             return;
         }
     }
-    if (grow((void **)&w->segs, &w->cap_segs, w->n_segs + 1, sizeof *w->segs) != 0) {
-        w->err = TS_ERR_NOMEM;
+    if (segs_reserve(w)) {
+        w->segs_failed = 1;
         return;
     }
     w->segs[w->n_segs++] = (chat_seg){off, n};
 }
 
 /* Message content: appended, never a segment. */
-static void body(wr *w, const char *s, size_t n) { put(w, s, n); }
+static void body(wr *w, const char *s, size_t n) { strbuf_put(&w->text, s, n); }
 
 /* ---- trimming ----------------------------------------------------------- */
 
@@ -328,8 +314,7 @@ int chat_render_segs(chat_family f, const chat_msg *msgs, int n,
         }
     }
 
-    wr w = {.track = segs != NULL};
-    put(&w, "", 0);
+    wr w = {.text = STRBUF_INIT, .track = segs != NULL};
     int bos_in_text = 0;
     switch (f) {
     case CHAT_DEFAULT: render_default(&w, msgs, role, n); break;
@@ -343,13 +328,14 @@ int chat_render_segs(chat_family f, const chat_msg *msgs, int n,
         break;
     }
     free(role);
-    if (w.err || !w.p) {
-        free(w.p);
+    char *text = strbuf_steal(&w.text, len);
+    if (!text || w.segs_failed) {
+        free(text);
         free(w.segs);
+        *len = 0;
         return TS_ERR_NOMEM;
     }
-    *out = w.p;
-    *len = w.len;
+    *out = text;
     *add_bos = !bos_in_text;
     if (segs) {
         *segs = w.segs;

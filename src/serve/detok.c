@@ -1,7 +1,6 @@
 /* detok.c - see detok.h. */
 #include "detok.h"
 
-#include <stdlib.h>
 #include <string.h>
 
 #include "err.h"
@@ -17,28 +16,24 @@ int dtk_init(dtk *d, const tok *t, const char *const *stops, int n_stops) {
     }
     d->n_stops = n_stops;
     d->t = t;
-    d->cap = 256;
-    d->text = malloc(d->cap);
-    return d->text ? 0 : TS_ERR_NOMEM;
+    /* Allocated up front, so d->text.p is never NULL once this succeeds. */
+    return strbuf_reserve(&d->text, 255);
 }
 
 void dtk_deinit(dtk *d) {
-    free(d->text);
+    strbuf_free(&d->text);
     memset(d, 0, sizeof(*d));
 }
 
 static int append(dtk *d, const char *p, size_t n) {
-    if (d->len + n > d->cap) {
-        size_t cap = d->cap * 2;
-        while (cap < d->len + n) cap *= 2;
-        char *nt = realloc(d->text, cap);
-        if (!nt) return TS_ERR_NOMEM;
-        d->text = nt;
-        d->cap = cap;
-    }
-    memcpy(d->text + d->len, p, n);
-    d->len += n;
-    return 0;
+    strbuf_put(&d->text, p, n);
+    return strbuf_failed(&d->text) ? TS_ERR_NOMEM : 0;
+}
+
+/* Drop the text from byte len on. */
+static void cut(dtk *d, size_t len) {
+    d->text.len = len;
+    d->text.p[len] = '\0';
 }
 
 /* Bytes at the end of text that start a UTF-8 character not yet complete. */
@@ -58,9 +53,9 @@ static size_t stop_prefix_tail(const dtk *d) {
     size_t best = 0;
     for (int i = 0; i < d->n_stops; i++) {
         size_t max = d->stop_len[i] - 1;
-        if (max > d->len - d->released) max = d->len - d->released;
+        if (max > d->text.len - d->released) max = d->text.len - d->released;
         for (size_t k = max; k > best; k--)
-            if (memcmp(d->text + d->len - k, d->stops[i], k) == 0) {
+            if (memcmp(d->text.p + d->text.len - k, d->stops[i], k) == 0) {
                 best = k;
                 break;
             }
@@ -73,8 +68,8 @@ static int find_stop(const dtk *d, size_t *at) {
     int found = 0;
     for (int i = 0; i < d->n_stops; i++) {
         size_t from = d->released > d->stop_len[i] ? d->released - d->stop_len[i] + 1 : 0;
-        for (size_t p = from; p + d->stop_len[i] <= d->len; p++)
-            if (memcmp(d->text + p, d->stops[i], d->stop_len[i]) == 0) {
+        for (size_t p = from; p + d->stop_len[i] <= d->text.len; p++)
+            if (memcmp(d->text.p + p, d->stops[i], d->stop_len[i]) == 0) {
                 if (!found || p < *at) *at = p;
                 found = 1;
                 break;
@@ -84,7 +79,7 @@ static int find_stop(const dtk *d, size_t *at) {
 }
 
 int dtk_push(dtk *d, int32_t id, const char **out, size_t *n) {
-    *out = d->text + d->released;
+    *out = d->text.p + d->released;
     *n = 0;
     if (d->stopped) return 1;
     char piece[512];
@@ -96,15 +91,15 @@ int dtk_push(dtk *d, int32_t id, const char **out, size_t *n) {
     if (find_stop(d, &at)) {
         /* Held-back text never contains a whole stop string, so the match
          * starts at or after what was released. */
-        d->len = at < d->released ? d->released : at;
+        cut(d, at < d->released ? d->released : at);
         d->stopped = 1;
     }
     size_t hold = d->stopped ? 0 : stop_prefix_tail(d);
-    size_t part = partial_utf8(d->text, d->len);
+    size_t part = partial_utf8(d->text.p, d->text.len);
     if (part > hold) hold = part;
-    size_t ready = d->len - hold;
+    size_t ready = d->text.len - hold;
     if (ready > d->released) {
-        *out = d->text + d->released;
+        *out = d->text.p + d->released;
         *n = ready - d->released;
         d->released = ready;
     }
@@ -112,12 +107,12 @@ int dtk_push(dtk *d, int32_t id, const char **out, size_t *n) {
 }
 
 void dtk_finish(dtk *d, const char **out, size_t *n) {
-    size_t part = partial_utf8(d->text, d->len);
+    size_t part = partial_utf8(d->text.p, d->text.len);
     if (part) {
-        d->len -= part;
+        cut(d, d->text.len - part);
         append(d, "\xEF\xBF\xBD", 3); /* U+FFFD for the cut character */
     }
-    *out = d->text + d->released;
-    *n = d->len - d->released;
-    d->released = d->len;
+    *out = d->text.p + d->released;
+    *n = d->text.len - d->released;
+    d->released = d->text.len;
 }

@@ -20,6 +20,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "strbuf.h"
 #include "tok.h"
 
 #define DTK_MAX_STOPS 4
@@ -27,8 +28,7 @@
 
 typedef struct dtk {
     const tok *t;
-    char *text;             /* generated text so far, stop string excluded */
-    size_t len, cap;
+    strbuf text;            /* generated text so far, stop string excluded */
     size_t released;        /* bytes of text already handed out */
     char stops[DTK_MAX_STOPS][DTK_MAX_STOP_LEN];
     size_t stop_len[DTK_MAX_STOPS];

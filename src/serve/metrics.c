@@ -9,6 +9,7 @@
  * is what lets updates skip the lock. */
 #include "metrics.h"
 
+#include <inttypes.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -18,6 +19,7 @@
 
 #include "err.h"
 #include "fq.h"
+#include "strbuf.h"
 
 const double met_latency_buckets[MET_LATENCY_N_BUCKETS] = {
     0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.15,
@@ -86,45 +88,19 @@ static void atomic_add_f64(_Atomic uint64_t *p, double v) {
     }
 }
 
-/* ---- a growing text buffer ---------------------------------------------- */
-
-typedef struct sbuf {
-    char *p;
-    size_t len, cap;
-    int err;                      /* sticky: set once an allocation failed */
-} sbuf;
-
-static void sb_put(sbuf *b, const char *s, size_t n) {
-    if (b->err) return;
-    if (n + 1 > b->cap - b->len) {
-        size_t cap = b->cap ? b->cap : 256;
-        while (n + 1 > cap - b->len) {
-            if (cap > SIZE_MAX / 2) { b->err = 1; return; }
-            cap *= 2;
-        }
-        char *q = realloc(b->p, cap);
-        if (!q) { b->err = 1; return; }
-        b->p = q;
-        b->cap = cap;
-    }
-    memcpy(b->p + b->len, s, n);
-    b->len += n;
-    b->p[b->len] = '\0';
-}
-
-static void sb_puts(sbuf *b, const char *s) { sb_put(b, s, strlen(s)); }
+/* ---- text helpers over strbuf ------------------------------------------- */
 
 /* Escape for a label value (quotes too) or for HELP text (no quotes). */
-static void sb_escaped(sbuf *b, const char *s, int quotes) {
+static void put_escaped(strbuf *b, const char *s, int quotes) {
     for (const char *run = s;; s++) {
         const char *rep = NULL;
         if (*s == '\\') rep = "\\\\";
         else if (*s == '\n') rep = "\\n";
         else if (*s == '"' && quotes) rep = "\\\"";
         else if (*s != '\0') continue;
-        sb_put(b, run, (size_t)(s - run));
+        strbuf_put(b, run, (size_t)(s - run));
         if (!rep) return;
-        sb_puts(b, rep);
+        strbuf_puts(b, rep);
         run = s + 1;
     }
 }
@@ -147,17 +123,13 @@ static void fmt_double(char out[40], double v) {
     }
 }
 
-static void sb_double(sbuf *b, double v) {
+static void put_double(strbuf *b, double v) {
     char t[40];
     fmt_double(t, v);
-    sb_puts(b, t);
+    strbuf_puts(b, t);
 }
 
-static void sb_u64(sbuf *b, uint64_t v) {
-    char t[24];
-    snprintf(t, sizeof t, "%llu", (unsigned long long)v);
-    sb_puts(b, t);
-}
+static void put_u64(strbuf *b, uint64_t v) { strbuf_printf(b, "%" PRIu64, v); }
 
 /* ---- names -------------------------------------------------------------- */
 
@@ -231,18 +203,19 @@ void met_free(met_registry *r) {
 
 /* Escaped label text for these values; NULL on a NULL value or no memory. */
 static char *labels_text(const met_family *f, const char *const *values) {
-    sbuf b = {0};
-    sb_put(&b, "", 0);                               /* "" for no labels */
+    strbuf b = STRBUF_INIT;
     for (int i = 0; i < f->n_labels; i++) {
-        if (!values[i]) { free(b.p); return NULL; }
-        if (i) sb_puts(&b, ",");
-        sb_puts(&b, f->label_names[i]);
-        sb_puts(&b, "=\"");
-        sb_escaped(&b, values[i], 1);
-        sb_puts(&b, "\"");
+        if (!values[i]) {
+            strbuf_free(&b);
+            return NULL;
+        }
+        if (i) strbuf_puts(&b, ",");
+        strbuf_puts(&b, f->label_names[i]);
+        strbuf_puts(&b, "=\"");
+        put_escaped(&b, values[i], 1);
+        strbuf_puts(&b, "\"");
     }
-    if (b.err) { free(b.p); return NULL; }
-    return b.p;
+    return strbuf_steal(&b, NULL);                   /* "" for no labels */
 }
 
 /* Find or create; the caller holds f->reg->mu. Escaping is injective and
@@ -402,21 +375,21 @@ static const char *kind_name(int kind) {
 }
 
 /* name{labels[,extra]} with braces only when there is something inside. */
-static void sb_sample_name(sbuf *b, const char *name, const char *suffix,
+static void put_sample_name(strbuf *b, const char *name, const char *suffix,
                            const char *labels, const char *extra) {
-    sb_puts(b, name);
-    sb_puts(b, suffix);
+    strbuf_puts(b, name);
+    strbuf_puts(b, suffix);
     if (!labels[0] && !extra) return;
-    sb_puts(b, "{");
-    sb_puts(b, labels);
+    strbuf_puts(b, "{");
+    strbuf_puts(b, labels);
     if (extra) {
-        if (labels[0]) sb_puts(b, ",");
-        sb_puts(b, extra);
+        if (labels[0]) strbuf_puts(b, ",");
+        strbuf_puts(b, extra);
     }
-    sb_puts(b, "}");
+    strbuf_puts(b, "}");
 }
 
-static void render_histogram(sbuf *b, const met_family *f, met_series *s) {
+static void render_histogram(strbuf *b, const met_family *f, met_series *s) {
     uint64_t cum = 0;
     char le[64], num[40];
     for (int i = 0; i <= f->n_bounds; i++) {
@@ -424,57 +397,49 @@ static void render_histogram(sbuf *b, const met_family *f, met_series *s) {
         if (i < f->n_bounds) fmt_double(num, f->bounds[i]);
         else strcpy(num, "+Inf");
         snprintf(le, sizeof le, "le=\"%s\"", num);
-        sb_sample_name(b, f->name, "_bucket", s->labels, le);
-        sb_puts(b, " ");
-        sb_u64(b, cum);
-        sb_puts(b, "\n");
+        put_sample_name(b, f->name, "_bucket", s->labels, le);
+        strbuf_puts(b, " ");
+        put_u64(b, cum);
+        strbuf_puts(b, "\n");
     }
-    sb_sample_name(b, f->name, "_sum", s->labels, NULL);
-    sb_puts(b, " ");
-    sb_double(b, met_value(s));
-    sb_puts(b, "\n");
+    put_sample_name(b, f->name, "_sum", s->labels, NULL);
+    strbuf_puts(b, " ");
+    put_double(b, met_value(s));
+    strbuf_puts(b, "\n");
     /* _count from the same bucket reads, so it equals the +Inf bucket. */
-    sb_sample_name(b, f->name, "_count", s->labels, NULL);
-    sb_puts(b, " ");
-    sb_u64(b, cum);
-    sb_puts(b, "\n");
+    put_sample_name(b, f->name, "_count", s->labels, NULL);
+    strbuf_puts(b, " ");
+    put_u64(b, cum);
+    strbuf_puts(b, "\n");
 }
 
-int met_render(met_registry *r, char **buf, size_t *len) {
-    *buf = NULL;
-    *len = 0;
-    sbuf b = {0};
-    sb_put(&b, "", 0);
+int met_render(met_registry *r, char **text, size_t *len) {
+    strbuf b = STRBUF_INIT;
     pthread_mutex_lock(&r->mu);
     for (met_family *f = r->head; f; f = f->next) {
-        sb_puts(&b, "# HELP ");
-        sb_puts(&b, f->name);
-        sb_puts(&b, " ");
-        sb_escaped(&b, f->help, 0);
-        sb_puts(&b, "\n# TYPE ");
-        sb_puts(&b, f->name);
-        sb_puts(&b, " ");
-        sb_puts(&b, kind_name(f->kind));
-        sb_puts(&b, "\n");
+        strbuf_puts(&b, "# HELP ");
+        strbuf_puts(&b, f->name);
+        strbuf_puts(&b, " ");
+        put_escaped(&b, f->help, 0);
+        strbuf_puts(&b, "\n# TYPE ");
+        strbuf_puts(&b, f->name);
+        strbuf_puts(&b, " ");
+        strbuf_puts(&b, kind_name(f->kind));
+        strbuf_puts(&b, "\n");
         for (met_series *s = f->head; s; s = s->next) {
             if (f->kind == KIND_HISTOGRAM) {
                 render_histogram(&b, f, s);
                 continue;
             }
-            sb_sample_name(&b, f->name, "", s->labels, NULL);
-            sb_puts(&b, " ");
-            sb_double(&b, met_value(s));
-            sb_puts(&b, "\n");
+            put_sample_name(&b, f->name, "", s->labels, NULL);
+            strbuf_puts(&b, " ");
+            put_double(&b, met_value(s));
+            strbuf_puts(&b, "\n");
         }
     }
     pthread_mutex_unlock(&r->mu);
-    if (b.err) {
-        free(b.p);
-        return TS_ERR_NOMEM;
-    }
-    *buf = b.p;
-    *len = b.len;
-    return 0;
+    *text = strbuf_steal(&b, len);
+    return *text ? 0 : TS_ERR_NOMEM;
 }
 
 /* ---- fairness ----------------------------------------------------------- */

@@ -115,11 +115,11 @@ void met_observe(met_series *s, double v);
 double met_value(const met_series *s);
 
 /*
- * Render every family into a malloc'd, NUL-terminated text. OUT buf: the
+ * Render every family into a malloc'd, NUL-terminated text. OUT text: the
  * text, freed by the caller with free(). OUT len: its length without the
- * NUL. Returns 0, or TS_ERR_NOMEM with *buf NULL and *len 0.
+ * NUL. Returns 0, or TS_ERR_NOMEM with *text NULL and *len 0.
  */
-int met_render(met_registry *r, char **buf, size_t *len);
+int met_render(met_registry *r, char **text, size_t *len);
 
 /* ---- fairness ----------------------------------------------------------- */
 

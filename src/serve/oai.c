@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "err.h"
+#include "strbuf.h"
 
 #define T_INVALID "invalid_request_error"
 #define C_UNSUPPORTED_PARAM "unsupported_parameter"
@@ -79,67 +80,24 @@ static size_t utf8_cut(const char *s, size_t n, size_t max) {
     return max;
 }
 
-/* ---- a string builder for response bodies -------------------------------- */
+/* ---- response text -------------------------------------------------------- */
 
 /* Responses are written by hand rather than through a cJSON tree because
  * cJSON's printer copies bytes >= 0x80 through unchecked, so text would need
  * a sanitising copy first anyway; writing directly does escaping and U+FFFD
  * replacement in one pass, fixes the key order and byte layout exactly, and
  * costs one buffer per streamed token instead of a tree of nodes. */
-typedef struct sb {
-    char *p;                  /* (cap) bytes, NUL-terminated at len */
-    size_t len;
-    size_t cap;
-    bool oom;                 /* an append failed: the result is NULL */
-} sb;
-
-static bool sb_reserve(sb *b, size_t add) {
-    if (b->oom) return false;
-    if (add > SIZE_MAX / 2 - b->len) goto oom;
-    if (b->len + add + 1 <= b->cap) return true;
-    size_t cap = b->cap ? b->cap : 256;
-    while (cap < b->len + add + 1) cap *= 2;
-    char *p = realloc(b->p, cap);
-    if (!p) goto oom;
-    b->p = p;
-    b->cap = cap;
-    return true;
-oom:
-    b->oom = true;
-    return false;
-}
-
-static void sb_putn(sb *b, const char *s, size_t n) {
-    if (!sb_reserve(b, n)) return;
-    memcpy(b->p + b->len, s, n);
-    b->len += n;
-    b->p[b->len] = '\0';
-}
-
-static void sb_puts(sb *b, const char *s) { sb_putn(b, s, strlen(s)); }
-
-static void sb_u64(sb *b, uint64_t v) {
-    char tmp[24];
-    int k = snprintf(tmp, sizeof tmp, "%" PRIu64, v);
-    sb_putn(b, tmp, (size_t)k);
-}
-
-static void sb_i64(sb *b, int64_t v) {
-    char tmp[24];
-    int k = snprintf(tmp, sizeof tmp, "%" PRId64, v);
-    sb_putn(b, tmp, (size_t)k);
-}
 
 /* s (n bytes, any content) as a JSON string literal: quotes, backslashes and
  * control characters escaped, ill-formed UTF-8 replaced by U+FFFD, all else
  * copied. NULL reads as "". */
-static void sb_jstr(sb *b, const char *s, size_t n) {
+static void put_jstr(strbuf *b, const char *s, size_t n) {
     static const char hex[] = "0123456789abcdef";
     const unsigned char *u = (const unsigned char *)s;
     /* Worst case 6 bytes out per byte in (\u00XX); reserving it up front
      * keeps the loop free of checks. */
-    if (n > (SIZE_MAX / 2) / 6 || !sb_reserve(b, 6 * n + 2)) {
-        b->oom = true;
+    if (n > (SIZE_MAX / 2) / 6 || strbuf_reserve(b, 6 * n + 2)) {
+        b->failed = 1;
         return;
     }
     char *o = b->p + b->len;
@@ -184,16 +142,7 @@ static void sb_jstr(sb *b, const char *s, size_t n) {
     b->p[b->len] = '\0';
 }
 
-static void sb_jcstr(sb *b, const char *s) { sb_jstr(b, s, s ? strlen(s) : 0); }
-
-/* The finished string, or NULL (and nothing leaked) after any failure. */
-static char *sb_done(sb *b) {
-    if (b->oom || !b->p) {
-        free(b->p);
-        return NULL;
-    }
-    return b->p;
-}
+static void put_jcstr(strbuf *b, const char *s) { put_jstr(b, s, s ? strlen(s) : 0); }
 
 /* ---- errors -------------------------------------------------------------- */
 
@@ -226,34 +175,34 @@ void oai_error_set(oai_error *e, int status, const char *type, const char *param
     va_end(ap);
 }
 
-static void sb_error_obj(sb *b, const oai_error *e) {
-    sb_puts(b, "{\"error\":{\"message\":");
-    sb_jcstr(b, e->message);
-    sb_puts(b, ",\"type\":");
-    sb_jcstr(b, e->type ? e->type : "server_error");
-    sb_puts(b, ",\"param\":");
-    if (e->param[0]) sb_jcstr(b, e->param);
-    else sb_puts(b, "null");
-    sb_puts(b, ",\"code\":");
-    if (e->code) sb_jcstr(b, e->code);
-    else sb_puts(b, "null");
-    sb_puts(b, "}}");
+static void put_error_obj(strbuf *b, const oai_error *e) {
+    strbuf_puts(b, "{\"error\":{\"message\":");
+    put_jcstr(b, e->message);
+    strbuf_puts(b, ",\"type\":");
+    put_jcstr(b, e->type ? e->type : "server_error");
+    strbuf_puts(b, ",\"param\":");
+    if (e->param[0]) put_jcstr(b, e->param);
+    else strbuf_puts(b, "null");
+    strbuf_puts(b, ",\"code\":");
+    if (e->code) put_jcstr(b, e->code);
+    else strbuf_puts(b, "null");
+    strbuf_puts(b, "}}");
 }
 
 char *oai_error_json(const oai_error *e) {
     if (!e) return NULL;
-    sb b = {0};
-    sb_error_obj(&b, e);
-    return sb_done(&b);
+    strbuf b = STRBUF_INIT;
+    put_error_obj(&b, e);
+    return strbuf_steal(&b, NULL);
 }
 
 char *oai_error_sse(const oai_error *e) {
     if (!e) return NULL;
-    sb b = {0};
-    sb_puts(&b, "data: ");
-    sb_error_obj(&b, e);
-    sb_puts(&b, "\n\n");
-    return sb_done(&b);
+    strbuf b = STRBUF_INIT;
+    strbuf_puts(&b, "data: ");
+    put_error_obj(&b, e);
+    strbuf_puts(&b, "\n\n");
+    return strbuf_steal(&b, NULL);
 }
 
 /* ---- request parsing: helpers -------------------------------------------- */
@@ -758,72 +707,115 @@ static int parse_stream(const cJSON *root, oai_request *r, oai_error *e) {
 
 /* Features tessera does not implement. Each is accepted at the value that
  * means "off" and refused otherwise: answering without them would return
- * something the client did not ask for. */
+ * something the client did not ask for. A rule names the field, the request
+ * kinds that take it, the type it must have and its "off" value; an integer
+ * field (hi > 0) is checked by get_int and is off at lo. */
+typedef struct off_rule {
+    const char *name;
+    unsigned kinds;                   /* KIND_* bits */
+    double lo, hi;                    /* integer fields: the range, off at lo */
+    bool (*typed)(const cJSON *v);    /* other fields: the type; NULL for any */
+    const char *type;                 /* what typed accepts, for its message */
+    bool (*off)(const cJSON *v);      /* the value that means "off" */
+    bool names_value;                 /* refused as an unsupported value, not
+                                       * parameter: why follows the number */
+    const char *why;
+} off_rule;
+
+#define KIND_COMPLETION (1u << OAI_COMPLETION)
+#define KIND_CHAT (1u << OAI_CHAT)
+#define KIND_ANY (KIND_COMPLETION | KIND_CHAT)
+
+static bool is_bool(const cJSON *v) { return cJSON_IsBool(v); }
+static bool is_false(const cJSON *v) { return cJSON_IsFalse(v); }
+static bool is_number_or_false(const cJSON *v) { return cJSON_IsNumber(v) || cJSON_IsFalse(v); }
+static bool is_string(const cJSON *v) { return cJSON_IsString(v); }
+static bool is_empty_string(const cJSON *v) { return cJSON_IsString(v) && !v->valuestring[0]; }
+static bool is_object(const cJSON *v) { return cJSON_IsObject(v); }
+static bool is_empty_object(const cJSON *v) { return cJSON_IsObject(v) && !v->child; }
+static bool is_array(const cJSON *v) { return cJSON_IsArray(v); }
+static bool is_empty_array(const cJSON *v) { return cJSON_IsArray(v) && !v->child; }
+static bool never_off(const cJSON *v) { return false; }
+
+static bool is_none_or_auto(const cJSON *v) {
+    return cJSON_IsString(v) &&
+           (strcmp(v->valuestring, "none") == 0 || strcmp(v->valuestring, "auto") == 0);
+}
+
+static const cJSON *format_type(const cJSON *v) {
+    return cJSON_IsObject(v) ? field(v, "type") : NULL;
+}
+
+static bool is_format(const cJSON *v) { return cJSON_IsString(format_type(v)); }
+
+/* {"type":"text"} is the default behaviour itself, not a feature. */
+static bool is_text_format(const cJSON *v) {
+    const cJSON *t = format_type(v);
+    return cJSON_IsString(t) && strcmp(t->valuestring, "text") == 0;
+}
+
+/* In the order they are checked, which decides the error a request with
+ * several of them gets. */
+static const off_rule off_rules[] = {
+    {.name = "n", .kinds = KIND_ANY, .lo = 1, .hi = 1e9, .names_value = true,
+     .why = ": this server returns exactly one choice (n = 1)"},
+    {.name = "logprobs", .kinds = KIND_CHAT, .typed = is_bool, .type = "a boolean",
+     .off = is_false, .why = "no log probabilities"},
+    {.name = "top_logprobs", .kinds = KIND_CHAT, .lo = 0, .hi = 20,
+     .why = "no log probabilities"},
+    /* Completions take an integer here; false is tolerated as "off". */
+    {.name = "logprobs", .kinds = KIND_COMPLETION, .typed = is_number_or_false,
+     .type = "an integer", .off = is_false, .why = "no log probabilities"},
+    {.name = "echo", .kinds = KIND_COMPLETION, .typed = is_bool, .type = "a boolean",
+     .off = is_false, .why = "the prompt is not echoed"},
+    {.name = "suffix", .kinds = KIND_COMPLETION, .typed = is_string, .type = "a string",
+     .off = is_empty_string, .why = "no insertion"},
+    {.name = "best_of", .kinds = KIND_COMPLETION, .lo = 1, .hi = 1e9, .names_value = true,
+     .why = " (only 1)"},
+    {.name = "logit_bias", .kinds = KIND_ANY, .typed = is_object, .type = "an object",
+     .off = is_empty_object, .why = "no logit bias"},
+    {.name = "response_format", .kinds = KIND_ANY, .typed = is_format,
+     .type = "an object with a string 'type'", .off = is_text_format,
+     .why = "no structured output (only {\"type\": \"text\"})"},
+    {.name = "tools", .kinds = KIND_ANY, .typed = is_array, .type = "an array",
+     .off = is_empty_array, .why = "no tool calling"},
+    {.name = "tool_choice", .kinds = KIND_ANY, .off = is_none_or_auto,
+     .why = "no tool calling (only \"none\" or \"auto\")"},
+    {.name = "functions", .kinds = KIND_ANY, .off = is_empty_array,
+     .why = "no function calling"},
+    {.name = "function_call", .kinds = KIND_ANY, .off = never_off,
+     .why = "no function calling"},
+};
+
+/* 1 when the request asks for the rule's feature (an integer's value in
+ * *d), 0 when the field is absent or off, or the error of a badly typed
+ * value. */
+static int off_rule_check(const cJSON *root, const off_rule *u, double *d, oai_error *e) {
+    if (u->hi > 0) {
+        bool present;
+        int rc = get_int(root, u->name, u->lo, u->hi, d, &present, e);
+        return rc ? rc : present && *d != u->lo;
+    }
+    const cJSON *v = field(root, u->name);
+    if (!v) return 0;
+    if (u->typed && !u->typed(v))
+        return bad(e, u->name, NULL, "'%s' must be %s", u->name, u->type);
+    return !u->off(v);
+}
+
 static int parse_unsupported(const cJSON *root, oai_request *r, oai_error *e) {
-    double d;
-    bool present, flag = false;
-    int rc;
-    const cJSON *v;
-
-    if ((rc = get_int(root, "n", 1, 1e9, &d, &present, e))) return rc;
-    if (present && d != 1)
-        return bad(e, "n", C_UNSUPPORTED_VALUE,
-                   "'n' = %.15g is not supported: this server returns exactly one choice "
-                   "(n = 1)", d);
-
-    if (r->kind == OAI_CHAT) {
-        if ((rc = get_bool(root, "logprobs", &flag, e))) return rc;
-        if (flag) return unsupported(e, "logprobs", "no log probabilities");
-        if ((rc = get_int(root, "top_logprobs", 0, 20, &d, &present, e))) return rc;
-        if (present && d != 0) return unsupported(e, "top_logprobs", "no log probabilities");
-    } else {
-        /* Completions take an integer here; false is tolerated as "off". */
-        v = field(root, "logprobs");
-        if (v && !cJSON_IsFalse(v)) {
-            if (!cJSON_IsNumber(v))
-                return bad(e, "logprobs", NULL, "'logprobs' must be an integer");
-            return unsupported(e, "logprobs", "no log probabilities");
-        }
-        if ((rc = get_bool(root, "echo", &flag, e))) return rc;
-        if (flag) return unsupported(e, "echo", "the prompt is not echoed");
-        v = field(root, "suffix");
-        if (v && !cJSON_IsString(v)) return bad(e, "suffix", NULL, "'suffix' must be a string");
-        if (v && v->valuestring[0]) return unsupported(e, "suffix", "no insertion");
-        if ((rc = get_int(root, "best_of", 1, 1e9, &d, &present, e))) return rc;
-        if (present && d != 1)
-            return bad(e, "best_of", C_UNSUPPORTED_VALUE,
-                       "'best_of' = %.15g is not supported (only 1)", d);
+    for (size_t i = 0; i < sizeof off_rules / sizeof off_rules[0]; i++) {
+        const off_rule *u = &off_rules[i];
+        double d = 0;
+        if (!(u->kinds & (1u << r->kind))) continue;
+        int rc = off_rule_check(root, u, &d, e);
+        if (rc < 0) return rc;
+        if (rc == 0) continue;
+        if (u->names_value)
+            return bad(e, u->name, C_UNSUPPORTED_VALUE, "'%s' = %.15g is not supported%s",
+                       u->name, d, u->why);
+        return unsupported(e, u->name, u->why);
     }
-
-    v = field(root, "logit_bias");
-    if (v && !cJSON_IsObject(v))
-        return bad(e, "logit_bias", NULL, "'logit_bias' must be an object");
-    if (v && v->child) return unsupported(e, "logit_bias", "no logit bias");
-
-    /* {"type":"text"} is the default behaviour itself, not a feature. */
-    v = field(root, "response_format");
-    if (v) {
-        const cJSON *t = cJSON_IsObject(v) ? field(v, "type") : NULL;
-        if (!cJSON_IsObject(v) || !cJSON_IsString(t))
-            return bad(e, "response_format", NULL,
-                       "'response_format' must be an object with a string 'type'");
-        if (strcmp(t->valuestring, "text") != 0)
-            return unsupported(e, "response_format",
-                               "no structured output (only {\"type\": \"text\"})");
-    }
-
-    v = field(root, "tools");
-    if (v && !cJSON_IsArray(v)) return bad(e, "tools", NULL, "'tools' must be an array");
-    if (v && v->child) return unsupported(e, "tools", "no tool calling");
-    v = field(root, "tool_choice");
-    if (v && !(cJSON_IsString(v) && (strcmp(v->valuestring, "none") == 0 ||
-                                     strcmp(v->valuestring, "auto") == 0)))
-        return unsupported(e, "tool_choice", "no tool calling (only \"none\" or \"auto\")");
-    v = field(root, "functions");
-    if (v && !(cJSON_IsArray(v) && !v->child))
-        return unsupported(e, "functions", "no function calling");
-    if (field(root, "function_call"))
-        return unsupported(e, "function_call", "no function calling");
     return 0;
 }
 
@@ -929,101 +921,94 @@ static const char *finish_str(oai_finish f) {
 }
 
 /* {"id":...,"object":...,"created":...,"model":..., -- the shared opening. */
-static void sb_head(sb *b, const oai_head *h, const char *object) {
-    char id[40];
-    snprintf(id, sizeof id, "%s-%016" PRIx64, h->kind == OAI_CHAT ? "chatcmpl" : "cmpl", h->id);
-    sb_puts(b, "{\"id\":\"");
-    sb_puts(b, id);
-    sb_puts(b, "\",\"object\":\"");
-    sb_puts(b, object);
-    sb_puts(b, "\",\"created\":");
-    sb_i64(b, h->created);
-    sb_puts(b, ",\"model\":");
-    sb_jcstr(b, h->model);
+static void put_head(strbuf *b, const oai_head *h, const char *object) {
+    const char *prefix = h->kind == OAI_CHAT ? "chatcmpl" : "cmpl";
+    strbuf_printf(b, "{\"id\":\"%s-%016" PRIx64 "\",\"object\":\"%s\",\"created\":%" PRId64
+                  ",\"model\":", prefix, h->id, object, h->created);
+    put_jcstr(b, h->model);
 }
 
-static void sb_usage(sb *b, const oai_usage *u) {
+static void put_usage(strbuf *b, const oai_usage *u) {
     oai_usage zero = {0};
     if (!u) u = &zero;
-    sb_puts(b, "\"usage\":{\"prompt_tokens\":");
-    sb_u64(b, u->prompt_tokens);
-    sb_puts(b, ",\"completion_tokens\":");
-    sb_u64(b, u->completion_tokens);
-    sb_puts(b, ",\"total_tokens\":");
-    sb_u64(b, (uint64_t)u->prompt_tokens + u->completion_tokens);
-    sb_puts(b, "}");
+    strbuf_printf(b, "\"usage\":{\"prompt_tokens\":%" PRIu32 ",\"completion_tokens\":%" PRIu32
+                  ",\"total_tokens\":%" PRIu64 "}", u->prompt_tokens, u->completion_tokens,
+                  (uint64_t)u->prompt_tokens + u->completion_tokens);
+}
+
+/* A text_completion object up to its finish_reason value: the same in the
+ * whole answer and in each streamed chunk. */
+static void put_text_choice(strbuf *b, const oai_head *h, const char *text, size_t len) {
+    put_head(b, h, "text_completion");
+    strbuf_puts(b, ",\"choices\":[{\"index\":0,\"text\":");
+    put_jstr(b, text, len);
+    strbuf_puts(b, ",\"logprobs\":null,\"finish_reason\":");
 }
 
 char *oai_response_json(const oai_head *h, const char *text, size_t len,
                         oai_finish finish, const oai_usage *usage) {
     if (!h || (!text && len)) return NULL;
-    sb b = {0};
+    strbuf b = STRBUF_INIT;
     if (h->kind == OAI_CHAT) {
-        sb_head(&b, h, "chat.completion");
-        sb_puts(&b, ",\"choices\":[{\"index\":0,\"message\":{\"role\":\"assistant\",\"content\":");
-        sb_jstr(&b, text, len);
-        sb_puts(&b, "},\"logprobs\":null,\"finish_reason\":");
+        put_head(&b, h, "chat.completion");
+        strbuf_puts(&b, ",\"choices\":[{\"index\":0,\"message\":{\"role\":\"assistant\",\"content\":");
+        put_jstr(&b, text, len);
+        strbuf_puts(&b, "},\"logprobs\":null,\"finish_reason\":");
     } else {
-        sb_head(&b, h, "text_completion");
-        sb_puts(&b, ",\"choices\":[{\"index\":0,\"text\":");
-        sb_jstr(&b, text, len);
-        sb_puts(&b, ",\"logprobs\":null,\"finish_reason\":");
+        put_text_choice(&b, h, text, len);
     }
-    sb_puts(&b, finish_str(finish));
-    sb_puts(&b, "}],");
-    sb_usage(&b, usage);
-    sb_puts(&b, "}");
-    return sb_done(&b);
+    strbuf_puts(&b, finish_str(finish));
+    strbuf_puts(&b, "}],");
+    put_usage(&b, usage);
+    strbuf_puts(&b, "}");
+    return strbuf_steal(&b, NULL);
 }
 
 char *oai_chunk_sse(const oai_head *h, bool first, const char *text, size_t len,
                     oai_finish finish) {
     if (!h || (!text && len)) return NULL;
-    sb b = {0};
-    sb_puts(&b, "data: ");
+    strbuf b = STRBUF_INIT;
+    strbuf_puts(&b, "data: ");
     if (h->kind == OAI_CHAT) {
-        sb_head(&b, h, "chat.completion.chunk");
-        sb_puts(&b, ",\"choices\":[{\"index\":0,\"delta\":{");
-        if (first) sb_puts(&b, "\"role\":\"assistant\"");
+        put_head(&b, h, "chat.completion.chunk");
+        strbuf_puts(&b, ",\"choices\":[{\"index\":0,\"delta\":{");
+        if (first) strbuf_puts(&b, "\"role\":\"assistant\"");
         if (text) {
-            if (first) sb_puts(&b, ",");
-            sb_puts(&b, "\"content\":");
-            sb_jstr(&b, text, len);
+            if (first) strbuf_puts(&b, ",");
+            strbuf_puts(&b, "\"content\":");
+            put_jstr(&b, text, len);
         }
-        sb_puts(&b, "},\"logprobs\":null,\"finish_reason\":");
+        strbuf_puts(&b, "},\"logprobs\":null,\"finish_reason\":");
     } else {
-        sb_head(&b, h, "text_completion");
-        sb_puts(&b, ",\"choices\":[{\"index\":0,\"text\":");
-        sb_jstr(&b, text, len);
-        sb_puts(&b, ",\"logprobs\":null,\"finish_reason\":");
+        put_text_choice(&b, h, text, len);
     }
-    sb_puts(&b, finish_str(finish));
-    sb_puts(&b, "}]}\n\n");
-    return sb_done(&b);
+    strbuf_puts(&b, finish_str(finish));
+    strbuf_puts(&b, "}]}\n\n");
+    return strbuf_steal(&b, NULL);
 }
 
 char *oai_usage_sse(const oai_head *h, const oai_usage *usage) {
     if (!h) return NULL;
-    sb b = {0};
-    sb_puts(&b, "data: ");
-    sb_head(&b, h, h->kind == OAI_CHAT ? "chat.completion.chunk" : "text_completion");
-    sb_puts(&b, ",\"choices\":[],");
-    sb_usage(&b, usage);
-    sb_puts(&b, "}\n\n");
-    return sb_done(&b);
+    strbuf b = STRBUF_INIT;
+    strbuf_puts(&b, "data: ");
+    put_head(&b, h, h->kind == OAI_CHAT ? "chat.completion.chunk" : "text_completion");
+    strbuf_puts(&b, ",\"choices\":[],");
+    put_usage(&b, usage);
+    strbuf_puts(&b, "}\n\n");
+    return strbuf_steal(&b, NULL);
 }
 
 char *oai_models_json(const char *const *ids, size_t n, int64_t created) {
     if (n && !ids) return NULL;
-    sb b = {0};
-    sb_puts(&b, "{\"object\":\"list\",\"data\":[");
+    strbuf b = STRBUF_INIT;
+    strbuf_puts(&b, "{\"object\":\"list\",\"data\":[");
     for (size_t i = 0; i < n; i++) {
-        sb_puts(&b, i ? ",{\"id\":" : "{\"id\":");
-        sb_jcstr(&b, ids[i]);
-        sb_puts(&b, ",\"object\":\"model\",\"created\":");
-        sb_i64(&b, created);
-        sb_puts(&b, ",\"owned_by\":\"tessera\"}");
+        strbuf_puts(&b, i ? ",{\"id\":" : "{\"id\":");
+        put_jcstr(&b, ids[i]);
+        strbuf_puts(&b, ",\"object\":\"model\",\"created\":");
+        strbuf_printf(&b, "%" PRId64, created);
+        strbuf_puts(&b, ",\"owned_by\":\"tessera\"}");
     }
-    sb_puts(&b, "]}");
-    return sb_done(&b);
+    strbuf_puts(&b, "]}");
+    return strbuf_steal(&b, NULL);
 }

@@ -20,7 +20,6 @@
 #include <netdb.h>
 #include <poll.h>
 #include <pthread.h>
-#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -32,24 +31,25 @@
 #include "auth.h"
 #include "chat.h"
 #include "err.h"
-#include "ratelimit.h"
 #include "oai.h"
 #include "obs.h"
+#include "ratelimit.h"
+#include "strbuf.h"
+#include "tokspecial.h"
 #include "worker.h"
 
-#define DEFAULT_MAX_TOKENS 256  /* when a request names none */
-
-typedef struct special {
-    int32_t id;
-    const char *text;
-    size_t len;
-} special;
+#define DEFAULT_MAX_TOKENS 256      /* when a request names none */
+#define MAX_REQUESTS 16384          /* per model, queued + running */
+#define HTTP_THREADS 2u             /* MHD's thread pool: the HTTP threads */
+#define SSE_BLOCK_BYTES 16384       /* MHD's buffer for a streamed answer */
+#define WATCH_PERIOD_NS (50 * 1000000L)   /* between hang-up polls */
+#define DRAIN_FLUSH_TRIES 200       /* waits for connections to finish... */
+#define DRAIN_FLUSH_NS (10 * 1000000L)    /* ...of this long each: 2 s */
 
 typedef struct srv_model {
     wk_worker *w;
     chat_family chat;
-    special *specials;      /* control and user-defined tokens, longest first */
-    int n_specials;
+    tks_set *specials;      /* control and user-defined tokens by text */
 } srv_model;
 
 struct srv {
@@ -209,51 +209,6 @@ static void give_back_limits(conn *c) {
 
 /* ---- tokenizing ------------------------------------------------------------- */
 
-/* Append the encoding of text to ids (grown as needed). */
-static int encode_append(const tok *t, const char *text, size_t len, int add_bos, int32_t **ids, int *n, int *cap) {
-    int need;
-    int rc = tok_encode(t, text, len, add_bos, NULL, 0, &need);
-    if (rc && rc != TS_ERR_INVAL) return rc;
-    if (*n + need > *cap) {
-        int nc = (*n + need) * 2 + 16;
-        int32_t *ni = realloc(*ids, (size_t)nc * sizeof(int32_t));
-        if (!ni) return TS_ERR_NOMEM;
-        *ids = ni;
-        *cap = nc;
-    }
-    int got;
-    rc = tok_encode(t, text, len, add_bos, *ids + *n, *cap - *n, &got);
-    if (rc) return rc;
-    *n += got;
-    return 0;
-}
-
-/* Template text may contain special tokens (<|im_start|>): match them by
- * their exact text, longest first, and encode what lies between as text. */
-static int encode_template(const srv_model *m, const tok *t, const char *p, size_t len, int32_t **ids, int *n,
-                           int *cap) {
-    size_t start = 0;
-    for (size_t i = 0; i < len;) {
-        const special *hit = NULL;
-        for (int k = 0; k < m->n_specials && !hit; k++)
-            if (m->specials[k].len <= len - i && memcmp(p + i, m->specials[k].text, m->specials[k].len) == 0)
-                hit = &m->specials[k];
-        if (!hit) { i++; continue; }
-        int rc = i > start ? encode_append(t, p + start, i - start, 0, ids, n, cap) : 0;
-        if (rc) return rc;
-        if (*n + 1 > *cap) {
-            int32_t *ni = realloc(*ids, (size_t)(*cap * 2 + 16) * sizeof(int32_t));
-            if (!ni) return TS_ERR_NOMEM;
-            *ids = ni;
-            *cap = *cap * 2 + 16;
-        }
-        (*ids)[(*n)++] = hit->id;
-        i += hit->len;
-        start = i;
-    }
-    return len > start ? encode_append(t, p + start, len - start, 0, ids, n, cap) : 0;
-}
-
 static const char *role_name(oai_role r) {
     switch (r) {
     case OAI_ROLE_SYSTEM: return "system";
@@ -266,25 +221,23 @@ static const char *role_name(oai_role r) {
 /* The chat rendered with the model's template; template ranges may hold
  * special tokens, message content never does (a user typing <|im_end|>
  * gets text, not a turn boundary). */
-static int tokenize_chat(const srv_model *m, const tok *t, const oai_request *q, int32_t **ids, int *n) {
+static int tokenize_chat(const srv_model *m, const tok *t, const oai_request *q, tks_ids *ids) {
     chat_msg *msgs = calloc(q->n_messages, sizeof(chat_msg));
     if (!msgs) return TS_ERR_NOMEM;
     for (size_t i = 0; i < q->n_messages; i++)
         msgs[i] = (chat_msg){role_name(q->messages[i].role), q->messages[i].content, q->messages[i].content_len};
     char *text = NULL;
     size_t len = 0, n_segs = 0;
-    int add_bos = 0, cap = 0;
+    int add_bos = 0;
     chat_seg *segs = NULL;
     int rc = chat_render_segs(m->chat, msgs, (int)q->n_messages, &text, &len, &add_bos, &segs, &n_segs);
     free(msgs);
-    *ids = NULL;
-    *n = 0;
-    if (!rc && add_bos && tok_add_bos(t)) rc = encode_append(t, "", 0, 1, ids, n, &cap);
+    if (!rc && add_bos && tok_add_bos(t)) rc = tks_encode_text(t, "", 0, 1, ids);
     size_t at = 0;
     for (size_t k = 0; !rc && k <= n_segs; k++) {
         size_t seg_off = k < n_segs ? segs[k].off : len;
-        if (seg_off > at) rc = encode_append(t, text + at, seg_off - at, 0, ids, n, &cap);
-        if (!rc && k < n_segs) rc = encode_template(m, t, text + segs[k].off, segs[k].len, ids, n, &cap);
+        if (seg_off > at) rc = tks_encode_text(t, text + at, seg_off - at, 0, ids);
+        if (!rc && k < n_segs) rc = tks_encode_template(m->specials, text + segs[k].off, segs[k].len, ids);
         if (k < n_segs) at = segs[k].off + segs[k].len;
     }
     free(text);
@@ -292,24 +245,21 @@ static int tokenize_chat(const srv_model *m, const tok *t, const oai_request *q,
     return rc;
 }
 
-static int tokenize(conn *c, const oai_request *q, int32_t **ids, int *n) {
+/* The prompt's token ids, appended to ids (empty on entry). */
+static int tokenize(conn *c, const oai_request *q, tks_ids *ids) {
     const srv_model *m = &c->s->models[c->model];
     const tok *t = wk_tok(m->w);
-    if (q->kind == OAI_CHAT) return tokenize_chat(m, t, q, ids, n);
-    if (q->prompt_tokens) {
-        *ids = malloc(q->n_prompt_tokens * sizeof(int32_t));
-        if (!*ids) return TS_ERR_NOMEM;
-        for (size_t i = 0; i < q->n_prompt_tokens; i++) {
-            if (q->prompt_tokens[i] < 0 || q->prompt_tokens[i] >= tok_n_vocab(t)) return TS_ERR_TOK_RANGE;
-            (*ids)[i] = q->prompt_tokens[i];
-        }
-        *n = (int)q->n_prompt_tokens;
-        return 0;
+    if (q->kind == OAI_CHAT) return tokenize_chat(m, t, q, ids);
+    if (!q->prompt_tokens) return tks_encode_text(t, q->prompt, q->prompt_len, tok_add_bos(t), ids);
+    ids->p = malloc(q->n_prompt_tokens * sizeof(int32_t));
+    if (!ids->p) return TS_ERR_NOMEM;
+    ids->cap = (int)q->n_prompt_tokens;
+    for (size_t i = 0; i < q->n_prompt_tokens; i++) {
+        if (q->prompt_tokens[i] < 0 || q->prompt_tokens[i] >= tok_n_vocab(t)) return TS_ERR_TOK_RANGE;
+        ids->p[i] = q->prompt_tokens[i];
     }
-    int cap = 0;
-    *ids = NULL;
-    *n = 0;
-    return encode_append(t, q->prompt, q->prompt_len, tok_add_bos(t), ids, n, &cap);
+    ids->n = (int)q->n_prompt_tokens;
+    return 0;
 }
 
 /* ---- the hang-up watcher ----------------------------------------------------- */
@@ -341,7 +291,7 @@ static void watch_remove(conn *c) {
 
 static int hung_up(short revents) { return (revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0; }
 
-/* Every 50 ms, look for peers that hung up: one poll over all watched
+/* Every WATCH_PERIOD_NS, look for peers that hung up: one poll over all watched
  * sockets (a flood queues thousands; a syscall each cost a core's share).
  * The socket stays open until on_completed has taken the connection off
  * the list (under the same lock), so the fd polled is always this
@@ -352,7 +302,7 @@ static void *watch_loop(void *arg) {
     conn **pc = NULL;
     int32_t cap = 0;
     for (;;) {
-        struct timespec ts = {0, 50 * 1000000};
+        struct timespec ts = {.tv_nsec = WATCH_PERIOD_NS};
         nanosleep(&ts, NULL);
         pthread_mutex_lock(&s->watch_mu);
         if (s->stop_watch) {
@@ -403,12 +353,11 @@ static void on_outbox(wk_req *r) {
     }
 }
 
-/* Sleep until the outbox changes past what was seen; returns 1 if suspended,
- * 0 if there is already something new to act on. Caller holds r->mu. */
-static int suspend_locked(conn *c) {
+/* Sleep until the worker's notify (on_outbox) wakes the connection. Caller
+ * holds r->mu, which is what keeps the wake-up from slipping in between. */
+static void suspend_locked(conn *c) {
     c->suspended = 1;
     MHD_suspend_connection(c->mc);
-    return 1;
 }
 
 static wk_req *build_req(conn *c, const oai_request *q, int32_t *ids, int n, uint32_t max_new) {
@@ -445,9 +394,10 @@ static enum MHD_Result start_generation(conn *c, const oai_request *q) {
             return reply_err(c, 400, "invalid_request_error", "stop", NULL, 0, msg);
         }
     const model_config *mc = &wk_model(s->models[m].w)->cfg;
-    int32_t *ids = NULL;
-    int n = 0;
-    int rc = tokenize(c, q, &ids, &n);
+    tks_ids tk = {0};
+    int rc = tokenize(c, q, &tk);
+    int32_t *ids = tk.p;
+    int n = tk.n;
     if (rc || n < 1) {
         free(ids);
         return reply_err(c, 400, "invalid_request_error", q->kind == OAI_CHAT ? "messages" : "prompt", NULL, 0,
@@ -496,9 +446,10 @@ static char *next_event(conn *c, int *end) {
     wk_req *r = c->req;
     oai_head h = head_of(c);
     *end = 0;
-    if (r->text_len > c->sent_text) {
-        char *ev = oai_chunk_sse(&h, !c->sent_first, r->text + c->sent_text, r->text_len - c->sent_text, OAI_FINISH_NONE);
-        c->sent_text = r->text_len;
+    if (r->text.len > c->sent_text) {
+        char *ev = oai_chunk_sse(&h, !c->sent_first, r->text.p + c->sent_text, r->text.len - c->sent_text,
+                                 OAI_FINISH_NONE);
+        c->sent_text = r->text.len;
         c->sent_first = 1;
         return ev;
     }
@@ -565,7 +516,8 @@ static enum MHD_Result continue_generation(conn *c) {
     }
     if (c->stream && phase >= WK_ADMITTED) {
         pthread_mutex_unlock(&r->mu);
-        struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, sse_reader, c, NULL);
+        struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, SSE_BLOCK_BYTES, sse_reader,
+                                                                      c, NULL);
         if (!resp) return MHD_NO;
         MHD_add_response_header(resp, "Content-Type", "text/event-stream");
         MHD_add_response_header(resp, "Cache-Control", "no-cache");
@@ -582,7 +534,7 @@ static enum MHD_Result continue_generation(conn *c) {
     }
     oai_head h = head_of(c);
     oai_usage u = {(uint32_t)r->n_prompt, (uint32_t)r->n_generated};
-    char *j = oai_response_json(&h, r->text ? r->text : "", r->text_len, finish_of(r), &u);
+    char *j = oai_response_json(&h, r->text.p ? r->text.p : "", r->text.len, finish_of(r), &u);
     pthread_mutex_unlock(&r->mu);
     return j ? reply(c, 200, "application/json", j, strlen(j), 0) : MHD_NO;
 }
@@ -605,67 +557,41 @@ static enum MHD_Result route_metrics(conn *c) {
     return reply(c, 200, "text/plain; version=0.0.4", text, len, 0);
 }
 
-/* Append printf output to a growing buffer; -1 (buffer freed) when out of
- * memory. An entry's length depends on names and on counters that only
- * grow, so no fixed size per entry is safe. */
-static int appendf(char **out, size_t *len, size_t *cap, const char *fmt, ...) {
-    for (;;) {
-        va_list ap;
-        va_start(ap, fmt);
-        int k = vsnprintf(*out + *len, *cap - *len, fmt, ap);
-        va_end(ap);
-        if (k < 0) return -1;
-        if ((size_t)k < *cap - *len) {
-            *len += (size_t)k;
-            return 0;
-        }
-        size_t nc = (*cap + (size_t)k) * 2;
-        char *nb = realloc(*out, nc);
-        if (!nb) {
-            free(*out);
-            *out = NULL;
-            return -1;
-        }
-        *out = nb;
-        *cap = nc;
-    }
+/* One tenant's row of /admin/tenants. */
+static void put_tenant_row(strbuf *b, const cfg *c, int m, size_t i, const sched_tenant_stats *st) {
+    const cfg_tenant *t = &c->tenants[i];
+    strbuf_printf(b,
+        "%s{\"model\":\"%s\",\"tenant\":\"%s\",\"tier\":\"%s\",\"weight\":%g,\"queued\":%d,\"running\":%d,"
+        "\"swapped\":%d,\"kv_blocks\":%d,\"service\":%.0f,\"prompt_tokens\":%llu,\"output_tokens\":%llu,"
+        "\"engine_seconds\":%.3f,\"submitted\":%llu,\"completed\":%llu,\"cancelled\":%llu,\"failed\":%llu,"
+        "\"preempt_swap\":%llu,\"preempt_recompute\":%llu}",
+        (m || i) ? "," : "", c->models[m].name, t->sched.name, c->tiers[t->sched.tier].name,
+        t->sched.weight, st->queued, st->running, st->swapped, st->kv_blocks, st->service,
+        (unsigned long long)st->prompt_tokens, (unsigned long long)st->output_tokens,
+        st->engine_us / 1e6, (unsigned long long)st->submitted, (unsigned long long)st->completed,
+        (unsigned long long)st->cancelled, (unsigned long long)st->failed,
+        (unsigned long long)st->preempt_swap, (unsigned long long)st->preempt_recompute);
 }
 
-/* Live per-tenant state of every model, from the workers' snapshots. */
+/* Live per-tenant state of every model, from the workers' snapshots. An
+ * entry's length depends on names and on counters that only grow, so the
+ * text is built in a growable buffer, not a fixed size per entry. */
 static enum MHD_Result route_admin(conn *c) {
     srv *s = c->s;
-    size_t nt = s->c->n_tenants, cap = 256 + nt * (size_t)s->n_models * 512, len = 0;
-    char *out = malloc(cap);
+    size_t nt = s->c->n_tenants, len;
     sched_tenant_stats *st = calloc(nt ? nt : 1, sizeof(*st));
-    if (!out || !st || appendf(&out, &len, &cap, "{\"object\":\"list\",\"data\":[")) {
-        free(out);
-        free(st);
-        return MHD_NO;
-    }
+    if (!st) return MHD_NO;
+    strbuf b = STRBUF_INIT;
+    strbuf_puts(&b, "{\"object\":\"list\",\"data\":[");
     for (int m = 0; m < s->n_models; m++) {
         sched_stats pool;
         wk_snapshot(s->models[m].w, st, &pool);
-        for (size_t i = 0; i < nt; i++) {
-            const cfg_tenant *t = &s->c->tenants[i];
-            if (appendf(&out, &len, &cap,
-                "%s{\"model\":\"%s\",\"tenant\":\"%s\",\"tier\":\"%s\",\"weight\":%g,\"queued\":%d,\"running\":%d,"
-                "\"swapped\":%d,\"kv_blocks\":%d,\"service\":%.0f,\"prompt_tokens\":%llu,\"output_tokens\":%llu,"
-                "\"engine_seconds\":%.3f,\"submitted\":%llu,\"completed\":%llu,\"cancelled\":%llu,\"failed\":%llu,"
-                "\"preempt_swap\":%llu,\"preempt_recompute\":%llu}",
-                (m || i) ? "," : "", s->c->models[m].name, t->sched.name, s->c->tiers[t->sched.tier].name,
-                t->sched.weight, st[i].queued, st[i].running, st[i].swapped, st[i].kv_blocks, st[i].service,
-                (unsigned long long)st[i].prompt_tokens, (unsigned long long)st[i].output_tokens,
-                st[i].engine_us / 1e6, (unsigned long long)st[i].submitted, (unsigned long long)st[i].completed,
-                (unsigned long long)st[i].cancelled, (unsigned long long)st[i].failed,
-                (unsigned long long)st[i].preempt_swap, (unsigned long long)st[i].preempt_recompute)) {
-                free(st);
-                return MHD_NO;
-            }
-        }
+        for (size_t i = 0; i < nt; i++) put_tenant_row(&b, s->c, m, i, &st[i]);
     }
     free(st);
-    if (appendf(&out, &len, &cap, "]}")) return MHD_NO;
-    return reply(c, 200, "application/json", out, len, 0);
+    strbuf_puts(&b, "]}");
+    char *out = strbuf_steal(&b, &len);
+    return out ? reply(c, 200, "application/json", out, len, 0) : MHD_NO;
 }
 
 static enum MHD_Result route_generate(conn *c) {
@@ -802,31 +728,14 @@ static void on_completed(void *cls, struct MHD_Connection *mc, void **con_cls, e
 
 /* ---- lifecycle ----------------------------------------------------------------- */
 
-static int cmp_special(const void *a, const void *b) {
-    const special *x = a, *y = b;
-    return x->len < y->len ? 1 : x->len > y->len ? -1 : (x->id > y->id) - (x->id < y->id);
-}
-
-/* Special tokens of the vocabulary (control, user-defined), longest first,
- * and the chat family named by the GGUF's template. */
+/* The chat family named by the GGUF's template, and the vocabulary's
+ * special tokens that template text may spell out. */
 static int setup_chat(srv_model *sm) {
     const model *m = wk_model(sm->w);
-    const tok *t = wk_tok(sm->w);
     gguf_str tmpl;
     sm->chat = gguf_get_str(m->gguf, "tokenizer.chat_template", &tmpl) == 0 ? chat_detect(tmpl.ptr, tmpl.len)
                                                                             : CHAT_DEFAULT;
-    int nv = tok_n_vocab(t);
-    sm->specials = malloc((size_t)(nv > 0 ? nv : 1) * sizeof(special));
-    if (!sm->specials) return TS_ERR_NOMEM;
-    for (int32_t id = 0; id < nv; id++) {
-        int ty = tok_type(t, id);
-        size_t len;
-        const char *text = tok_text(t, id, &len);
-        if ((ty == TOK_TYPE_CONTROL || ty == TOK_TYPE_USER) && text && len > 0)
-            sm->specials[sm->n_specials++] = (special){id, text, len};
-    }
-    qsort(sm->specials, (size_t)sm->n_specials, sizeof(special), cmp_special);
-    return 0;
+    return tks_set_new(wk_tok(sm->w), &sm->specials);
 }
 
 static int start_workers(srv *s, char *err, size_t errlen) {
@@ -837,9 +746,23 @@ static int start_workers(srv *s, char *err, size_t errlen) {
     int rc = 0;
     for (int m = 0; m < s->n_models && !rc; m++) {
         const cfg_model *cm = &c->models[m];
-        wk_opts o = {cm->path, cm->kv_cache_bytes, cm->swap_bytes, cm->block_size, cm->max_seqs, cm->budget_min,
-                     cm->budget_max, cm->threads, c->policy, 16384, c->tiers, (int)c->n_tiers, tc,
-                     (int)c->n_tenants, obs_hooks(s->obs, m)};
+        wk_opts o = {
+            .path = cm->path,
+            .kv_bytes = cm->kv_cache_bytes,
+            .swap_bytes = cm->swap_bytes,
+            .block_size = cm->block_size,
+            .max_seqs = cm->max_seqs,
+            .budget_min = cm->budget_min,
+            .budget_max = cm->budget_max,
+            .threads = cm->threads,
+            .policy = c->policy,
+            .max_requests = MAX_REQUESTS,
+            .tiers = c->tiers,
+            .n_tiers = (int)c->n_tiers,
+            .tenants = tc,
+            .n_tenants = (int)c->n_tenants,
+            .hooks = obs_hooks(s->obs, m),
+        };
         char inner[384];
         rc = wk_new(&o, &s->models[m].w, inner, sizeof(inner));
         if (rc) snprintf(err, errlen, "model '%s': %s", cm->name, inner);
@@ -910,7 +833,7 @@ int srv_start(srv *s, char *err, size_t errlen) {
                             MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
                             MHD_OPTION_CONNECTION_LIMIT, (unsigned)s->c->limits.max_connections,
                             MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)s->c->limits.idle_timeout_s,
-                            MHD_OPTION_THREAD_POOL_SIZE, 2u,
+                            MHD_OPTION_THREAD_POOL_SIZE, HTTP_THREADS,
                             MHD_OPTION_END);
     freeaddrinfo(ai);
     if (!s->d) {
@@ -944,8 +867,8 @@ void srv_shutdown(srv *s) {
     }
     /* Every request is done and its connection resumed: give them a moment
      * to write their last bytes before the daemon closes them. */
-    for (int i = 0; i < 200 && atomic_load(&s->n_conns) > 0; i++) {
-        struct timespec ts = {0, 10 * 1000000};
+    for (int i = 0; i < DRAIN_FLUSH_TRIES && atomic_load(&s->n_conns) > 0; i++) {
+        struct timespec ts = {.tv_nsec = DRAIN_FLUSH_NS};
         nanosleep(&ts, NULL);
     }
     MHD_stop_daemon(s->d);
@@ -968,7 +891,7 @@ void srv_free(srv *s) {
     if (s->d) MHD_stop_daemon(s->d);
     for (int m = 0; s->models && m < s->n_models; m++) {
         wk_free(s->models[m].w);
-        free(s->models[m].specials);
+        tks_set_free(s->models[m].specials);
     }
     free(s->models);
     auth_table_free(s->auth);

@@ -89,22 +89,14 @@ void wk_req_release(wk_req *r) {
     dtk_deinit(&r->detok);
     smp_deinit(&r->sampler);
     free(r->tokens);
-    free(r->text);
+    strbuf_free(&r->text);
     free(r);
 }
 
+/* When memory runs out the text is cut there (strbuf stops appending) and
+ * the request still ends cleanly. */
 static void outbox_append(wk_req *r, const char *p, size_t n) {
-    if (!n) return;
-    if (r->text_len + n > r->text_cap) {
-        size_t cap = r->text_cap ? r->text_cap * 2 : 256;
-        while (cap < r->text_len + n) cap *= 2;
-        char *nt = realloc(r->text, cap);
-        if (!nt) return; /* the text is cut; the request still ends cleanly */
-        r->text = nt;
-        r->text_cap = cap;
-    }
-    memcpy(r->text + r->text_len, p, n);
-    r->text_len += n;
+    if (n) strbuf_put(&r->text, p, n);
 }
 
 static void notify(wk_req *r) {
@@ -506,8 +498,18 @@ static void publish(wk_worker *w, const sched_plan *p, int64_t now, double step_
     int32_t prefill = 0;
     for (int32_t i = 0; p && i < p->n_items; i++)
         if (p->items[i].is_prefill) prefill += p->items[i].n_tokens;
-    wk_step_info si = {now, step_us, idle_us, p ? p->n_items : 0, p ? p->n_tokens : 0, prefill,
-                       w->snap_pool.kv_used, w->snap_pool.kv_total, w->snap, w->o.n_tenants};
+    wk_step_info si = {
+        .now_us = now,
+        .step_us = step_us,
+        .idle_us = idle_us,
+        .n_items = p ? p->n_items : 0,
+        .tokens = p ? p->n_tokens : 0,
+        .prefill_tokens = prefill,
+        .kv_used = w->snap_pool.kv_used,
+        .kv_total = w->snap_pool.kv_total,
+        .tenants = w->snap,
+        .n_tenants = w->o.n_tenants,
+    };
     w->o.hooks.on_step(w->o.hooks.ctx, &si);
 }
 

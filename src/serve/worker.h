@@ -30,6 +30,7 @@
 #include "model.h"
 #include "sampler.h"
 #include "sched.h"
+#include "strbuf.h"
 #include "tok.h"
 
 enum wk_phase {
@@ -52,8 +53,8 @@ typedef struct wk_req {
     /* Outbox, under mu. */
     pthread_mutex_t mu;
     int phase;              /* enum wk_phase */
-    char *text;             /* released text so far */
-    size_t text_len, text_cap;
+    strbuf text;            /* released text so far; cut (never gapped)
+                             * if memory runs out */
     int32_t n_generated;
     const char *finish;     /* "stop" | "length" once done without error */
     int status;             /* HTTP status of a failure, 0 otherwise */

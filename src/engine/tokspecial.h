@@ -1,0 +1,45 @@
+/*
+ * tokspecial.h - encoding text in which a vocabulary's special tokens may
+ * appear by their exact text, as in a rendered chat template.
+ *
+ * tok_encode never produces control or user-defined tokens from text (so a
+ * user typing "<|im_end|>" gets text, not a turn boundary). Template text is
+ * different: its "<|im_start|>" means the control token. A tks_set holds the
+ * vocabulary's control and user-defined tokens, longest first, and
+ * tks_encode_template matches them by exact text at every position (longest
+ * wins, then the lower id) and encodes what lies between as ordinary text.
+ *
+ * The set points into the tok's token texts: it must not outlive the tok.
+ * It is read-only after tks_set_new, so threads may share it. Ids are
+ * appended to a tks_ids, a growable array the caller owns and frees with
+ * free(ids.p).
+ */
+#ifndef TS_TOKSPECIAL_H
+#define TS_TOKSPECIAL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "tok.h"
+
+typedef struct tks_set tks_set;
+
+typedef struct tks_ids {
+    int32_t *p;             /* (cap) token ids, the first n in use */
+    int n, cap;
+} tks_ids;
+
+/* The special tokens of t. OUT out: the set, freed with tks_set_free.
+ * Returns 0 or TS_ERR_NOMEM. */
+int tks_set_new(const tok *t, tks_set **out);
+void tks_set_free(tks_set *s);
+
+/* Append the encoding of len bytes of plain text (tok_encode: no special
+ * tokens) to ids. add_bos as tok_encode. Returns 0 or a negative code. */
+int tks_encode_text(const tok *t, const char *text, size_t len, int add_bos, tks_ids *ids);
+
+/* Append the encoding of len bytes of template text: special tokens by
+ * their text, the rest as plain text. Returns 0 or a negative code. */
+int tks_encode_template(const tks_set *s, const char *text, size_t len, tks_ids *ids);
+
+#endif

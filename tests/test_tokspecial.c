@@ -1,0 +1,141 @@
+/*
+ * test_tokspecial.c - special tokens matched by their text
+ * (src/engine/tokspecial.c): template text yields the control and
+ * user-defined ids, longest match first; what lies between, and plain text
+ * always, encodes exactly as tok_encode does; ids append across calls.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "err.h"
+#include "tok.h"
+#include "tokspecial.h"
+
+/* An SPM vocabulary: 0 <unk>, 1 <s>, 2 </s>, 3..258 the bytes, then a few
+ * pieces, two control tokens and a user-defined one that is a prefix of
+ * them (so the longest match must win). */
+enum { ID_IM_START = 259, ID_IM_END, ID_IM, ID_A, ID_B, ID_AB, N_VOCAB };
+
+typedef struct vocab {
+    const char *text[N_VOCAB];
+    float score[N_VOCAB];
+    int32_t type[N_VOCAB];
+    char bytes[256][8];
+} vocab;
+
+static tok *vocab_tok(vocab *v) {
+    memset(v, 0, sizeof *v);
+    v->text[0] = "<unk>";
+    v->type[0] = TOK_TYPE_UNKNOWN;
+    v->text[1] = "<s>";
+    v->type[1] = TOK_TYPE_CONTROL;
+    v->text[2] = "</s>";
+    v->type[2] = TOK_TYPE_CONTROL;
+    for (int b = 0; b < 256; b++) {
+        snprintf(v->bytes[b], sizeof v->bytes[b], "<0x%02X>", b);
+        v->text[3 + b] = v->bytes[b];
+        v->type[3 + b] = TOK_TYPE_BYTE;
+    }
+    v->text[ID_IM_START] = "<|im_start|>";
+    v->type[ID_IM_START] = TOK_TYPE_CONTROL;
+    v->text[ID_IM_END] = "<|im_end|>";
+    v->type[ID_IM_END] = TOK_TYPE_CONTROL;
+    v->text[ID_IM] = "<|im";
+    v->type[ID_IM] = TOK_TYPE_USER;
+    v->text[ID_A] = "a";
+    v->text[ID_B] = "b";
+    v->text[ID_AB] = "ab";
+    v->score[ID_AB] = 1;
+    tok_spec s = {
+        .model = TOK_MODEL_SPM,
+        .n_vocab = N_VOCAB,
+        .tokens = v->text,
+        .scores = v->score,
+        .types = v->type,
+        .bos = 1,
+        .eos = 2,
+        .unk = 0,
+        .add_bos = 1,
+    };
+    tok *t = NULL;
+    char err[200];
+    if (tok_new(&s, &t, err, sizeof err)) fail_msg("tok_new: %s", err);
+    return t;
+}
+
+static void assert_ids(const tks_ids *got, const int32_t *want, int n) {
+    assert_int_equal(got->n, n);
+    for (int i = 0; i < n; i++)
+        if (got->p[i] != want[i]) fail_msg("id %d: got %d, want %d", i, got->p[i], want[i]);
+}
+
+static void test_template_matches_specials(void **state) {
+    (void)state;
+    vocab v;
+    tok *t = vocab_tok(&v);
+    tks_set *s;
+    assert_int_equal(tks_set_new(t, &s), 0);
+    tks_ids ids = {0};
+    const char *text = "<|im_start|>ab<|im_end|><|imb";
+    assert_int_equal(tks_encode_template(s, text, strlen(text), &ids), 0);
+    const int32_t want[] = {ID_IM_START, ID_AB, ID_IM_END, ID_IM, ID_B};
+    assert_ids(&ids, want, 5);
+    free(ids.p);
+    tks_set_free(s);
+    tok_free(t);
+}
+
+static void test_text_never_special(void **state) {
+    (void)state;
+    vocab v;
+    tok *t = vocab_tok(&v);
+    const char *text = "<|im_end|>";
+    tks_ids ids = {0};
+    assert_int_equal(tks_encode_text(t, text, strlen(text), 0, &ids), 0);
+    int32_t want[64];
+    int n = 0;
+    assert_int_equal(tok_encode(t, text, strlen(text), 0, want, 64, &n), 0);
+    assert_ids(&ids, want, n);
+    for (int i = 0; i < ids.n; i++) assert_true(ids.p[i] != ID_IM_END && ids.p[i] != ID_IM);
+    free(ids.p);
+    tok_free(t);
+}
+
+static void test_appends_and_grows(void **state) {
+    (void)state;
+    vocab v;
+    tok *t = vocab_tok(&v);
+    tks_set *s;
+    assert_int_equal(tks_set_new(t, &s), 0);
+    tks_ids ids = {0};
+    assert_int_equal(tks_encode_text(t, "", 0, 1, &ids), 0);   /* BOS alone */
+    for (int i = 0; i < 500; i++)
+        assert_int_equal(tks_encode_template(s, "<|im_end|>a", 11, &ids), 0);
+    assert_int_equal(ids.n, 1 + 2 * 500);
+    assert_int_equal(ids.p[0], 1);
+    for (int i = 0; i < 500; i++) {
+        assert_int_equal(ids.p[1 + 2 * i], ID_IM_END);
+        assert_int_equal(ids.p[2 + 2 * i], ID_A);
+    }
+    assert_int_equal(tks_encode_template(s, "", 0, &ids), 0);  /* nothing added */
+    assert_int_equal(ids.n, 1 + 2 * 500);
+    free(ids.p);
+    tks_set_free(s);
+    tok_free(t);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_template_matches_specials),
+        cmocka_unit_test(test_text_never_special),
+        cmocka_unit_test(test_appends_and_grows),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
