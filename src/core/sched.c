@@ -1,6 +1,7 @@
 /*
- * sched.c - the multi-tenant scheduler; see sched.h for the contract and
- * fq.h for the fairness theory.
+ * sched.c - the multi-tenant scheduler; see sched.h for the contract, fq.h
+ * for the fairness theory and sched_claim.c for the claims that isolate the
+ * tenants of one band.
  *
  * Memory: every array is sized at sched_new from the configuration
  * (request slots, block tables, heaps, plan buffers, the end-event ring);
@@ -9,10 +10,15 @@
  * Where requests live:
  *   tenant queue   WAITING, PREFILLING, PREEMPTED_RECOMPUTE, in service
  *                  order (a recomputed request goes back to the head)
- *   global queue   the same requests in arrival order (FCFS policy)
+ *   arrival queue  the same requests in arrival order (FIFO feature), a
+ *                  recomputed request at the head
  *   running set    PREFILLING and DECODING: the requests holding blocks
  *   band swap list PREEMPTED_SWAPPED, oldest first
  * A tenant is in its band's fair queue exactly when its queue is non-empty.
+ *
+ * A step is a value (struct step, sched_int.h): sched_step clears it whole,
+ * the planning functions fill it through a pointer, sched_step_done reads
+ * it back.
  */
 #include "sched.h"
 
@@ -23,115 +29,9 @@
 #include "cost.h"
 #include "err.h"
 #include "fq.h"
+#include "heap.h"
 #include "kv.h"
-
-#define NIL (-1)
-
-typedef struct req {
-    uint32_t gen;           /* bumped when the slot is reused */
-    uint8_t in_use;         /* slot holds a request (live or ended, unpolled) */
-    uint8_t started;        /* was admitted once: no queue timeout any more */
-    uint8_t cancel_pending; /* cancelled while part of the step in flight */
-    sched_state state;
-    sched_reason reason;
-    int32_t tenant;
-    int32_t prompt, max_new, generated;
-    int32_t n_total;        /* tokens known: prompt + generated */
-    int32_t n_computed;     /* tokens whose K/V are cached */
-    int32_t n_charged_in;   /* input tokens charged so far (no double charge on recompute) */
-    int32_t *table;         /* (max_blocks) device blocks */
-    int32_t n_blocks;
-    int32_t *host;          /* (max_blocks) host swap slots */
-    int32_t n_host;
-    int64_t arrival_us, first_token_us;
-    uint64_t arrival_seq;   /* global arrival order */
-    uint32_t preemptions;
-    double engine_us;
-    int32_t prev, next;     /* tenant queue, or band swap list */
-    int32_t gprev, gnext;   /* global arrival queue */
-    int32_t run_idx;        /* index in s->run, NIL when not running */
-    int32_t item;           /* index in the plan this step, NIL if none */
-    int64_t charge;         /* provisional fq charge of this step's item */
-    uint64_t moved_step;    /* step number of its last swap in or out */
-    uint64_t dropped_step;  /* step a claim last left its item out (claim_step) */
-} req;
-
-typedef struct tenant {
-    sched_tenant_cfg cfg;
-    int band;
-    int32_t kv_quota;       /* device blocks, INT32_MAX when unlimited */
-    fq_entity fe;
-    int32_t qhead, qtail;   /* tenant queue */
-    int32_t n_queued;       /* requests in the queue */
-    int32_t n_running, n_swapped, kv_blocks;
-    sched_tenant_stats st;
-} tenant;
-
-typedef struct band {
-    fq q;
-    int32_t swap_head, swap_tail;
-    int32_t n_prefilling;   /* PREFILLING requests of this band */
-    int64_t pending_tokens; /* prefill tokens still to run for queued requests */
-    int32_t n_tenants;      /* tenants whose tier is in this band */
-    int used;               /* tokens given to the band in the step being planned */
-    double w_active;        /* weights of its tenants with work, this step */
-} band;
-
-typedef struct deadline {
-    int64_t at_us;
-    uint64_t seq;
-    int32_t slot;
-    uint32_t gen;
-} deadline;
-
-struct sched {
-    sched_config cfg;
-    int32_t max_blocks;     /* per request: min(ceil(max_ctx / block_size), n_blocks) */
-    sched_tier tiers[SCHED_MAX_TIERS];
-    int n_tiers;
-    tenant *tenants;        /* (max_tenants) */
-    int32_t n_tenants;
-    band bands[SCHED_MAX_TIERS];
-    req *reqs;              /* (max_requests) */
-    int32_t *free_slots;    /* (max_requests) stack */
-    int32_t n_free_slots;
-    int32_t *tables;        /* (max_requests, max_blocks) */
-    int32_t *hosts;         /* (max_requests, max_blocks) */
-    int32_t ghead, gtail;   /* global arrival queue */
-    int32_t *run;           /* (max_running) running set */
-    int32_t n_run;
-    kv_pool kv;
-    cost_model cost;
-    deadline *dl;           /* (max_requests) min-heap of queue deadlines */
-    int32_t n_dl;
-    sched_end *ends;        /* (max_requests) ring of end events */
-    int32_t end_head, n_ends;
-    uint64_t next_seq;
-    uint64_t steps;
-    int in_flight;
-    /* plan buffers */
-    sched_item *items;      /* (max_running) */
-    int32_t n_items;
-    sched_copy *swap_out, *swap_in; /* (n_blocks) each */
-    int32_t n_swap_out, n_swap_in;
-    sched_preemption *preempted;    /* (max_requests): not (max_running), since a request
-                                     * admitted this step may be preempted in it too; each
-                                     * request is preempted at most once a step */
-    int32_t n_preempted, n_failed;
-    int32_t *swapped_in;    /* (max_running) slots swapped in this step */
-    int32_t n_swapped_in;
-    fq_entity **skipped;    /* (max_tenants) tenants set aside while planning */
-    int32_t *scratch;       /* (max_tenants) for sched_check */
-    uint8_t *seen;          /* (max(n_blocks, n_swap_blocks)) for sched_check */
-    int32_t n_skipped;
-    int budget;
-    int swap_stuck_band;    /* a swapped request of this band could not come back */
-    int32_t swap_stuck_tenant; /* ...and its tenant (the first one stuck) */
-    int no_victim_above;    /* this step found no TTFT victim below this band */
-    int claim_band;         /* band of this step's claims (claim_step), or -1 */
-    cost_features feat;     /* features of the step in flight */
-    int64_t now_us;         /* time of the step being planned */
-};
+#include "sched_int.h"
 
 /* ---- tables of names ----------------------------------------------------- */
 
@@ -196,36 +96,43 @@ void sched_config_default(sched_config *c) {
 }
 
 static int config_ok(const sched_config *c) {
-    return c->n_blocks > 0 && c->n_swap_blocks >= 0 && c->block_size > 0 && c->block_bytes >= 0 &&
-           c->max_requests > 0 && c->max_tenants > 0 && c->max_running > 0 && c->max_ctx > 0 &&
-           c->budget_min > 0 && c->budget_max >= c->budget_min && c->w_in > 0 && c->w_out > 0 &&
-           c->kv_low > 0 && c->kv_high >= c->kv_low && c->kv_high <= 1 &&
-           c->max_running <= c->budget_max * 4;
+    return (c->policy == SCHED_POLICY_FAIR || c->policy == SCHED_POLICY_FCFS) && c->n_blocks > 0 &&
+           c->n_swap_blocks >= 0 && c->block_size > 0 && c->block_bytes >= 0 && c->max_requests > 0 &&
+           c->max_tenants > 0 && c->max_running > 0 && c->max_ctx > 0 && c->budget_min > 0 &&
+           c->budget_max >= c->budget_min && c->w_in > 0 && c->w_out > 0 && c->kv_low > 0 &&
+           c->kv_high >= c->kv_low && c->kv_high <= 1 && c->max_running <= c->budget_max * 4;
+}
+
+/* The one place the policy is read: a policy is a preset of features. FAIR
+ * is the configured heuristics; FCFS is one arrival-order queue with none
+ * of the tiers, shares or fairness heuristics, swap as configured. */
+static unsigned policy_features(const sched_config *c) {
+    if (c->policy == SCHED_POLICY_FCFS) return (c->features & SCHED_FEAT_SWAP) | SCHED__FEAT_FIFO;
+    return c->features & SCHED_FEAT_ALL;
 }
 
 void sched_free(sched *s) {
     if (!s) return;
     for (int b = 0; b < SCHED_MAX_TIERS; b++) fq_deinit(&s->bands[b].q);
     kv_deinit(&s->kv);
+    heap_deinit(&s->deadlines);
     free(s->tenants); free(s->reqs); free(s->free_slots); free(s->tables); free(s->hosts);
-    free(s->run); free(s->dl); free(s->ends); free(s->items); free(s->swap_out); free(s->swap_in);
+    free(s->run); free(s->ends); free(s->items); free(s->swap_out); free(s->swap_in);
     free(s->preempted); free(s->swapped_in); free(s->skipped); free(s->scratch);
     free(s->seen);
     free(s);
 }
 
-int sched_new(const sched_config *c, sched **out) {
-    *out = NULL;
-    if (!config_ok(c)) return TS_ERR_INVAL;
-    sched *s = calloc(1, sizeof(*s));
-    if (!s) return TS_ERR_NOMEM;
-    s->cfg = *c;
-    /* No request holds more blocks than the pool has (admission refuses
-     * one that would need more), so a long context does not size every
-     * slot's two tables past the pool: with a 1M-position model and 16384
-     * slots that was gigabytes of tables. */
-    s->max_blocks = (c->max_ctx + c->block_size - 1) / c->block_size;
-    if (s->max_blocks > c->n_blocks) s->max_blocks = c->n_blocks;
+/* Deadline heap order: (time, sequence), a total order, so expiries pop
+ * in the same order for the same inputs. */
+static int dl_less(const void *a, const void *b) {
+    const deadline *x = a, *y = b;
+    return x->at_us < y->at_us || (x->at_us == y->at_us && x->seq < y->seq);
+}
+
+/* Every array the scheduler will ever use; 0 or TS_ERR_NOMEM. */
+static int sched_alloc(sched *s) {
+    const sched_config *c = &s->cfg;
     size_t nr = (size_t)c->max_requests, mb = (size_t)s->max_blocks;
     s->tenants = calloc((size_t)c->max_tenants, sizeof(tenant));
     s->reqs = calloc(nr, sizeof(req));
@@ -233,7 +140,6 @@ int sched_new(const sched_config *c, sched **out) {
     s->tables = malloc(nr * mb * sizeof(int32_t));
     s->hosts = malloc(nr * mb * sizeof(int32_t));
     s->run = malloc((size_t)c->max_running * sizeof(int32_t));
-    s->dl = malloc(nr * sizeof(deadline));
     s->ends = malloc(nr * sizeof(sched_end));
     s->items = malloc(2 * (size_t)c->max_running * sizeof(sched_item));
     s->swap_out = malloc((size_t)c->n_blocks * sizeof(sched_copy));
@@ -244,26 +150,45 @@ int sched_new(const sched_config *c, sched **out) {
     s->scratch = malloc((size_t)c->max_tenants * sizeof(int32_t));
     s->seen = malloc((size_t)(c->n_blocks > c->n_swap_blocks ? c->n_blocks : c->n_swap_blocks));
     int bad = !s->tenants || !s->reqs || !s->free_slots || !s->tables || !s->hosts || !s->run ||
-              !s->dl || !s->ends || !s->items || !s->swap_out || !s->swap_in || !s->preempted ||
+              !s->ends || !s->items || !s->swap_out || !s->swap_in || !s->preempted ||
               !s->swapped_in || !s->skipped || !s->scratch || !s->seen;
     for (int b = 0; !bad && b < SCHED_MAX_TIERS; b++) {
         bad |= fq_init(&s->bands[b].q, c->max_tenants) != 0;
-        s->bands[b].swap_head = s->bands[b].swap_tail = NIL;
+        s->bands[b].swapped = (slot_list){NIL, NIL};
     }
-    if (bad || kv_init(&s->kv, c->n_blocks, c->n_swap_blocks, c->kv_high, c->kv_low) ||
-        cost_init(&s->cost, c->cost_seed, c->cost_lambda, 1.0, c->copy_bytes_per_us)) {
-        sched_free(s);
+    if (bad || heap_init(&s->deadlines, sizeof(deadline), nr, HEAP_FIXED, dl_less, NULL) ||
+        kv_init(&s->kv, c->n_blocks, c->n_swap_blocks, c->kv_high, c->kv_low) ||
+        cost_init(&s->cost, c->cost_seed, c->cost_lambda, 1.0, c->copy_bytes_per_us))
         return TS_ERR_NOMEM;
-    }
+    return 0;
+}
+
+int sched_new(const sched_config *c, sched **out) {
+    *out = NULL;
+    if (!config_ok(c)) return TS_ERR_INVAL;
+    sched *s = calloc(1, sizeof(*s));
+    if (!s) return TS_ERR_NOMEM;
+    s->cfg = *c;
+    s->features = policy_features(c);
+    /* No request holds more blocks than the pool has (admission refuses
+     * one that would need more), so a long context does not size every
+     * slot's two tables past the pool (a 1M-position model with 16384
+     * slots would need gigabytes of tables). */
+    s->max_blocks = (c->max_ctx + c->block_size - 1) / c->block_size;
+    if (s->max_blocks > c->n_blocks) s->max_blocks = c->n_blocks;
+    if (sched_alloc(s)) goto err;
     for (int32_t i = 0; i < c->max_requests; i++) {
         s->free_slots[i] = c->max_requests - 1 - i;
-        s->reqs[i].table = s->tables + (size_t)i * mb;
-        s->reqs[i].host = s->hosts + (size_t)i * mb;
+        s->reqs[i].table = s->tables + (size_t)i * (size_t)s->max_blocks;
+        s->reqs[i].host = s->hosts + (size_t)i * (size_t)s->max_blocks;
     }
     s->n_free_slots = c->max_requests;
-    s->ghead = s->gtail = NIL;
+    s->arrivals = (slot_list){NIL, NIL};
     *out = s;
     return 0;
+err:
+    sched_free(s);
+    return TS_ERR_NOMEM;
 }
 
 int sched_tier_add(sched *s, const sched_tier *t) {
@@ -305,12 +230,11 @@ int sched_tenant_add(sched *s, const sched_tenant_cfg *c) {
         if (q < t->kv_quota) t->kv_quota = q;
     }
     fq_entity_init(&t->fe);
-    t->qhead = t->qtail = NIL;
-    s->bands[t->band].n_tenants++;
+    t->queue = (slot_list){NIL, NIL};
     return s->n_tenants++;
 }
 
-/* ---- ids, lists and heaps ------------------------------------------------- */
+/* ---- ids, lists and the running set --------------------------------------- */
 
 static sched_id make_id(const sched *s, int32_t slot) {
     return ((sched_id)s->reqs[slot].gen << 32) | (uint32_t)slot;
@@ -326,7 +250,7 @@ static req *lookup(const sched *s, sched_id id, int32_t *slot_out) {
     return r;
 }
 
-static tenant *tenant_of(sched *s, const req *r) { return &s->tenants[r->tenant]; }
+static tenant *tenant_of(const sched *s, const req *r) { return &s->tenants[r->tenant]; }
 static band *band_of(sched *s, const req *r) { return &s->bands[s->tenants[r->tenant].band]; }
 static const sched_tier *tier_of(const sched *s, const req *r) {
     return &s->tiers[s->tenants[r->tenant].cfg.tier];
@@ -334,33 +258,42 @@ static const sched_tier *tier_of(const sched *s, const req *r) {
 static int32_t blocks_for(const sched *s, int64_t positions) {
     return (int32_t)((positions + s->cfg.block_size - 1) / s->cfg.block_size);
 }
+static int32_t min32(int32_t a, int32_t b) { return a < b ? a : b; }
+
+/* Splice slot into list l (through its link `which`) just after `after`,
+ * or at the head when `after` is NIL. */
+static void list_insert(sched *s, slot_list *l, int which, int32_t after, int32_t slot) {
+    slot_link *k = &s->reqs[slot].link[which];
+    k->prev = after;
+    k->next = after == NIL ? l->head : s->reqs[after].link[which].next;
+    if (k->prev != NIL) s->reqs[k->prev].link[which].next = slot; else l->head = slot;
+    if (k->next != NIL) s->reqs[k->next].link[which].prev = slot; else l->tail = slot;
+}
+
+static void list_remove(sched *s, slot_list *l, int which, int32_t slot) {
+    slot_link *k = &s->reqs[slot].link[which];
+    if (k->prev != NIL) s->reqs[k->prev].link[which].next = k->next; else l->head = k->next;
+    if (k->next != NIL) s->reqs[k->next].link[which].prev = k->prev; else l->tail = k->prev;
+    k->prev = k->next = NIL;
+}
 
 /* Tenant queue: membership also drives the band's fair queue and the
- * band's pending prefill count. */
+ * band's pending prefill count. A recomputed request goes to the head of
+ * both its tenant's queue and the arrival queue. */
 static void tq_link(sched *s, int32_t slot, int at_head) {
     req *r = &s->reqs[slot];
     tenant *t = tenant_of(s, r);
-    r->prev = at_head ? NIL : t->qtail;
-    r->next = at_head ? t->qhead : NIL;
-    if (r->prev != NIL) s->reqs[r->prev].next = slot; else t->qhead = slot;
-    if (r->next != NIL) s->reqs[r->next].prev = slot; else t->qtail = slot;
+    list_insert(s, &t->queue, LINK_QUEUE, at_head ? NIL : t->queue.tail, slot);
     if (t->n_queued++ == 0) fq_enqueue(&s->bands[t->band].q, &t->fe);
     band_of(s, r)->pending_tokens += r->n_total - r->n_computed;
-    /* FCFS keeps arrival order; a recomputed request goes to the front. */
-    r->gprev = at_head ? NIL : s->gtail;
-    r->gnext = at_head ? s->ghead : NIL;
-    if (r->gprev != NIL) s->reqs[r->gprev].gnext = slot; else s->ghead = slot;
-    if (r->gnext != NIL) s->reqs[r->gnext].gprev = slot; else s->gtail = slot;
+    list_insert(s, &s->arrivals, LINK_ARRIVAL, at_head ? NIL : s->arrivals.tail, slot);
 }
 
 static void tq_unlink(sched *s, int32_t slot) {
     req *r = &s->reqs[slot];
     tenant *t = tenant_of(s, r);
-    if (r->prev != NIL) s->reqs[r->prev].next = r->next; else t->qhead = r->next;
-    if (r->next != NIL) s->reqs[r->next].prev = r->prev; else t->qtail = r->prev;
-    if (r->gprev != NIL) s->reqs[r->gprev].gnext = r->gnext; else s->ghead = r->gnext;
-    if (r->gnext != NIL) s->reqs[r->gnext].gprev = r->gprev; else s->gtail = r->gprev;
-    r->prev = r->next = r->gprev = r->gnext = NIL;
+    list_remove(s, &t->queue, LINK_QUEUE, slot);
+    list_remove(s, &s->arrivals, LINK_ARRIVAL, slot);
     band_of(s, r)->pending_tokens -= r->n_total - r->n_computed;
     if (--t->n_queued == 0) fq_dequeue(&s->bands[t->band].q, &t->fe);
 }
@@ -377,33 +310,22 @@ static int in_tenant_queue(const req *r) {
  * never run never free their blocks (admission then never reopens).
  * O(the tenant's started prefills). Counts are untouched. */
 static void tq_behind_started(sched *s, int32_t slot) {
-    req *r = &s->reqs[slot];
-    tenant *t = tenant_of(s, r);
-    if (r->prev != NIL) s->reqs[r->prev].next = r->next; else t->qhead = r->next;
-    if (r->next != NIL) s->reqs[r->next].prev = r->prev; else t->qtail = r->prev;
+    tenant *t = tenant_of(s, &s->reqs[slot]);
+    list_remove(s, &t->queue, LINK_QUEUE, slot);
     int32_t after = NIL;
-    for (int32_t i = t->qhead; i != NIL && s->reqs[i].state == SCHED_PREFILLING; i = s->reqs[i].next) after = i;
-    r->prev = after;
-    r->next = after == NIL ? t->qhead : s->reqs[after].next;
-    if (r->prev != NIL) s->reqs[r->prev].next = slot; else t->qhead = slot;
-    if (r->next != NIL) s->reqs[r->next].prev = slot; else t->qtail = slot;
+    for (int32_t i = t->queue.head; i != NIL && s->reqs[i].state == SCHED_PREFILLING;
+         i = s->reqs[i].link[LINK_QUEUE].next)
+        after = i;
+    list_insert(s, &t->queue, LINK_QUEUE, after, slot);
 }
 
 static void swap_list_push(sched *s, int32_t slot) {
-    req *r = &s->reqs[slot];
-    band *b = band_of(s, r);
-    r->prev = b->swap_tail;
-    r->next = NIL;
-    if (b->swap_tail != NIL) s->reqs[b->swap_tail].next = slot; else b->swap_head = slot;
-    b->swap_tail = slot;
+    slot_list *l = &band_of(s, &s->reqs[slot])->swapped;
+    list_insert(s, l, LINK_QUEUE, l->tail, slot);
 }
 
 static void swap_list_unlink(sched *s, int32_t slot) {
-    req *r = &s->reqs[slot];
-    band *b = band_of(s, r);
-    if (r->prev != NIL) s->reqs[r->prev].next = r->next; else b->swap_head = r->next;
-    if (r->next != NIL) s->reqs[r->next].prev = r->prev; else b->swap_tail = r->prev;
-    r->prev = r->next = NIL;
+    list_remove(s, &band_of(s, &s->reqs[slot])->swapped, LINK_QUEUE, slot);
 }
 
 static void run_add(sched *s, int32_t slot) {
@@ -421,50 +343,35 @@ static void run_remove(sched *s, int32_t slot) {
     tenant_of(s, r)->n_running--;
 }
 
-/* Deadline heap, ordered by (time, sequence). Entries go stale when their
- * request is admitted or ends; they are dropped when they surface. */
-static int dl_before(const deadline *a, const deadline *b) {
-    return a->at_us < b->at_us || (a->at_us == b->at_us && a->seq < b->seq);
-}
+/* ---- queue deadlines ---------------------------------------------------------- */
 
-static void dl_push(sched *s, deadline d) {
-    int32_t i = s->n_dl++;
-    while (i > 0 && dl_before(&d, &s->dl[(i - 1) / 2])) {
-        s->dl[i] = s->dl[(i - 1) / 2];
-        i = (i - 1) / 2;
-    }
-    s->dl[i] = d;
-}
-
-static void dl_pop(sched *s) {
-    deadline last = s->dl[--s->n_dl];
-    int32_t i = 0;
-    for (;;) {
-        int32_t c = 2 * i + 1;
-        if (c >= s->n_dl) break;
-        if (c + 1 < s->n_dl && dl_before(&s->dl[c + 1], &s->dl[c])) c++;
-        if (!dl_before(&s->dl[c], &last)) break;
-        s->dl[i] = s->dl[c];
-        i = c;
-    }
-    if (s->n_dl) s->dl[i] = last;
+/* A deadline is pushed once per request, at arrival. It goes stale when
+ * its request is admitted or ends, and is dropped when it surfaces. */
+static int deadline_live(const sched *s, const deadline *d) {
+    const req *r = &s->reqs[d->slot];
+    return r->in_use && r->gen == d->gen && r->state == SCHED_WAITING && !r->started;
 }
 
 /* Stale entries stay in the heap until their deadline surfaces, so with
  * requests admitted faster than the queue limit the heap would outgrow its
  * max_requests entries. When it is full, keep only the live entries (one
  * per waiting, never-admitted request, the new one not yet pushed: fewer
- * than max_requests) and rebuild; O(n log n), amortised over the pushes
- * that filled it, and deterministic ((time, seq) is a total order). */
+ * than max_requests) and rebuild; O(n), amortised over the pushes that
+ * filled it. */
 static void dl_compact(sched *s) {
-    int32_t k = 0;
-    for (int32_t i = 0; i < s->n_dl; i++) {
-        const deadline *d = &s->dl[i];
-        const req *r = &s->reqs[d->slot];
-        if (r->in_use && r->gen == d->gen && r->state == SCHED_WAITING && !r->started) s->dl[k++] = *d;
+    heap *h = &s->deadlines;
+    size_t k = 0;
+    for (size_t i = 0; i < h->n; i++) {
+        const deadline *d = heap_at(h, i);
+        if (deadline_live(s, d)) memcpy(heap_at(h, k++), d, sizeof(*d));
     }
-    s->n_dl = 0;
-    for (int32_t i = 0; i < k; i++) dl_push(s, s->dl[i]); /* by value; writes only [0, i] */
+    h->n = k;
+    heap_rebuild(h);
+}
+
+static void dl_push(sched *s, deadline d) {
+    if (s->deadlines.n == s->deadlines.cap) dl_compact(s);
+    heap_push(&s->deadlines, &d); /* room: see dl_compact */
 }
 
 /* ---- ending: the one place a request ends ------------------------------- */
@@ -499,7 +406,7 @@ static void detach(sched *s, int32_t slot) {
     release_host(s, r);
 }
 
-static void end_request(sched *s, int32_t slot, sched_state how, sched_reason why) {
+static void end_request(sched *s, int32_t slot, sched_state how, sched_reason why, int64_t now_us) {
     req *r = &s->reqs[slot];
     if (r->state >= SCHED_FINISHED) return; /* never twice */
     detach(s, slot);
@@ -511,7 +418,7 @@ static void end_request(sched *s, int32_t slot, sched_state how, sched_reason wh
     else t->st.failed++;
     sched_end *e = &s->ends[(s->end_head + s->n_ends++) % s->cfg.max_requests];
     *e = (sched_end){make_id(s, slot), r->tenant, how, why, r->prompt, r->generated, r->arrival_us,
-                     r->first_token_us, s->now_us, r->preemptions, r->engine_us};
+                     r->first_token_us, now_us, r->preemptions, r->engine_us};
 }
 
 int sched_poll_end(sched *s, sched_end *ev) {
@@ -538,8 +445,8 @@ static double predicted_wait_us(sched *s, int b, int32_t prompt) {
     double ahead = prompt;
     for (int i = 0; i <= b; i++) ahead += (double)s->bands[i].pending_tokens;
     cost_features f = {s->cfg.budget_max, s->n_run, 0};
-    double step = cost_predict_us(&s->cost, &f);
-    return ahead / s->cfg.budget_max * step;
+    double step_us = cost_predict_us(&s->cost, &f);
+    return ahead / s->cfg.budget_max * step_us;
 }
 
 static sched_reason admission_check(sched *s, int32_t tn, int32_t prompt, int32_t max_new) {
@@ -553,7 +460,9 @@ static sched_reason admission_check(sched *s, int32_t tn, int32_t prompt, int32_
     if (need > s->cfg.n_blocks) return SCHED_R_TOO_LARGE;
     if (need > t->kv_quota) return SCHED_R_OVER_QUOTA;
     if (t->cfg.max_queued && (uint32_t)t->n_queued >= t->cfg.max_queued) return SCHED_R_QUEUE_FULL;
-    if (s->cfg.policy == SCHED_POLICY_FAIR && tier->ttft_ms == 0 && tier->max_queue_ms &&
+    /* The prediction is of the backlog of the bands served before b: in
+     * one arrival-order queue there are none, so FIFO predicts nothing. */
+    if (!(s->features & SCHED__FEAT_FIFO) && tier->ttft_ms == 0 && tier->max_queue_ms &&
         predicted_wait_us(s, t->band, prompt) > 1000.0 * tier->max_queue_ms)
         return SCHED_R_PREDICTED_WAIT;
     if (!s->n_free_slots) return SCHED_R_NO_SLOTS;
@@ -572,17 +481,14 @@ int sched_submit(sched *s, int64_t now_us, int32_t tn, int32_t prompt, int32_t m
     req *r = &s->reqs[slot];
     uint32_t gen = r->gen;
     int32_t *table = r->table, *host = r->host;
-    memset(r, 0, sizeof(*r));
     *r = (req){.gen = gen, .in_use = 1, .state = SCHED_WAITING, .tenant = tn, .prompt = prompt,
                .max_new = max_new, .n_total = prompt, .table = table, .host = host,
-               .arrival_us = now_us, .arrival_seq = s->next_seq++, .prev = NIL, .next = NIL,
-               .gprev = NIL, .gnext = NIL, .run_idx = NIL, .item = NIL, .moved_step = UINT64_MAX};
+               .arrival_us = now_us, .arrival_seq = s->next_seq++, .link = {{NIL, NIL}, {NIL, NIL}},
+               .run_idx = NIL, .item = NIL, .moved_step = UINT64_MAX};
     tq_link(s, slot, 0);
     const sched_tier *tier = tier_of(s, r);
-    if (tier->max_queue_ms) {
-        if (s->n_dl == s->cfg.max_requests) dl_compact(s);
+    if (tier->max_queue_ms)
         dl_push(s, (deadline){now_us + 1000 * (int64_t)tier->max_queue_ms, r->arrival_seq, slot, gen});
-    }
     s->tenants[tn].st.submitted++;
     *id = make_id(s, slot);
     return 0;
@@ -592,12 +498,11 @@ int sched_cancel(sched *s, int64_t now_us, sched_id id) {
     int32_t slot;
     req *r = lookup(s, id, &slot);
     if (!r) return TS_ERR_INVAL;
-    if (s->in_flight && (r->item != NIL || r->moved_step == s->steps)) {
+    if (s->st.in_flight && (r->item != NIL || r->moved_step == s->steps)) {
         r->cancel_pending = 1; /* the executor is using its blocks */
         return 0;
     }
-    s->now_us = now_us;
-    end_request(s, slot, SCHED_CANCELLED, SCHED_R_NONE);
+    end_request(s, slot, SCHED_CANCELLED, SCHED_R_NONE, now_us);
     return 0;
 }
 
@@ -651,26 +556,28 @@ static void set_computed(sched *s, req *r, int32_t v) {
 }
 
 /* Squeeze out items dropped by preemption, keeping order. */
-static void compact_items(sched *s) {
+static void compact_items(sched *s, step *st) {
+    sched_plan *p = &st->plan;
     int32_t k = 0;
-    for (int32_t i = 0; i < s->n_items; i++) {
-        if (s->items[i].n_tokens == 0) continue;
-        s->reqs[(uint32_t)s->items[i].id].item = k;
-        s->items[k++] = s->items[i];
+    for (int32_t i = 0; i < p->n_items; i++) {
+        if (p->items[i].n_tokens == 0) continue;
+        s->reqs[(uint32_t)p->items[i].id].item = k;
+        p->items[k++] = p->items[i];
     }
-    s->n_items = k;
+    p->n_items = k;
 }
 
-static void add_item(sched *s, int32_t slot, int32_t n, int *left) {
+static void add_item(sched *s, step *st, int32_t slot, int32_t n) {
     req *r = &s->reqs[slot];
+    sched_plan *p = &st->plan;
     /* Live items never outnumber the seats; dropped ones may pile up. */
-    if (s->n_items == 2 * s->cfg.max_running) compact_items(s);
-    r->item = s->n_items;
-    s->items[s->n_items++] = (sched_item){make_id(s, slot), r->tenant, r->n_computed, n,
+    if (p->n_items == 2 * s->cfg.max_running) compact_items(s, st);
+    r->item = p->n_items;
+    p->items[p->n_items++] = (sched_item){make_id(s, slot), r->tenant, r->n_computed, n,
                                           r->n_total - r->n_computed > 1 || r->state == SCHED_PREFILLING,
                                           r->n_computed + n == r->n_total, r->table, r->n_blocks};
-    band_of(s, r)->used += n;
-    *left -= n;
+    st->used[tenant_of(s, r)->band] += n;
+    st->left -= n;
 }
 
 /* Charge the prompt positions an item newly covers (generated tokens were
@@ -684,27 +591,40 @@ static void charge_input(sched *s, req *r, int32_t n) {
     if (newly) fq_charge(&s->bands[t->band].q, &t->fe, s->cfg.w_in * newly, t->cfg.weight);
 }
 
-/* Take a request's item out of the plan being built (it was preempted). */
-static void drop_item(sched *s, req *r, int *left) {
+/* Take back the provisional input charge of r's item: its tokens never ran. */
+static void refund_input(sched *s, req *r) {
+    if (!r->charge) return;
+    tenant *t = tenant_of(s, r);
+    fq_charge(&s->bands[t->band].q, &t->fe, -s->cfg.w_in * (double)r->charge, t->cfg.weight);
+    r->n_charged_in -= (int32_t)r->charge;
+    r->charge = 0;
+}
+
+void sched__drop_item(sched *s, step *st, req *r) {
     if (r->item == NIL) return;
-    sched_item *it = &s->items[r->item];
-    *left += it->n_tokens;
-    band_of(s, r)->used -= it->n_tokens;
+    sched_item *it = &st->plan.items[r->item];
+    st->left += it->n_tokens;
+    st->used[tenant_of(s, r)->band] -= it->n_tokens;
     it->n_tokens = 0; /* compacted away at the end of planning */
-    if (r->charge) {
-        tenant *t = tenant_of(s, r);
-        fq_charge(&s->bands[t->band].q, &t->fe, -s->cfg.w_in * r->charge, t->cfg.weight);
-        r->n_charged_in -= (int32_t)r->charge;
-        r->charge = 0;
-    }
+    refund_input(s, r);
     r->item = NIL;
+}
+
+/* Give r `need` more device blocks, charged to its tenant. 0, or 1 with
+ * nothing taken when the tenant's quota or the pool is short. */
+static int take_blocks(sched *s, req *r, int32_t need) {
+    tenant *t = tenant_of(s, r);
+    if (t->kv_blocks + need > t->kv_quota || kv_alloc(&s->kv, need, r->table + r->n_blocks)) return 1;
+    r->n_blocks += need;
+    t->kv_blocks += need;
+    return 0;
 }
 
 typedef struct victim_filter {
     int above_band;         /* victim's band must be > this (-1: any) */
     int32_t tenant;         /* victim's tenant must be this (-1: any) */
-    const struct req *for_req; /* growth of this request: only lower bands,
-                                  or its own band when newer, may yield */
+    const struct req *for_req; /* growth of this request: only the victims
+                                  eligible_for_growth may yield */
 } victim_filter;
 
 /* Progress guarantee for growth preemption: a growing request may only
@@ -713,16 +633,23 @@ typedef struct victim_filter {
  * evicting each other ("largest KV" always picks the one closest to
  * finishing) and neither ever ends; with this rule the oldest request of
  * the lowest band can never be evicted by growth, so it finishes. It also
- * stops a lower band's prefill from evicting a higher band's request. */
+ * stops a lower band's prefill from evicting a higher band's request.
+ * FIFO has no bands: only newer requests yield, so the oldest request of
+ * all is the one growth never evicts. (Comparing bands there, an older
+ * bronze request and a newer gold one could each need the other's blocks
+ * and neither evict the other.) */
 static int eligible_for_growth(const sched *s, const req *victim, const req *grower) {
+    int newer = victim->arrival_seq > grower->arrival_seq;
+    if (s->features & SCHED__FEAT_FIFO) return newer;
     int vb = s->tenants[victim->tenant].band, gb = s->tenants[grower->tenant].band;
-    return vb > gb || (vb == gb && victim->arrival_seq > grower->arrival_seq);
+    return vb > gb || (vb == gb && newer);
 }
 
 /* Preemption victim: lowest band (largest band number), then largest KV,
- * then newest. FCFS: newest. Requests moved by a copy this step are not
+ * then newest; FIFO: newest. Requests moved by a copy this step are not
  * eligible (their copies are already in the plan). */
 static int32_t choose_victim(const sched *s, victim_filter f) {
+    int fifo = (s->features & SCHED__FEAT_FIFO) != 0;
     int32_t best = NIL;
     for (int32_t i = 0; i < s->n_run; i++) {
         int32_t slot = s->run[i];
@@ -735,7 +662,7 @@ static int32_t choose_victim(const sched *s, victim_filter f) {
         const req *b = &s->reqs[best];
         int bb = s->tenants[b->tenant].band;
         int better;
-        if (s->cfg.policy == SCHED_POLICY_FCFS) better = r->arrival_seq > b->arrival_seq;
+        if (fifo) better = r->arrival_seq > b->arrival_seq;
         else if (t->band != bb) better = t->band > bb;
         else if (r->n_blocks != b->n_blocks) better = r->n_blocks > b->n_blocks;
         else better = r->arrival_seq > b->arrival_seq;
@@ -747,66 +674,83 @@ static int32_t choose_victim(const sched *s, victim_filter f) {
 /* Swap when moving the KV out and back costs less than recomputing it and
  * there is room on the host; recompute otherwise. */
 static int choose_swap(sched *s, const req *r) {
-    int32_t keep = blocks_for(s, r->n_computed); /* blocks holding K/V; see preempt */
-    if (!(s->cfg.features & SCHED_FEAT_SWAP) || keep > s->kv.n_swap_free || keep == 0)
+    int32_t keep = blocks_for(s, r->n_computed); /* blocks holding K/V; see swap_out */
+    if (!(s->features & SCHED_FEAT_SWAP) || keep > s->kv.n_swap_free || keep == 0)
         return 0;
     double swap = cost_swap_us(&s->cost, s->cfg.block_bytes * keep);
     return swap < cost_recompute_us(&s->cost, r->n_computed);
 }
 
-static void preempt(sched *s, int32_t slot, int *left) {
+/* Copy a preempted request's K/V to host slots and park it on its band's
+ * swap list. Only computed positions hold K/V. Blocks grown for this
+ * step's item (a decode entering a new block, a prefill chunk) are empty:
+ * freed, not copied, so that swap-in (which allocates blocks_for(n_computed)
+ * and copies n_host) matches. */
+static void swap_out(sched *s, step *st, int32_t slot) {
     req *r = &s->reqs[slot];
     tenant *t = tenant_of(s, r);
+    sched_plan *p = &st->plan;
+    int32_t keep = blocks_for(s, r->n_computed);
+    kv_swap_alloc(&s->kv, keep, r->host);
+    r->n_host = keep;
+    for (int32_t i = 0; i < keep; i++) p->swap_out[p->n_swap_out++] = (sched_copy){r->table[i], r->host[i]};
+    if (in_tenant_queue(r)) tq_unlink(s, slot);
+    release_blocks(s, r);
+    r->state = SCHED_PREEMPTED_SWAPPED;
+    swap_list_push(s, slot);
+    t->n_swapped++;
+    t->st.preempt_swap++;
+}
+
+/* Drop a preempted request's K/V and queue it to prefill prompt and
+ * generated tokens again, at the head of its tenant's queue (behind the
+ * tenant's started prefills) and of the arrival queue. */
+static void requeue_recompute(sched *s, int32_t slot) {
+    req *r = &s->reqs[slot];
+    int queued = in_tenant_queue(r);
+    release_blocks(s, r);
+    set_computed(s, r, 0);
+    r->state = SCHED_PREEMPTED_RECOMPUTE;
+    if (!queued) tq_link(s, slot, 1);
+    tq_behind_started(s, slot);
+    tenant_of(s, r)->st.preempt_recompute++;
+}
+
+void sched__preempt(sched *s, step *st, int32_t slot) {
+    req *r = &s->reqs[slot];
     int swap = choose_swap(s, r);
-    drop_item(s, r, left);
+    sched__drop_item(s, st, r);
     run_remove(s, slot);
     if (r->state == SCHED_PREFILLING) band_of(s, r)->n_prefilling--;
-    if (swap) {
-        /* Only computed positions hold K/V. Blocks grown for this step's
-         * item (a decode entering a new block, a prefill chunk) are empty:
-         * freed, not copied, so that swap-in (which allocates
-         * blocks_for(n_computed) and copies n_host) matches. */
-        int32_t keep = blocks_for(s, r->n_computed);
-        kv_swap_alloc(&s->kv, keep, r->host);
-        r->n_host = keep;
-        for (int32_t i = 0; i < keep; i++)
-            s->swap_out[s->n_swap_out++] = (sched_copy){r->table[i], r->host[i]};
-        if (in_tenant_queue(r)) tq_unlink(s, slot);
-        release_blocks(s, r);
-        r->state = SCHED_PREEMPTED_SWAPPED;
-        r->moved_step = s->steps;
-        swap_list_push(s, slot);
-        t->n_swapped++;
-        t->st.preempt_swap++;
-    } else {
-        int queued = in_tenant_queue(r);
-        release_blocks(s, r);
-        set_computed(s, r, 0);
-        r->state = SCHED_PREEMPTED_RECOMPUTE;
-        r->moved_step = s->steps; /* not readmitted in the step that evicted it */
-        if (!queued) tq_link(s, slot, 1);
-        tq_behind_started(s, slot);
-        t->st.preempt_recompute++;
-    }
+    if (swap) swap_out(s, st, slot);
+    else requeue_recompute(s, slot);
+    r->moved_step = s->steps; /* not back (swap-in or readmission) in the step that evicted it */
     r->preemptions++;
-    s->preempted[s->n_preempted++] = (sched_preemption){make_id(s, slot), (uint8_t)swap};
+    st->plan.preempted[st->plan.n_preempted++] = (sched_preemption){make_id(s, slot), (uint8_t)swap};
 }
 
 /* Give a running request blocks to cover `positions`, preempting victims
  * when the pool or its tenant's quota is exhausted (possibly the request
- * itself). Returns 1 if it still runs, 0 if it was preempted or (swapped
- * in this step, no other victim) must wait a step. */
-static int grow_running(sched *s, int32_t slot, int32_t positions, int *left) {
+ * itself). Returns 1 if it still runs, 0 if it was preempted or must wait
+ * a step: swapped in this step with no other victim, or (FIFO) a started
+ * prefill with no other victim.
+ *
+ * Why a FIFO prefill waits rather than preempt itself: it found no
+ * victim, so the blocks it needs are held by older requests
+ * (eligible_for_growth) or by ones moved this step. The older ones run on
+ * the budget it leaves and finish first; any of them that needs a block
+ * may evict it, since it is newer. Preempting itself, it would go back to
+ * the head of the arrival queue, take the whole budget again, recompute up
+ * to the same block and preempt itself again, while the older prefill
+ * holding that block never got a token: a livelock
+ * (test_fcfs_recompute_progress). */
+static int grow_running(sched *s, step *st, int32_t slot, int32_t positions) {
     req *r = &s->reqs[slot];
     tenant *t = tenant_of(s, r);
     int32_t need = blocks_for(s, positions) - r->n_blocks;
     while (need > 0) {
+        if (take_blocks(s, r, need) == 0) return 1;
         int over_quota = t->kv_blocks + need > t->kv_quota;
-        if (!over_quota && kv_alloc(&s->kv, need, r->table + r->n_blocks) == 0) {
-            r->n_blocks += need;
-            t->kv_blocks += need;
-            return 1;
-        }
         victim_filter f = {-1, over_quota ? r->tenant : -1, r};
         int32_t v = choose_victim(s, f);
         if (v == NIL) {
@@ -817,7 +761,8 @@ static int grow_running(sched *s, int32_t slot, int32_t positions, int *left) {
             if (r->moved_step == s->steps) return 0;
             v = slot;
         }
-        preempt(s, v, left);
+        if (v == slot && r->state == SCHED_PREFILLING && (s->features & SCHED__FEAT_FIFO)) return 0;
+        sched__preempt(s, st, v);
         if (v == slot) return 0;
     }
     return 1;
@@ -827,32 +772,33 @@ static int grow_running(sched *s, int32_t slot, int32_t positions, int *left) {
 
 /* Fail queued requests past their tier's maximum wait. Started requests
  * (recomputed after a preemption) have had their first token: exempt. */
-static void expire_timeouts(sched *s, int64_t now) {
-    while (s->n_dl && s->dl[0].at_us <= now) {
-        deadline d = s->dl[0];
-        dl_pop(s);
-        req *r = &s->reqs[d.slot];
-        if (!r->in_use || r->gen != d.gen || r->state != SCHED_WAITING || r->started) continue;
-        end_request(s, d.slot, SCHED_FAILED, SCHED_R_QUEUE_TIMEOUT);
-        s->n_failed++;
+static void expire_timeouts(sched *s, step *st) {
+    const deadline *top;
+    while ((top = heap_top(&s->deadlines)) && top->at_us <= st->now_us) {
+        deadline d;
+        heap_pop(&s->deadlines, &d);
+        if (!deadline_live(s, &d)) continue;
+        end_request(s, d.slot, SCHED_FAILED, SCHED_R_QUEUE_TIMEOUT, st->now_us);
+        st->plan.n_failed++;
     }
 }
 
 /* Each band's total weight of tenants with work (queued, running or
  * swapped): the denominator of the seat shares. O(tenants) once a step. */
-static void weigh_bands(sched *s) {
-    for (int b = 0; b < SCHED_MAX_TIERS; b++) s->bands[b].w_active = 0;
+static void weigh_bands(const sched *s, step *st) {
     for (int32_t i = 0; i < s->n_tenants; i++) {
         const tenant *t = &s->tenants[i];
-        if (t->n_queued + t->n_running + t->n_swapped > 0) s->bands[t->band].w_active += t->cfg.weight;
+        if (t->n_queued + t->n_running + t->n_swapped > 0) st->w_active[t->band] += t->cfg.weight;
     }
 }
 
 /* The step's token budget: with running requests that have a TPOT target,
- * the largest budget whose predicted step time meets the strictest one. */
-static int compute_budget(sched *s) {
+ * the largest budget whose predicted step time meets the strictest one,
+ * and with TTFT_BUDGET no more than a quarter of the strictest TTFT target
+ * of a band with work. */
+static int compute_budget(const sched *s, const step *st) {
     const sched_config *c = &s->cfg;
-    if (c->policy != SCHED_POLICY_FAIR || !(c->features & SCHED_FEAT_ADAPTIVE_BUDGET)) return c->budget_max;
+    if (!(s->features & SCHED_FEAT_ADAPTIVE_BUDGET)) return c->budget_max;
     uint32_t tpot = 0;
     double decodes = 0, ctx = 0;
     for (int32_t i = 0; i < s->n_run; i++) {
@@ -865,11 +811,11 @@ static int compute_budget(sched *s) {
         }
     }
     double target = tpot ? 1000.0 * tpot : 0;
-    if (c->features & SCHED_FEAT_TTFT_BUDGET)
+    if (s->features & SCHED_FEAT_TTFT_BUDGET)
         for (int i = 0; i < s->n_tiers; i++) {
             const sched_tier *t = &s->tiers[i];
             double q = 1000.0 * t->ttft_ms / 4;
-            if (t->ttft_ms && s->bands[t->band].w_active > 0 && (!target || q < target)) target = q;
+            if (t->ttft_ms && st->w_active[t->band] > 0 && (!target || q < target)) target = q;
         }
     if (!target) return c->budget_max;
     int lo = c->budget_min, hi = c->budget_max;
@@ -880,34 +826,67 @@ static int compute_budget(sched *s) {
 
 /* Every decoding request gets its one token (and a block when it crosses
  * into a new one). */
-static void plan_decodes(sched *s, int *left) {
+static void plan_decodes(sched *s, step *st) {
     for (int32_t i = 0; i < s->n_run;) {
         int32_t slot = s->run[i];
         req *r = &s->reqs[slot];
         if (r->state != SCHED_DECODING || r->item != NIL) { i++; continue; }
-        int32_t before = s->n_preempted;
-        if (grow_running(s, slot, r->n_total, left)) add_item(s, slot, 1, left);
+        int32_t before = st->plan.n_preempted;
+        if (grow_running(s, st, slot, r->n_total)) add_item(s, st, slot, 1);
         /* A preemption reorders s->run; planned requests have items, so a
          * rescan from the start skips them cheaply. */
-        i = s->n_preempted != before ? 0 : i + 1;
+        i = st->plan.n_preempted != before ? 0 : i + 1;
     }
 }
 
-static int fair_share_room(sched *s, const req *r, int32_t want, int below_high, int *left);
+/* Bring back a swapped-out request that got `need` blocks: its copies go
+ * into the plan; a decode runs this step, a prefill's next chunk comes
+ * through the fair queue. Returns the tokens it took. */
+static int swap_in(sched *s, step *st, int32_t slot, int32_t need, int decoding) {
+    req *r = &s->reqs[slot];
+    tenant *t = tenant_of(s, r);
+    sched_plan *p = &st->plan;
+    take_blocks(s, r, need); /* the caller checked quota and pool */
+    for (int32_t i = 0; i < r->n_host; i++) p->swap_in[p->n_swap_in++] = (sched_copy){r->table[i], r->host[i]};
+    swap_list_unlink(s, slot);
+    t->n_swapped--;
+    r->moved_step = s->steps;
+    s->swapped_in[st->n_swapped_in++] = slot;
+    run_add(s, slot);
+    if (decoding) {
+        r->state = SCHED_DECODING;
+        add_item(s, st, slot, 1);
+        return 1;
+    }
+    r->state = SCHED_PREFILLING;
+    band_of(s, r)->n_prefilling++;
+    tq_link(s, slot, 1);
+    return 0;
+}
+
+/* A swapped request of band b could not come back: it holds back new
+ * admissions of its band and lower ones (they would take its blocks),
+ * except claims of other tenants in its band (sched__held_by_stuck_swap).
+ * In one arrival-order queue it holds back every admission. */
+static void swap_stuck(const sched *s, step *st, int b, int32_t tn) {
+    if (s->features & SCHED__FEAT_FIFO) {
+        st->swap_stuck_band = 0;
+    } else if (b < st->swap_stuck_band) {
+        st->swap_stuck_band = b;
+        st->swap_stuck_tenant = tn;
+    }
+}
 
 /* Bring swapped-out requests of band b back, oldest first, while blocks,
  * seats and their tenants' quotas allow, a request of a tenant under its
- * shares claiming room if need be (fair_share_room); a stuck one holds
- * back new admissions of its band and lower ones (they would take its
- * blocks), except claims of other tenants in its band (held_by_stuck_swap).
- * Returns the tokens its decodes take. */
-static int swap_in_band(sched *s, int b, int *left, int cap) {
-    band *bd = &s->bands[b];
+ * shares claiming room if need be (sched__fair_share_room); the first
+ * stuck one ends the pass. Takes up to cap tokens for their decodes. */
+static void swap_in_band(sched *s, step *st, int b, int cap) {
     int used = 0;
-    for (int32_t slot = bd->swap_head, next; slot != NIL && used < cap; slot = next) {
+    for (int32_t slot = s->bands[b].swapped.head, next; slot != NIL && used < cap; slot = next) {
         req *r = &s->reqs[slot];
-        tenant *t = tenant_of(s, r);
-        next = r->next;
+        const tenant *t = tenant_of(s, r);
+        next = r->link[LINK_QUEUE].next;
         if (r->moved_step == s->steps) continue; /* swapped out this very step */
         int decoding = r->n_total - r->n_computed == 1;
         int32_t need = blocks_for(s, decoding ? r->n_total : r->n_computed);
@@ -915,39 +894,13 @@ static int swap_in_band(sched *s, int b, int *left, int cap) {
          * anyone else, so try the next one. */
         if (t->kv_blocks + need > t->kv_quota || (t->cfg.max_running && (uint32_t)t->n_running >= t->cfg.max_running))
             continue;
-        /* A tenant under its shares claims room for a swapped request as
-         * for a new one (fair_share_room); otherwise it is stuck. */
         if ((s->n_run >= s->cfg.max_running || s->kv.n_free < need) &&
-            !(s->cfg.policy == SCHED_POLICY_FAIR && (s->cfg.features & SCHED_FEAT_FAIR_SHARE) &&
-              fair_share_room(s, r, need, 0, left))) {
-            /* FCFS has no bands: a stuck swap-in stops every admission. */
-            if (s->cfg.policy == SCHED_POLICY_FCFS) s->swap_stuck_band = 0;
-            else if (b < s->swap_stuck_band) {
-                s->swap_stuck_band = b;
-                s->swap_stuck_tenant = r->tenant;
-            }
+            !((s->features & SCHED_FEAT_FAIR_SHARE) && sched__fair_share_room(s, st, r, need, 0))) {
+            swap_stuck(s, st, b, r->tenant);
             break;
         }
-        kv_alloc(&s->kv, need, r->table);
-        r->n_blocks = need;
-        t->kv_blocks += need;
-        for (int32_t i = 0; i < r->n_host; i++) s->swap_in[s->n_swap_in++] = (sched_copy){r->table[i], r->host[i]};
-        swap_list_unlink(s, slot);
-        t->n_swapped--;
-        r->moved_step = s->steps;
-        s->swapped_in[s->n_swapped_in++] = slot;
-        run_add(s, slot);
-        if (decoding) {
-            r->state = SCHED_DECODING;
-            add_item(s, slot, 1, left);
-            used++;
-        } else {
-            r->state = SCHED_PREFILLING; /* its next chunk comes through the fair queue */
-            bd->n_prefilling++;
-            tq_link(s, slot, 1);
-        }
+        used += swap_in(s, st, slot, need, decoding);
     }
-    return used;
 }
 
 /* Predicted to miss its TTFT target if it waits for room. Room comes back
@@ -955,7 +908,7 @@ static int swap_in_band(sched *s, int b, int *left, int cap) {
  * preemption is the smallest remaining max_tokens among them, one decode
  * step each (a stop token may end one earlier: the estimate errs towards
  * protecting the higher band). */
-static int ttft_at_risk(sched *s, const req *r) {
+static int ttft_at_risk(const sched *s, const step *st, const req *r) {
     const sched_tier *tier = tier_of(s, r);
     if (!tier->ttft_ms || r->started) return 0;
     int32_t soonest = INT32_MAX;
@@ -967,216 +920,72 @@ static int ttft_at_risk(sched *s, const req *r) {
     if (soonest == INT32_MAX) soonest = 0;
     double rem = r->n_total - r->n_computed;
     cost_features prefill = {rem, s->n_run, cost_attended(0, rem)};
-    cost_features step = {s->budget, s->n_run, 0};
-    double step_us = cost_predict_us(&s->cost, &step);
-    double t = (double)(s->now_us - r->arrival_us) + (double)soonest * step_us +
+    cost_features full = {st->plan.budget, s->n_run, 0};
+    double step_us = cost_predict_us(&s->cost, &full);
+    double t = (double)(st->now_us - r->arrival_us) + (double)soonest * step_us +
                cost_predict_us(&s->cost, &prefill) + step_us;
     return t > 1000.0 * tier->ttft_ms;
 }
 
-enum { ADMIT_USUAL, ADMIT_PAST_WATERMARK, ADMIT_CLAIM };
-
-/* A stuck swap-in closes admission to its band and the ones below, or
- * newcomers would take the blocks it waits for. A claim (fair_share_room)
- * in that band takes its room from tenants over their shares instead, so
- * it passes, unless the stuck request is the claimant's own: that one
- * comes first. Claims in lower bands are held like everything else. */
-static int held_by_stuck_swap(const sched *s, const tenant *t, int how) {
-    if (t->band != s->swap_stuck_band) return t->band > s->swap_stuck_band;
-    return how != ADMIT_CLAIM || s->swap_stuck_tenant == NIL || t == &s->tenants[s->swap_stuck_tenant];
-}
-
-/* Blocks a new admission of r may take now (0 when admission is closed). */
-static int32_t admit_room(sched *s, const req *r, int how) {
-    if (s->n_run >= s->cfg.max_running || held_by_stuck_swap(s, tenant_of(s, r), how)) return 0;
+/* Blocks a new admission of r may take now (0 when admission is closed).
+ * Reads (and so moves) the watermark's hysteresis state. */
+static int32_t admit_room(sched *s, const step *st, const req *r, int how) {
+    if (s->n_run >= s->cfg.max_running || sched__held_by_stuck_swap(s, st, tenant_of(s, r), how)) return 0;
     int bypass_watermark = how != ADMIT_USUAL;
     return bypass_watermark ? s->kv.n_free : kv_admit_room(&s->kv);
 }
 
-enum { PF_OK, PF_TENANT, PF_GLOBAL };
-
-/* Seats a tenant is entitled to in its band while the band's tenants with
- * work share the seats by weight: never less than one, since a tenant with
- * any work must be able to run something. */
-static double seat_share(const sched *s, const tenant *t) {
-    double w = s->bands[t->band].w_active;
-    double share = w > 0 ? s->cfg.max_running * t->cfg.weight / w : 1;
-    return share < 1 ? 1 : share;
-}
-
-/* Blocks of the pool a tenant is entitled to in its band, like its seats. */
-static double kv_share(const sched *s, const tenant *t) {
-    double w = s->bands[t->band].w_active;
-    return w > 0 ? s->kv.n_blocks * t->cfg.weight / w : s->kv.n_blocks;
-}
-
-/* A tenant that may take one more seat and `want` more blocks within its
- * shares of its band's seats and KV pool. */
-static int under_shares(const sched *s, const tenant *t, int32_t want) {
-    return t->n_running + 1 <= seat_share(s, t) && t->kv_blocks + want <= kv_share(s, t);
-}
-
-/* How far a tenant is over its shares, relative to them: the larger of
- * the seat and the KV figure. */
-static double overshoot(const sched *s, const tenant *u) {
-    double seats = seat_share(s, u), kv = kv_share(s, u);
-    double a = (u->n_running - seats) / seats, b = kv > 0 ? (u->kv_blocks - kv) / kv : 0;
-    return a > b ? a : b;
-}
-
-/* The running request of band b whose tenant keeps at least its share of
- * seats, or of KV blocks, without it, and is not behind the claimant in
- * weighted service by more than one service unit; of the tenant
- * furthest over (then its newest request), or NIL. Nobody is taken below
- * both of its shares, so claims converge instead of trading seats. */
-static int32_t over_share_victim(const sched *s, int b, const tenant *claimant) {
-    int32_t best = NIL;
-    double best_over = 0;
-    /* The claimant may be ahead by one service unit U, a whole prefill
-     * chunk (fq.h): right after paying for its prompts it is ahead of a
-     * flood that is charged a few tokens a step, and its next request
-     * would otherwise wait many steps for the flood to catch up. VTC's 2U
-     * bound allows that much between backlogged tenants anyway. */
-    double unit = FQ_SCALE * s->cfg.w_in * s->cfg.budget_max / claimant->cfg.weight;
-    int64_t slack = unit < (double)(INT64_MAX / 2) ? (int64_t)unit : INT64_MAX / 2; /* weights near 0 */
-    for (int32_t i = 0; i < s->n_run; i++) {
-        const req *r = &s->reqs[s->run[i]];
-        const tenant *u = &s->tenants[r->tenant];
-        /* Not from a tenant further behind the claimant in weighted
-         * service than that: the seat rule then works with the fair queue. */
-        if (u->band != b || u == claimant || r->moved_step == s->steps ||
-            fq_diff(u->fe.vtime, claimant->fe.vtime) < -slack)
-            continue;
-        if (u->n_running - 1 < seat_share(s, u) && u->kv_blocks - r->n_blocks < kv_share(s, u)) continue;
-        double over = overshoot(s, u);
-        if (best == NIL || over > best_over ||
-            (over == best_over && r->arrival_seq > s->reqs[best].arrival_seq)) {
-            best = s->run[i];
-            best_over = over;
+/* Make room for a request of band b whose TTFT target is at risk by
+ * preempting lower bands. Once a scan found no victim below band b, none
+ * appears later in the step for b or any band below it: skip the rescans. */
+static void preempt_below(sched *s, step *st, int b, int32_t want) {
+    victim_filter f = {b, -1, NULL};
+    while (b < st->no_victim_above && (s->n_run >= s->cfg.max_running || s->kv.n_free < want)) {
+        int32_t v = choose_victim(s, f);
+        if (v == NIL) {
+            st->no_victim_above = b;
+            break;
         }
+        sched__preempt(s, st, v);
     }
-    return best;
 }
 
-/* Isolation inside a band. The fair queue decides who is admitted next but
- * never takes a seat back, so a tenant that flooded the band while others
- * were idle holds every seat and the KV pool, and a tenant arriving later
- * waits for the flood's requests to end. A tenant under its shares of
- * seats and KV blocks may therefore preempt requests of the tenant furthest
- * over its shares, in its own band, until it fits (for a new request:
- * under the high watermark). Returns 1 if it has room then, and may be
- * admitted past the watermark's hysteresis: that pause is for the tenants
- * that filled the pool. Callers check a stuck swap-in first
- * (held_by_stuck_swap), so that nothing is preempted for a refused claim. */
-static int fair_share_room(sched *s, const req *r, int32_t want, int below_high, int *left) {
+/* How a fresh request r, wanting room for n tokens, is admitted; *avail:
+ * the blocks it may take then. A request of a band whose TTFT target is at
+ * risk makes room below its band and skips the watermark (the headroom it
+ * keeps is there for exactly this); a tenant under its shares may claim. */
+static int admission_mode(sched *s, step *st, const req *r, int32_t n, int32_t *avail) {
     const tenant *t = tenant_of(s, r);
-    /* A claim stops at the claimant's own shares, and victims keep theirs,
-     * so claims converge instead of trading the same seats; and there is
-     * none for a chunk that its own KV quota would not let it take (it
-     * would preempt others for blocks it cannot use). */
-    if (!under_shares(s, t, want) || t->kv_blocks + want > t->kv_quota) return 0;
-    int32_t v = over_share_victim(s, t->band, t);
-    if (v == NIL) return 0; /* nobody holds more than its share: usual rules */
-    while (v != NIL && (s->n_run >= s->cfg.max_running || s->kv.n_free < want ||
-                        (below_high && kv_used(&s->kv) + want > s->kv.high_blocks))) {
-        preempt(s, v, left);
-        v = over_share_victim(s, t->band, t);
+    int how = ADMIT_USUAL;
+    *avail = admit_room(s, st, r, how);
+    int32_t want = blocks_for(s, r->n_computed + n);
+    if (*avail < want && (s->features & SCHED_FEAT_TTFT_PREEMPT) && ttft_at_risk(s, st, r)) {
+        preempt_below(s, st, t->band, want);
+        how = ADMIT_PAST_WATERMARK;
+        *avail = admit_room(s, st, r, how);
     }
-    return s->n_run < s->cfg.max_running && s->kv.n_free >= want;
+    if (*avail < want && (s->features & SCHED_FEAT_FAIR_SHARE) && !sched__held_by_stuck_swap(s, st, t, ADMIT_CLAIM) &&
+        sched__fair_share_room(s, st, r, want, 1)) {
+        how = ADMIT_CLAIM;
+        *avail = admit_room(s, st, r, how);
+    }
+    return how;
 }
 
-/* The step that seats a claimant carries its prefill, not the work of the
- * tenants over their shares in its band, so the claimant's first token
- * comes about as fast as if it were alone, instead of after a step padded
- * with the flood's batch. A request is left out at most every other step,
- * and never in the step it was swapped in: claimants arriving step after
- * step must not stop an over-share tenant's running requests (their tokens
- * wait one step at most). From here on the step admits only tenants under
- * their shares (more claimants); the others' prefills wait for a step
- * without a claim. */
-static void claim_step(sched *s, const tenant *claimant, int *left) {
-    s->claim_band = claimant->band;
-    for (int32_t i = 0; i < s->n_run; i++) {
-        req *r = &s->reqs[s->run[i]];
-        const tenant *u = &s->tenants[r->tenant];
-        if (u == claimant || u->band != claimant->band || r->item == NIL || overshoot(s, u) <= 0 ||
-            r->moved_step == s->steps || (r->dropped_step && r->dropped_step + 1 == s->steps))
-            continue;
-        drop_item(s, r, left);
-        r->dropped_step = s->steps;
-    }
+/* The tokens of a chunk of at most n that fit in the blocks r holds plus
+ * `avail` more. */
+static int32_t chunk_fit(const sched *s, const req *r, int32_t n, int32_t avail) {
+    if (blocks_for(s, r->n_computed + n) - r->n_blocks <= avail) return n;
+    int64_t fit = (int64_t)(r->n_blocks + avail) * s->cfg.block_size - r->n_computed;
+    return fit < n ? (int32_t)fit : n;
 }
 
-static int32_t plan_prefill(sched *s, int32_t slot, int room, int *left, int *why) {
+/* Run n tokens of r's prefill this step: its blocks, its admission when
+ * fresh, its charge, its item; a claim's admission makes this a claim step. */
+static void commit_prefill(sched *s, step *st, int32_t slot, int32_t n, int fresh, int how) {
     req *r = &s->reqs[slot];
-    tenant *t = tenant_of(s, r);
-    int fresh = r->state != SCHED_PREFILLING;
-    int32_t n = r->n_total - r->n_computed;
-    if (n > room) n = room;
-    *why = PF_GLOBAL;
-    if (t->band == s->claim_band && overshoot(s, t) > 0) {
-        *why = PF_TENANT; /* a claim step: see claim_step */
-        return 0;
-    }
-    if (fresh && ((t->cfg.max_running && (uint32_t)t->n_running >= t->cfg.max_running) ||
-                  r->moved_step == s->steps)) {
-        *why = PF_TENANT;
-        return 0;
-    }
-    int bypass = ADMIT_USUAL;
-    int32_t avail = s->kv.n_free;
-    if (fresh) {
-        avail = admit_room(s, r, ADMIT_USUAL);
-        int32_t want = blocks_for(s, r->n_computed + n);
-        if (avail < want && s->cfg.policy == SCHED_POLICY_FAIR && (s->cfg.features & SCHED_FEAT_TTFT_PREEMPT) &&
-            ttft_at_risk(s, r)) {
-            /* Make room by preempting lower bands, then skip the watermark:
-             * the headroom it keeps is there for exactly this. */
-            victim_filter f = {t->band, -1, NULL};
-            /* Once a scan found no victim below band b, none appears later
-             * in the step for b or any band below it: skip the rescans. */
-            while (t->band < s->no_victim_above && (s->n_run >= s->cfg.max_running || s->kv.n_free < want)) {
-                int32_t v = choose_victim(s, f);
-                if (v == NIL) {
-                    s->no_victim_above = t->band;
-                    break;
-                }
-                preempt(s, v, left);
-            }
-            bypass = ADMIT_PAST_WATERMARK;
-            avail = admit_room(s, r, bypass);
-        }
-        if (avail < want && s->cfg.policy == SCHED_POLICY_FAIR && (s->cfg.features & SCHED_FEAT_FAIR_SHARE) &&
-            !held_by_stuck_swap(s, t, ADMIT_CLAIM) && fair_share_room(s, r, want, 1, left)) {
-            bypass = ADMIT_CLAIM;
-            avail = admit_room(s, r, bypass);
-        }
-    }
-    int32_t quota = t->kv_quota - t->kv_blocks;
-    if (avail > quota) avail = quota;
-    if (blocks_for(s, r->n_computed + n) - r->n_blocks > avail) {
-        int64_t fit = (int64_t)(r->n_blocks + avail) * s->cfg.block_size - r->n_computed;
-        n = fit < n ? (int32_t)fit : n;
-    }
-    if (n < 1 && !fresh) {
-        /* A started prefill that needs a block and finds none: like a
-         * decode, it preempts (possibly itself). */
-        if (!grow_running(s, slot, r->n_computed + 1, left)) return 0;
-        int64_t fit = (int64_t)r->n_blocks * s->cfg.block_size - r->n_computed;
-        n = r->n_total - r->n_computed;
-        if (n > room) n = room;
-        if (fit < n) n = (int32_t)fit;
-    }
-    if (n < 1) {
-        if (quota <= 0 && !(fresh && admit_room(s, r, bypass) <= 0)) *why = PF_TENANT;
-        return 0;
-    }
     int32_t need = blocks_for(s, r->n_computed + n) - r->n_blocks;
-    if (need > 0) {
-        kv_alloc(&s->kv, need, r->table + r->n_blocks);
-        r->n_blocks += need;
-        t->kv_blocks += need;
-    }
+    if (need > 0) take_blocks(s, r, need); /* sized by chunk_fit within the quota and pool */
     if (fresh) {
         r->state = SCHED_PREFILLING;
         r->started = 1;
@@ -1184,101 +993,148 @@ static int32_t plan_prefill(sched *s, int32_t slot, int room, int *left, int *wh
         band_of(s, r)->n_prefilling++;
     }
     charge_input(s, r, n);
-    add_item(s, slot, n, left);
-    if (bypass == ADMIT_CLAIM) claim_step(s, t, left);
+    add_item(s, st, slot, n);
+    if (how == ADMIT_CLAIM) sched__claim_step(s, st, tenant_of(s, r));
+}
+
+enum { PF_OK, PF_TENANT, PF_GLOBAL };
+
+/* Held back by its tenant this step: a claim step's over-share tenant, or
+ * a fresh request over its tenant's running limit or evicted this step. */
+static int prefill_held(const sched *s, const step *st, const req *r, int fresh) {
+    const tenant *t = tenant_of(s, r);
+    return sched__left_out_by_claim(s, st, t) ||
+           (fresh && ((t->cfg.max_running && (uint32_t)t->n_running >= t->cfg.max_running) ||
+                      r->moved_step == s->steps));
+}
+
+/* Plan a prefill chunk of at most `room` tokens for a queued request: how
+ * it may be admitted, how much fits, then commit. Returns the tokens; for
+ * none, *why says whether its tenant (PF_TENANT) or the pool (PF_GLOBAL)
+ * stopped it. */
+static int32_t plan_prefill(sched *s, step *st, int32_t slot, int room, int *why) {
+    req *r = &s->reqs[slot];
+    const tenant *t = tenant_of(s, r);
+    int fresh = r->state != SCHED_PREFILLING;
+    int32_t n = min32(r->n_total - r->n_computed, room);
+    *why = PF_GLOBAL;
+    if (prefill_held(s, st, r, fresh)) {
+        *why = PF_TENANT;
+        return 0;
+    }
+    int how = ADMIT_USUAL;
+    int32_t avail = s->kv.n_free;
+    if (fresh) how = admission_mode(s, st, r, n, &avail);
+    int32_t quota = t->kv_quota - t->kv_blocks;
+    n = chunk_fit(s, r, n, avail < quota ? avail : quota);
+    if (n < 1 && !fresh) {
+        /* A started prefill that needs a block and finds none: like a
+         * decode, it preempts (possibly itself; FIFO: see grow_running). */
+        if (!grow_running(s, st, slot, r->n_computed + 1)) return 0;
+        n = chunk_fit(s, r, min32(r->n_total - r->n_computed, room), 0);
+    }
+    if (n < 1) {
+        if (quota <= 0 && !(fresh && admit_room(s, st, r, how) <= 0)) *why = PF_TENANT;
+        return 0;
+    }
+    commit_prefill(s, st, slot, n, fresh, how);
     return n;
 }
 
 static int32_t first_unplanned(const sched *s, const tenant *t) {
-    int32_t slot = t->qhead;
-    while (slot != NIL && s->reqs[slot].item != NIL) slot = s->reqs[slot].next;
+    int32_t slot = t->queue.head;
+    while (slot != NIL && s->reqs[slot].item != NIL) slot = s->reqs[slot].link[LINK_QUEUE].next;
     return slot;
 }
 
 /* Started prefills of band b go on before anything new is admitted: they
  * already hold blocks and were admitted in fair order, and leaving them
  * half done while newcomers start spreads the budget over ever more
- * partial prompts (worse TTFT for all, KV held idle). Admission order. */
-static int continue_prefills(sched *s, int b, int *left, int cap) {
+ * partial prompts (worse TTFT for all, KV held idle). Admission order.
+ * Up to cap tokens. */
+static void continue_prefills(sched *s, step *st, int b, int cap) {
     int used = 0;
-    for (int32_t i = 0; i < s->n_run && used < cap && *left > 0;) {
+    for (int32_t i = 0; i < s->n_run && used < cap && st->left > 0;) {
         int32_t slot = s->run[i];
         req *r = &s->reqs[slot];
         if (r->state != SCHED_PREFILLING || r->item != NIL || tenant_of(s, r)->band != b) {
             i++;
             continue;
         }
-        int32_t before = s->n_preempted, why;
-        int room = cap - used < *left ? cap - used : *left;
-        used += plan_prefill(s, slot, room, left, &why);
+        int32_t before = st->plan.n_preempted;
+        int why;
+        used += plan_prefill(s, st, slot, min32(cap - used, st->left), &why);
         /* A preemption reorders s->run; planned requests have items, so a
          * rescan from the start skips them. Without one, a request that got
          * nothing (no block) is simply passed. */
-        i = s->n_preempted != before ? 0 : i + 1;
+        i = st->plan.n_preempted != before ? 0 : i + 1;
     }
-    return used;
 }
 
+static tenant *tenant_of_fe(fq_entity *e) { return (tenant *)((char *)e - offsetof(tenant, fe)); }
+
 /* Prefill for band b, tenants in fair-queue order, up to cap tokens. */
-static int serve_band(sched *s, int b, int *left, int cap) {
-    band *bd = &s->bands[b];
+static void serve_band(sched *s, step *st, int b, int cap) {
+    fq *q = &s->bands[b].q;
     int used = 0, look_further = 16;
-    s->n_skipped = 0;
-    while (used < cap && *left > 0) {
-        fq_entity *e = fq_peek(&bd->q);
+    int32_t n_skipped = 0;
+    while (used < cap && st->left > 0) {
+        fq_entity *e = fq_peek(q);
         if (!e) break;
-        tenant *t = (tenant *)((char *)e - offsetof(tenant, fe));
-        int32_t slot = first_unplanned(s, t);
+        int32_t slot = first_unplanned(s, tenant_of_fe(e));
         int why = PF_TENANT;
-        int room = cap - used < *left ? cap - used : *left;
-        int32_t n = slot == NIL ? 0 : plan_prefill(s, slot, room, left, &why);
+        int32_t n = slot == NIL ? 0 : plan_prefill(s, st, slot, min32(cap - used, st->left), &why);
         if (n > 0) {
             used += n;
             continue;
         }
         /* Nothing more for this tenant this step: set it aside without
-         * touching its counter. When admission is closed for everyone,
-         * only started prefills could still move. */
-        fq_set_aside(&bd->q, e);
-        s->skipped[s->n_skipped++] = e;
+         * touching its counter. */
+        fq_set_aside(q, e);
+        s->skipped[n_skipped++] = e;
         /* Closed for everyone: only started prefills could still move, and
          * tenants with nothing running, which may claim a seat from a
-         * tenant over its share (fair_share_room). Look a few tenants
-         * further for those, in fair order, without scanning them all. */
-        if (why == PF_GLOBAL && bd->n_prefilling == 0 &&
-            (!(s->cfg.features & SCHED_FEAT_FAIR_SHARE) || --look_further <= 0))
+         * tenant over its share (sched__fair_share_room). Look a few
+         * tenants further for those, in fair order, without scanning them
+         * all. */
+        if (why == PF_GLOBAL && s->bands[b].n_prefilling == 0 &&
+            (!(s->features & SCHED_FEAT_FAIR_SHARE) || --look_further <= 0))
             break;
     }
-    for (int32_t i = 0; i < s->n_skipped; i++) {
-        /* A preemption during the pass (a swap-out of its prefilling
-         * request) may have emptied a set-aside tenant's queue: it is no
-         * longer backlogged and must stay out. */
-        tenant *t = (tenant *)((char *)s->skipped[i] - offsetof(tenant, fe));
-        if (t->n_queued > 0) fq_restore(&bd->q, s->skipped[i]);
-    }
-    return used;
+    /* A preemption during the pass (a swap-out of its prefilling request)
+     * may have emptied a set-aside tenant's queue: it is no longer
+     * backlogged and must stay out. */
+    for (int32_t i = 0; i < n_skipped; i++)
+        if (tenant_of_fe(s->skipped[i])->n_queued > 0) fq_restore(q, s->skipped[i]);
 }
 
-/* FCFS: one queue in arrival order; the head blocks everyone behind it. */
-static void serve_fcfs(sched *s, int *left) {
+static int32_t n_prefilling(const sched *s) {
+    int32_t n = 0;
+    for (int b = 0; b < SCHED_MAX_TIERS; b++) n += s->bands[b].n_prefilling;
+    return n;
+}
+
+/* FIFO: one queue in arrival order; the head blocks everyone behind it. */
+static void serve_fifo(sched *s, step *st) {
     /* Once admission is closed nothing behind is admitted, but started
      * prefills behind (admitted while the one ahead was held by its tenant's
      * limits, or requeued) still run: they hold blocks, and idle ones could
-     * keep admission closed for good. The walk ends once all were seen. */
-    int closed = 0;
+     * keep admission closed for good. The walk ends once all were seen:
+     * `seen` started prefills passed, of n_prefilling. A preemption in the
+     * walk may turn one already passed into a preempted request, and then
+     * the count cannot tell any more: the walk goes on to the end. */
+    int closed = 0, counted = 1;
     int32_t seen = 0;
-    for (int32_t slot = s->ghead, next; slot != NIL && *left > 0; slot = next) {
-        next = s->reqs[slot].gnext;
+    for (int32_t slot = s->arrivals.head, next; slot != NIL && st->left > 0; slot = next) {
+        next = s->reqs[slot].link[LINK_ARRIVAL].next;
         int started = s->reqs[slot].state == SCHED_PREFILLING;
-        if (closed) {
-            int32_t n_started = 0;
-            for (int b = 0; b < SCHED_MAX_TIERS; b++) n_started += s->bands[b].n_prefilling;
-            if (seen >= n_started) break;
-        }
+        if (closed && counted && seen >= n_prefilling(s)) break;
         seen += started;
         if (s->reqs[slot].item != NIL || (closed && !started)) continue;
         int why;
-        if (plan_prefill(s, slot, *left, left, &why) == 0 && why == PF_GLOBAL) closed = 1;
+        int32_t before = st->plan.n_preempted;
+        if (plan_prefill(s, st, slot, st->left, &why) == 0 && why == PF_GLOBAL) closed = 1;
+        if (st->plan.n_preempted != before) counted = 0;
     }
 }
 
@@ -1290,18 +1146,33 @@ static double band_share(const sched *s, int b) {
 }
 
 static int band_backlogged(const sched *s, int b) {
-    return fq_len(&s->bands[b].q) > 0 || s->bands[b].swap_head != NIL;
+    return fq_len(&s->bands[b].q) > 0 || s->bands[b].swapped.head != NIL;
 }
 
 /* Tokens reserved for band b this step: its minimum share of the budget,
  * less what its decodes already took, and no more than it has to run. */
-static int band_reserve(sched *s, int b) {
+static int band_reserve(const sched *s, const step *st, int b) {
     double share = band_share(s, b);
     if (share <= 0 || !band_backlogged(s, b)) return 0;
-    int reserve = (int)ceil(share * s->budget) - s->bands[b].used;
-    int64_t work = s->bands[b].pending_tokens + (s->bands[b].swap_head != NIL ? reserve : 0);
+    int reserve = (int)ceil(share * st->plan.budget) - st->used[b];
+    int64_t work = s->bands[b].pending_tokens + (s->bands[b].swapped.head != NIL ? reserve : 0);
     if (reserve > work) reserve = (int)work;
     return reserve > 0 ? reserve : 0;
+}
+
+/* Serve band b within `allowance` tokens: swap-ins, then started prefills,
+ * then new admissions. While it is served, st->left is the band's
+ * allowance; preemptions it makes give their tokens back to that. Returns
+ * the tokens it used (negative when it gave back more than it took). */
+static int serve_one_band(sched *s, step *st, int b, int allowance) {
+    int outer = st->left;
+    st->left = allowance;
+    swap_in_band(s, st, b, st->left);
+    if (st->left > 0) continue_prefills(s, st, b, st->left);
+    if (st->left > 0) serve_band(s, st, b, st->left);
+    int used = allowance - st->left;
+    st->left = outer - used;
+    return used;
 }
 
 /* Bands in priority order. Each band may use its reservation plus whatever
@@ -1309,11 +1180,11 @@ static int band_reserve(sched *s, int b) {
  * reservations are honoured even when running decodes already fill the
  * budget (a floor is a floor), so such a step may exceed the budget by at
  * most the sum of the shares. */
-static void serve_bands(sched *s, int *left) {
+static void serve_bands(sched *s, step *st) {
     int reserve[SCHED_MAX_TIERS] = {0}, total = 0;
-    if (s->cfg.features & SCHED_FEAT_MIN_SHARE)
-        for (int b = 0; b < SCHED_MAX_TIERS; b++) total += reserve[b] = band_reserve(s, b);
-    int spare = *left - total;
+    if (s->features & SCHED_FEAT_MIN_SHARE)
+        for (int b = 0; b < SCHED_MAX_TIERS; b++) total += reserve[b] = band_reserve(s, st, b);
+    int spare = st->left - total;
     if (spare < 0) spare = 0;
     for (int b = 0; b < SCHED_MAX_TIERS; b++) {
         int allowance = reserve[b] + spare;
@@ -1322,58 +1193,52 @@ static void serve_bands(sched *s, int *left) {
          * few seats nothing else could ever run. */
         if (allowance <= 0 && s->bands[b].n_prefilling > 0) allowance = s->cfg.block_size;
         if (allowance <= 0) continue;
-        int a = allowance;
-        swap_in_band(s, b, &a, a);
-        if (a > 0) continue_prefills(s, b, &a, a);
-        if (a > 0) serve_band(s, b, &a, a);
-        int used = allowance - a;
-        spare = allowance - used;
-        *left -= used;
+        spare = allowance - serve_one_band(s, st, b, allowance);
     }
 }
 
 /* Total up the batch's cost features and hand out the plan. */
-static void finish_plan(sched *s, sched_plan *p) {
-    compact_items(s);
-    int32_t tokens = 0;
+static void finish_plan(sched *s, step *st, sched_plan *out) {
+    compact_items(s, st);
+    sched_plan *p = &st->plan;
     cost_features f = {0, 0, 0};
-    for (int32_t i = 0; i < s->n_items; i++) {
-        sched_item *it = &s->items[i];
+    for (int32_t i = 0; i < p->n_items; i++) {
+        sched_item *it = &p->items[i];
         it->n_blocks = s->reqs[(uint32_t)it->id].n_blocks; /* tables may have grown since */
-        tokens += it->n_tokens;
+        p->n_tokens += it->n_tokens;
         if (it->is_prefill) f.prefill_tokens += it->n_tokens;
         else f.decode_seqs += 1;
         f.context_tokens += cost_attended(it->pos, it->n_tokens);
     }
-    *p = (sched_plan){s->items, s->n_items, s->swap_out, s->n_swap_out, s->swap_in, s->n_swap_in,
-                      s->preempted, s->n_preempted, s->n_failed, s->budget, tokens,
-                      cost_predict_us(&s->cost, &f)};
-    s->feat = f;
+    p->predicted_us = cost_predict_us(&s->cost, &f);
+    st->feat = f;
+    *out = *p;
 }
 
-int sched_step(sched *s, int64_t now_us, sched_plan *p) {
-    if (s->in_flight) return TS_ERR_INVAL;
+int sched_step(sched *s, int64_t now_us, sched_plan *out) {
+    if (s->st.in_flight) return TS_ERR_INVAL;
     s->steps++;
-    s->now_us = now_us;
-    s->n_items = s->n_swap_out = s->n_swap_in = s->n_preempted = s->n_failed = s->n_swapped_in = 0;
-    s->swap_stuck_band = SCHED_MAX_TIERS;
-    s->swap_stuck_tenant = NIL;
-    s->no_victim_above = SCHED_MAX_TIERS;
-    s->claim_band = -1;
-    for (int b = 0; b < SCHED_MAX_TIERS; b++) s->bands[b].used = 0;
-    expire_timeouts(s, now_us);
-    weigh_bands(s);
-    s->budget = compute_budget(s);
-    int left = s->budget;
-    plan_decodes(s, &left);
-    if (s->cfg.policy == SCHED_POLICY_FCFS) {
-        for (int b = 0; b < SCHED_MAX_TIERS; b++) swap_in_band(s, b, &left, left > 0 ? left : 0);
-        serve_fcfs(s, &left);
+    step *st = &s->st;
+    *st = (step){.plan = {.items = s->items, .swap_out = s->swap_out, .swap_in = s->swap_in,
+                          .preempted = s->preempted},
+                 .now_us = now_us,
+                 .swap_stuck_band = SCHED_MAX_TIERS,
+                 .swap_stuck_tenant = NIL,
+                 .no_victim_above = SCHED_MAX_TIERS,
+                 .claim_band = -1};
+    expire_timeouts(s, st);
+    weigh_bands(s, st);
+    st->plan.budget = compute_budget(s, st);
+    st->left = st->plan.budget;
+    plan_decodes(s, st);
+    if (s->features & SCHED__FEAT_FIFO) {
+        for (int b = 0; b < SCHED_MAX_TIERS; b++) swap_in_band(s, st, b, st->left > 0 ? st->left : 0);
+        serve_fifo(s, st);
     } else {
-        serve_bands(s, &left);
+        serve_bands(s, st);
     }
-    finish_plan(s, p);
-    s->in_flight = 1;
+    finish_plan(s, st, out);
+    st->in_flight = 1;
     return 0;
 }
 
@@ -1381,7 +1246,8 @@ int sched_step(sched *s, int64_t now_us, sched_plan *p) {
 
 /* Account one executed item: tokens into the cache, a sampled token, the
  * end of the request when it is done. */
-static void item_done(sched *s, const sched_item *it, const sched_item_result *res, double share_us) {
+static void item_done(sched *s, const sched_item *it, const sched_item_result *res, double share_us,
+                      int64_t now_us) {
     int32_t slot = (int32_t)(uint32_t)it->id;
     req *r = &s->reqs[slot];
     tenant *t = tenant_of(s, r);
@@ -1400,72 +1266,74 @@ static void item_done(sched *s, const sched_item *it, const sched_item_result *r
     }
     r->n_total++;
     r->generated++;
-    if (!r->first_token_us) r->first_token_us = s->now_us;
+    if (!r->first_token_us) r->first_token_us = now_us;
     fq_charge(&s->bands[t->band].q, &t->fe, s->cfg.w_out, t->cfg.weight);
     t->st.service += s->cfg.w_out;
     t->st.output_tokens++;
-    if (res->finished || r->generated >= r->max_new) end_request(s, slot, SCHED_FINISHED, SCHED_R_NONE);
+    if (res->finished || r->generated >= r->max_new) end_request(s, slot, SCHED_FINISHED, SCHED_R_NONE, now_us);
 }
 
 /* Requests that took part in the step in any way: items, and copies. */
-static void end_pending_cancels(sched *s) {
-    for (int32_t i = 0; i < s->n_items; i++) {
-        int32_t slot = (int32_t)(uint32_t)s->items[i].id;
-        if (s->reqs[slot].cancel_pending) end_request(s, slot, SCHED_CANCELLED, SCHED_R_NONE);
+static void end_pending_cancels(sched *s, const step *st, int64_t now_us) {
+    const sched_plan *p = &st->plan;
+    for (int32_t i = 0; i < p->n_items; i++) {
+        int32_t slot = (int32_t)(uint32_t)p->items[i].id;
+        if (s->reqs[slot].cancel_pending) end_request(s, slot, SCHED_CANCELLED, SCHED_R_NONE, now_us);
     }
-    for (int32_t i = 0; i < s->n_preempted; i++) {
-        int32_t slot = (int32_t)(uint32_t)s->preempted[i].id;
-        if (s->reqs[slot].cancel_pending) end_request(s, slot, SCHED_CANCELLED, SCHED_R_NONE);
+    for (int32_t i = 0; i < p->n_preempted; i++) {
+        int32_t slot = (int32_t)(uint32_t)p->preempted[i].id;
+        if (s->reqs[slot].cancel_pending) end_request(s, slot, SCHED_CANCELLED, SCHED_R_NONE, now_us);
     }
-    for (int32_t i = 0; i < s->n_swapped_in; i++)
+    for (int32_t i = 0; i < st->n_swapped_in; i++)
         if (s->reqs[s->swapped_in[i]].cancel_pending)
-            end_request(s, s->swapped_in[i], SCHED_CANCELLED, SCHED_R_NONE);
+            end_request(s, s->swapped_in[i], SCHED_CANCELLED, SCHED_R_NONE, now_us);
 }
 
 /* The executor failed: every request the step touched fails, explicitly. */
-static void fail_step(sched *s) {
-    for (int32_t i = 0; i < s->n_items; i++) {
-        int32_t slot = (int32_t)(uint32_t)s->items[i].id;
+static void fail_step(sched *s, const step *st, int64_t now_us) {
+    const sched_plan *p = &st->plan;
+    for (int32_t i = 0; i < p->n_items; i++) {
+        int32_t slot = (int32_t)(uint32_t)p->items[i].id;
         req *r = &s->reqs[slot];
-        if (r->charge) { /* the tokens never ran: no service to charge */
-            tenant *t = tenant_of(s, r);
-            fq_charge(&s->bands[t->band].q, &t->fe, -s->cfg.w_in * (double)r->charge, t->cfg.weight);
-            r->n_charged_in -= (int32_t)r->charge;
-        }
+        refund_input(s, r); /* the tokens never ran: no service to charge */
         r->item = NIL;
-        r->charge = 0;
-        end_request(s, slot, SCHED_FAILED, SCHED_R_EXECUTOR);
+        end_request(s, slot, SCHED_FAILED, SCHED_R_EXECUTOR, now_us);
     }
-    for (int32_t i = 0; i < s->n_preempted; i++) {
-        int32_t slot = (int32_t)(uint32_t)s->preempted[i].id;
+    for (int32_t i = 0; i < p->n_preempted; i++) {
+        int32_t slot = (int32_t)(uint32_t)p->preempted[i].id;
         if (s->reqs[slot].state == SCHED_PREEMPTED_SWAPPED && s->reqs[slot].moved_step == s->steps)
-            end_request(s, slot, SCHED_FAILED, SCHED_R_EXECUTOR);
+            end_request(s, slot, SCHED_FAILED, SCHED_R_EXECUTOR, now_us);
     }
-    for (int32_t i = 0; i < s->n_swapped_in; i++) end_request(s, s->swapped_in[i], SCHED_FAILED, SCHED_R_EXECUTOR);
+    for (int32_t i = 0; i < st->n_swapped_in; i++)
+        end_request(s, s->swapped_in[i], SCHED_FAILED, SCHED_R_EXECUTOR, now_us);
+}
+
+/* The executor ran the step: account its items and fit the cost model. */
+static void step_ran(sched *s, const step *st, const sched_result *res, int64_t now_us) {
+    const sched_plan *p = &st->plan;
+    double tokens = 0;
+    for (int32_t i = 0; i < p->n_items; i++) tokens += p->items[i].n_tokens;
+    for (int32_t i = 0; i < p->n_items; i++)
+        item_done(s, &p->items[i], &res->items[i], tokens > 0 ? res->step_us * p->items[i].n_tokens / tokens : 0,
+                  now_us);
+    if (p->n_items && res->step_us > 0) cost_observe(&s->cost, &st->feat, res->step_us);
+    double moved = s->cfg.block_bytes * (double)(p->n_swap_out + p->n_swap_in);
+    if (moved > 0 && res->copy_us > 0) cost_observe_copy(&s->cost, moved, res->copy_us);
 }
 
 int sched_step_done(sched *s, int64_t now_us, const sched_result *res) {
-    if (!s->in_flight || !res || res->n_items != s->n_items || (s->n_items && !res->items)) return TS_ERR_INVAL;
-    s->now_us = now_us;
+    step *st = &s->st;
+    if (!st->in_flight || !res || res->n_items != st->plan.n_items || (st->plan.n_items && !res->items))
+        return TS_ERR_INVAL;
     /* The swap-ins have been copied: their host slots are free now. */
-    for (int32_t i = 0; i < s->n_swapped_in; i++) {
+    for (int32_t i = 0; i < st->n_swapped_in; i++) {
         req *r = &s->reqs[s->swapped_in[i]];
         if (r->state < SCHED_FINISHED) release_host(s, r);
     }
-    if (res->failed) {
-        fail_step(s);
-    } else {
-        double tokens = 0;
-        for (int32_t i = 0; i < s->n_items; i++) tokens += s->items[i].n_tokens;
-        for (int32_t i = 0; i < s->n_items; i++)
-            item_done(s, &s->items[i], &res->items[i],
-                      tokens > 0 ? res->step_us * s->items[i].n_tokens / tokens : 0);
-        if (s->n_items && res->step_us > 0) cost_observe(&s->cost, &s->feat, res->step_us);
-        double moved = s->cfg.block_bytes * (double)(s->n_swap_out + s->n_swap_in);
-        if (moved > 0 && res->copy_us > 0) cost_observe_copy(&s->cost, moved, res->copy_us);
-    }
-    end_pending_cancels(s);
-    s->in_flight = 0;
+    if (res->failed) fail_step(s, st, now_us);
+    else step_ran(s, st, res, now_us);
+    end_pending_cancels(s, st, now_us);
+    st->in_flight = 0;
     return 0;
 }
 

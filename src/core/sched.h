@@ -63,7 +63,11 @@
  *  6. preemption mode: swap when 2 x KV bytes / copy bandwidth is cheaper
  *     than recomputing the context and swap space is free, else recompute.
  * With policy SCHED_POLICY_FCFS all of that collapses to one arrival-order
- * queue with no tiers, shares or fairness: the common baseline.
+ * queue with no tiers, shares or fairness: the common baseline. (A policy
+ * is a preset of the features below, chosen at sched_new.) There a victim
+ * is the newest request, growth evicts only newer ones, and a started
+ * prefill that could only preempt itself waits for the older ones, so the
+ * oldest request always finishes.
  */
 #ifndef TS_SCHED_H
 #define TS_SCHED_H
@@ -147,8 +151,8 @@ typedef struct sched_tenant_cfg {
 } sched_tenant_cfg;
 
 typedef struct sched_config {
-    int policy;             /* SCHED_POLICY_* */
-    unsigned features;      /* SCHED_FEAT_* */
+    int policy;             /* SCHED_POLICY_*; sched_new refuses any other */
+    unsigned features;      /* SCHED_FEAT_*; FCFS reads only SWAP */
     int32_t n_blocks;       /* device KV blocks (the engine's pool) */
     int32_t n_swap_blocks;  /* host swap slots, one block each */
     int block_size;         /* positions per block */

@@ -1,0 +1,169 @@
+/*
+ * sched_int.h - the scheduler's private structures, shared by sched.c (the
+ * step) and sched_claim.c (the claim rules). Nothing outside those two
+ * files includes it: the contract is sched.h. Functions one of them calls
+ * in the other carry the prefix sched__; everything else stays static.
+ *
+ * Lifetimes: struct sched and everything it points at live from sched_new
+ * to sched_free. A step (struct step) lives from sched_step to
+ * sched_step_done and is cleared whole when the next one begins; its plan
+ * points at the scheduler's buffers, sized at sched_new.
+ */
+#ifndef TS_SCHED_INT_H
+#define TS_SCHED_INT_H
+
+#include <stdint.h>
+
+#include "cost.h"
+#include "fq.h"
+#include "heap.h"
+#include "kv.h"
+#include "sched.h"
+
+#define NIL (-1)
+
+/* A policy is a preset of features (sched_new): the public SCHED_FEAT_*
+ * bits, and this one above them, which no configuration sets directly. */
+enum {
+    SCHED__FEAT_FIFO = 1u << 16, /* one queue in arrival order: no bands served in
+                                    priority, victims newest first, growth may
+                                    evict only newer requests */
+};
+
+/* Intrusive lists of request slots. A request has two links: LINK_QUEUE is
+ * its place in its tenant's queue or, when swapped out, in its band's swap
+ * list (never both at once); LINK_ARRIVAL its place in the arrival queue. */
+enum { LINK_QUEUE, LINK_ARRIVAL, LINK_COUNT };
+
+typedef struct slot_link {
+    int32_t prev, next;     /* slots, NIL at the ends */
+} slot_link;
+
+typedef struct slot_list {
+    int32_t head, tail;     /* slots, NIL when empty */
+} slot_list;
+
+typedef struct req {
+    uint32_t gen;           /* bumped when the slot is reused */
+    uint8_t in_use;         /* slot holds a request (live or ended, unpolled) */
+    uint8_t started;        /* was admitted once: no queue timeout any more */
+    uint8_t cancel_pending; /* cancelled while part of the step in flight */
+    sched_state state;
+    sched_reason reason;
+    int32_t tenant;
+    int32_t prompt, max_new, generated;
+    int32_t n_total;        /* tokens known: prompt + generated */
+    int32_t n_computed;     /* tokens whose K/V are cached */
+    int32_t n_charged_in;   /* input tokens charged so far (no double charge on recompute) */
+    int32_t *table;         /* (max_blocks) device blocks */
+    int32_t n_blocks;
+    int32_t *host;          /* (max_blocks) host swap slots */
+    int32_t n_host;
+    int64_t arrival_us, first_token_us;
+    uint64_t arrival_seq;   /* global arrival order */
+    uint32_t preemptions;
+    double engine_us;
+    slot_link link[LINK_COUNT];
+    int32_t run_idx;        /* index in s->run, NIL when not running */
+    int32_t item;           /* index in the plan this step, NIL if none */
+    int64_t charge;         /* provisional fq charge of this step's item */
+    uint64_t moved_step;    /* step number of its last swap in or out */
+    uint64_t dropped_step;  /* step a claim last left its item out (sched__claim_step) */
+} req;
+
+typedef struct tenant {
+    sched_tenant_cfg cfg;
+    int band;
+    int32_t kv_quota;       /* device blocks, INT32_MAX when unlimited */
+    fq_entity fe;
+    slot_list queue;        /* WAITING, PREFILLING and PREEMPTED_RECOMPUTE requests */
+    int32_t n_queued;       /* requests in the queue */
+    int32_t n_running, n_swapped, kv_blocks;
+    sched_tenant_stats st;
+} tenant;
+
+typedef struct band {
+    fq q;
+    slot_list swapped;      /* PREEMPTED_SWAPPED requests, oldest first */
+    int32_t n_prefilling;   /* PREFILLING requests of this band */
+    int64_t pending_tokens; /* prefill tokens still to run for queued requests */
+} band;
+
+typedef struct deadline {
+    int64_t at_us;
+    uint64_t seq;           /* the request's arrival_seq: (at_us, seq) is a total order */
+    int32_t slot;
+    uint32_t gen;
+} deadline;
+
+/* One step, from sched_step to sched_step_done. */
+typedef struct step {
+    sched_plan plan;        /* the plan being built; its arrays are the scheduler's */
+    int64_t now_us;         /* time of the step */
+    int left;               /* tokens not yet planned: of the step's budget, or of
+                               the allowance of the band being served (serve_bands) */
+    int used[SCHED_MAX_TIERS];        /* tokens given to each band */
+    double w_active[SCHED_MAX_TIERS]; /* weight of each band's tenants with work */
+    int32_t n_swapped_in;   /* entries of s->swapped_in */
+    int swap_stuck_band;    /* a swapped request of this band could not come back */
+    int32_t swap_stuck_tenant; /* ...and its tenant (the first one stuck) */
+    int no_victim_above;    /* no TTFT victim below this band was found */
+    int claim_band;         /* band of this step's claims (sched__claim_step), or -1 */
+    cost_features feat;     /* the batch's features, for the cost fit */
+    int in_flight;          /* planned, not yet reported done */
+} step;
+
+struct sched {
+    sched_config cfg;
+    unsigned features;      /* the policy's preset: SCHED_FEAT_* and SCHED__FEAT_* */
+    int32_t max_blocks;     /* per request: min(ceil(max_ctx / block_size), n_blocks) */
+    sched_tier tiers[SCHED_MAX_TIERS];
+    int n_tiers;
+    tenant *tenants;        /* (max_tenants) */
+    int32_t n_tenants;
+    band bands[SCHED_MAX_TIERS];
+    req *reqs;              /* (max_requests) */
+    int32_t *free_slots;    /* (max_requests) stack */
+    int32_t n_free_slots;
+    int32_t *tables;        /* (max_requests, max_blocks) */
+    int32_t *hosts;         /* (max_requests, max_blocks) */
+    slot_list arrivals;     /* queued requests in arrival order (FIFO) */
+    int32_t *run;           /* (max_running) running set */
+    int32_t n_run;
+    kv_pool kv;
+    cost_model cost;
+    heap deadlines;         /* of deadline, fixed (max_requests), least (at_us, seq) first */
+    sched_end *ends;        /* (max_requests) ring of end events */
+    int32_t end_head, n_ends;
+    uint64_t next_seq;
+    uint64_t steps;
+    /* buffers of the step, filled anew by each one */
+    sched_item *items;      /* (2 * max_running) */
+    sched_copy *swap_out, *swap_in; /* (n_blocks) each */
+    sched_preemption *preempted;    /* (max_requests): not (max_running), since a request
+                                     * admitted this step may be preempted in it too; each
+                                     * request is preempted at most once a step */
+    int32_t *swapped_in;    /* (max_running) slots swapped in this step */
+    fq_entity **skipped;    /* (max_tenants) tenants set aside while serving a band */
+    int32_t *scratch;       /* (max_tenants) for sched_check */
+    uint8_t *seen;          /* (max(n_blocks, n_swap_blocks)) for sched_check */
+    step st;                /* the step being planned or in flight */
+};
+
+/* How a fresh request is admitted: within the watermarks, past them for a
+ * TTFT at risk, or by a claim (sched_claim.c). */
+enum { ADMIT_USUAL, ADMIT_PAST_WATERMARK, ADMIT_CLAIM };
+
+/* sched.c */
+/* Take a request's item out of the plan being built. */
+void sched__drop_item(sched *s, step *st, req *r);
+/* Preempt a running request (swap or recompute, see choose_swap). */
+void sched__preempt(sched *s, step *st, int32_t slot);
+
+/* sched_claim.c */
+int sched__held_by_stuck_swap(const sched *s, const step *st, const tenant *t, int how);
+int sched__fair_share_room(sched *s, step *st, const req *r, int32_t want, int below_high);
+void sched__claim_step(sched *s, step *st, const tenant *claimant);
+int sched__left_out_by_claim(const sched *s, const step *st, const tenant *t);
+
+#endif
