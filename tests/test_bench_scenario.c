@@ -1,8 +1,8 @@
 /* test_bench_scenario.c - unit tests of bench scenario files
  * (src/bench/scenario.c): a full scenario read back field by field, the
- * defaults, every validation error with the line and field it names, trace
- * CSV parsing and its errors, durations, and loading from files with a
- * relative trace path.
+ * defaults, every validation error with the line, column and field it
+ * names, trace CSV parsing and its errors, durations, and loading from files
+ * with a relative trace path.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -117,26 +117,32 @@ static void test_defaults(void **state) {
 #define ARR "    arrival: {process: poisson, rate: 1}\n"
 #define LENS "    prompt_tokens: {dist: fixed, value: 4}\n    output_tokens: {dist: fixed, value: 4}\n"
 
+/* want: a substring of the message. Where it names the place, it is
+ * file:line:column, both 1-based: a missing key is reported at its mapping
+ * (the first key, or the '{'), an unknown or repeated key at the key, a bad
+ * value at the value, a syntax error at libyaml's problem mark (2:1 for a
+ * flow list still open at the end of the input). */
 typedef struct bad_case {
     const char *yaml;
-    const char *want;          /* substring of the message */
+    const char *want;
 } bad_case;
 
 static void test_errors(void **state) {
     (void)state;
     static const bad_case cases[] = {
-        {"tenants: []\n", "t.yaml:1: model: required"},
+        {"tenants: []\n", "t.yaml:1:1: model: required"},
         {"model: m\n", "tenants: required"},
-        {"model: m\ntenant: []\n", "t.yaml:2: tenant: unknown key (expected one of: name, model"},
-        {"model: m\ntenants: {a: 1}\n", "t.yaml:2: tenants: expected a list"},
+        {"model: m\ntenant: []\n", "t.yaml:2:1: tenant: unknown key (expected one of: name, model"},
+        {"model: m\ntenants: {a: 1}\n", "t.yaml:2:10: tenants: expected a list"},
         {"model: m\ntenants: []\n", "expected 1 to 64 tenants, got 0"},
-        {"model: m\nmodel: n\ntenants: []\n", "t.yaml:2: model: repeated key"},
-        {"model: m\napi: grpc\n" "tenants: []\n", "t.yaml:2: api: unknown api 'grpc' (completions, chat)"},
+        {"model: m\nmodel: n\ntenants: []\n", "t.yaml:2:1: model: repeated key"},
+        {"model: m\napi: grpc\n" "tenants: []\n", "t.yaml:2:6: api: unknown api 'grpc' (completions, chat)"},
         {"model: \"a b\"\ntenants: []\n", "model: may not contain spaces"},
         {"model: m\ntenants:\n  - key: k\n" ARR LENS, "tenants[0].name: required"},
-        {"model: m\ntenants:\n  - name: a\n" ARR LENS, "t.yaml:3: tenants[0].key: required"},
-        {HEAD "    key2: x\n" ARR LENS, "t.yaml:5: tenants[0].key2: unknown key"},
-        {HEAD "    arrival: {process: pareto, rate: 1}\n" LENS, "t.yaml:5: tenants[0].arrival.process: unknown process 'pareto'"},
+        {"model: m\ntenants:\n  - name: a\n" ARR LENS, "t.yaml:3:5: tenants[0].key: required"},
+        {HEAD "    key2: x\n" ARR LENS, "t.yaml:5:5: tenants[0].key2: unknown key"},
+        /* "    arrival: {process: " is 23 characters. */
+        {HEAD "    arrival: {process: pareto, rate: 1}\n" LENS, "t.yaml:5:24: tenants[0].arrival.process: unknown process 'pareto'"},
         {HEAD "    arrival: {process: gamma, rate: 1}\n" LENS, "tenants[0].arrival.cv: required for a gamma process"},
         {HEAD "    arrival: {process: poisson, rate: 1, cv: 2}\n" LENS, "tenants[0].arrival.cv: only a gamma process takes a cv"},
         {HEAD "    arrival: {process: poisson, rate: 0}\n" LENS, "tenants[0].arrival.rate: expected a number in [1e-06, 1e+06]"},
@@ -156,13 +162,13 @@ static void test_errors(void **state) {
         {HEAD ARR LENS "    start: 10 parsecs\n", "tenants[0].start: expected a duration"},
         {HEAD ARR LENS "    start: 10s\n    stop: 5s\n", "tenants[0].stop: must come after start"},
         {HEAD ARR LENS "    slo: {ttft: 5}\n", "tenants[0].slo.ttft: unknown key"},
-        {HEAD ARR LENS "  - name: a\n    key: k\n" ARR LENS, "t.yaml:8: tenants[1]: tenant name 'a' repeated"},
+        {HEAD ARR LENS "  - name: a\n    key: k\n" ARR LENS, "t.yaml:8:5: tenants[1]: tenant name 'a' repeated"},
         {HEAD, "a tenant without an arrival process needs a trace file"},
         {"model: m\ntrace: x.csv\ntenants:\n  - name: a\n    key: k\n" ARR LENS, "trace: every tenant has an arrival process"},
         {HEAD "    prompt_tokens: {dist: fixed, value: 4}\n", "lengths come from the trace"},
         {"model: m\nduration: -3s\n" "tenants: []\n", "duration: expected a duration"},
         {"model: m\ntoken_ids: {min: 9, max: 1}\ntenants: []\n", "token_ids: min is above max"},
-        {"model: [m\n", "t.yaml:2: YAML syntax error"},
+        {"model: [m\n", "t.yaml:2:1: YAML syntax error"},
         {"", "the file is empty"},
         {"model: m\ntenants:\n  - name: a\n    key: \"k k\"\n" ARR LENS, "tenants[0].key: may not contain spaces"},
     };
@@ -185,7 +191,7 @@ static void test_ydoc_rules(void **state) {
     scn s;
     char err[512];
     assert_int_equal(scn_parse(two, strlen(two), "t.yaml", ".", &s, err, sizeof err), TS_ERR_SCENARIO);
-    assert_string_equal(err, "t.yaml:9: more than one YAML document (--- separates documents)");
+    assert_string_equal(err, "t.yaml:9:1: more than one YAML document (--- separates documents)");
     assert_null(s.tenants);
     static const char nulls[] =
         "name: Null\nmodel: m\napi: NULL\nduration: ~\ndrain: null\ntemperature:\n"
@@ -205,11 +211,11 @@ static void test_ydoc_rules(void **state) {
     /* A required key that is null is missing. */
     static const char no_model[] = "model: ~\ntenants: []\n";
     assert_int_equal(scn_parse(no_model, strlen(no_model), "t.yaml", ".", &s, err, sizeof err), TS_ERR_SCENARIO);
-    assert_string_equal(err, "t.yaml:1: model: required (the model name requests ask for)");
+    assert_string_equal(err, "t.yaml:1:1: model: required (the model name requests ask for)");
     /* Quoted, null is text. */
     static const char quoted[] = "model: m\napi: \"null\"\ntenants: []\n";
     assert_int_equal(scn_parse(quoted, strlen(quoted), "t.yaml", ".", &s, err, sizeof err), TS_ERR_SCENARIO);
-    assert_string_equal(err, "t.yaml:2: api: unknown api 'null' (completions, chat)");
+    assert_string_equal(err, "t.yaml:2:6: api: unknown api 'null' (completions, chat)");
 }
 
 static void test_durations(void **state) {

@@ -9,7 +9,7 @@
  * fix; first-fit decreasing against the exact search on seeded random small
  * problems, the exact search against brute force, and both against the
  * lower bound; plan invariants on random fleets; and the YAML reader's
- * errors, each with its line and field.
+ * errors, each with its line, column and field.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -585,21 +585,26 @@ static void test_random_plans(void **st) {
 #define OK_MODEL "models: [{name: m, params: 7B, layers: 32, kv_heads: 8, head_dim: 128}]\n"
 #define OK_TENANT "tenants: [{name: a, model: m, tier: gold}]\n"
 
+/* want: a substring of the message; where it names the place, that is
+ * file:line:column, both 1-based, of the node at fault: the root mapping
+ * for a missing top-level key, the key for an unknown one, the value for a
+ * bad value ("fleet: [{name: n, gpu: " is 23 characters, so V100 starts in
+ * column 24), libyaml's problem mark for a syntax error. */
 static void test_planio_errors(void **st) {
     (void)st;
     static const struct {
         const char *yaml, *want;
     } cases[] = {
-        {OK_FLEET OK_MODEL, "t.yaml:1: tenants: required"},
-        {OK_FLEET OK_MODEL OK_TENANT "extra: 1\n", "t.yaml:4: extra: unknown key"},
-        {"fleet: [{name: n, gpu: V100}]\n" OK_MODEL OK_TENANT, "t.yaml:1: fleet[0].gpu: unknown GPU type 'V100' (A100-40GB"},
+        {OK_FLEET OK_MODEL, "t.yaml:1:1: tenants: required"},
+        {OK_FLEET OK_MODEL OK_TENANT "extra: 1\n", "t.yaml:4:1: extra: unknown key"},
+        {"fleet: [{name: n, gpu: V100}]\n" OK_MODEL OK_TENANT, "t.yaml:1:24: fleet[0].gpu: unknown GPU type 'V100' (A100-40GB"},
         {"fleet: [{name: n, gpu: L4, nodes: 0}]\n" OK_MODEL OK_TENANT, "fleet[0].nodes: expected an integer in 1..100000"},
         {OK_FLEET "models: [{name: m, params: lots, layers: 32, kv_heads: 8, head_dim: 128}]\n" OK_TENANT,
-         "t.yaml:2: models[0].params: expected a number"},
+         "t.yaml:2:28: models[0].params: expected a number"},
         {OK_FLEET "models: [{name: m, params: 7B, kv_heads: 8, head_dim: 128}]\n" OK_TENANT, "models[0].layers: required"},
         {OK_FLEET "models: [{name: m, params: 7B, layers: 2, kv_heads: 8, heads: 4, head_dim: 1}]\n" OK_TENANT,
          "models[0].heads: 4 query heads is fewer than 8 KV heads"},
-        {OK_FLEET OK_MODEL "tenants: [{name: a, model: x, tier: gold}]\n", "t.yaml:3: tenants[0].model: unknown model 'x' (m)"},
+        {OK_FLEET OK_MODEL "tenants: [{name: a, model: x, tier: gold}]\n", "t.yaml:3:28: tenants[0].model: unknown model 'x' (m)"},
         {OK_FLEET OK_MODEL "tenants: [{name: a, model: m, tier: plat}]\n", "tenants[0].tier: unknown tier 'plat' (gold, silver, bronze)"},
         {OK_FLEET OK_MODEL "tenants: [{name: a, model: m, tier: gold, isolation: tight}]\n",
          "tenants[0].isolation: unknown isolation 'tight' (strict, shared, best-effort)"},
@@ -613,7 +618,7 @@ static void test_planio_errors(void **st) {
         {OK_FLEET OK_MODEL "tiers: [{name: a, min_share: 0.6}, {name: b, min_share: 0.6}]\n" OK_TENANT,
          "tiers[1].min_share: minimum shares of the tiers sum to 1.20"},
         {OK_FLEET OK_MODEL OK_TENANT "options: {compute_efficiency: 0}\n", "options.compute_efficiency: expected a number in (0, 1]"},
-        {"fleet: [\n", "t.yaml:2: YAML syntax error"},
+        {"fleet: [\n", "t.yaml:2:1: YAML syntax error"},
         {"- 1\n", "expected a mapping"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
@@ -641,12 +646,12 @@ static void test_planio_ydoc_rules(void **st) {
     static const struct {
         const char *yaml, *want;
     } cases[] = {
-        {OK_FLEET OK_MODEL OK_TENANT "---\n" OK_FLEET, "t.yaml:5: more than one YAML document (--- separates documents)"},
-        {"", "t.yaml:1: empty file"},
-        {OK_FLEET OK_MODEL "tenants: Null\n", "t.yaml:1: tenants: required"},
-        {OK_FLEET OK_MODEL "tiers: nUlL\n" OK_TENANT, "t.yaml:3: tiers: expected a list (lines starting with '- ')"},
+        {OK_FLEET OK_MODEL OK_TENANT "---\n" OK_FLEET, "t.yaml:5:1: more than one YAML document (--- separates documents)"},
+        {"", "t.yaml:1:1: empty file"},
+        {OK_FLEET OK_MODEL "tenants: Null\n", "t.yaml:1:1: tenants: required"},
+        {OK_FLEET OK_MODEL "tiers: nUlL\n" OK_TENANT, "t.yaml:3:8: tiers: expected a list (lines starting with '- ')"},
         {"fleet: [{name: n, gpu: L4, nodes: 2.0}]\n" OK_MODEL OK_TENANT,
-         "t.yaml:1: fleet[0].nodes: expected an integer in 1..100000, got '2.0'"},
+         "t.yaml:1:35: fleet[0].nodes: expected an integer in 1..100000, got '2.0'"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         plan_input in;

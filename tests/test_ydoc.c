@@ -28,8 +28,8 @@
 #define EMPTY_MSG "empty test document"
 
 /* Load text as "t.yaml" or fail the test. */
-static ydoc *load(const char *text, unsigned flags, char *err, size_t errlen) {
-    ydoc_opts o = {TS_ERR_CONFIG, EMPTY_MSG, flags};
+static ydoc *load(const char *text, char *err, size_t errlen) {
+    ydoc_opts o = {TS_ERR_CONFIG, EMPTY_MSG};
     ydoc *d = NULL;
     int rc = ydoc_load_string(text, strlen(text), "t.yaml", &o, &d, err, errlen);
     if (rc) fail_msg("load '%s': %d %s", text, rc, err);
@@ -38,8 +38,8 @@ static ydoc *load(const char *text, unsigned flags, char *err, size_t errlen) {
 }
 
 /* Loading text fails with code and exactly the message want. */
-static void load_fails(const char *text, unsigned flags, int code, const char *want) {
-    ydoc_opts o = {code, EMPTY_MSG, flags};
+static void load_fails(const char *text, int code, const char *want) {
+    ydoc_opts o = {code, EMPTY_MSG};
     ydoc *d = (ydoc *)&o;   /* must come back NULL */
     char err[512];
     int rc = ydoc_load_string(text, strlen(text), "t.yaml", &o, &d, err, sizeof err);
@@ -65,7 +65,7 @@ static void test_null_spellings(void **st) {
     char text[64], err[256];
     for (size_t i = 0; i < sizeof nulls / sizeof nulls[0]; i++) {
         snprintf(text, sizeof text, "a: %s\nb: 1\n", nulls[i]);
-        ydoc *d = load(text, 0, err, sizeof err);
+        ydoc *d = load(text, err, sizeof err);
         const yaml_node_t *v[2];
         assert_int_equal(ydoc_map_fields(d, ydoc_root(d), "", keys, 2, v), 0);
         if (v[0]) fail_msg("'%s' is not null", nulls[i]);
@@ -80,7 +80,7 @@ static void test_null_spellings(void **st) {
     static const char *const texts[] = {"\"null\"", "'~'", "\"NULL\"", "nUlL", "nil", "None"};
     for (size_t i = 0; i < sizeof texts / sizeof texts[0]; i++) {
         snprintf(text, sizeof text, "v: %s\n", texts[i]);
-        ydoc *d = load(text, 0, err, sizeof err);
+        ydoc *d = load(text, err, sizeof err);
         const yaml_node_t *v = value_of(d);
         const char *s = NULL;
         if (!v) fail_msg("%s read as null", texts[i]);
@@ -96,19 +96,19 @@ static void test_null_spellings(void **st) {
 static void test_empty_values(void **st) {
     (void)st;
     char err[256];
-    ydoc *d = load("v: \"\"\n", 0, err, sizeof err);
+    ydoc *d = load("v: \"\"\n", err, sizeof err);
     const yaml_node_t *v = value_of(d);
     assert_non_null(v);
     const char *s = NULL;
     assert_int_equal(ydoc_get_str(d, v, "v", &s), TS_ERR_CONFIG);
-    assert_string_equal(err, "t.yaml:1: v: missing value");
+    assert_string_equal(err, "t.yaml:1:4: v: missing value");
     ydoc_free(d);
 
-    d = load("v: [a, ~]\n", 0, err, sizeof err);
+    d = load("v: [a, ~]\n", err, sizeof err);
     v = value_of(d);
     char path[YDOC_PATH_MAX];
     assert_int_equal(ydoc_get_str(d, ydoc_seq_at(d, v, 1), ydoc_path_index(path, "v", 1), &s), TS_ERR_CONFIG);
-    assert_string_equal(err, "t.yaml:1: v[1]: missing value");
+    assert_string_equal(err, "t.yaml:1:8: v[1]: missing value");
     ydoc_free(d);
 }
 
@@ -116,7 +116,7 @@ static void test_empty_values(void **st) {
 static void test_absent_keeps_defaults(void **st) {
     (void)st;
     char err[256], text[8] = "keep";
-    ydoc *d = load("v: 1\n", 0, err, sizeof err);
+    ydoc *d = load("v: 1\n", err, sizeof err);
     const char *s = "keep";
     int64_t i64 = 7;
     int32_t i32 = 7;
@@ -152,69 +152,79 @@ static void test_absent_keeps_defaults(void **st) {
 
 static void test_one_document(void **st) {
     (void)st;
-    load_fails("a: 1\n---\nb: 2\n", 0, TS_ERR_CONFIG,
-               "t.yaml:3: more than one YAML document (--- separates documents)");
-    load_fails("a: 1\n--- x\n", YDOC_COLUMNS, TS_ERR_SCENARIO,
+    load_fails("a: 1\n---\nb: 2\n", TS_ERR_CONFIG,
+               "t.yaml:3:1: more than one YAML document (--- separates documents)");
+    load_fails("a: 1\n--- x\n", TS_ERR_SCENARIO,
                "t.yaml:2:5: more than one YAML document (--- separates documents)");
     /* A syntax error in the second document is still a syntax error. */
-    load_fails("a: 1\n--- [\n", 0, TS_ERR_CONFIG,
-               "t.yaml:3: YAML syntax error: did not find expected node content (while parsing a flow node)");
+    load_fails("a: 1\n--- [\n", TS_ERR_CONFIG,
+               "t.yaml:3:1: YAML syntax error: did not find expected node content (while parsing a flow node)");
     /* An explicit end of the one document is fine. */
     char err[128];
-    ydoc_free(load("a: 1\n...\n", 0, err, sizeof err));
+    ydoc_free(load("a: 1\n...\n", err, sizeof err));
 }
 
 static void test_empty_documents(void **st) {
     (void)st;
     static const char *const empties[] = {"", "# only a comment\n", "---\n", "~\n", "--- null\n", "\n\n"};
     for (size_t i = 0; i < sizeof empties / sizeof empties[0]; i++)
-        load_fails(empties[i], 0, TS_ERR_CONFIG, "t.yaml:1: " EMPTY_MSG);
+        load_fails(empties[i], TS_ERR_CONFIG, "t.yaml:1:1: " EMPTY_MSG);
     /* Without a message of the caller's, a generic one. */
-    ydoc_opts o = {TS_ERR_INVAL, NULL, 0};
+    ydoc_opts o = {TS_ERR_INVAL, NULL};
     ydoc *d;
     char err[128];
     assert_int_equal(ydoc_load_string("", 0, "e.yaml", &o, &d, err, sizeof err), TS_ERR_INVAL);
-    assert_string_equal(err, "e.yaml:1: empty document");
+    assert_string_equal(err, "e.yaml:1:1: empty document");
 }
 
 static void test_syntax_errors(void **st) {
     (void)st;
-    load_fails("a: [1, 2\n", 0, TS_ERR_CONFIG,
-               "t.yaml:2: YAML syntax error: did not find expected ',' or ']' (while parsing a flow sequence)");
-    load_fails("a: [1, 2\n", YDOC_COLUMNS, TS_ERR_CONFIG,
+    /* libyaml's problem mark: the end of the input, after the last line. */
+    load_fails("a: [1, 2\n", TS_ERR_CONFIG,
                "t.yaml:2:1: YAML syntax error: did not find expected ',' or ']' (while parsing a flow sequence)");
-    load_fails("a: *nowhere\n", 0, TS_ERR_SCENARIO, "t.yaml:1: YAML syntax error: found undefined alias");
-    /* The reader reports a byte offset, which becomes a line. */
-    load_fails("a: 1\nb: 2\nc: \xff\n", 0, TS_ERR_CONFIG, "t.yaml:3: YAML error at byte 13: invalid leading UTF-8 octet");
-    load_fails("a: 1\nb: 2\nc: \xff\n", YDOC_COLUMNS, TS_ERR_CONFIG,
-               "t.yaml:3: YAML error at byte 13: invalid leading UTF-8 octet");
+    load_fails("a: *nowhere\n", TS_ERR_SCENARIO, "t.yaml:1:4: YAML syntax error: found undefined alias");
+    /* The reader reports a byte offset, which becomes a line without a
+     * column. */
+    load_fails("a: 1\nb: 2\nc: \xff\n", TS_ERR_CONFIG, "t.yaml:3: YAML error at byte 13: invalid leading UTF-8 octet");
 }
 
-/* Messages name the file, the line, the column with YDOC_COLUMNS, and the
- * whole field path. */
+/* Messages name the file, the 1-based line and column where the node
+ * starts, and the whole field path. */
 static void test_positions(void **st) {
     (void)st;
     static const char text[] = "top:\n  inner: {a: 1, zz: 2}\n";
     static const char *const top_keys[] = {"top"}, *const inner_keys[] = {"inner"}, *const leaf[] = {"a"};
-    for (int cols = 0; cols < 2; cols++) {
-        char err[256];
-        ydoc *d = load(text, cols ? YDOC_COLUMNS : 0, err, sizeof err);
-        const yaml_node_t *top, *inner, *a;
-        assert_int_equal(ydoc_map_fields(d, ydoc_root(d), "", top_keys, 1, &top), 0);
-        assert_int_equal(ydoc_map_fields(d, top, "top", inner_keys, 1, &inner), 0);
-        assert_int_equal(ydoc_map_fields(d, inner, "top.inner", leaf, 1, &a), TS_ERR_CONFIG);
-        assert_string_equal(err, cols ? "t.yaml:2:17: top.inner.zz: unknown key (expected one of: a)"
-                                      : "t.yaml:2: top.inner.zz: unknown key (expected one of: a)");
-        /* ydoc_fail with a node, without one, without a path. */
-        assert_int_equal(ydoc_fail(d, inner, "top.inner", "%s %d", "x", 1), TS_ERR_CONFIG);
-        assert_string_equal(err, cols ? "t.yaml:2:10: top.inner: x 1" : "t.yaml:2: top.inner: x 1");
-        assert_int_equal(ydoc_fail(d, NULL, "top", "no place"), TS_ERR_CONFIG);
-        assert_string_equal(err, "t.yaml: top: no place");
-        assert_int_equal(ydoc_fail(d, top, "", "no path"), TS_ERR_CONFIG);
-        assert_string_equal(err, cols ? "t.yaml:2:3: no path" : "t.yaml:2: no path");
-        assert_int_equal(ydoc_nomem(d), TS_ERR_NOMEM);
-        assert_string_equal(err, "t.yaml: out of memory");
-        assert_string_equal(ydoc_name(d), "t.yaml");
+    char err[256];
+    ydoc *d = load(text, err, sizeof err);
+    const yaml_node_t *top, *inner, *a;
+    assert_int_equal(ydoc_map_fields(d, ydoc_root(d), "", top_keys, 1, &top), 0);
+    assert_int_equal(ydoc_map_fields(d, top, "top", inner_keys, 1, &inner), 0);
+    assert_int_equal(ydoc_map_fields(d, inner, "top.inner", leaf, 1, &a), TS_ERR_CONFIG);
+    assert_string_equal(err, "t.yaml:2:17: top.inner.zz: unknown key (expected one of: a)");
+    /* ydoc_fail with a node, without one, without a path. */
+    assert_int_equal(ydoc_fail(d, inner, "top.inner", "%s %d", "x", 1), TS_ERR_CONFIG);
+    assert_string_equal(err, "t.yaml:2:10: top.inner: x 1");
+    assert_int_equal(ydoc_fail(d, NULL, "top", "no place"), TS_ERR_CONFIG);
+    assert_string_equal(err, "t.yaml: top: no place");
+    assert_int_equal(ydoc_fail(d, top, "", "no path"), TS_ERR_CONFIG);
+    assert_string_equal(err, "t.yaml:2:3: no path");
+    assert_int_equal(ydoc_nomem(d), TS_ERR_NOMEM);
+    assert_string_equal(err, "t.yaml: out of memory");
+    assert_string_equal(ydoc_name(d), "t.yaml");
+    ydoc_free(d);
+
+    /* Columns count characters, not bytes: a two-byte \u00e9 and a tab are
+     * one column each. */
+    static const char *const texts[] = {"a: {\xc3\xa9: 1, zz: 2}\n", "a: {\tzz: 2}\n"};
+    static const char *const wants[] = {"t.yaml:1:11: a.zz: unknown key (expected one of: \xc3\xa9)",
+                                        "t.yaml:1:6: a.zz: unknown key (expected one of: \xc3\xa9)"};
+    static const char *const a_keys[] = {"a"}, *const e_keys[] = {"\xc3\xa9"};
+    for (size_t i = 0; i < 2; i++) {
+        d = load(texts[i], err, sizeof err);
+        assert_int_equal(ydoc_map_fields(d, ydoc_root(d), "", a_keys, 1, &a), 0);
+        const yaml_node_t *e;
+        assert_int_equal(ydoc_map_fields(d, a, "a", e_keys, 1, &e), TS_ERR_CONFIG);
+        assert_string_equal(err, wants[i]);
         ydoc_free(d);
     }
 }
@@ -227,17 +237,17 @@ static void test_keys(void **st) {
     static const struct {
         const char *text, *want;
     } cases[] = {
-        {"a: 1\nc: 2\n", "t.yaml:2: m.c: unknown key (expected one of: a, b)"},
-        {"a: 1\nb: 2\nb: 3\n", "t.yaml:3: m.b: repeated key (first at line 2)"},
+        {"a: 1\nc: 2\n", "t.yaml:2:1: m.c: unknown key (expected one of: a, b)"},
+        {"a: 1\nb: 2\nb: 3\n", "t.yaml:3:1: m.b: repeated key (first at line 2)"},
         /* A null first value does not hide the repeat. */
-        {"a:\na: 1\n", "t.yaml:2: m.a: repeated key (first at line 1)"},
-        {"? [a]\n: 1\n", "t.yaml:1: m: keys must be plain names"},
-        {"- a\n", "t.yaml:1: m: expected a mapping (key: value lines)"},
-        {"just text\n", "t.yaml:1: m: expected a mapping (key: value lines)"},
+        {"a:\na: 1\n", "t.yaml:2:1: m.a: repeated key (first at line 1)"},
+        {"? [a]\n: 1\n", "t.yaml:1:3: m: keys must be plain names"},
+        {"- a\n", "t.yaml:1:1: m: expected a mapping (key: value lines)"},
+        {"just text\n", "t.yaml:1:1: m: expected a mapping (key: value lines)"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char err[256];
-        ydoc *d = load(cases[i].text, 0, err, sizeof err);
+        ydoc *d = load(cases[i].text, err, sizeof err);
         const yaml_node_t *v[2];
         int rc = ydoc_map_fields(d, ydoc_root(d), "m", keys, 2, v);
         if (rc != TS_ERR_CONFIG || strcmp(err, cases[i].want))
@@ -246,7 +256,7 @@ static void test_keys(void **st) {
     }
     /* An absent mapping has every field absent. */
     char err[64];
-    ydoc *d = load("v: 1\n", 0, err, sizeof err);
+    ydoc *d = load("v: 1\n", err, sizeof err);
     const yaml_node_t *v[2] = {ydoc_root(d), ydoc_root(d)};
     assert_int_equal(ydoc_map_fields(d, NULL, "m", keys, 2, v), 0);
     assert_null(v[0]);
@@ -257,7 +267,7 @@ static void test_keys(void **st) {
 static void test_sequences(void **st) {
     (void)st;
     char err[256];
-    ydoc *d = load("v: [a, b, c]\nw: x\n", 0, err, sizeof err);
+    ydoc *d = load("v: [a, b, c]\nw: x\n", err, sizeof err);
     static const char *const keys[] = {"v", "w"};
     const yaml_node_t *v[2];
     assert_int_equal(ydoc_map_fields(d, ydoc_root(d), "", keys, 2, v), 0);
@@ -271,7 +281,7 @@ static void test_sequences(void **st) {
     assert_int_equal(ydoc_get_str(d, ydoc_seq_at(d, v[0], 1), "v[1]", &s), 0);
     assert_string_equal(s, "b");
     assert_int_equal(ydoc_get_seq(d, v[1], "w", &n), TS_ERR_CONFIG);
-    assert_string_equal(err, "t.yaml:2: w: expected a list (lines starting with '- ')");
+    assert_string_equal(err, "t.yaml:2:4: w: expected a list (lines starting with '- ')");
     assert_int_equal(n, 0);
     ydoc_free(d);
 }
@@ -297,19 +307,19 @@ static void test_deep_paths(void **st) {
     memset(key, 'k', sizeof key - 1);
     key[sizeof key - 1] = 0;
     snprintf(text, sizeof text, "%s: 1\n", key);
-    ydoc *d = load(text, 0, err, sizeof err);
+    ydoc *d = load(text, err, sizeof err);
     const yaml_node_t *v;
     assert_int_equal(ydoc_map_fields(d, ydoc_root(d), "", (const char *const[]){"v"}, 1, &v), TS_ERR_CONFIG);
-    assert_int_equal(strlen(err), strlen("t.yaml:1: ") + YDOC_PATH_MAX - 1 + strlen(": unknown key (expected one of: v)"));
+    assert_int_equal(strlen(err), strlen("t.yaml:1:1: ") + YDOC_PATH_MAX - 1 + strlen(": unknown key (expected one of: v)"));
     assert_non_null(strstr(err, "kkk...: unknown key (expected one of: v)"));
     /* A small buffer gets a cut, terminated message; none gets nothing. */
     ydoc_free(d);
     char tiny[16];
-    d = load(text, 0, tiny, sizeof tiny);
+    d = load(text, tiny, sizeof tiny);
     assert_int_equal(ydoc_map_fields(d, ydoc_root(d), "", (const char *const[]){"v"}, 1, &v), TS_ERR_CONFIG);
-    assert_string_equal(tiny, "t.yaml:1: kkkkk");
+    assert_string_equal(tiny, "t.yaml:1:1: kkk");
     ydoc_free(d);
-    d = load(text, 0, NULL, 0);
+    d = load(text, NULL, 0);
     assert_int_equal(ydoc_map_fields(d, ydoc_root(d), "", (const char *const[]){"v"}, 1, &v), TS_ERR_CONFIG);
     ydoc_free(d);
 }
@@ -359,7 +369,7 @@ static void test_getter_errors(void **st) {
     (void)st;
     static const struct {
         int kind;
-        const char *value, *want;   /* want: the message after "t.yaml:1: x.v: " */
+        const char *value, *want;   /* want: the message after "t.yaml:1:4: x.v: " */
     } cases[] = {
         {G_STR, "[1, 2]", "expected a single value, not a list"},
         {G_STR, "{a: 1}", "expected a single value, not a mapping"},
@@ -416,8 +426,8 @@ static void test_getter_errors(void **st) {
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char text[128], err[512], want[512];
         snprintf(text, sizeof text, "v: %s\n", cases[i].value);
-        snprintf(want, sizeof want, "t.yaml:1: x.v: %s", cases[i].want);
-        ydoc_opts o = {TS_ERR_SCENARIO, EMPTY_MSG, 0};
+        snprintf(want, sizeof want, "t.yaml:1:4: x.v: %s", cases[i].want);
+        ydoc_opts o = {TS_ERR_SCENARIO, EMPTY_MSG};
         ydoc *d;
         if (ydoc_load_string(text, strlen(text), "t.yaml", &o, &d, err, sizeof err)) fail_msg("case %zu: %s", i, err);
         out r;
@@ -458,7 +468,7 @@ static void test_getter_values(void **st) {
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char text[128], err[512];
         snprintf(text, sizeof text, "v: %s\n", cases[i].value);
-        ydoc *d = load(text, 0, err, sizeof err);
+        ydoc *d = load(text, err, sizeof err);
         out r;
         int rc = get(d, value_of(d), cases[i].kind, &r);
         if (rc) fail_msg("case %zu '%s': %s", i, cases[i].value, err);
@@ -477,14 +487,14 @@ static void test_getter_values(void **st) {
     }
     /* The text kinds. */
     char err[128];
-    ydoc *d = load("v: ab-9\n", 0, err, sizeof err);
+    ydoc *d = load("v: ab-9\n", err, sizeof err);
     out r;
     assert_int_equal(get(d, value_of(d), G_NAME, &r), 0);
     assert_string_equal(r.text, "ab-9");
     assert_int_equal(get(d, value_of(d), G_STR, &r), 0);
     assert_string_equal(r.s, "ab-9");
     ydoc_free(d);
-    d = load("v: \"a b\"\n", 0, err, sizeof err);
+    d = load("v: \"a b\"\n", err, sizeof err);
     assert_int_equal(get(d, value_of(d), G_TEXT, &r), 0);
     assert_string_equal(r.text, "a b");
     ydoc_free(d);
@@ -505,7 +515,7 @@ static void test_int64_edges(void **st) {
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char text[64], err[256];
         snprintf(text, sizeof text, "v: %s\n", cases[i].value);
-        ydoc *d = load(text, 0, err, sizeof err);
+        ydoc *d = load(text, err, sizeof err);
         int64_t v = 0;
         int rc = ydoc_get_int(d, value_of(d), "v", INT64_MIN, INT64_MAX, &v);
         if (cases[i].ok ? rc != 0 || v != cases[i].want : rc != TS_ERR_CONFIG)
@@ -533,7 +543,7 @@ static void test_duration_parse(void **st) {
 
 static void test_files(void **st) {
     (void)st;
-    ydoc_opts o = {TS_ERR_CONFIG, EMPTY_MSG, 0};
+    ydoc_opts o = {TS_ERR_CONFIG, EMPTY_MSG};
     char path[PATH_MAX], err[PATH_MAX + 128], want[PATH_MAX + 128];
     ydoc *d = (ydoc *)&o;
     tu_path(path, sizeof path, "does-not-exist.yaml");
@@ -568,7 +578,7 @@ static void test_files(void **st) {
     static const char two[] = "a: 1\n---\nb: 2\n";
     assert_int_equal(tu_write_file(path, two, strlen(two)), 0);
     assert_int_equal(ydoc_load_file(path, &o, &d, err, sizeof err), TS_ERR_CONFIG);
-    snprintf(want, sizeof want, "%s:3: more than one YAML document (--- separates documents)", path);
+    snprintf(want, sizeof want, "%s:3:1: more than one YAML document (--- separates documents)", path);
     assert_string_equal(err, want);
     unlink(path);
 }

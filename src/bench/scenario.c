@@ -241,7 +241,7 @@ static int parse_root(const ydoc *d, const yaml_node_t *root, const char *base_d
 
 int scn_parse(const char *yaml, size_t len, const char *file, const char *base_dir, scn *out, char *err,
               size_t errlen) {
-    static const ydoc_opts opts = {TS_ERR_SCENARIO, "the file is empty", 0};
+    static const ydoc_opts opts = {TS_ERR_SCENARIO, "the file is empty"};
     memset(out, 0, sizeof *out);
     file = file ? file : "scenario";
     ydoc *d;

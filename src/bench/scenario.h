@@ -6,9 +6,11 @@
  * module parses and validates it into a scn value and owns nothing else: it
  * never opens a socket and never reads a clock. scn_parse works on a buffer
  * and is pure; scn_load reads the file (and the trace CSV it may name) and
- * hands the bytes to the pure parsers. Every error names the file, the line
- * and the field ("isolation.yaml:14: tenants[1].arrival.cv: must be > 0"),
- * and a scenario that fails leaves nothing allocated.
+ * hands the bytes to the pure parsers. Every error names the file, the
+ * 1-based line and column and the field ("isolation.yaml:33:45:
+ * tenants[1].arrival.cv: must be at least 0.01 ..." for `cv: 0` in the
+ * aggressor's arrival of scenarios/isolation.yaml; a trace CSV's errors
+ * name the line only), and a scenario that fails leaves nothing allocated.
  *
  *   name: isolation                   label for the report (default: file name)
  *   model: demo                       required; the "model" of every request

@@ -20,7 +20,7 @@
 #define MODEL_EXTRA "._:/-"         /* serve's model-name characters */
 #define NAME_EXTRA "._-"            /* serve's tenant and tier names */
 
-static const ydoc_opts opts = {TS_ERR_CONFIG, "empty file", 0};
+static const ydoc_opts opts = {TS_ERR_CONFIG, "empty file"};
 
 typedef int (*read_item_fn)(const ydoc *d, const yaml_node_t *item, const char *path, plan_input *in);
 

@@ -4,8 +4,9 @@
  *
  * The whole file is checked before anything is returned: on any error the
  * output stays empty (nothing leaks) and the message names the file, the
- * 1-based line and the field, e.g.
- *     fleet.yaml:12: tenants[2].model: unknown model 'llama-9b' (llama-3-8b, qwen2-7b)
+ * 1-based line and column where the fault starts, and the field, e.g. for
+ * examples/plan/fleet.yaml with the insurer's model set to llama-9b
+ *     fleet.yaml:76:12: tenants[2].model: unknown model 'llama-9b' (llama-3-8b, ...)
  * Unknown and repeated keys are errors, and so is a second YAML document; a
  * key whose value is null (empty, ~, null, Null, NULL) counts as absent. The
  * reading is util/ydoc.h's. Names follow `tessera serve`'s
@@ -69,7 +70,8 @@
 #include "plan.h"
 
 /* Read and check the YAML file at path into *in (plan_input_free releases
- * it). err, errlen: OUT, may be NULL/0; "path:line: field: what is wrong".
+ * it). err, errlen: OUT, may be NULL/0; "path:line:column: field: what is
+ * wrong".
  * Returns 0, TS_ERR_CONFIG (bad content), TS_ERR_IO (unreadable),
  * TS_ERR_NOMEM or TS_ERR_INVAL (NULL argument); on failure *in is empty. */
 int planio_load(const char *path, plan_input *in, char *err, size_t errlen);

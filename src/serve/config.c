@@ -368,7 +368,7 @@ static int parse_root(const ydoc *d, const yaml_node_t *root, cfg *g) {
 /* ---- public ---------------------------------------------------------------- */
 
 int cfg_load(const char *path, cfg *out, char *err, size_t errlen) {
-    static const ydoc_opts opts = {TS_ERR_CONFIG, "empty configuration (models and tenants are required)", 0};
+    static const ydoc_opts opts = {TS_ERR_CONFIG, "empty configuration (models and tenants are required)"};
     if (err && errlen) err[0] = 0;
     if (!path || !out) return err_set(err, errlen, TS_ERR_INVAL, "cfg_load: no path or output");
     memset(out, 0, sizeof *out);

@@ -4,9 +4,10 @@
  *
  * cfg_load reads one file with util/ydoc.h and checks all of it before
  * anything is returned: a bad file loads nothing (the output stays zeroed,
- * nothing leaks) and the error names the file, the 1-based line and the
- * field, e.g.
- *     demo.yaml:14: tenants[1].tier: unknown tier 'platinum' (gold, silver, bronze)
+ * nothing leaks) and the error names the file, the 1-based line and column
+ * where the fault starts, and the field, e.g. for examples/demo.yaml with
+ * silver-team's tier set to platinum
+ *     demo.yaml:85:11: tenants[1].tier: unknown tier 'platinum' (gold, silver, bronze)
  * Unknown keys and repeated keys are errors, so a typo never passes silently;
  * so is a second YAML document. A key whose value is null (empty, ~, null,
  * Null, NULL) counts as absent.
@@ -119,7 +120,8 @@ typedef struct cfg {
 
 /* Load and check the YAML file at path into *out.
  *   err, errlen: OUT, may be NULL/0; on failure a one-line message
- *                "path:line: field: what is wrong" (NUL-terminated, cut to fit).
+ *                "path:line:column: field: what is wrong" (NUL-terminated, cut to
+ *                fit); bad bytes, which have no column, give "path:line: ...".
  * Returns 0, or TS_ERR_CONFIG (bad content), TS_ERR_IO (unreadable file),
  * TS_ERR_NOMEM, TS_ERR_INVAL (NULL argument). On failure *out is zeroed and
  * owns nothing. */

@@ -27,7 +27,6 @@ struct ydoc {
     int have_doc;           /* doc holds a document to delete */
     char *name;             /* owned copy of the file name, for messages */
     int code;               /* TS_ERR_* for bad content */
-    unsigned flags;         /* YDOC_COLUMNS */
     char *err;              /* the caller's message buffer, may be NULL */
     size_t errlen;
 };
@@ -41,15 +40,15 @@ typedef struct src {
 
 /* ---- messages -------------------------------------------------------------- */
 
-/* Write "file:line[:column]: path: message"; line 0 leaves the place out,
- * column 0 the column. */
+/* Write "file:line:column: path: message", both 1-based; line 0 leaves
+ * the place out, column 0 the column (a reader error has no column). */
 __attribute__((format(printf, 5, 0)))
 static int vreport(const ydoc *d, size_t line, size_t col, const char *path, const char *fmt,
                    va_list ap) {
     if (!d->err || d->errlen == 0) return d->code;
     char msg[MSG_MAX], where[48] = "";
     vsnprintf(msg, sizeof msg, fmt, ap);
-    if (line && col && (d->flags & YDOC_COLUMNS))
+    if (line && col)
         snprintf(where, sizeof where, ":%zu:%zu", line, col);
     else if (line)
         snprintf(where, sizeof where, ":%zu", line);
@@ -165,7 +164,6 @@ static int load(const char *name, const ydoc_opts *o, const src *s, ydoc **out, 
         return err_set(err, errlen, TS_ERR_NOMEM, "%s: out of memory", name);
     }
     d->code = o->code;
-    d->flags = o->flags;
     d->err = err;
     d->errlen = errlen;
     yaml_parser_t p;

@@ -11,11 +11,19 @@
  * ranges, defaults and cross-field checks stay with the caller.
  *
  * Every failure writes one line into the caller's message buffer,
- *     file:line: field.path: what is wrong
- * (file:line:column: with YDOC_COLUMNS), and returns the negative code the
- * caller chose at load time (TS_ERR_CONFIG, TS_ERR_SCENARIO, ...), or
- * TS_ERR_NOMEM or TS_ERR_IO. A missing buffer (NULL or 0 bytes) drops the
- * message and nothing else.
+ *     file:line:column: field.path: what is wrong
+ * such as
+ *     demo.yaml:85:11: tenants[1].tier: unknown tier 'platinum' (gold, silver, bronze)
+ * and returns the negative code the caller chose at load time
+ * (TS_ERR_CONFIG, TS_ERR_SCENARIO, ...), or TS_ERR_NOMEM or TS_ERR_IO. A
+ * missing buffer (NULL or 0 bytes) drops the message and nothing else.
+ * Line and column are 1-based, as compilers print them (libyaml's marks are
+ * 0-based); the column counts characters, so a tab or a multi-byte UTF-8
+ * character is one. The place is where the offending node starts: a value
+ * for a bad value, a key for an unknown or repeated key, libyaml's problem
+ * mark for a syntax error, 1:1 for an empty stream. Two messages have less:
+ * bad bytes (libyaml's reader reports a byte offset, not a mark) say
+ * file:line:, and a message with no node (ydoc_fail with NULL) says file:.
  *
  * One null rule, YAML 1.2's core schema: a plain scalar that is empty, ~,
  * null, Null or NULL is null, and a mapping field whose value is null
@@ -38,16 +46,15 @@
 
 #define YDOC_PATH_MAX 256   /* bytes of a field path such as tenants[3].key_sha256[1], with the NUL */
 
+/* Flags of ydoc_get_number. */
 enum {
-    YDOC_COLUMNS = 1u << 0,     /* load flag: messages say file:line:column */
-    YDOC_LO_OPEN = 1u << 1,     /* number flag: the range is (lo, hi], not [lo, hi] */
-    YDOC_SI = 1u << 2,          /* number flag: a K, M, B (or G), T multiplier may follow */
+    YDOC_LO_OPEN = 1u << 0,     /* the range is (lo, hi], not [lo, hi] */
+    YDOC_SI = 1u << 1,          /* a K, M, B (or G), T multiplier may follow */
 };
 
 typedef struct ydoc_opts {
     int code;                   /* TS_ERR_* returned for bad content */
-    const char *empty_msg;      /* message for a stream without a document, at line 1 */
-    unsigned flags;             /* YDOC_COLUMNS or 0 */
+    const char *empty_msg;      /* message for a stream without a document, at 1:1 */
 } ydoc_opts;
 
 typedef struct ydoc ydoc;
@@ -76,8 +83,9 @@ const char *ydoc_name(const ydoc *d);
 
 /* ---- messages and paths ---------------------------------------------------- */
 
-/* Write "file:line: path: message" and return the ydoc's code. n gives the
- * line (NULL: none); an empty or NULL path is left out. */
+/* Write "file:line:column: path: message" and return the ydoc's code. n
+ * gives the place, where it starts (NULL: none, just "file: "); an empty or
+ * NULL path is left out. */
 __attribute__((format(printf, 4, 5)))
 int ydoc_fail(const ydoc *d, const yaml_node_t *n, const char *path, const char *fmt, ...);
 
