@@ -7,8 +7,6 @@
  */
 #include "engine.h"
 
-#include <stdarg.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -24,16 +22,6 @@ struct eng {
     size_t block_bytes;
 };
 
-static int fail(char *err, size_t errlen, int code, const char *fmt, ...) {
-    if (err && errlen) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, errlen, fmt, ap);
-        va_end(ap);
-    }
-    return code;
-}
-
 static const eng_backend *find_backend(const char *name) {
     if (!name || strcmp(name, "cpu") == 0) return &eng_backend_cpu;
     return NULL;
@@ -47,18 +35,19 @@ int eng_new(const model *m, const eng_opts *o, eng **out, char *err, size_t errl
     if (!opts.max_seqs) opts.max_seqs = 64;
     if (opts.block_size < 1 || opts.block_size > 1024 || opts.max_batch_tokens < 1 ||
         opts.max_batch_tokens > (1 << 20) || opts.max_seqs < 1 || opts.max_seqs > opts.max_batch_tokens)
-        return fail(err, errlen, TS_ERR_INVAL,
-                    "engine limits out of range: block_size %d, max_batch_tokens %d, max_seqs %d",
-                    opts.block_size, opts.max_batch_tokens, opts.max_seqs);
+        return err_set(err, errlen, TS_ERR_INVAL,
+                       "engine limits out of range: block_size %d, max_batch_tokens %d, max_seqs %d",
+                       opts.block_size, opts.max_batch_tokens, opts.max_seqs);
     const eng_backend *be = find_backend(opts.backend);
-    if (!be) return fail(err, errlen, TS_ERR_INVAL, "unknown backend '%s' (this build has: cpu)", opts.backend);
+    if (!be)
+        return err_set(err, errlen, TS_ERR_INVAL, "unknown backend '%s' (this build has: cpu)", opts.backend);
     size_t bb = model_kv_bytes_per_token(&m->cfg) * (size_t)opts.block_size;
     size_t nb = opts.kv_pool_bytes / bb;
     if (nb < 1 || nb > INT32_MAX)
-        return fail(err, errlen, TS_ERR_INVAL, "KV pool of %zu bytes holds %zu blocks of %zu bytes",
-                    opts.kv_pool_bytes, nb, bb);
+        return err_set(err, errlen, TS_ERR_INVAL, "KV pool of %zu bytes holds %zu blocks of %zu bytes",
+                       opts.kv_pool_bytes, nb, bb);
     eng *e = calloc(1, sizeof(*e));
-    if (!e) return fail(err, errlen, TS_ERR_NOMEM, "out of memory");
+    if (!e) return err_set(err, errlen, TS_ERR_NOMEM, "out of memory");
     e->m = m;
     e->be = be;
     e->opts = opts;

@@ -12,7 +12,6 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,22 +33,12 @@ typedef struct cursor {
     size_t errlen;
 } cursor;
 
-static int fail(char *err, size_t errlen, int code, const char *fmt, ...) {
-    if (err && errlen) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, errlen, fmt, ap);
-        va_end(ap);
-    }
-    return code;
-}
-
 static int need(cursor *c, uint64_t n, const char *what) {
     if (n > c->size - c->pos)
-        return fail(c->err, c->errlen, TS_ERR_GGUF_TRUNCATED,
-                    "truncated at byte %llu reading %s (%llu bytes needed, %llu left)",
-                    (unsigned long long)c->pos, what, (unsigned long long)n,
-                    (unsigned long long)(c->size - c->pos));
+        return err_set(c->err, c->errlen, TS_ERR_GGUF_TRUNCATED,
+                       "truncated at byte %llu reading %s (%llu bytes needed, %llu left)",
+                       (unsigned long long)c->pos, what, (unsigned long long)n,
+                       (unsigned long long)(c->size - c->pos));
     return 0;
 }
 
@@ -110,9 +99,9 @@ static int rd_value(cursor *c, gguf_kv *kv) {
         } else {
             uint64_t es = vt_size(kv->arr_type);
             if (!es)
-                return fail(c->err, c->errlen, TS_ERR_GGUF_CORRUPT,
-                            "key '%.*s': unsupported array element type %u",
-                            (int)kv->key.len, kv->key.ptr, kv->arr_type);
+                return err_set(c->err, c->errlen, TS_ERR_GGUF_CORRUPT,
+                               "key '%.*s': unsupported array element type %u",
+                               (int)kv->key.len, kv->key.ptr, kv->arr_type);
             if (kv->arr_n > (c->size - c->pos) / es)
                 return need(c, UINT64_MAX / 2, "array data");
             c->pos += kv->arr_n * es;
@@ -120,8 +109,8 @@ static int rd_value(cursor *c, gguf_kv *kv) {
     } else {
         uint64_t sz = vt_size(kv->type);
         if (!sz)
-            return fail(c->err, c->errlen, TS_ERR_GGUF_CORRUPT, "key '%.*s': unknown value type %u",
-                        (int)kv->key.len, kv->key.ptr, kv->type);
+            return err_set(c->err, c->errlen, TS_ERR_GGUF_CORRUPT, "key '%.*s': unknown value type %u",
+                           (int)kv->key.len, kv->key.ptr, kv->type);
         if ((rc = need(c, sz, "value"))) return rc;
         c->pos += sz;
     }
@@ -162,30 +151,30 @@ static int rd_tensor_info(cursor *c, gguf_tensor *t) {
     if ((rc = rd_str(c, &t->name, "tensor name"))) return rc;
     if ((rc = rd_u32(c, &t->n_dims, "tensor dims"))) return rc;
     if (t->n_dims == 0 || t->n_dims > GGUF_MAX_DIMS)
-        return fail(c->err, c->errlen, TS_ERR_GGUF_CORRUPT, "tensor '%.*s': %u dimensions",
-                    (int)t->name.len, t->name.ptr, t->n_dims);
+        return err_set(c->err, c->errlen, TS_ERR_GGUF_CORRUPT, "tensor '%.*s': %u dimensions",
+                       (int)t->name.len, t->name.ptr, t->n_dims);
     uint64_t nel = 1;
     for (uint32_t d = 0; d < GGUF_MAX_DIMS; d++) t->ne[d] = 1;
     for (uint32_t d = 0; d < t->n_dims; d++) {
         if ((rc = rd_u64(c, &t->ne[d], "tensor shape"))) return rc;
         if (t->ne[d] == 0 || t->ne[d] > GGUF_MAX_ELEMS || nel > GGUF_MAX_ELEMS / t->ne[d])
-            return fail(c->err, c->errlen, TS_ERR_GGUF_CORRUPT,
-                        "tensor '%.*s': absurd dimension %llu", (int)t->name.len, t->name.ptr,
-                        (unsigned long long)t->ne[d]);
+            return err_set(c->err, c->errlen, TS_ERR_GGUF_CORRUPT,
+                           "tensor '%.*s': absurd dimension %llu", (int)t->name.len, t->name.ptr,
+                           (unsigned long long)t->ne[d]);
         nel *= t->ne[d];
     }
     if ((rc = rd_u32(c, &t->type, "tensor type"))) return rc;
     if ((rc = rd_u64(c, &t->offset, "tensor offset"))) return rc;
     if (!gguf_type_name(t->type))
-        return fail(c->err, c->errlen, TS_ERR_GGUF_TYPE,
-                    "tensor '%.*s': type %u is not supported (f32, f16, bf16, q8_0 are)",
-                    (int)t->name.len, t->name.ptr, t->type);
+        return err_set(c->err, c->errlen, TS_ERR_GGUF_TYPE,
+                       "tensor '%.*s': type %u is not supported (f32, f16, bf16, q8_0 are)",
+                       (int)t->name.len, t->name.ptr, t->type);
     uint64_t rb = gguf_row_bytes(t->type, t->ne[0]);
     if (!rb)
-        return fail(c->err, c->errlen, TS_ERR_GGUF_CORRUPT,
-                    "tensor '%.*s': row of %llu elements is not a whole number of %s blocks",
-                    (int)t->name.len, t->name.ptr, (unsigned long long)t->ne[0],
-                    gguf_type_name(t->type));
+        return err_set(c->err, c->errlen, TS_ERR_GGUF_CORRUPT,
+                       "tensor '%.*s': row of %llu elements is not a whole number of %s blocks",
+                       (int)t->name.len, t->name.ptr, (unsigned long long)t->ne[0],
+                       gguf_type_name(t->type));
     t->nbytes = rb * (nel / t->ne[0]);
     return 0;
 }
@@ -196,14 +185,14 @@ static int place_tensors(gguf_ctx *g, char *err, size_t errlen) {
     for (uint64_t i = 0; i < g->n_tensors; i++) {
         gguf_tensor *t = &g->tensors[i];
         if (t->offset % g->alignment)
-            return fail(err, errlen, TS_ERR_GGUF_CORRUPT,
-                        "tensor '%.*s': offset %llu not aligned to %llu", (int)t->name.len,
-                        t->name.ptr, (unsigned long long)t->offset,
-                        (unsigned long long)g->alignment);
+            return err_set(err, errlen, TS_ERR_GGUF_CORRUPT,
+                           "tensor '%.*s': offset %llu not aligned to %llu", (int)t->name.len,
+                           t->name.ptr, (unsigned long long)t->offset,
+                           (unsigned long long)g->alignment);
         uint64_t avail = g->size - g->data_off;
         if (t->offset > avail || t->nbytes > avail - t->offset)
-            return fail(err, errlen, TS_ERR_GGUF_BOUNDS,
-                        "tensor '%.*s': data [%llu, %llu) past end of file (%llu bytes)",
+            return err_set(err, errlen, TS_ERR_GGUF_BOUNDS,
+                           "tensor '%.*s': data [%llu, %llu) past end of file (%llu bytes)",
                         (int)t->name.len, t->name.ptr,
                         (unsigned long long)(g->data_off + t->offset),
                         (unsigned long long)(g->data_off + t->offset + t->nbytes),
@@ -218,26 +207,26 @@ static int parse(gguf_ctx *g, char *err, size_t errlen) {
     uint32_t magic;
     int rc;
     if ((rc = rd_u32(&c, &magic, "magic"))) return rc;
-    if (magic != GGUF_MAGIC) return fail(err, errlen, TS_ERR_GGUF_MAGIC, "bad magic 0x%08x", magic);
+    if (magic != GGUF_MAGIC) return err_set(err, errlen, TS_ERR_GGUF_MAGIC, "bad magic 0x%08x", magic);
     if ((rc = rd_u32(&c, &g->version, "version"))) return rc;
     if (g->version != 3 && g->version != 2)
-        return fail(err, errlen, TS_ERR_GGUF_VERSION, "GGUF version %u (2 and 3 are supported)",
-                    g->version);
+        return err_set(err, errlen, TS_ERR_GGUF_VERSION, "GGUF version %u (2 and 3 are supported)",
+                       g->version);
     if ((rc = rd_u64(&c, &g->n_tensors, "tensor count"))) return rc;
     if ((rc = rd_u64(&c, &g->n_kv, "metadata count"))) return rc;
     /* A key/value takes at least 8 (key length) + 4 (type) + 1 bytes and a
      * tensor info at least 8 + 4 + 8 + 4 + 8: bound the counts by the file. */
     if (g->n_kv > GGUF_MAX_COUNT || g->n_tensors > GGUF_MAX_COUNT)
-        return fail(err, errlen, TS_ERR_GGUF_CORRUPT, "header claims an absurd %llu keys and %llu tensors",
-                    (unsigned long long)g->n_kv, (unsigned long long)g->n_tensors);
+        return err_set(err, errlen, TS_ERR_GGUF_CORRUPT, "header claims an absurd %llu keys and %llu tensors",
+                       (unsigned long long)g->n_kv, (unsigned long long)g->n_tensors);
     if (g->n_kv > g->size / 13 || g->n_tensors > g->size / 32)
-        return fail(err, errlen, TS_ERR_GGUF_TRUNCATED,
-                    "header claims %llu keys and %llu tensors, more than a %llu-byte file holds",
-                    (unsigned long long)g->n_kv, (unsigned long long)g->n_tensors,
-                    (unsigned long long)g->size);
+        return err_set(err, errlen, TS_ERR_GGUF_TRUNCATED,
+                       "header claims %llu keys and %llu tensors, more than a %llu-byte file holds",
+                       (unsigned long long)g->n_kv, (unsigned long long)g->n_tensors,
+                       (unsigned long long)g->size);
     g->kvs = calloc(g->n_kv ? g->n_kv : 1, sizeof(*g->kvs));
     g->tensors = calloc(g->n_tensors ? g->n_tensors : 1, sizeof(*g->tensors));
-    if (!g->kvs || !g->tensors) return fail(err, errlen, TS_ERR_NOMEM, "out of memory");
+    if (!g->kvs || !g->tensors) return err_set(err, errlen, TS_ERR_NOMEM, "out of memory");
     for (uint64_t i = 0; i < g->n_kv; i++) {
         gguf_kv *kv = &g->kvs[i];
         if ((rc = rd_str(&c, &kv->key, "metadata key"))) return rc;
@@ -249,14 +238,14 @@ static int parse(gguf_ctx *g, char *err, size_t errlen) {
     if (al) {
         uint32_t a;
         if (gguf_get_u32(g, "general.alignment", &a) || a == 0 || (a & (a - 1)))
-            return fail(err, errlen, TS_ERR_GGUF_CORRUPT, "general.alignment is not a power of two");
+            return err_set(err, errlen, TS_ERR_GGUF_CORRUPT, "general.alignment is not a power of two");
         g->alignment = a;
     }
     for (uint64_t i = 0; i < g->n_tensors; i++)
         if ((rc = rd_tensor_info(&c, &g->tensors[i]))) return rc;
     uint64_t off = (c.pos + g->alignment - 1) / g->alignment * g->alignment;
     if (off > g->size && g->n_tensors)
-        return fail(err, errlen, TS_ERR_GGUF_TRUNCATED, "file ends before the tensor data section");
+        return err_set(err, errlen, TS_ERR_GGUF_TRUNCATED, "file ends before the tensor data section");
     g->data_off = off > g->size ? g->size : off;
     return place_tensors(g, err, errlen);
 }
@@ -275,7 +264,7 @@ static int open_common(gguf_ctx *g, gguf_ctx **out, char *err, size_t errlen) {
 int gguf_open_buffer(const void *buf, size_t len, gguf_ctx **out, char *err, size_t errlen) {
     gguf_ctx *g = calloc(1, sizeof(*g));
     *out = NULL;
-    if (!g) return fail(err, errlen, TS_ERR_NOMEM, "out of memory");
+    if (!g) return err_set(err, errlen, TS_ERR_NOMEM, "out of memory");
     g->map = (void *)buf;
     g->size = len;
     return open_common(g, out, err, errlen);
@@ -284,24 +273,24 @@ int gguf_open_buffer(const void *buf, size_t len, gguf_ctx **out, char *err, siz
 int gguf_open(const char *path, gguf_ctx **out, char *err, size_t errlen) {
     *out = NULL;
     int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return fail(err, errlen, TS_ERR_IO, "%s: %s", path, strerror(errno));
+    if (fd < 0) return err_set(err, errlen, TS_ERR_IO, "%s: %s", path, strerror(errno));
     struct stat st;
     if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
         close(fd);
-        return fail(err, errlen, TS_ERR_IO, "%s: not a regular file", path);
+        return err_set(err, errlen, TS_ERR_IO, "%s: not a regular file", path);
     }
     if (st.st_size < 24) {
         close(fd);
-        return fail(err, errlen, st.st_size >= 4 ? TS_ERR_GGUF_TRUNCATED : TS_ERR_GGUF_MAGIC,
-                    "%s: %lld bytes is too short for a GGUF header", path, (long long)st.st_size);
+        return err_set(err, errlen, st.st_size >= 4 ? TS_ERR_GGUF_TRUNCATED : TS_ERR_GGUF_MAGIC,
+                       "%s: %lld bytes is too short for a GGUF header", path, (long long)st.st_size);
     }
     void *map = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
     close(fd);
-    if (map == MAP_FAILED) return fail(err, errlen, TS_ERR_IO, "%s: mmap: %s", path, strerror(errno));
+    if (map == MAP_FAILED) return err_set(err, errlen, TS_ERR_IO, "%s: mmap: %s", path, strerror(errno));
     gguf_ctx *g = calloc(1, sizeof(*g));
     if (!g) {
         munmap(map, (size_t)st.st_size);
-        return fail(err, errlen, TS_ERR_NOMEM, "out of memory");
+        return err_set(err, errlen, TS_ERR_NOMEM, "out of memory");
     }
     g->map = map;
     g->size = (uint64_t)st.st_size;
@@ -589,9 +578,9 @@ static int write_header(gguf_writer *w, FILE *f) {
 }
 
 int gguf_writer_write(gguf_writer *w, const char *path, char *err, size_t errlen) {
-    if (w->failed) return fail(err, errlen, TS_ERR_NOMEM, "out of memory while building %s", path);
+    if (w->failed) return err_set(err, errlen, TS_ERR_NOMEM, "out of memory while building %s", path);
     FILE *f = fopen(path, "wb");
-    if (!f) return fail(err, errlen, TS_ERR_IO, "%s: %s", path, strerror(errno));
+    if (!f) return err_set(err, errlen, TS_ERR_IO, "%s: %s", path, strerror(errno));
     int bad = write_header(w, f);
     long pos = ftell(f);
     if (!bad) bad = write_pad(f, align_up((uint64_t)pos, GGUF_DEFAULT_ALIGNMENT) - (uint64_t)pos);
@@ -602,7 +591,7 @@ int gguf_writer_write(gguf_writer *w, const char *path, char *err, size_t errlen
     if (fclose(f) != 0) bad = -1;
     if (bad) {
         unlink(path);
-        return fail(err, errlen, TS_ERR_IO, "%s: write failed: %s", path, strerror(errno));
+        return err_set(err, errlen, TS_ERR_IO, "%s: write failed: %s", path, strerror(errno));
     }
     return 0;
 }

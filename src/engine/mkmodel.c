@@ -10,7 +10,6 @@
 #include "mkmodel.h"
 
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,17 +17,8 @@
 #include "err.h"
 #include "gguf.h"
 #include "ops.h"
+#include "rng.h"
 #include "vocab.h"
-
-static int fail(char *err, size_t errlen, int code, const char *fmt, ...) {
-    if (err && errlen) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, errlen, fmt, ap);
-        va_end(ap);
-    }
-    return code;
-}
 
 int mkmodel_preset(const char *name, mkmodel_spec *o) {
     memset(o, 0, sizeof(*o));
@@ -53,33 +43,27 @@ int mkmodel_preset(const char *name, mkmodel_spec *o) {
 
 int mkmodel_check(const mkmodel_spec *s, char *err, size_t errlen) {
     if (strcmp(s->arch, "llama") && strcmp(s->arch, "qwen2"))
-        return fail(err, errlen, TS_ERR_INVAL, "arch must be llama or qwen2, not '%s'", s->arch);
+        return err_set(err, errlen, TS_ERR_INVAL, "arch must be llama or qwen2, not '%s'", s->arch);
     if (s->dim < 32 || s->dim > 16384 || s->n_layers < 1 || s->n_layers > 256 || s->n_heads < 1 ||
         s->n_kv_heads < 1 || s->ffn_dim < 32 || s->ffn_dim > 65536 || s->vocab < 300 ||
         s->vocab > 1000000 || s->ctx_len < 16 || s->ctx_len > (1 << 20))
-        return fail(err, errlen, TS_ERR_INVAL,
-                    "dimensions out of range (dim 32..16384, layers 1..256, ffn 32..65536, "
-                    "vocab 300..1000000, context 16..1048576)");
+        return err_set(err, errlen, TS_ERR_INVAL,
+                       "dimensions out of range (dim 32..16384, layers 1..256, ffn 32..65536, "
+                       "vocab 300..1000000, context 16..1048576)");
     if (s->dim % s->n_heads || (s->dim / s->n_heads) % 2 || s->n_heads % s->n_kv_heads)
-        return fail(err, errlen, TS_ERR_INVAL,
-                    "dim %d must split into %d heads of even size, grouped over %d kv heads", s->dim,
-                    s->n_heads, s->n_kv_heads);
+        return err_set(err, errlen, TS_ERR_INVAL,
+                       "dim %d must split into %d heads of even size, grouped over %d kv heads", s->dim,
+                       s->n_heads, s->n_kv_heads);
     if (s->type == GGUF_TT_Q8_0 && (s->dim % 32 || s->ffn_dim % 32))
-        return fail(err, errlen, TS_ERR_INVAL, "q8_0 needs dim and ffn divisible by 32");
-    if (!gguf_type_name(s->type)) return fail(err, errlen, TS_ERR_INVAL, "unsupported type %u", s->type);
+        return err_set(err, errlen, TS_ERR_INVAL, "q8_0 needs dim and ffn divisible by 32");
+    if (!gguf_type_name(s->type)) return err_set(err, errlen, TS_ERR_INVAL, "unsupported type %u", s->type);
     return 0;
 }
 
-/* splitmix64: tiny, seedable, and identical everywhere. */
-static uint64_t next_u64(uint64_t *st) {
-    uint64_t z = (*st += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-
-static float uniform(uint64_t *st) { /* [-1, 1) */
-    return (float)((double)(next_u64(st) >> 11) * (2.0 / 9007199254740992.0) - 1.0);
+/* Uniform in [-1, 1) from a splitmix64 stream: tiny, seedable, and the
+ * same on every machine, so a preset and a seed name one model. */
+static float uniform(uint64_t *st) {
+    return (float)((double)(rng_splitmix64(st) >> 11) * (2.0 / 9007199254740992.0) - 1.0);
 }
 
 /* Encode n f32 values as type into a fresh buffer; frees src. */
@@ -106,11 +90,11 @@ static void *encode(float *src, uint64_t n, uint32_t type, uint64_t *nbytes) {
 /* Adds a (rows, cols) matrix, or a vector when rows == 0, drawn as
  * center + scale * U[-1, 1). Vectors are always f32. */
 static int add_tensor(gguf_writer *w, const char *name, int rows, int cols, float center, float scale,
-                      uint32_t type, uint64_t *rng) {
+                      uint32_t type, uint64_t *st) {
     uint64_t n = (uint64_t)(rows ? rows : 1) * (uint64_t)cols, nbytes;
     float *v = malloc(n * sizeof(float));
     if (!v) return TS_ERR_NOMEM;
-    for (uint64_t i = 0; i < n; i++) v[i] = center + scale * uniform(rng);
+    for (uint64_t i = 0; i < n; i++) v[i] = center + scale * uniform(st);
     void *data = encode(v, n, rows ? type : GGUF_TT_F32, &nbytes);
     if (!data) return TS_ERR_NOMEM;
     uint64_t ne[2] = {(uint64_t)cols, (uint64_t)rows};
@@ -153,26 +137,26 @@ static int add_vocab(gguf_writer *w, const mkmodel_spec *s) {
     return rc ? TS_ERR_NOMEM : 0;
 }
 
-static int add_layer(gguf_writer *w, const mkmodel_spec *s, int l, uint64_t *rng) {
+static int add_layer(gguf_writer *w, const mkmodel_spec *s, int l, uint64_t *st) {
     int hd = s->dim / s->n_heads, qd = s->n_heads * hd, kvd = s->n_kv_heads * hd;
     float sd = 1.0f / sqrtf((float)s->dim), sf = 1.0f / sqrtf((float)s->ffn_dim);
     char n[96];
     int rc = 0;
 #define NAME(x) (snprintf(n, sizeof(n), "blk.%d.%s", l, x), n)
-    rc = rc ? rc : add_tensor(w, NAME("attn_norm.weight"), 0, s->dim, 1.0f, 0.1f, s->type, rng);
-    rc = rc ? rc : add_tensor(w, NAME("attn_q.weight"), qd, s->dim, 0, sd, s->type, rng);
-    rc = rc ? rc : add_tensor(w, NAME("attn_k.weight"), kvd, s->dim, 0, sd, s->type, rng);
-    rc = rc ? rc : add_tensor(w, NAME("attn_v.weight"), kvd, s->dim, 0, sd, s->type, rng);
+    rc = rc ? rc : add_tensor(w, NAME("attn_norm.weight"), 0, s->dim, 1.0f, 0.1f, s->type, st);
+    rc = rc ? rc : add_tensor(w, NAME("attn_q.weight"), qd, s->dim, 0, sd, s->type, st);
+    rc = rc ? rc : add_tensor(w, NAME("attn_k.weight"), kvd, s->dim, 0, sd, s->type, st);
+    rc = rc ? rc : add_tensor(w, NAME("attn_v.weight"), kvd, s->dim, 0, sd, s->type, st);
     if (strcmp(s->arch, "qwen2") == 0) {
-        rc = rc ? rc : add_tensor(w, NAME("attn_q.bias"), 0, qd, 0, 0.1f, s->type, rng);
-        rc = rc ? rc : add_tensor(w, NAME("attn_k.bias"), 0, kvd, 0, 0.1f, s->type, rng);
-        rc = rc ? rc : add_tensor(w, NAME("attn_v.bias"), 0, kvd, 0, 0.1f, s->type, rng);
+        rc = rc ? rc : add_tensor(w, NAME("attn_q.bias"), 0, qd, 0, 0.1f, s->type, st);
+        rc = rc ? rc : add_tensor(w, NAME("attn_k.bias"), 0, kvd, 0, 0.1f, s->type, st);
+        rc = rc ? rc : add_tensor(w, NAME("attn_v.bias"), 0, kvd, 0, 0.1f, s->type, st);
     }
-    rc = rc ? rc : add_tensor(w, NAME("attn_output.weight"), s->dim, qd, 0, 1.0f / sqrtf((float)qd), s->type, rng);
-    rc = rc ? rc : add_tensor(w, NAME("ffn_norm.weight"), 0, s->dim, 1.0f, 0.1f, s->type, rng);
-    rc = rc ? rc : add_tensor(w, NAME("ffn_gate.weight"), s->ffn_dim, s->dim, 0, sd, s->type, rng);
-    rc = rc ? rc : add_tensor(w, NAME("ffn_up.weight"), s->ffn_dim, s->dim, 0, sd, s->type, rng);
-    rc = rc ? rc : add_tensor(w, NAME("ffn_down.weight"), s->dim, s->ffn_dim, 0, sf, s->type, rng);
+    rc = rc ? rc : add_tensor(w, NAME("attn_output.weight"), s->dim, qd, 0, 1.0f / sqrtf((float)qd), s->type, st);
+    rc = rc ? rc : add_tensor(w, NAME("ffn_norm.weight"), 0, s->dim, 1.0f, 0.1f, s->type, st);
+    rc = rc ? rc : add_tensor(w, NAME("ffn_gate.weight"), s->ffn_dim, s->dim, 0, sd, s->type, st);
+    rc = rc ? rc : add_tensor(w, NAME("ffn_up.weight"), s->ffn_dim, s->dim, 0, sd, s->type, st);
+    rc = rc ? rc : add_tensor(w, NAME("ffn_down.weight"), s->dim, s->ffn_dim, 0, sf, s->type, st);
 #undef NAME
     return rc;
 }
@@ -181,16 +165,16 @@ int mkmodel_write(const mkmodel_spec *s, const char *path, char *err, size_t err
     int rc = mkmodel_check(s, err, errlen);
     if (rc) return rc;
     gguf_writer *w = gguf_writer_new();
-    if (!w) return fail(err, errlen, TS_ERR_NOMEM, "out of memory");
-    uint64_t rng = s->seed * 0x2545F4914F6CDD1Dull + 1;
+    if (!w) return err_set(err, errlen, TS_ERR_NOMEM, "out of memory");
+    uint64_t st = s->seed * 0x2545F4914F6CDD1Dull + 1;
     rc = add_metadata(w, s);
     if (!rc) rc = add_vocab(w, s);
-    if (!rc) rc = add_tensor(w, "token_embd.weight", s->vocab, s->dim, 0, 0.5f, s->type, &rng);
-    for (int l = 0; !rc && l < s->n_layers; l++) rc = add_layer(w, s, l, &rng);
-    if (!rc) rc = add_tensor(w, "output_norm.weight", 0, s->dim, 1.0f, 0.1f, s->type, &rng);
+    if (!rc) rc = add_tensor(w, "token_embd.weight", s->vocab, s->dim, 0, 0.5f, s->type, &st);
+    for (int l = 0; !rc && l < s->n_layers; l++) rc = add_layer(w, s, l, &st);
+    if (!rc) rc = add_tensor(w, "output_norm.weight", 0, s->dim, 1.0f, 0.1f, s->type, &st);
     if (!rc && !s->tied)
-        rc = add_tensor(w, "output.weight", s->vocab, s->dim, 0, 1.0f / sqrtf((float)s->dim), s->type, &rng);
-    if (rc) fail(err, errlen, rc, "building the model: %s", err_str(rc));
+        rc = add_tensor(w, "output.weight", s->vocab, s->dim, 0, 1.0f / sqrtf((float)s->dim), s->type, &st);
+    if (rc) err_set(err, errlen, rc, "building the model: %s", err_str(rc));
     else rc = gguf_writer_write(w, path, err, errlen);
     gguf_writer_free(w);
     return rc;

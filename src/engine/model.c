@@ -3,22 +3,11 @@
  */
 #include "model.h"
 
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "err.h"
-
-static int fail(char *err, size_t errlen, int code, const char *fmt, ...) {
-    if (err && errlen) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, errlen, fmt, ap);
-        va_end(ap);
-    }
-    return code;
-}
 
 /* Reads "{arch}.{suffix}" as u32; required keys fail, optional keep *out. */
 static int arch_u32(const gguf_ctx *g, const char *arch, const char *suffix, int required,
@@ -28,12 +17,12 @@ static int arch_u32(const gguf_ctx *g, const char *arch, const char *suffix, int
     snprintf(key, sizeof(key), "%s.%s", arch, suffix);
     if (gguf_get_u32(g, key, &v) == 0) {
         if (v > (uint32_t)MODEL_MAX_VOCAB * 4)
-            return fail(err, errlen, TS_ERR_MODEL_DIMS, "%s = %u is absurd", key, v);
+            return err_set(err, errlen, TS_ERR_MODEL_DIMS, "%s = %u is absurd", key, v);
         *out = (int)v;
         return 0;
     }
     if (!required) return 0;
-    return fail(err, errlen, TS_ERR_MODEL_KEY, "metadata key %s missing or not an integer", key);
+    return err_set(err, errlen, TS_ERR_MODEL_KEY, "metadata key %s missing or not an integer", key);
 }
 
 static int arch_f32(const gguf_ctx *g, const char *arch, const char *suffix, float *out) {
@@ -48,13 +37,13 @@ static int read_config(const gguf_ctx *g, model_config *c, char *err, size_t err
     char arch[32];
     int rc;
     if (gguf_get_str(g, "general.architecture", &a))
-        return fail(err, errlen, TS_ERR_MODEL_KEY, "general.architecture missing");
+        return err_set(err, errlen, TS_ERR_MODEL_KEY, "general.architecture missing");
     if (gguf_str_eq(a, "llama")) c->arch = MODEL_ARCH_LLAMA;
     else if (gguf_str_eq(a, "qwen2")) c->arch = MODEL_ARCH_QWEN2;
     else
-        return fail(err, errlen, TS_ERR_MODEL_ARCH,
-                    "architecture '%.*s' is not supported (llama, qwen2 are)",
-                    (int)(a.len > 64 ? 64 : a.len), a.ptr);
+        return err_set(err, errlen, TS_ERR_MODEL_ARCH,
+                       "architecture '%.*s' is not supported (llama, qwen2 are)",
+                       (int)(a.len > 64 ? 64 : a.len), a.ptr);
     snprintf(arch, sizeof(arch), "%.*s", (int)a.len, a.ptr);
     c->rope_neox = c->arch == MODEL_ARCH_QWEN2;
     if ((rc = arch_u32(g, arch, "embedding_length", 1, &c->dim, err, errlen)) ||
@@ -71,7 +60,7 @@ static int read_config(const gguf_ctx *g, model_config *c, char *err, size_t err
         return rc;
     if (arch_f32(g, arch, "rope.freq_base", &c->rope_base) ||
         arch_f32(g, arch, "attention.layer_norm_rms_epsilon", &c->rms_eps))
-        return fail(err, errlen, TS_ERR_MODEL_KEY, "%s rope.freq_base or rms epsilon is not a float", arch);
+        return err_set(err, errlen, TS_ERR_MODEL_KEY, "%s rope.freq_base or rms epsilon is not a float", arch);
     return 0;
 }
 
@@ -79,18 +68,18 @@ static int check_config(const model_config *c, char *err, size_t errlen) {
     if (c->dim <= 0 || c->dim > MODEL_MAX_DIM || c->n_layers <= 0 || c->n_layers > MODEL_MAX_LAYERS ||
         c->n_heads <= 0 || c->n_heads > c->dim || c->ffn_dim <= 0 || c->ffn_dim > 8 * MODEL_MAX_DIM ||
         c->ctx_len <= 0 || c->ctx_len > (1 << 24))
-        return fail(err, errlen, TS_ERR_MODEL_DIMS,
-                    "absurd dimensions: dim %d, layers %d, heads %d, ffn %d, context %d", c->dim,
-                    c->n_layers, c->n_heads, c->ffn_dim, c->ctx_len);
+        return err_set(err, errlen, TS_ERR_MODEL_DIMS,
+                       "absurd dimensions: dim %d, layers %d, heads %d, ffn %d, context %d", c->dim,
+                       c->n_layers, c->n_heads, c->ffn_dim, c->ctx_len);
     if (c->dim % c->n_heads || (c->dim / c->n_heads) % 2)
-        return fail(err, errlen, TS_ERR_MODEL_DIMS,
-                    "dim %d is not an even head size times %d heads", c->dim, c->n_heads);
+        return err_set(err, errlen, TS_ERR_MODEL_DIMS,
+                       "dim %d is not an even head size times %d heads", c->dim, c->n_heads);
     if (c->n_kv_heads <= 0 || c->n_heads % c->n_kv_heads)
-        return fail(err, errlen, TS_ERR_MODEL_DIMS, "%d query heads do not group over %d kv heads",
-                    c->n_heads, c->n_kv_heads);
+        return err_set(err, errlen, TS_ERR_MODEL_DIMS, "%d query heads do not group over %d kv heads",
+                       c->n_heads, c->n_kv_heads);
     if (!(c->rope_base > 0) || !(c->rms_eps > 0) || c->rms_eps > 1)
-        return fail(err, errlen, TS_ERR_MODEL_DIMS, "rope base %g or rms epsilon %g out of range",
-                    (double)c->rope_base, (double)c->rms_eps);
+        return err_set(err, errlen, TS_ERR_MODEL_DIMS, "rope base %g or rms epsilon %g out of range",
+                       (double)c->rope_base, (double)c->rms_eps);
     return 0;
 }
 
@@ -100,12 +89,12 @@ static int bind_mat(const gguf_ctx *g, const char *name, int64_t rows, int64_t c
     const gguf_tensor *t = gguf_find_tensor(g, name);
     if (!t) {
         if (optional) return 1;
-        return fail(err, errlen, TS_ERR_MODEL_TENSOR, "tensor %s missing", name);
+        return err_set(err, errlen, TS_ERR_MODEL_TENSOR, "tensor %s missing", name);
     }
     if (t->n_dims != 2 || (int64_t)t->ne[0] != cols || (int64_t)t->ne[1] != rows)
-        return fail(err, errlen, TS_ERR_MODEL_SHAPE, "tensor %s has shape [%llu, %llu], want [%lld, %lld]",
-                    name, (unsigned long long)t->ne[0], (unsigned long long)t->ne[1],
-                    (long long)cols, (long long)rows);
+        return err_set(err, errlen, TS_ERR_MODEL_SHAPE, "tensor %s has shape [%llu, %llu], want [%lld, %lld]",
+                       name, (unsigned long long)t->ne[0], (unsigned long long)t->ne[1],
+                       (long long)cols, (long long)rows);
     m->data = t->data;
     m->type = t->type;
     m->n_out = rows;
@@ -120,17 +109,17 @@ static int bind_vec(const gguf_ctx *g, const char *name, int64_t n, const float 
     const gguf_tensor *t = gguf_find_tensor(g, name);
     if (!t) {
         if (optional) return 0;
-        return fail(err, errlen, TS_ERR_MODEL_TENSOR, "tensor %s missing", name);
+        return err_set(err, errlen, TS_ERR_MODEL_TENSOR, "tensor %s missing", name);
     }
     if (t->n_dims != 1 || (int64_t)t->ne[0] != n)
-        return fail(err, errlen, TS_ERR_MODEL_SHAPE, "tensor %s has %llu elements in %u dims, want %lld",
-                    name, (unsigned long long)t->ne[0], t->n_dims, (long long)n);
+        return err_set(err, errlen, TS_ERR_MODEL_SHAPE, "tensor %s has %llu elements in %u dims, want %lld",
+                       name, (unsigned long long)t->ne[0], t->n_dims, (long long)n);
     if (t->type == GGUF_TT_F32) {
         *out = t->data;
         return 0;
     }
     if (t->type != GGUF_TT_F16 && t->type != GGUF_TT_BF16)
-        return fail(err, errlen, TS_ERR_GGUF_TYPE, "tensor %s: vectors must be f32, f16 or bf16", name);
+        return err_set(err, errlen, TS_ERR_GGUF_TYPE, "tensor %s: vectors must be f32, f16 or bf16", name);
     float *dst = *pool;
     const uint16_t *src = t->data;
     for (int64_t i = 0; i < n; i++) {
@@ -178,9 +167,9 @@ static int bind_layer(model *m, int l, float **pool, char *err, size_t errlen) {
 static int bind_all(model *m, char *err, size_t errlen) {
     model_config *c = &m->cfg;
     const gguf_tensor *te = gguf_find_tensor(m->gguf, "token_embd.weight");
-    if (!te) return fail(err, errlen, TS_ERR_MODEL_TENSOR, "tensor token_embd.weight missing");
+    if (!te) return err_set(err, errlen, TS_ERR_MODEL_TENSOR, "tensor token_embd.weight missing");
     if (te->n_dims != 2 || te->ne[1] > MODEL_MAX_VOCAB)
-        return fail(err, errlen, TS_ERR_MODEL_SHAPE, "token_embd.weight: bad shape");
+        return err_set(err, errlen, TS_ERR_MODEL_SHAPE, "token_embd.weight: bad shape");
     c->vocab = (int)te->ne[1];
     int rc = bind_mat(m->gguf, "token_embd.weight", c->vocab, c->dim, &m->tok_embd, 0, err, errlen);
     if (rc) return rc;
@@ -189,7 +178,7 @@ static int bind_all(model *m, char *err, size_t errlen) {
     size_t pool_n = (size_t)c->dim * (1 + 2 * (size_t)c->n_layers) + 3 * qd * (size_t)c->n_layers;
     m->f32_owned = malloc(pool_n * sizeof(float));
     m->layers = calloc((size_t)c->n_layers, sizeof(*m->layers));
-    if (!m->f32_owned || !m->layers) return fail(err, errlen, TS_ERR_NOMEM, "out of memory");
+    if (!m->f32_owned || !m->layers) return err_set(err, errlen, TS_ERR_NOMEM, "out of memory");
     float *pool = m->f32_owned;
     for (int l = 0; l < c->n_layers; l++)
         if ((rc = bind_layer(m, l, &pool, err, errlen))) return rc;
@@ -222,7 +211,7 @@ static int forward_mats(model *m, ops_mat **out) {
  * mapping stays for single-sequence decode and the embedding. */
 static int regroup_q8(model *m, char *err, size_t errlen) {
     ops_mat **mats = malloc(((size_t)m->cfg.n_layers * 7 + 1) * sizeof(*mats));
-    if (!mats) return fail(err, errlen, TS_ERR_NOMEM, "out of memory");
+    if (!mats) return err_set(err, errlen, TS_ERR_NOMEM, "out of memory");
     int n = forward_mats(m, mats);
     size_t total = 0;
     for (int i = 0; i < n; i++) total += (ops_q8_regroup_bytes(mats[i]) + 63) / 64 * 64;
@@ -230,7 +219,8 @@ static int regroup_q8(model *m, char *err, size_t errlen) {
         m->q8g_owned = aligned_alloc(64, total);
         if (!m->q8g_owned) {
             free(mats);
-            return fail(err, errlen, TS_ERR_NOMEM, "out of memory for regrouped Q8_0 weights (%zu bytes)", total);
+            return err_set(err, errlen, TS_ERR_NOMEM, "out of memory for regrouped Q8_0 weights (%zu bytes)",
+                           total);
         }
         char *p = m->q8g_owned;
         for (int i = 0; i < n; i++) {
@@ -250,7 +240,7 @@ int model_from_gguf(gguf_ctx *g, model **out, char *err, size_t errlen) {
     model *m = calloc(1, sizeof(*m));
     if (!m) {
         gguf_close(g);
-        return fail(err, errlen, TS_ERR_NOMEM, "out of memory");
+        return err_set(err, errlen, TS_ERR_NOMEM, "out of memory");
     }
     m->gguf = g;
     int rc = read_config(g, &m->cfg, err, errlen);
@@ -274,7 +264,7 @@ int model_load(const char *path, model **out, char *err, size_t errlen) {
     *out = NULL;
     int rc = gguf_open(path, &g, inner, sizeof(inner));
     if (!rc) rc = model_from_gguf(g, out, inner, sizeof(inner));
-    if (rc) fail(err, errlen, rc, "%s: %s", path, inner);
+    if (rc) err_set(err, errlen, rc, "%s: %s", path, inner);
     return rc;
 }
 

@@ -47,39 +47,6 @@
  * tiny ranges costs more than it saves. */
 #define SMP_SMALL 16
 
-/* ---- random stream ------------------------------------------------------ */
-
-/* splitmix64 spreads a user seed (often 0, 1, 2, ...) over the 256 bits of
- * xoshiro state; its outputs are never all zero, which xoshiro requires. */
-static uint64_t splitmix64(uint64_t *x) {
-    uint64_t z = (*x += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
-static uint64_t rotl(uint64_t x, int k) {
-    return (x << k) | (x >> (64 - k));
-}
-
-/* xoshiro256** (Blackman and Vigna, 2018). */
-static uint64_t rng_next(uint64_t s[4]) {
-    uint64_t r = rotl(s[1] * 5, 7) * 9;
-    uint64_t t = s[1] << 17;
-    s[2] ^= s[0];
-    s[3] ^= s[1];
-    s[1] ^= s[2];
-    s[0] ^= s[3];
-    s[2] ^= t;
-    s[3] = rotl(s[3], 45);
-    return r;
-}
-
-/* Uniform in [0, 1): the top 53 bits, exactly representable in a double. */
-static double rng_uniform(uint64_t s[4]) {
-    return (double)(rng_next(s) >> 11) * 0x1.0p-53;
-}
-
 /* ---- ranking ------------------------------------------------------------ */
 
 /* A logit as the ranking sees it: NaN sorts with -inf, below every number. */
@@ -289,9 +256,7 @@ int smp_init_params(smp *s, int n_vocab, const smp_params *p) {
     s->n_stop = p->n_stop;
     if (p->n_stop > 0)
         memcpy(s->stop, p->stop_ids, (size_t)p->n_stop * sizeof *s->stop);
-    uint64_t x = p->seed;
-    for (int i = 0; i < 4; i++)
-        s->rng[i] = splitmix64(&x);
+    rng_seed(&s->rng, p->seed);
     return 0;
 }
 
@@ -318,7 +283,7 @@ int32_t smp_sample_with(smp *s, const smp *scratch, const float *logits) {
     view.idx = scratch->idx;
     view.w = scratch->w;
     int32_t tok = smp_sample(&view, logits);
-    memcpy(s->rng, view.rng, sizeof s->rng);
+    s->rng = view.rng;
     return tok;
 }
 
@@ -336,7 +301,7 @@ int32_t smp_sample(smp *s, const float *logits) {
 
     /* One draw per sampled token, drawn first, so that how the row looks
      * (degenerate or not) never shifts the stream for later tokens. */
-    const double u = rng_uniform(s->rng);
+    const double u = rng_uniform(&s->rng);
     float *w = s->w;
 
     /* Candidates: ids[0..c), or every token 0..n-1 while ids is NULL. */

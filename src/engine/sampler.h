@@ -25,6 +25,8 @@
 
 #include <stdint.h>
 
+#include "rng.h"
+
 #define SMP_MAX_STOP 16     /* stop ids a request may name */
 
 /* What a request asks of the sampler. Filters compose in the usual order:
@@ -48,7 +50,7 @@ typedef struct smp {
     float top_p;              /* 1 = off */
     int32_t n_stop;           /* valid entries of stop */
     int32_t stop[SMP_MAX_STOP]; /* copied stop ids */
-    uint64_t rng[4];          /* xoshiro256** state, never all zero */
+    rng rng;                  /* the random stream, seeded from smp_params.seed */
     int32_t *idx;             /* (n_vocab) candidate token ids, permuted per call */
     float *w;                 /* (n_vocab) unnormalised probability, by token id */
 } smp;

@@ -31,12 +31,12 @@
 
 #include <limits.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "err.h"
+#include "heap.h"
 
 /* One slot of the token-text hash table. */
 typedef struct tok_slot {
@@ -75,17 +75,6 @@ struct tok {
 };
 
 /* ---- small helpers ---------------------------------------------------- */
-
-static void set_err(char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static void set_err(char *err, size_t errlen, const char *fmt, ...) {
-    if (!err || errlen == 0) return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
 
 /* FNV-1a with a final avalanche: token texts are short, so the per-byte loop
  * dominates and a fancier hash would not pay for itself. */
@@ -302,10 +291,9 @@ static int spm_bytes(tok *t, int16_t *byte_of, char *err, size_t errlen) {
         byte_of[id] = -1;
         if (t->types[id] != TOK_TYPE_BYTE) continue;
         int v = parse_byte_token(t->text + t->text_off[id], tok_len_of(t, id));
-        if (v < 0) {
-            set_err(err, errlen, "token %d has type byte but its text is not <0xXX>", (int)id);
-            return TS_ERR_TOK_VOCAB;
-        }
+        if (v < 0)
+            return err_set(err, errlen, TS_ERR_TOK_VOCAB,
+                           "token %d has type byte but its text is not <0xXX>", (int)id);
         byte_of[id] = (int16_t)v;
         if (t->byte_tok[v] < 0) t->byte_tok[v] = id;
     }
@@ -323,12 +311,10 @@ static int spm_bytes(tok *t, int16_t *byte_of, char *err, size_t errlen) {
             missing++;
         }
     }
-    if (missing) {
-        set_err(err, errlen,
-                "SPM vocabulary lacks %d of the 256 byte tokens (first <0x%02X>); "
-                "byte fallback needs all of them", missing, first_missing);
-        return TS_ERR_TOK_VOCAB;
-    }
+    if (missing)
+        return err_set(err, errlen, TS_ERR_TOK_VOCAB,
+                       "SPM vocabulary lacks %d of the 256 byte tokens (first <0x%02X>); "
+                       "byte fallback needs all of them", missing, first_missing);
     return 0;
 }
 
@@ -338,11 +324,9 @@ static int bpe_bytes(tok *t, const uint32_t b2u[256], char *err, size_t errlen) 
         char s[4];
         size_t n = utf8_put(b2u[b], s);
         t->byte_tok[b] = lookup(t, s, n);
-        if (t->byte_tok[b] < 0) {
-            set_err(err, errlen, "BPE vocabulary lacks the token for byte 0x%02X (U+%04X)",
-                    b, (unsigned)b2u[b]);
-            return TS_ERR_TOK_VOCAB;
-        }
+        if (t->byte_tok[b] < 0)
+            return err_set(err, errlen, TS_ERR_TOK_VOCAB,
+                           "BPE vocabulary lacks the token for byte 0x%02X (U+%04X)", b, (unsigned)b2u[b]);
     }
     return 0;
 }
@@ -426,10 +410,8 @@ static int spm_split_words(const tok *t) {
 static int add_merge(tok *t, uint32_t rank, const char *s, size_t n,
                      char *scratch, char *err, size_t errlen) {
     const char *sp = n > 1 ? memchr(s + 1, ' ', n - 1) : NULL;
-    if (!sp || (size_t)(sp - s) + 1 >= n) {
-        set_err(err, errlen, "merge %u is not of the form \"left right\"", rank);
-        return TS_ERR_TOK_VOCAB;
-    }
+    if (!sp || (size_t)(sp - s) + 1 >= n)
+        return err_set(err, errlen, TS_ERR_TOK_VOCAB, "merge %u is not of the form \"left right\"", rank);
     size_t ln = (size_t)(sp - s), rn = n - ln - 1;
     if (ln > TOK_MAX_TOKEN_BYTES || rn > TOK_MAX_TOKEN_BYTES) return 0;
     int32_t l = lookup(t, s, ln), r = lookup(t, sp + 1, rn);
@@ -457,41 +439,29 @@ int tok_new(const tok_spec *spec, tok **out, char *err, size_t errlen) {
     int16_t *byte_of = NULL;
     char *scratch = NULL;
     if (out) *out = NULL;
-    set_err(err, errlen, "ok");
-    if (!spec || !out) {
-        set_err(err, errlen, "tok_new: NULL argument");
-        return TS_ERR_INVAL;
-    }
-    if (spec->model != TOK_MODEL_SPM && spec->model != TOK_MODEL_BPE) {
-        set_err(err, errlen, "unknown tokenizer model %d", spec->model);
-        return TS_ERR_TOK_MODEL;
-    }
-    if (spec->n_vocab == 0 || spec->n_vocab > (uint32_t)INT32_MAX - 1 || !spec->tokens) {
-        set_err(err, errlen, "vocabulary has no tokens or too many (%u)", spec->n_vocab);
-        return TS_ERR_TOK_VOCAB;
-    }
+    err_set(err, errlen, 0, "ok");
+    if (!spec || !out)
+        return err_set(err, errlen, TS_ERR_INVAL, "tok_new: NULL argument");
+    if (spec->model != TOK_MODEL_SPM && spec->model != TOK_MODEL_BPE)
+        return err_set(err, errlen, TS_ERR_TOK_MODEL, "unknown tokenizer model %d", spec->model);
+    if (spec->n_vocab == 0 || spec->n_vocab > (uint32_t)INT32_MAX - 1 || !spec->tokens)
+        return err_set(err, errlen, TS_ERR_TOK_VOCAB, "vocabulary has no tokens or too many (%u)",
+                       spec->n_vocab);
     int32_t n = (int32_t)spec->n_vocab;
-    if (spec->model == TOK_MODEL_SPM && !spec->scores) {
-        set_err(err, errlen, "SPM vocabulary has no scores");
-        return TS_ERR_TOK_VOCAB;
-    }
-    if (spec->model == TOK_MODEL_BPE && spec->n_merges > 0 && !spec->merges) {
-        set_err(err, errlen, "BPE vocabulary declares %u merges but has none", spec->n_merges);
-        return TS_ERR_TOK_VOCAB;
-    }
+    if (spec->model == TOK_MODEL_SPM && !spec->scores)
+        return err_set(err, errlen, TS_ERR_TOK_VOCAB, "SPM vocabulary has no scores");
+    if (spec->model == TOK_MODEL_BPE && spec->n_merges > 0 && !spec->merges)
+        return err_set(err, errlen, TS_ERR_TOK_VOCAB, "BPE vocabulary declares %u merges but has none",
+                       spec->n_merges);
     const int32_t ids[3] = {spec->bos, spec->eos, spec->unk};
     const char *id_names[3] = {"bos", "eos", "unk"};
     for (int i = 0; i < 3; i++) {
-        if (ids[i] < -1 || ids[i] >= n) {
-            set_err(err, errlen, "%s id %d outside the vocabulary of %d tokens",
-                    id_names[i], (int)ids[i], (int)n);
-            return TS_ERR_TOK_RANGE;
-        }
+        if (ids[i] < -1 || ids[i] >= n)
+            return err_set(err, errlen, TS_ERR_TOK_RANGE, "%s id %d outside the vocabulary of %d tokens",
+                           id_names[i], (int)ids[i], (int)n);
     }
-    if (spec->add_bos && spec->bos < 0) {
-        set_err(err, errlen, "vocabulary asks for BOS but has no bos id");
-        return TS_ERR_TOK_VOCAB;
-    }
+    if (spec->add_bos && spec->bos < 0)
+        return err_set(err, errlen, TS_ERR_TOK_VOCAB, "vocabulary asks for BOS but has no bos id");
 
     t = calloc(1, sizeof *t);
     if (!t) goto nomem;
@@ -511,29 +481,25 @@ int tok_new(const tok_spec *spec, tok **out, char *err, size_t errlen) {
     size_t total = 0;
     for (int32_t id = 0; id < n; id++) {
         if (!spec->tokens[id]) {
-            set_err(err, errlen, "token %d has no text", (int)id);
-            rc = TS_ERR_TOK_VOCAB;
+            rc = err_set(err, errlen, TS_ERR_TOK_VOCAB, "token %d has no text", (int)id);
             goto err;
         }
         size_t len = spec->token_lens ? spec->token_lens[id] : strlen(spec->tokens[id]);
         if (len > TOK_MAX_TOKEN_BYTES) {
-            set_err(err, errlen, "token %d is %zu bytes long (limit %d)", (int)id, len,
-                    TOK_MAX_TOKEN_BYTES);
-            rc = TS_ERR_TOK_VOCAB;
+            rc = err_set(err, errlen, TS_ERR_TOK_VOCAB, "token %d is %zu bytes long (limit %d)", (int)id, len,
+                         TOK_MAX_TOKEN_BYTES);
             goto err;
         }
         t->text_off[id] = total;
         total += len;
         int32_t ty = spec->types ? spec->types[id] : TOK_TYPE_NORMAL;
         if (ty < 0 || ty > TOK_TYPE_BYTE) {
-            set_err(err, errlen, "token %d has unknown type %d", (int)id, (int)ty);
-            rc = TS_ERR_TOK_VOCAB;
+            rc = err_set(err, errlen, TS_ERR_TOK_VOCAB, "token %d has unknown type %d", (int)id, (int)ty);
             goto err;
         }
         t->types[id] = (uint8_t)ty;
         if (spec->scores && isnan(spec->scores[id])) {
-            set_err(err, errlen, "token %d has a NaN score", (int)id);
-            rc = TS_ERR_TOK_VOCAB;
+            rc = err_set(err, errlen, TS_ERR_TOK_VOCAB, "token %d has a NaN score", (int)id);
             goto err;
         }
     }
@@ -587,8 +553,7 @@ int tok_new(const tok_spec *spec, tok **out, char *err, size_t errlen) {
         for (uint32_t i = 0; i < spec->n_merges; i++) {
             const char *m = spec->merges[i];
             if (!m) {
-                set_err(err, errlen, "merge %u has no text", i);
-                rc = TS_ERR_TOK_VOCAB;
+                rc = err_set(err, errlen, TS_ERR_TOK_VOCAB, "merge %u has no text", i);
                 goto err;
             }
             size_t ml = spec->merge_lens ? spec->merge_lens[i] : strlen(m);
@@ -602,8 +567,7 @@ int tok_new(const tok_spec *spec, tok **out, char *err, size_t errlen) {
     return 0;
 
 nomem:
-    set_err(err, errlen, "out of memory building the tokenizer");
-    rc = TS_ERR_NOMEM;
+    rc = err_set(err, errlen, TS_ERR_NOMEM, "out of memory building the tokenizer");
 err:
     free(byte_of);
     free(scratch);
@@ -623,15 +587,11 @@ static int gguf_num_arr(const gguf_ctx *g, const char *key, uint64_t n,
                         const gguf_kv **kv, char *err, size_t errlen) {
     *kv = gguf_find_kv(g, key);
     if (!*kv) return 0;
-    if ((*kv)->type != GGUF_VT_ARRAY || !is_numeric_vt((*kv)->arr_type)) {
-        set_err(err, errlen, "%s is not a numeric array", key);
-        return TS_ERR_TOK_VOCAB;
-    }
-    if ((*kv)->arr_n != n) {
-        set_err(err, errlen, "%s has %llu entries for %llu tokens", key,
-                (unsigned long long)(*kv)->arr_n, (unsigned long long)n);
-        return TS_ERR_TOK_VOCAB;
-    }
+    if ((*kv)->type != GGUF_VT_ARRAY || !is_numeric_vt((*kv)->arr_type))
+        return err_set(err, errlen, TS_ERR_TOK_VOCAB, "%s is not a numeric array", key);
+    if ((*kv)->arr_n != n)
+        return err_set(err, errlen, TS_ERR_TOK_VOCAB, "%s has %llu entries for %llu tokens", key,
+                       (unsigned long long)(*kv)->arr_n, (unsigned long long)n);
     return 0;
 }
 
@@ -639,10 +599,8 @@ static int gguf_str_arr(const gguf_ctx *g, const char *key, const gguf_kv **kv,
                         char *err, size_t errlen) {
     *kv = gguf_find_kv(g, key);
     if (!*kv) return 0;
-    if ((*kv)->type != GGUF_VT_ARRAY || (*kv)->arr_type != GGUF_VT_STRING) {
-        set_err(err, errlen, "%s is not a string array", key);
-        return TS_ERR_TOK_VOCAB;
-    }
+    if ((*kv)->type != GGUF_VT_ARRAY || (*kv)->arr_type != GGUF_VT_STRING)
+        return err_set(err, errlen, TS_ERR_TOK_VOCAB, "%s is not a string array", key);
     return 0;
 }
 
@@ -668,18 +626,14 @@ static int gguf_id(const gguf_ctx *g, const char *key, int32_t def, int32_t *out
         }
     }
     uint32_t u;
-    if (gguf_get_u32(g, key, &u) < 0) {
-        set_err(err, errlen, "%s is not a token id", key);
-        return TS_ERR_TOK_RANGE;
-    }
+    if (gguf_get_u32(g, key, &u) < 0)
+        return err_set(err, errlen, TS_ERR_TOK_RANGE, "%s is not a token id", key);
     if (u == UINT32_MAX) {
         *out = -1;
         return 0;
     }
-    if (u > (uint32_t)INT32_MAX) {
-        set_err(err, errlen, "%s = %u is out of range", key, u);
-        return TS_ERR_TOK_RANGE;
-    }
+    if (u > (uint32_t)INT32_MAX)
+        return err_set(err, errlen, TS_ERR_TOK_RANGE, "%s = %u is out of range", key, u);
     *out = (int32_t)u;
     return 0;
 }
@@ -688,10 +642,8 @@ static int gguf_flag(const gguf_ctx *g, const char *key, int def, int *out,
                      char *err, size_t errlen) {
     *out = def;
     if (!gguf_find_kv(g, key)) return 0;
-    if (gguf_get_bool(g, key, out) < 0) {
-        set_err(err, errlen, "%s is not a bool", key);
-        return TS_ERR_TOK_VOCAB;
-    }
+    if (gguf_get_bool(g, key, out) < 0)
+        return err_set(err, errlen, TS_ERR_TOK_VOCAB, "%s is not a bool", key);
     return 0;
 }
 
@@ -706,55 +658,42 @@ int tok_new_from_gguf(const gguf_ctx *g, tok **out, char *err, size_t errlen) {
     tok_spec spec;
     memset(&spec, 0, sizeof spec);
     if (out) *out = NULL;
-    if (!g || !out) {
-        set_err(err, errlen, "tok_new_from_gguf: NULL argument");
-        return TS_ERR_INVAL;
-    }
-    if (gguf_get_str(g, "tokenizer.ggml.model", &model) < 0) {
-        set_err(err, errlen, "tokenizer.ggml.model missing or not a string");
-        return TS_ERR_TOK_VOCAB;
-    }
+    if (!g || !out)
+        return err_set(err, errlen, TS_ERR_INVAL, "tok_new_from_gguf: NULL argument");
+    if (gguf_get_str(g, "tokenizer.ggml.model", &model) < 0)
+        return err_set(err, errlen, TS_ERR_TOK_VOCAB, "tokenizer.ggml.model missing or not a string");
     if (gguf_str_eq(model, "llama")) {
         spec.model = TOK_MODEL_SPM;
     } else if (gguf_str_eq(model, "gpt2")) {
         spec.model = TOK_MODEL_BPE;
     } else {
         int shown = model.len > 40 ? 40 : (int)model.len;
-        set_err(err, errlen, "tokenizer model \"%.*s\" is not supported (llama, gpt2)",
-                shown, model.ptr);
-        return TS_ERR_TOK_MODEL;
+        return err_set(err, errlen, TS_ERR_TOK_MODEL,
+                       "tokenizer model \"%.*s\" is not supported (llama, gpt2)", shown, model.ptr);
     }
     int spm = spec.model == TOK_MODEL_SPM;
 
     const gguf_kv *kt, *ks, *ky, *km;
     if ((rc = gguf_str_arr(g, "tokenizer.ggml.tokens", &kt, err, errlen)) < 0) return rc;
-    if (!kt || kt->arr_n == 0 || kt->arr_n > (uint64_t)INT32_MAX - 1) {
-        set_err(err, errlen, "tokenizer.ggml.tokens missing, empty or too long");
-        return TS_ERR_TOK_VOCAB;
-    }
+    if (!kt || kt->arr_n == 0 || kt->arr_n > (uint64_t)INT32_MAX - 1)
+        return err_set(err, errlen, TS_ERR_TOK_VOCAB, "tokenizer.ggml.tokens missing, empty or too long");
     uint64_t n = kt->arr_n;
     if ((rc = gguf_num_arr(g, "tokenizer.ggml.scores", n, &ks, err, errlen)) < 0) return rc;
     if ((rc = gguf_num_arr(g, "tokenizer.ggml.token_type", n, &ky, err, errlen)) < 0) return rc;
     if ((rc = gguf_str_arr(g, "tokenizer.ggml.merges", &km, err, errlen)) < 0) return rc;
-    if (spm && !ks) {
-        set_err(err, errlen, "tokenizer.ggml.scores missing (SPM needs scores)");
-        return TS_ERR_TOK_VOCAB;
-    }
-    if (!spm && !km) {
-        set_err(err, errlen, "tokenizer.ggml.merges missing (gpt2 needs merges)");
-        return TS_ERR_TOK_VOCAB;
-    }
-    if (km && km->arr_n > (uint64_t)INT32_MAX) {
-        set_err(err, errlen, "tokenizer.ggml.merges too long");
-        return TS_ERR_TOK_VOCAB;
-    }
+    if (spm && !ks)
+        return err_set(err, errlen, TS_ERR_TOK_VOCAB, "tokenizer.ggml.scores missing (SPM needs scores)");
+    if (!spm && !km)
+        return err_set(err, errlen, TS_ERR_TOK_VOCAB, "tokenizer.ggml.merges missing (gpt2 needs merges)");
+    if (km && km->arr_n > (uint64_t)INT32_MAX)
+        return err_set(err, errlen, TS_ERR_TOK_VOCAB, "tokenizer.ggml.merges too long");
 
     strs = malloc(n * sizeof *strs);
     ptrs = malloc(n * sizeof *ptrs);
     lens = malloc(n * sizeof *lens);
     if (!strs || !ptrs || !lens) goto nomem;
     if ((rc = gguf_arr_strings(kt, strs)) < 0) {
-        set_err(err, errlen, "tokenizer.ggml.tokens unreadable");
+        err_set(err, errlen, rc, "tokenizer.ggml.tokens unreadable");
         goto err;
     }
     for (uint64_t i = 0; i < n; i++) {
@@ -787,7 +726,7 @@ int tok_new_from_gguf(const gguf_ctx *g, tok **out, char *err, size_t errlen) {
         mlens = malloc((m ? m : 1) * sizeof *mlens);
         if (!mstrs || !mptrs || !mlens) goto nomem;
         if ((rc = gguf_arr_strings(km, mstrs)) < 0) {
-            set_err(err, errlen, "tokenizer.ggml.merges unreadable");
+            err_set(err, errlen, rc, "tokenizer.ggml.merges unreadable");
             goto err;
         }
         for (uint64_t i = 0; i < m; i++) {
@@ -814,8 +753,7 @@ int tok_new_from_gguf(const gguf_ctx *g, tok **out, char *err, size_t errlen) {
     goto done;
 
 nomem:
-    set_err(err, errlen, "out of memory reading the GGUF vocabulary");
-    rc = TS_ERR_NOMEM;
+    rc = err_set(err, errlen, TS_ERR_NOMEM, "out of memory reading the GGUF vocabulary");
 err:
 done:
     free(strs);
@@ -858,51 +796,20 @@ typedef struct work {
     const tok *t;
     const unsigned char *buf;   /* bytes the symbols cover */
     sym *sy;
-    pair *heap;
-    size_t nheap, capheap;
+    heap pairs;                 /* of pair, best first (pair_before) */
     int32_t *out;               /* caller's buffer */
     int cap;
     size_t need;                /* ids produced so far */
 } work;
 
-static int pair_before(const pair *a, const pair *b) {
+/* The heap's order: smaller key first, then the leftmost pair. Two entries
+ * that tie on both name the same left symbol, and at most one of them still
+ * describes the current pair (see the top of the file), so which of them
+ * pops first never changes a result. */
+static int pair_before(const void *ap, const void *bp) {
+    const pair *a = ap, *b = bp;
     if (a->key != b->key) return a->key < b->key;
     return a->left < b->left;
-}
-
-static int heap_push(work *w, pair p) {
-    if (w->nheap == w->capheap) {
-        size_t nc = w->capheap ? w->capheap * 2 : 64;
-        pair *nh = realloc(w->heap, nc * sizeof *nh);
-        if (!nh) return TS_ERR_NOMEM;
-        w->heap = nh;
-        w->capheap = nc;
-    }
-    size_t i = w->nheap++;
-    while (i > 0) {
-        size_t up = (i - 1) / 2;
-        if (!pair_before(&p, &w->heap[up])) break;
-        w->heap[i] = w->heap[up];
-        i = up;
-    }
-    w->heap[i] = p;
-    return 0;
-}
-
-static pair heap_pop(work *w) {
-    pair top = w->heap[0];
-    pair last = w->heap[--w->nheap];
-    size_t i = 0, n = w->nheap;
-    for (;;) {
-        size_t c = 2 * i + 1;
-        if (c >= n) break;
-        if (c + 1 < n && pair_before(&w->heap[c + 1], &w->heap[c])) c++;
-        if (!pair_before(&w->heap[c], &last)) break;
-        w->heap[i] = w->heap[c];
-        i = c;
-    }
-    if (n > 0) w->heap[i] = last;
-    return top;
 }
 
 static void emit(work *w, int32_t id) {
@@ -942,17 +849,17 @@ static int try_pair(work *w, int32_t l, int32_t r) {
         p.id = m->result;
         p.key = (uint32_t)m->rank;
     }
-    return heap_push(w, p);
+    return heap_push(&w->pairs, &p);
 }
 
 /* Merge until no queued pair applies; symbols [first, first + n) are linked. */
 static int merge_all(work *w, int32_t first, int32_t n) {
     int rc;
-    w->nheap = 0;
+    heap_clear(&w->pairs);
     for (int32_t i = first; i + 1 < first + n; i++)
         if ((rc = try_pair(w, i, i + 1)) < 0) return rc;
-    while (w->nheap > 0) {
-        pair p = heap_pop(w);
+    pair p;
+    while (heap_pop(&w->pairs, &p) == 0) {
         sym *a = &w->sy[p.left];
         if (a->n == 0 || a->next < 0) continue;                 /* stale */
         sym *b = &w->sy[a->next];
@@ -1140,8 +1047,9 @@ int tok_encode(const tok *t, const char *text, size_t len, int add_bos,
     w.t = t;
     w.out = out;
     w.cap = cap;
+    int rc = heap_init(&w.pairs, sizeof(pair), 0, HEAP_GROW, pair_before, NULL);
+    if (rc < 0) return rc;
     if (add_bos) emit(&w, t->bos);
-    int rc = 0;
     if (len > 0) {
         if (t->model == TOK_MODEL_SPM)
             rc = encode_spm(&w, (const unsigned char *)text, len);
@@ -1149,7 +1057,7 @@ int tok_encode(const tok *t, const char *text, size_t len, int add_bos,
             rc = encode_bpe(&w, (const unsigned char *)text, len);
     }
     free(w.sy);
-    free(w.heap);
+    heap_deinit(&w.pairs);
     if (rc < 0) return rc;
     /* At most 3 ids per input byte plus BOS, and the input is capped, so the
      * count fits an int. */

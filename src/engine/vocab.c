@@ -20,6 +20,8 @@
 #include <string.h>
 
 #include "err.h"
+#include "heap.h"
+#include "rng.h"
 #include "tok.h"
 
 /*
@@ -115,8 +117,7 @@ typedef struct trainer {
     size_t pt_mask, pt_used;
     uint64_t *touched;          /* keys changed during the current merge */
     size_t n_touched, cap_touched;
-    cand *heap;
-    size_t n_heap, cap_heap;
+    heap cands;                 /* of cand, best first (cand_before) */
 } trainer;
 
 /* ---- hashing ---------------------------------------------------------- */
@@ -130,13 +131,6 @@ static uint64_t hash_bytes(const char *s, size_t n) {
     h ^= h >> 33;
     h *= 0xff51afd7ed558ccdull;
     return h ^ (h >> 33);
-}
-
-static uint64_t splitmix64(uint64_t *state) {
-    uint64_t z = (*state += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
 }
 
 static size_t pow2_at_least(size_t n) {
@@ -212,42 +206,13 @@ static uint32_t spm_segments(const trainer *tr, const char *s, size_t n) {
 
 /* ---- pair counts and the candidate heap ------------------------------- */
 
-static int cand_before(const cand *x, const cand *y) {
+/* The heap's order: higher count first, then smaller piece indices, a
+ * total order, so training is deterministic. */
+static int cand_before(const void *xp, const void *yp) {
+    const cand *x = xp, *y = yp;
     if (x->count != y->count) return x->count > y->count;
     if (x->a != y->a) return x->a < y->a;
     return x->b < y->b;
-}
-
-static int heap_push(trainer *tr, cand c) {
-    if (tr->n_heap == tr->cap_heap) {
-        size_t nc = tr->cap_heap ? tr->cap_heap * 2 : 1024;
-        cand *nh = realloc(tr->heap, nc * sizeof *nh);
-        if (!nh) return TS_ERR_NOMEM;
-        tr->heap = nh;
-        tr->cap_heap = nc;
-    }
-    size_t i = tr->n_heap++;
-    while (i > 0 && cand_before(&c, &tr->heap[(i - 1) / 2])) {
-        tr->heap[i] = tr->heap[(i - 1) / 2];
-        i = (i - 1) / 2;
-    }
-    tr->heap[i] = c;
-    return 0;
-}
-
-static cand heap_pop(trainer *tr) {
-    cand top = tr->heap[0], last = tr->heap[--tr->n_heap];
-    size_t i = 0, n = tr->n_heap;
-    for (;;) {
-        size_t c = 2 * i + 1;
-        if (c >= n) break;
-        if (c + 1 < n && cand_before(&tr->heap[c + 1], &tr->heap[c])) c++;
-        if (!cand_before(&tr->heap[c], &last)) break;
-        tr->heap[i] = tr->heap[c];
-        i = c;
-    }
-    if (n > 0) tr->heap[i] = last;
-    return top;
 }
 
 static pair_slot *pair_slot_of(trainer *tr, uint64_t key) {
@@ -309,7 +274,7 @@ static int pair_flush(trainer *tr) {
         s->touched = 0;
         if (s->count > 0 && !s->banned) {
             cand c = {s->count, (int32_t)(s->key >> 32), (int32_t)(s->key & 0xFFFFFFFFu)};
-            int rc = heap_push(tr, c);
+            int rc = heap_push(&tr->cands, &c);
             if (rc < 0) return rc;
         }
     }
@@ -444,7 +409,7 @@ static void trainer_free(trainer *tr) {
     free(tr->w_count);
     free(tr->pt);
     free(tr->touched);
-    free(tr->heap);
+    heap_deinit(&tr->cands);
 }
 
 /* ---- training --------------------------------------------------------- */
@@ -456,8 +421,8 @@ static int train_corpus(trainer *tr) {
     for (size_t w = 0; w < tr->n_words; w++)
         if ((rc = word_pairs(tr, w, +1)) < 0) return rc;
     if ((rc = pair_flush(tr)) < 0) return rc;
-    while (tr->n_pieces < tr->cap_pieces && tr->n_heap > 0) {
-        cand c = heap_pop(tr);
+    cand c;
+    while (tr->n_pieces < tr->cap_pieces && heap_pop(&tr->cands, &c) == 0) {
         pair_slot *s = pair_slot_of(tr, ((uint64_t)(uint32_t)c.a << 32) | (uint32_t)c.b);
         if (s->banned || s->count != c.count) continue;     /* stale */
         const piece *pa = &tr->pieces[c.a], *pb = &tr->pieces[c.b];
@@ -494,13 +459,13 @@ static int inner_space(const char *s, size_t n) {
 /* Phase 2: seeded concatenations of two existing pieces, none with a space
  * inside. */
 static int train_random(trainer *tr) {
-    uint64_t rng = SEED;
+    uint64_t st = SEED;         /* a splitmix64 stream */
     /* Generous: in practice about two tries per accepted piece. */
     uint64_t budget = 1000 + 1000ull * tr->cap_pieces;
     while (tr->n_pieces < tr->cap_pieces) {
         if (budget-- == 0) return TS_ERR_INVAL;
-        const piece *pa = &tr->pieces[splitmix64(&rng) % tr->n_pieces];
-        const piece *pb = &tr->pieces[splitmix64(&rng) % tr->n_pieces];
+        const piece *pa = &tr->pieces[rng_splitmix64(&st) % tr->n_pieces];
+        const piece *pb = &tr->pieces[rng_splitmix64(&st) % tr->n_pieces];
         size_t n = (size_t)pa->n + pb->n;
         if (n > VOCAB_PIECE_MAX) continue;
         char buf[VOCAB_PIECE_MAX];
@@ -554,6 +519,7 @@ int vocab_synth(uint32_t n_vocab, vocab_synth_out *out) {
     tr.ht = malloc(ht_cap * sizeof *tr.ht);
     tr.pt = malloc(1024 * sizeof *tr.pt);
     if (!tr.pieces || !tr.ht || !tr.pt) goto nomem;
+    if ((rc = heap_init(&tr.cands, sizeof(cand), 1024, HEAP_GROW, cand_before, NULL)) < 0) goto err;
     tr.ht_mask = ht_cap - 1;
     for (size_t i = 0; i < ht_cap; i++) tr.ht[i] = -1;
     tr.pt_mask = 1023;

@@ -63,6 +63,8 @@ static void sift_down(heap *h, size_t i, const void *e) {
 }
 
 int heap_push(heap *h, const void *e) {
+    unsigned char tmp[HEAP_ELEM_MAX];
+    memcpy(tmp, e, h->size);    /* e may point into the array, which growing moves */
     if (h->n == h->cap) {
         if (h->fixed) return TS_ERR_NOMEM;
         size_t cap = h->cap ? h->cap * 2 : 64;
@@ -72,8 +74,6 @@ int heap_push(heap *h, const void *e) {
         h->v = v;
         h->cap = cap;
     }
-    unsigned char tmp[HEAP_ELEM_MAX];
-    memcpy(tmp, e, h->size);    /* e may point into the array */
     sift_up(h, h->n++, tmp);
     return 0;
 }

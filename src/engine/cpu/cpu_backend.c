@@ -25,8 +25,6 @@
  */
 #include <math.h>
 #include <omp.h>
-#include <stdarg.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -119,9 +117,8 @@ static int cpu_create(const model *m, eng_opts *o, int n_blocks, void **out, cha
     *out = s;
     return 0;
 err:
-    if (err && errlen)
-        snprintf(err, errlen, "out of memory for the CPU engine (%d KV blocks of %zu bytes)", n_blocks,
-                 s ? s->block_floats * sizeof(float) : 0);
+    err_set(err, errlen, TS_ERR_NOMEM, "out of memory for the CPU engine (%d KV blocks of %zu bytes)", n_blocks,
+            s ? s->block_floats * sizeof(float) : 0);
     cpu_destroy(s);
     return TS_ERR_NOMEM;
 }

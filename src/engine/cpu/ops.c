@@ -52,9 +52,10 @@
  * T = 16 at ~45 GMAC/s a core hot, over 90% of the FMA peak, while sgemm at
  * such T must first dequantize every row (F16) and packs both operands:
  * measured on Zen 3 (768x768 hot, 2048x768 cold, 2 threads, best of 60)
- * streaming was 20-35% faster at T = 12..16 for F16 and F32 (with the
- * older 4x2 tile) and about even at 24..32, so a decode batch of 16
- * sequences streams and prefill calls sgemm. */
+ * streaming with a 4x2 tile was 20-35% faster at T = 12..16 for F16 and
+ * F32 and about even at 24..32 (the 5x2 tile is faster still, see
+ * rows_float), so a decode batch of 16 sequences streams and prefill calls
+ * sgemm. */
 #define OPS_SMALL_T_F32 16
 #define OPS_SMALL_T_HALF 16
 /* Activation rows from which F32 takes tile_f32_b (the activations in the
@@ -514,9 +515,18 @@ struct ops_scratch {
     float *xdt;             /* (max_T rounded up to 4, max_n_in / 32): their scales, likewise */
     int8_t *xq_own;         /* (n_threads, OPS_Q8_OWN_T, max_n_in): each thread's own copy at small T */
     float *xd_own;          /* (n_threads, OPS_Q8_OWN_T, max_n_in / 32) */
-    float *tile;            /* (n_threads, OPS_TILE_ROWS, max_n_in): each thread's dequantized weights
-                             * (sgemm path) or regrouped Q8_0 rows (rows_q8's work) */
-    size_t tile_floats;     /* floats per thread's tile, a multiple of 16 (64 bytes) */
+    /* Each thread's own buffers, one slice per thread, every slice 64-byte
+     * aligned. A call uses at most one of the three, but each has its own
+     * memory: the three together are ~7% more than the largest alone. */
+    float *wtile;           /* (n_threads, OPS_TILE_ROWS, max_n_in): F16/BF16 weight rows
+                             * dequantized for sgemm */
+    size_t wtile_floats;    /* floats per thread's slice, a multiple of 16 */
+    uint8_t *q8rows;        /* (n_threads, Q8_GROUP_BYTES * max_n_in / 32): 8 Q8_0 weight rows
+                             * regrouped for tile_q8w, as ops_q8_regroup lays them out */
+    size_t q8rows_bytes;    /* bytes per thread's slice, a multiple of 64 */
+    float *xt_f32;          /* (n_threads, max_n_in, 16): the F32 activations transposed for
+                             * tile_f32_b, each thread's own copy (cheaper than a barrier) */
+    size_t xt_f32_floats;   /* floats per thread's slice, 16 max_n_in */
 };
 
 /* 64-byte aligned allocation; aligned_alloc wants a multiple of the alignment. */
@@ -549,8 +559,10 @@ ops_scratch *ops_scratch_new(int max_T, int64_t max_n_in, int n_threads) {
     s->max_T = max_T;
     s->max_n_in = max_n_in;
     s->n_threads = n_threads;
-    s->tile_floats = ((size_t)OPS_TILE_ROWS * (size_t)max_n_in + 15) / 16 * 16;
     const size_t nb = (size_t)(max_n_in / GGUF_Q8_0_BLOCK), own = (size_t)n_threads * OPS_Q8_OWN_T;
+    s->wtile_floats = ((size_t)OPS_TILE_ROWS * (size_t)max_n_in + 15) / 16 * 16;
+    s->q8rows_bytes = (Q8_GROUP_BYTES * nb + 63) / 64 * 64;
+    s->xt_f32_floats = 16 * (size_t)max_n_in;
     s->xq = alloc64((size_t)max_T * (size_t)max_n_in);
     s->xd = alloc64((size_t)max_T * nb * sizeof(float));
     const size_t t4 = ((size_t)max_T + OPS_Q8_TT - 1) / OPS_Q8_TT * OPS_Q8_TT;
@@ -558,14 +570,33 @@ ops_scratch *ops_scratch_new(int max_T, int64_t max_n_in, int n_threads) {
     s->xdt = alloc64(t4 * nb * sizeof(float));
     s->xq_own = alloc64(own * (size_t)max_n_in);
     s->xd_own = alloc64(own * nb * sizeof(float));
-    s->tile = alloc64(s->tile_floats * (size_t)n_threads * sizeof(float));
-    if (!s->xq || !s->xd || !s->xt || !s->xdt || !s->xq_own || !s->xd_own || !s->tile)
+    s->wtile = alloc64(s->wtile_floats * (size_t)n_threads * sizeof(float));
+    s->q8rows = alloc64(s->q8rows_bytes * (size_t)n_threads);
+    s->xt_f32 = alloc64(s->xt_f32_floats * (size_t)n_threads * sizeof(float));
+    if (!s->xq || !s->xd || !s->xt || !s->xdt || !s->xq_own || !s->xd_own || !s->wtile || !s->q8rows ||
+        !s->xt_f32)
         goto err;
     return s;
 err:
     ops_scratch_free(s);
     return NULL;
 }
+
+/* This thread's slice of each per-thread buffer. The last two only serve
+ * vector kernels. */
+static float *thread_wtile(const ops_scratch *s) {
+    return s->wtile + (size_t)omp_get_thread_num() * s->wtile_floats;
+}
+
+#ifdef OPS_AVX2
+static uint8_t *thread_q8rows(const ops_scratch *s) {
+    return s->q8rows + (size_t)omp_get_thread_num() * s->q8rows_bytes;
+}
+
+static float *thread_xt_f32(const ops_scratch *s) {
+    return s->xt_f32 + (size_t)omp_get_thread_num() * s->xt_f32_floats;
+}
+#endif
 
 void ops_scratch_free(ops_scratch *s) {
     if (!s)
@@ -576,7 +607,9 @@ void ops_scratch_free(ops_scratch *s) {
     free(s->xdt);
     free(s->xq_own);
     free(s->xd_own);
-    free(s->tile);
+    free(s->wtile);
+    free(s->q8rows);
+    free(s->xt_f32);
     free(s);
 }
 
@@ -692,7 +725,6 @@ static void rows_scalar(float *y, int64_t ldy, const float *x, int T, const ops_
 
 #ifdef OPS_AVX2
 
-
 /* Eight weights of a float-type row as f32. type is a constant at every call
  * site, so the switch folds away. */
 static ALWAYS_INLINE __m256 w_load8(const uint8_t *row, int64_t i, uint32_t type) {
@@ -749,7 +781,6 @@ static ALWAYS_INLINE void tile_float_s(float *y, int64_t ldy, size_t ys, const u
             y[(size_t)c * (size_t)ldy + (size_t)r * ys] = s;
         }
 }
-
 
 /* The activations x (T, n) transposed for tile_f32_b: xt (n, 16), row k
  * holding element k of every activation, zeros from T on. */
@@ -830,8 +861,9 @@ static void rows_f32_b(float *y, int64_t ldy, int T, const ops_mat *w, int64_t o
  * -> 474-522 us, against reading 5-row groups one after another with the
  * next group prefetched). T > 1 takes five rows against two activations
  * per pass while they sit in L1: ten independent FMA chains cover the FMA
- * latency where 4x2 left it exposed (1 thread, 768x768, T = 16: F16 317 ->
- * 206 us, F32 301 -> 252 us). DRAM sees each row once whatever T is. */
+ * latency, which a 4x2 tile leaves exposed (1 thread, 768x768, T = 16, 4x2
+ * -> 5x2: F16 317 -> 206 us, F32 301 -> 252 us). DRAM sees each row once
+ * whatever T is. */
 static ALWAYS_INLINE void rows_float(float *y, int64_t ldy, const float *x, int T, const ops_mat *w,
                                      int64_t o0, int64_t o1, const uint32_t type) {
     const int64_t n = w->n_in;
@@ -881,12 +913,12 @@ static ALWAYS_INLINE void rows_float(float *y, int64_t ldy, const float *x, int 
 #undef FL_AT
 }
 
-/* work: the transposed activations (f32_act_transpose) from matmul_team
- * where T >= OPS_BCAST_T. */
+/* xt: from T = OPS_BCAST_T on, the activations as f32_act_transpose
+ * wrote them for this thread (matmul_team). */
 static void rows_f32(float *y, int64_t ldy, const float *x, int T, const ops_mat *w, int64_t o0, int64_t o1,
-                     const float *work) {
+                     const float *xt) {
     if (T >= OPS_BCAST_T)
-        rows_f32_b(y, ldy, T, w, o0, o1, work);
+        rows_f32_b(y, ldy, T, w, o0, o1, xt);
     else
         rows_float(y, ldy, x, T, w, o0, o1, GGUF_TT_F32);
 }
@@ -952,12 +984,12 @@ static ALWAYS_INLINE void tile_q8(float *y, int64_t ldy, const uint8_t *w, size_
  * in the 8 lanes. The weights come regrouped by q8_rows8 (per block, 8
  * vectors: vector g holds quants 4g..4g+3 of each row; the 8 scales),
  * the activations by q8_act_tile. Per group: |weights| (one abs for the
- * four activation rows; storing them instead doubled the bytes a
- * regrouped copy streams from memory). Per group and
- * activation row: a broadcast of the activation's 4 quants, given the
- * weights' signs, maddubs with the |weights| and madd give the 8 rows'
- * partial dot products at once (|-128| reads as 128 unsigned; activations
- * never hold -128, so x sgn w fits a byte); they add up in int32 over the
+ * four activation rows; storing them as well would double the bytes a
+ * regrouped copy streams from memory). Per group and activation row: a
+ * broadcast of the activation's 4 quants, given the weights' signs,
+ * maddubs with the |weights| and madd give the 8 rows' partial dot
+ * products at once (|-128| reads as 128 unsigned; activations never hold
+ * -128, so x sgn w fits a byte); they add up in int32 over the
  * block (at most 32 * 128 * 127, exact) before one convert and one FMA per
  * block and activation row apply the scales. So 32 multiply-adds cost a
  * broadcast, sign, maddubs, madd and an add, where one accumulator per
@@ -1042,16 +1074,17 @@ static void q8_rows8(int8_t *wg, float *dw, const uint8_t *row, size_t rb, int64
     }
 }
 
-/* Q8_0 rows [o0, o1). Below OPS_Q8_TT activation rows, each weight row is
- * streamed once, four rows at a time from four streams a quarter of the
- * range apart (as rows_float does), against one or two activations per
- * pass (tile_q8, prefetching). From OPS_Q8_TT rows on (which matmul_team then
- * regrouped in tiles of 4), the weight rows are taken eight at a time,
- * regrouped once into work, and every activation tile passes over them
- * while they sit in L1 (tile_q8w). Leftover rows take tile_q8.
- * work: per-thread scratch of at least 8 nb floats + 16 n bytes + 32. */
+/* Q8_0 rows [o0, o1). Without regrouped activations (T below
+ * OPS_Q8_TILED_T), each weight row is streamed once, four rows at a time
+ * from four streams a quarter of the range apart (as rows_float does),
+ * against one or two activations per pass (tile_q8_s, prefetching). With
+ * them (xa->t, which matmul_team made in tiles of OPS_Q8_TT rows), the
+ * weight rows are taken eight at a time, regrouped once into group (or
+ * read from w->q8g, regrouped at load), and every activation tile passes
+ * over them while they sit in L1 (tile_q8w). Leftover rows take tile_q8.
+ * group: this thread's Q8_GROUP_BYTES * n_in / 32 bytes, 64-byte aligned. */
 static void rows_q8(float *y, int64_t ldy, int T, const ops_mat *w, const q8_act *xa, int64_t o0, int64_t o1,
-                    float *work) {
+                    uint8_t *group) {
     const int64_t n = w->n_in, nb = n / GGUF_Q8_0_BLOCK;
     const size_t rb = row_bytes(w);
     int64_t o = o0;
@@ -1079,17 +1112,16 @@ static void rows_q8(float *y, int64_t ldy, int T, const ops_mat *w, const q8_act
         }
         o = o0 + 4 * q;
     } else {
-        float *dw = work;
-        int8_t *wg = (int8_t *)(((uintptr_t)(work + 8 * (size_t)nb) + 31) & ~(uintptr_t)31);
         for (; o + 8 <= o1; o += 8) {
-            if (w->q8g) {
-                /* o0 is a multiple of OPS_ROW_BLOCK, so o starts a group */
-                const uint8_t *g = (const uint8_t *)w->q8g + (size_t)(o / 8) * (size_t)nb * Q8_GROUP_BYTES;
-                wg = (int8_t *)g;
-                dw = (float *)(g + 256 * (size_t)nb);
-            } else {
-                q8_rows8(wg, dw, (const uint8_t *)w->data + (size_t)o * rb, rb, nb);
-            }
+            /* o0 is a multiple of OPS_ROW_BLOCK, so o starts a group of 8 */
+            const uint8_t *g = group;
+            if (w->q8g)
+                g = (const uint8_t *)w->q8g + (size_t)(o / 8) * (size_t)nb * Q8_GROUP_BYTES;
+            else
+                q8_rows8((int8_t *)group, (float *)(group + 256 * (size_t)nb),
+                         (const uint8_t *)w->data + (size_t)o * rb, rb, nb);
+            const int8_t *wg = (const int8_t *)g;
+            const float *dw = (const float *)(g + 256 * (size_t)nb);
             for (int tt = 0; tt * OPS_Q8_TT < T; tt++) {
                 const int t = tt * OPS_Q8_TT, tv = T - t < OPS_Q8_TT ? T - t : OPS_Q8_TT;
                 tile_q8w(y + (size_t)t * (size_t)ldy + (size_t)o, ldy, tv, wg, dw, nb,
@@ -1139,21 +1171,18 @@ void ops_q8_regroup(void *out, const ops_mat *w) {
 
 #endif /* OPS_AVX2 */
 
-/* One row block of the decode path, by the vector kernel where there is one. */
-static void rows_block(float *y, int64_t ldy, const float *x, int T, const ops_mat *w,
-                       const q8_act *xa, int64_t o0, int64_t o1, int ref, float *work) {
 #ifdef OPS_AVX2
-    if (!ref) {
-        switch (w->type) {
-        case GGUF_TT_F32: rows_f32(y, ldy, x, T, w, o0, o1, work); return;
-        case GGUF_TT_F16: rows_f16(y, ldy, x, T, w, o0, o1); return;
-        case GGUF_TT_BF16: rows_bf16(y, ldy, x, T, w, o0, o1); return;
-        case GGUF_TT_Q8_0: rows_q8(y, ldy, T, w, xa, o0, o1, work); return;
-        }
+/* Rows [o0, o1) of the decode path by the vector kernel of w's type. */
+static void rows_vector(float *y, int64_t ldy, const float *x, int T, const ops_mat *w, const q8_act *xa,
+                        int64_t o0, int64_t o1, const ops_scratch *s) {
+    switch (w->type) {
+    case GGUF_TT_F32: rows_f32(y, ldy, x, T, w, o0, o1, thread_xt_f32(s)); return;
+    case GGUF_TT_F16: rows_f16(y, ldy, x, T, w, o0, o1); return;
+    case GGUF_TT_BF16: rows_bf16(y, ldy, x, T, w, o0, o1); return;
+    case GGUF_TT_Q8_0: rows_q8(y, ldy, T, w, xa, o0, o1, thread_q8rows(s)); return;
     }
-#endif
-    rows_scalar(y, ldy, x, T, w, xa, o0, o1);
 }
+#endif
 
 /* ------------------------------------------------------------------------- */
 /* Matmul, prefill path: sgemm on disjoint column ranges                     */
@@ -1168,13 +1197,13 @@ static void sgemm_cols(float *y, int64_t ldy, const float *x, int T, const float
 /* Rows [o0, o1) (at most OPS_TILE_ROWS) by single-threaded sgemm: in place
  * for F32, through this thread's dequantized tile for F16/BF16. */
 static void sgemm_rows(float *y, int64_t ldy, const float *x, int T, const ops_mat *w, int64_t o0, int64_t o1,
-                       ops_scratch *s) {
+                       const ops_scratch *s) {
     const int64_t n = w->n_in;
     if (w->type == GGUF_TT_F32) {
         sgemm_cols(y + o0, ldy, x, T, (const float *)w->data + (size_t)o0 * (size_t)n, o1 - o0, n);
         return;
     }
-    float *tile = s->tile + (size_t)omp_get_thread_num() * s->tile_floats;
+    float *tile = thread_wtile(s);
     for (int64_t r = o0; r < o1; r++)
         dequant_row(tile + (size_t)(r - o0) * (size_t)n, w, r);
     sgemm_cols(y + o0, ldy, x, T, tile, o1 - o0, n);
@@ -1183,6 +1212,14 @@ static void sgemm_rows(float *y, int64_t ldy, const float *x, int T, const ops_m
 /* ------------------------------------------------------------------------- */
 /* Matmul driver: one work list over every matrix of a call                  */
 /* ------------------------------------------------------------------------- */
+
+/* How a call's products are computed. They all share T and the weight
+ * type, so one method serves the whole call; matmul_run picks it once. */
+enum {
+    MM_SCALAR,              /* rows_scalar: the reference, and a build without AVX2 at small T */
+    MM_STREAM,              /* the vector decode kernels: each weight row streamed once */
+    MM_SGEMM,               /* OpenBLAS sgemm on tiles of OPS_TILE_ROWS rows */
+};
 
 /* One call: up to OPS_MATMUL_MAX products of the same activations, or one
  * SwiGLU pair (y = silu(x W^T) * (x W2^T), y2 receiving x W2^T). */
@@ -1195,16 +1232,22 @@ typedef struct mm_call {
     const ops_mat *w2;                  /* SwiGLU only: the up projection */
     const float *x;                     /* (T, n_in) */
     int T;
-    int ref;                            /* scalar path at every T */
+    int method;                         /* MM_*, set by matmul_run */
 } mm_call;
 
-/* Which method a product takes: sgemm pays once T is large enough to beat
- * streaming; Q8_0 keeps its int8 kernel at every T so a token's logits do
- * not depend on what else is in the batch. */
-static int use_sgemm(const ops_mat *w, int T, int ref) {
-    if (ref || w->type == GGUF_TT_Q8_0)
-        return 0;
-    return T > (w->type == GGUF_TT_F32 ? OPS_SMALL_T_F32 : OPS_SMALL_T_HALF);
+/* sgemm pays once T is large enough to beat streaming; Q8_0 keeps its int8
+ * kernel at every T so a token's logits do not depend on what else is in
+ * the batch. ref asks for the scalar path at every T. */
+static int mm_method(const ops_mat *w, int T, int ref) {
+    if (ref)
+        return MM_SCALAR;
+    if (w->type != GGUF_TT_Q8_0 && T > (w->type == GGUF_TT_F32 ? OPS_SMALL_T_F32 : OPS_SMALL_T_HALF))
+        return MM_SGEMM;
+#ifdef OPS_AVX2
+    return MM_STREAM;
+#else
+    return MM_SCALAR;
+#endif
 }
 
 /* Rows per work item. sgemm takes tiles of OPS_TILE_ROWS (each call repacks
@@ -1212,8 +1255,8 @@ static int use_sgemm(const ops_mat *w, int T, int ref) {
  * items per thread, so a thread that the machine delays holds back at most
  * an eighth of its share while the others take the rest; items stay whole
  * multiples of OPS_ROW_BLOCK rows, so no two threads write one line of y. */
-static int64_t item_rows(const ops_mat *w, int T, int ref, int nt) {
-    if (use_sgemm(w, T, ref))
+static int64_t item_rows(const ops_mat *w, int method, int nt) {
+    if (method == MM_SGEMM)
         return OPS_TILE_ROWS;
     if (nt <= 1)
         return w->n_out;
@@ -1221,34 +1264,33 @@ static int64_t item_rows(const ops_mat *w, int T, int ref, int nt) {
     return (r + OPS_ROW_BLOCK - 1) / OPS_ROW_BLOCK * OPS_ROW_BLOCK;
 }
 
-/* Item it of product i: rows [o0, o1) of y[i] (and for SwiGLU of y2, then
- * the gate applied to those columns, while they are still in cache). */
-static void run_item(const mm_call *c, int i, int64_t o0, int64_t o1, const q8_act *xa, ops_scratch *s) {
-    const ops_mat *w = c->w[i];
-    if (use_sgemm(w, c->T, c->ref)) {
-        sgemm_rows(c->y[i], c->ldy[i], c->x, c->T, w, o0, o1, s);
-        if (c->w2)
-            sgemm_rows(c->y2, c->ldy[i], c->x, c->T, c->w2, o0, o1, s);
-    } else {
-        float *work = s->tile + (size_t)omp_get_thread_num() * s->tile_floats;
-        rows_block(c->y[i], c->ldy[i], c->x, c->T, w, xa, o0, o1, c->ref, work);
-        if (c->w2)
-            rows_block(c->y2, c->ldy[i], c->x, c->T, c->w2, xa, o0, o1, c->ref, work);
+/* Rows [o0, o1) of y = x w^T, (T, ldy), by the call's method. */
+static void product_rows(const mm_call *c, float *y, int64_t ldy, const ops_mat *w, int64_t o0, int64_t o1,
+                         const q8_act *xa, const ops_scratch *s) {
+    switch (c->method) {
+    case MM_SGEMM:
+        sgemm_rows(y, ldy, c->x, c->T, w, o0, o1, s);
+        return;
+#ifdef OPS_AVX2
+    case MM_STREAM:
+        rows_vector(y, ldy, c->x, c->T, w, xa, o0, o1, s);
+        return;
+#endif
+    default:
+        rows_scalar(y, ldy, c->x, c->T, w, xa, o0, o1);
     }
-    if (c->w2)
-        for (int t = 0; t < c->T; t++)
-            ops_silu_mul(c->y[i] + (size_t)t * (size_t)c->ldy[i] + (size_t)o0,
-                         c->y2 + (size_t)t * (size_t)c->ldy[i] + (size_t)o0, (int)(o1 - o0));
 }
 
-/* Whether a Q8_0 product at T rows runs tile_q8w on regrouped activations. */
-static int q8_tiled(int T, int ref) {
-#ifdef OPS_AVX2
-    return !ref && T >= OPS_Q8_TILED_T;
-#else
-    (void)T; (void)ref;
-    return 0;
-#endif
+/* Item it of product i: rows [o0, o1) of y[i] (and for SwiGLU of y2, then
+ * the gate applied to those columns, while they are still in cache). */
+static void run_item(const mm_call *c, int i, int64_t o0, int64_t o1, const q8_act *xa, const ops_scratch *s) {
+    product_rows(c, c->y[i], c->ldy[i], c->w[i], o0, o1, xa, s);
+    if (!c->w2)
+        return;
+    product_rows(c, c->y2, c->ldy[i], c->w2, o0, o1, xa, s);
+    for (int t = 0; t < c->T; t++)
+        ops_silu_mul(c->y[i] + (size_t)t * (size_t)c->ldy[i] + (size_t)o0,
+                     c->y2 + (size_t)t * (size_t)c->ldy[i] + (size_t)o0, (int)(o1 - o0));
 }
 
 /* The call as run by every thread of a team (or by one thread alone).
@@ -1256,12 +1298,13 @@ static int q8_tiled(int T, int ref) {
  * them all into its own buffer, which costs less than the barrier that
  * sharing one copy needs. Then all items of all products form one list
  * that threads take from dynamically; the loop's barrier ends the call. */
-static void matmul_team(const mm_call *c, ops_scratch *s) {
+static void matmul_team(const mm_call *c, const ops_scratch *s) {
     const int nt = omp_get_num_threads(), id = omp_get_thread_num();
     const int64_t n_in = c->w[0]->n_in;
     q8_act xa = {s->xq, s->xd, NULL, NULL};
     if (c->w[0]->type == GGUF_TT_Q8_0) {
-        const int tiled = q8_tiled(c->T, c->ref), n_tiles = (c->T + OPS_Q8_TT - 1) / OPS_Q8_TT;
+        const int tiled = c->method == MM_STREAM && c->T >= OPS_Q8_TILED_T;
+        const int n_tiles = (c->T + OPS_Q8_TT - 1) / OPS_Q8_TT;
         if (c->T <= OPS_Q8_OWN_T) {
             const size_t qo = (size_t)id * OPS_Q8_OWN_T * (size_t)s->max_n_in;
             const size_t dof = (size_t)id * OPS_Q8_OWN_T * (size_t)(s->max_n_in / GGUF_Q8_0_BLOCK);
@@ -1283,18 +1326,15 @@ static void matmul_team(const mm_call *c, ops_scratch *s) {
 #endif
             }
         }
-        if (!tiled)
-            xa.t = NULL, xa.td = NULL;
     }
 #ifdef OPS_AVX2
-    if (c->w[0]->type == GGUF_TT_F32 && !c->ref && c->T >= OPS_BCAST_T && !use_sgemm(c->w[0], c->T, 0))
-        /* Every thread its own copy in its own tile: cheaper than a barrier. */
-        f32_act_transpose(s->tile + (size_t)id * s->tile_floats, c->x, c->T, n_in);
+    if (c->w[0]->type == GGUF_TT_F32 && c->method == MM_STREAM && c->T >= OPS_BCAST_T)
+        f32_act_transpose(thread_xt_f32(s), c->x, c->T, n_in);
 #endif
     int64_t rows[OPS_MATMUL_MAX], first[OPS_MATMUL_MAX + 1];
     first[0] = 0;
     for (int i = 0; i < c->n; i++) {
-        rows[i] = item_rows(c->w[i], c->T, c->ref, nt);
+        rows[i] = item_rows(c->w[i], c->method, nt);
         first[i + 1] = first[i] + (c->w[i]->n_out + rows[i] - 1) / rows[i];
     }
 #pragma omp for schedule(dynamic, 1)
@@ -1331,7 +1371,8 @@ static int team_size(const mm_call *c, const ops_scratch *s) {
     return nt < s->n_threads ? nt : s->n_threads;
 }
 
-static void matmul_run(const mm_call *c, ops_scratch *s) {
+/* ref: the scalar path at every T (ops_matmul_ref). */
+static void matmul_run(mm_call *c, int ref, const ops_scratch *s) {
     if (c->T <= 0)
         return;
     for (int i = 0; i < c->n; i++) {
@@ -1340,6 +1381,7 @@ static void matmul_run(const mm_call *c, ops_scratch *s) {
     }
     assert(!c->w2 || (c->n == 1 && c->w2->n_out == c->w[0]->n_out && c->w2->n_in == c->w[0]->n_in &&
                       c->w2->type == c->w[0]->type));
+    c->method = mm_method(c->w[0], c->T, ref);
     if (omp_in_parallel()) {
         assert(omp_get_num_threads() <= s->n_threads);
         matmul_team(c, s);
@@ -1356,12 +1398,12 @@ static void matmul_run(const mm_call *c, ops_scratch *s) {
 
 void ops_matmul(float *y, int64_t ldy, const float *x, int T, const ops_mat *w, ops_scratch *s) {
     mm_call c = {.n = 1, .y = {y}, .ldy = {ldy}, .w = {w}, .x = x, .T = T};
-    matmul_run(&c, s);
+    matmul_run(&c, 0, s);
 }
 
 void ops_matmul_ref(float *y, int64_t ldy, const float *x, int T, const ops_mat *w, ops_scratch *s) {
-    mm_call c = {.n = 1, .y = {y}, .ldy = {ldy}, .w = {w}, .x = x, .T = T, .ref = 1};
-    matmul_run(&c, s);
+    mm_call c = {.n = 1, .y = {y}, .ldy = {ldy}, .w = {w}, .x = x, .T = T};
+    matmul_run(&c, 1, s);
 }
 
 void ops_matmul_n(int n, float *const *y, const int64_t *ldy, const float *x, int T, const ops_mat *const *w,
@@ -1373,11 +1415,11 @@ void ops_matmul_n(int n, float *const *y, const int64_t *ldy, const float *x, in
         c.ldy[i] = ldy[i];
         c.w[i] = w[i];
     }
-    matmul_run(&c, s);
+    matmul_run(&c, 0, s);
 }
 
 void ops_matmul_swiglu(float *h, float *u, int64_t ldh, const float *x, int T, const ops_mat *wg,
                        const ops_mat *wu, ops_scratch *s) {
     mm_call c = {.n = 1, .y = {h}, .ldy = {ldh}, .w = {wg}, .y2 = u, .w2 = wu, .x = x, .T = T};
-    matmul_run(&c, s);
+    matmul_run(&c, 0, s);
 }

@@ -47,9 +47,10 @@ typedef struct ops_mat {
     int64_t n_out;          /* rows */
     int64_t n_in;           /* row length; multiple of 32 for Q8_0 */
     const void *q8g;        /* Q8_0 only, optional: the rows regrouped by
-                             * ops_q8_regroup, which decode batches of
-                             * OPS_Q8_TILED_T or more rows read instead of
-                             * regrouping per call; NULL: regroup per call */
+                             * ops_q8_regroup, which decode batches of 6 or
+                             * more rows (OPS_Q8_TILED_T in ops.c) read
+                             * instead of regrouping per call; NULL: regroup
+                             * per call */
 } ops_mat;
 
 /* Scratch for ops_matmul, sized once for the largest call (no allocation in
@@ -100,7 +101,7 @@ size_t ops_q8_regroup_bytes(const ops_mat *w);
  * then the 8 scales as floats; 288 bytes) into out
  * (64-byte aligned, ops_q8_regroup_bytes(w)). Results with w->q8g = out
  * are bit for bit those without: the same bytes, made once at load instead
- * of once per call (at T = 16 the per-call regrouping took ~20% of the
+ * of once per call (at T = 16 the per-call regrouping takes ~20% of the
  * product). The caller owns out and must keep it while w->q8g points to
  * it. */
 void ops_q8_regroup(void *out, const ops_mat *w);
