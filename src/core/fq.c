@@ -14,10 +14,12 @@ static int before(const void *a, const void *b) {
 
 static void moved(void *elem, size_t pos) { (*(fq_entity **)elem)->heap_pos = (int32_t)pos; }
 
+static const heap_ops FQ_HEAP = {sizeof(fq_entity *), before, moved};
+
 int fq_init(fq *q, int32_t cap) {
     q->floor = 0;
     q->next_seq = 0;
-    return heap_init(&q->h, sizeof(fq_entity *), (size_t)(cap > 0 ? cap : 1), HEAP_FIXED, before, moved);
+    return heap_init(&q->h, &FQ_HEAP, (size_t)(cap > 0 ? cap : 1), HEAP_FIXED);
 }
 
 void fq_deinit(fq *q) { heap_deinit(&q->h); }
@@ -46,13 +48,13 @@ void fq_enqueue(fq *q, fq_entity *e) {
     uint64_t lift = fq_min_vtime(q);
     if (fq_diff(e->vtime, lift) < 0) e->vtime = lift;
     e->seq = q->next_seq++;
-    heap_push(&q->h, &e);
+    heap_push(&q->h, &FQ_HEAP, &e);
     advance_floor(q);
 }
 
 void fq_restore(fq *q, fq_entity *e) {
     if (e->heap_pos >= 0 || q->h.n >= q->h.cap) return;
-    heap_push(&q->h, &e);
+    heap_push(&q->h, &FQ_HEAP, &e);
 }
 
 /* Take e out of the heap, leaving the floor alone. */
@@ -60,7 +62,7 @@ static void take_out(fq *q, fq_entity *e) {
     int32_t i = e->heap_pos;
     if (i < 0) return;
     e->heap_pos = -1;
-    heap_remove(&q->h, (size_t)i);
+    heap_remove(&q->h, &FQ_HEAP, (size_t)i);
 }
 
 void fq_dequeue(fq *q, fq_entity *e) {
@@ -77,7 +79,7 @@ int64_t fq_charge(fq *q, fq_entity *e, double cost, double weight) {
     int64_t c = llround(cost * FQ_SCALE / weight);
     e->vtime += (uint64_t)c;
     if (e->heap_pos >= 0) {
-        heap_fix(&q->h, (size_t)e->heap_pos);
+        heap_fix(&q->h, &FQ_HEAP, (size_t)e->heap_pos);
         advance_floor(q);
     }
     return c;

@@ -130,6 +130,8 @@ static int dl_less(const void *a, const void *b) {
     return x->at_us < y->at_us || (x->at_us == y->at_us && x->seq < y->seq);
 }
 
+static const heap_ops DL_HEAP = {sizeof(deadline), dl_less, NULL};
+
 /* Every array the scheduler will ever use; 0 or TS_ERR_NOMEM. */
 static int sched_alloc(sched *s) {
     const sched_config *c = &s->cfg;
@@ -156,7 +158,7 @@ static int sched_alloc(sched *s) {
         bad |= fq_init(&s->bands[b].q, c->max_tenants) != 0;
         s->bands[b].swapped = (slot_list){NIL, NIL};
     }
-    if (bad || heap_init(&s->deadlines, sizeof(deadline), nr, HEAP_FIXED, dl_less, NULL) ||
+    if (bad || heap_init(&s->deadlines, &DL_HEAP, nr, HEAP_FIXED) ||
         kv_init(&s->kv, c->n_blocks, c->n_swap_blocks, c->kv_high, c->kv_low) ||
         cost_init(&s->cost, c->cost_seed, c->cost_lambda, 1.0, c->copy_bytes_per_us))
         return TS_ERR_NOMEM;
@@ -362,16 +364,16 @@ static void dl_compact(sched *s) {
     heap *h = &s->deadlines;
     size_t k = 0;
     for (size_t i = 0; i < h->n; i++) {
-        const deadline *d = heap_at(h, i);
-        if (deadline_live(s, d)) memcpy(heap_at(h, k++), d, sizeof(*d));
+        const deadline *d = heap_at(h, &DL_HEAP, i);
+        if (deadline_live(s, d)) memcpy(heap_at(h, &DL_HEAP, k++), d, sizeof(*d));
     }
     h->n = k;
-    heap_rebuild(h);
+    heap_rebuild(h, &DL_HEAP);
 }
 
 static void dl_push(sched *s, deadline d) {
     if (s->deadlines.n == s->deadlines.cap) dl_compact(s);
-    heap_push(&s->deadlines, &d); /* room: see dl_compact */
+    heap_push(&s->deadlines, &DL_HEAP, &d); /* room: see dl_compact */
 }
 
 /* ---- ending: the one place a request ends ------------------------------- */
@@ -776,7 +778,7 @@ static void expire_timeouts(sched *s, step *st) {
     const deadline *top;
     while ((top = heap_top(&s->deadlines)) && top->at_us <= st->now_us) {
         deadline d;
-        heap_pop(&s->deadlines, &d);
+        heap_pop(&s->deadlines, &DL_HEAP, &d);
         if (!deadline_live(s, &d)) continue;
         end_request(s, d.slot, SCHED_FAILED, SCHED_R_QUEUE_TIMEOUT, st->now_us);
         st->plan.n_failed++;

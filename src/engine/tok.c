@@ -812,6 +812,8 @@ static int pair_before(const void *ap, const void *bp) {
     return a->left < b->left;
 }
 
+static const heap_ops PAIR_HEAP = {sizeof(pair), pair_before, NULL};
+
 static void emit(work *w, int32_t id) {
     if (w->need < (size_t)w->cap) w->out[w->need] = id;
     w->need++;
@@ -849,7 +851,7 @@ static int try_pair(work *w, int32_t l, int32_t r) {
         p.id = m->result;
         p.key = (uint32_t)m->rank;
     }
-    return heap_push(&w->pairs, &p);
+    return heap_push(&w->pairs, &PAIR_HEAP, &p);
 }
 
 /* Merge until no queued pair applies; symbols [first, first + n) are linked. */
@@ -859,7 +861,7 @@ static int merge_all(work *w, int32_t first, int32_t n) {
     for (int32_t i = first; i + 1 < first + n; i++)
         if ((rc = try_pair(w, i, i + 1)) < 0) return rc;
     pair p;
-    while (heap_pop(&w->pairs, &p) == 0) {
+    while (heap_pop(&w->pairs, &PAIR_HEAP, &p) == 0) {
         sym *a = &w->sy[p.left];
         if (a->n == 0 || a->next < 0) continue;                 /* stale */
         sym *b = &w->sy[a->next];
@@ -1047,7 +1049,7 @@ int tok_encode(const tok *t, const char *text, size_t len, int add_bos,
     w.t = t;
     w.out = out;
     w.cap = cap;
-    int rc = heap_init(&w.pairs, sizeof(pair), 0, HEAP_GROW, pair_before, NULL);
+    int rc = heap_init(&w.pairs, &PAIR_HEAP, 0, HEAP_GROW);
     if (rc < 0) return rc;
     if (add_bos) emit(&w, t->bos);
     if (len > 0) {

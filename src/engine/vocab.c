@@ -215,6 +215,8 @@ static int cand_before(const void *xp, const void *yp) {
     return x->b < y->b;
 }
 
+static const heap_ops CAND_HEAP = {sizeof(cand), cand_before, NULL};
+
 static pair_slot *pair_slot_of(trainer *tr, uint64_t key) {
     size_t i = (size_t)hash_bytes((const char *)&key, sizeof key) & tr->pt_mask;
     while (tr->pt[i].key != key && tr->pt[i].key != UINT64_MAX) i = (i + 1) & tr->pt_mask;
@@ -274,7 +276,7 @@ static int pair_flush(trainer *tr) {
         s->touched = 0;
         if (s->count > 0 && !s->banned) {
             cand c = {s->count, (int32_t)(s->key >> 32), (int32_t)(s->key & 0xFFFFFFFFu)};
-            int rc = heap_push(&tr->cands, &c);
+            int rc = heap_push(&tr->cands, &CAND_HEAP, &c);
             if (rc < 0) return rc;
         }
     }
@@ -422,7 +424,7 @@ static int train_corpus(trainer *tr) {
         if ((rc = word_pairs(tr, w, +1)) < 0) return rc;
     if ((rc = pair_flush(tr)) < 0) return rc;
     cand c;
-    while (tr->n_pieces < tr->cap_pieces && heap_pop(&tr->cands, &c) == 0) {
+    while (tr->n_pieces < tr->cap_pieces && heap_pop(&tr->cands, &CAND_HEAP, &c) == 0) {
         pair_slot *s = pair_slot_of(tr, ((uint64_t)(uint32_t)c.a << 32) | (uint32_t)c.b);
         if (s->banned || s->count != c.count) continue;     /* stale */
         const piece *pa = &tr->pieces[c.a], *pb = &tr->pieces[c.b];
@@ -519,7 +521,7 @@ int vocab_synth(uint32_t n_vocab, vocab_synth_out *out) {
     tr.ht = malloc(ht_cap * sizeof *tr.ht);
     tr.pt = malloc(1024 * sizeof *tr.pt);
     if (!tr.pieces || !tr.ht || !tr.pt) goto nomem;
-    if ((rc = heap_init(&tr.cands, sizeof(cand), 1024, HEAP_GROW, cand_before, NULL)) < 0) goto err;
+    if ((rc = heap_init(&tr.cands, &CAND_HEAP, 1024, HEAP_GROW)) < 0) goto err;
     tr.ht_mask = ht_cap - 1;
     for (size_t i = 0; i < ht_cap; i++) tr.ht[i] = -1;
     tr.pt_mask = 1023;
