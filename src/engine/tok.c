@@ -36,6 +36,7 @@
 #include <string.h>
 
 #include "err.h"
+#include "hash.h"
 #include "heap.h"
 
 /* One slot of the token-text hash table. */
@@ -75,35 +76,6 @@ struct tok {
 };
 
 /* ---- small helpers ---------------------------------------------------- */
-
-/* FNV-1a with a final avalanche: token texts are short, so the per-byte loop
- * dominates and a fancier hash would not pay for itself. */
-static uint64_t hash_bytes(const char *s, size_t n) {
-    uint64_t h = 0xcbf29ce484222325ull;
-    for (size_t i = 0; i < n; i++) {
-        h ^= (unsigned char)s[i];
-        h *= 0x100000001b3ull;
-    }
-    h ^= h >> 33;
-    h *= 0xff51afd7ed558ccdull;
-    h ^= h >> 33;
-    return h;
-}
-
-static uint64_t hash_u64(uint64_t x) {
-    x ^= x >> 33;
-    x *= 0xff51afd7ed558ccdull;
-    x ^= x >> 33;
-    x *= 0xc4ceb9fe1a85ec53ull;
-    x ^= x >> 33;
-    return x;
-}
-
-static size_t pow2_at_least(size_t n) {
-    size_t c = 16;
-    while (c < n) c <<= 1;
-    return c;
-}
 
 static size_t tok_len_of(const tok *t, int32_t id) {
     return t->text_off[id + 1] - t->text_off[id];
@@ -251,7 +223,7 @@ void tok_free(tok *t) {
 }
 
 static int build_hash(tok *t) {
-    size_t cap = pow2_at_least((size_t)t->n_vocab * 2);
+    size_t cap = hash_slots((size_t)t->n_vocab * 2);
     t->ht = malloc(cap * sizeof *t->ht);
     if (!t->ht) return TS_ERR_NOMEM;
     t->ht_mask = cap - 1;
@@ -544,7 +516,7 @@ int tok_new(const tok_spec *spec, tok **out, char *err, size_t errlen) {
     if ((rc = build_pieces(t, byte_of, u2b)) < 0) goto err;
 
     if (t->model == TOK_MODEL_BPE) {
-        size_t cap = pow2_at_least((size_t)spec->n_merges * 2);
+        size_t cap = hash_slots((size_t)spec->n_merges * 2);
         t->mt = malloc(cap * sizeof *t->mt);
         scratch = malloc(2 * TOK_MAX_TOKEN_BYTES);
         if (!t->mt || !scratch) goto nomem;

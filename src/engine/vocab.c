@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "err.h"
+#include "hash.h"
 #include "heap.h"
 #include "rng.h"
 #include "tok.h"
@@ -120,24 +121,8 @@ typedef struct trainer {
     heap cands;                 /* of cand, best first (cand_before) */
 } trainer;
 
-/* ---- hashing ---------------------------------------------------------- */
+/* ---- the piece table --------------------------------------------------- */
 
-static uint64_t hash_bytes(const char *s, size_t n) {
-    uint64_t h = 0xcbf29ce484222325ull;
-    for (size_t i = 0; i < n; i++) {
-        h ^= (unsigned char)s[i];
-        h *= 0x100000001b3ull;
-    }
-    h ^= h >> 33;
-    h *= 0xff51afd7ed558ccdull;
-    return h ^ (h >> 33);
-}
-
-static size_t pow2_at_least(size_t n) {
-    size_t c = 16;
-    while (c < n) c <<= 1;
-    return c;
-}
 
 static size_t utf8_len(unsigned char c) {
     if (c < 0x80) return 1;
@@ -516,7 +501,7 @@ int vocab_synth(uint32_t n_vocab, vocab_synth_out *out) {
     if (n_vocab < VOCAB_FIRST_PIECE + n_chars || n_vocab > VOCAB_N_MAX) return TS_ERR_INVAL;
 
     tr.cap_pieces = n_vocab - VOCAB_FIRST_PIECE;
-    size_t ht_cap = pow2_at_least((size_t)tr.cap_pieces * 2);
+    size_t ht_cap = hash_slots((size_t)tr.cap_pieces * 2);
     tr.pieces = malloc(tr.cap_pieces * sizeof *tr.pieces);
     tr.ht = malloc(ht_cap * sizeof *tr.ht);
     tr.pt = malloc(1024 * sizeof *tr.pt);
