@@ -675,7 +675,7 @@ static void test_planio_values(void **st) {
     const char *yaml = "fleet: [{name: n, gpu: h100-80gb, gpus_per_node: 2, nodes: 3}]\n"
                        "models: [{name: org/m:1, params: 8.03B, dtype_bytes: 1, layers: 32, kv_heads: 8,\n"
                        "          head_dim: 128, path: /m.gguf}]\n"
-                       "tiers: [{name: gold, ttft_ms: 300, tpot_ms: 40}]\n"
+                       "tiers: [{name: gold, ttft_ms: 300, tpot_ms: 40, max_queue_ms: 1500}]\n"
                        "tenants: [{name: a, model: org/m:1, tier: gold, isolation: strict, group: g,\n"
                        "           load: {rps: 2.5, prompt_tokens: 100, output_tokens: 20}, weight: 3}]\n"
                        "options: {step_overhead_ms: 4, reserve_gib: 1, exact_limit: 3, exact_budget: 99}\n";
@@ -688,6 +688,7 @@ static void test_planio_values(void **st) {
     assert_true(in.models[0].m.weight_bytes == 1 && in.models[0].m.heads == 8);
     assert_string_equal(in.models[0].path, "/m.gguf");
     assert_true(in.tiers[0].ttft_ms == 300 && in.tiers[0].band == 0);
+    assert_true(in.tiers[0].max_queue_ms == 1500);
     assert_int_equal(in.tenants[0].iso, PLAN_ISO_STRICT);
     assert_string_equal(in.tenants[0].group, "g");
     assert_true(in.tenants[0].load.rps == 2.5 && in.tenants[0].load.output == 20 && in.tenants[0].weight == 3);

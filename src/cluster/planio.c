@@ -108,8 +108,8 @@ static int read_model(const ydoc *d, const yaml_node_t *item, const char *path, 
 }
 
 static int read_tier(const ydoc *d, const yaml_node_t *item, const char *path, plan_input *in) {
-    enum { NAME, TTFT, TPOT, BAND, SHARE, NK };
-    static const char *const K[NK] = {"name", "ttft_ms", "tpot_ms", "band", "min_share"};
+    enum { NAME, TTFT, TPOT, BAND, SHARE, MAXQ, NK };
+    static const char *const K[NK] = {"name", "ttft_ms", "tpot_ms", "band", "min_share", "max_queue_ms"};
     const yaml_node_t *v[NK];
     char fp[YDOC_PATH_MAX];
     plan_tier t;
@@ -125,6 +125,7 @@ static int read_tier(const ydoc *d, const yaml_node_t *item, const char *path, p
     if ((rc = ydoc_get_number(d, v[TPOT], FP(TPOT), 0, 1e7, 0, &t.tpot_ms))) return rc;
     if ((rc = ydoc_get_i32(d, v[BAND], FP(BAND), 0, SCHED_MAX_TIERS - 1, &t.band))) return rc;
     if ((rc = ydoc_get_number(d, v[SHARE], FP(SHARE), 0, 1, 0, &t.min_share))) return rc;
+    if ((rc = ydoc_get_number(d, v[MAXQ], FP(MAXQ), 0, UINT32_MAX, 0, &t.max_queue_ms))) return rc;
     double shares = t.min_share;
     for (size_t j = 0; j < in->n_tiers; j++) shares += in->tiers[j].min_share;
     if (shares > 1.0 + 1e-9)

@@ -37,6 +37,7 @@
  *       tpot_ms: 50              0 = no target (default 0)
  *       band: 0                  0..7 (default: the tier's position)
  *       min_share: 0             0..1, summing to at most 1 (default 0)
+ *       max_queue_ms: 30000      longest queue wait in serve, 0 = unbounded (default 0)
  *   tenants:                     required
  *     - name: acme               required; letters, digits, ._-
  *       model: llama-3-8b        required; a model's name
