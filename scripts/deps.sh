@@ -4,9 +4,10 @@
 # or through sudo) for what is missing.
 #
 #   scripts/deps.sh build   what building and running tessera needs
-#                           (make, make demo, make bench)
+#                           (make, make demo)
 #   scripts/deps.sh test    that, plus what the test suite's reference
-#                           peers need (make test)
+#                           peers and the benchmark scripts need
+#                           (make test, make bench)
 set -euo pipefail
 
 SET=${1:-build}

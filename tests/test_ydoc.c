@@ -580,6 +580,18 @@ static void test_files(void **st) {
     assert_int_equal(ydoc_load_file(path, &o, &d, err, sizeof err), TS_ERR_CONFIG);
     snprintf(want, sizeof want, "%s:3:1: more than one YAML document (--- separates documents)", path);
     assert_string_equal(err, want);
+
+    /* A file past YDOC_FILE_MAX is refused before parsing (a sparse file:
+     * no disk is written). */
+    assert_int_equal(tu_write_file(path, good, strlen(good)), 0);
+    assert_int_equal(truncate(path, (off_t)YDOC_FILE_MAX + 1), 0);
+    assert_int_equal(ydoc_load_file(path, &o, &d, err, sizeof err), TS_ERR_CONFIG);
+    assert_null(d);
+    snprintf(want, sizeof want, "%s: larger than 64 MiB, not a configuration", path);
+    assert_string_equal(err, want);
+    assert_int_equal(truncate(path, (off_t)YDOC_FILE_MAX), 0);   /* at the limit: parsed (NULs are bad bytes) */
+    assert_int_equal(ydoc_load_file(path, &o, &d, err, sizeof err), TS_ERR_CONFIG);
+    assert_null(strstr(err, "larger than"));
     unlink(path);
 }
 

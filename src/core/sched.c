@@ -365,7 +365,7 @@ static void dl_compact(sched *s) {
     size_t k = 0;
     for (size_t i = 0; i < h->n; i++) {
         const deadline *d = heap_at(h, &DL_HEAP, i);
-        if (deadline_live(s, d)) memcpy(heap_at(h, &DL_HEAP, k++), d, sizeof(*d));
+        if (deadline_live(s, d)) *(deadline *)heap_at(h, &DL_HEAP, k++) = *d;
     }
     h->n = k;
     heap_rebuild(h, &DL_HEAP);

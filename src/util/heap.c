@@ -40,7 +40,7 @@ int heap_grow(heap *h, const heap_ops *o) {
 
 void heap_rebuild(heap *h, const heap_ops *o) {
     for (size_t i = h->n / 2; i-- > 0;) {
-        unsigned char e[HEAP_ELEM_MAX];
+        _Alignas(max_align_t) unsigned char e[HEAP_ELEM_MAX];
         memcpy(e, heap_at(h, o, i), o->size);
         heap__sift_down(h, o, i, e);
     }

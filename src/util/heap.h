@@ -20,6 +20,9 @@
  * indirect call per level cost it about a tenth of a step. Pass the same
  * ops to every call on one heap.
  *
+ * Elements wait in aligned local copies while they move, so `less` may
+ * read any field type through them.
+ *
  * A heap made with HEAP_FIXED never allocates after heap_init: a push into
  * a full heap fails. The scheduler's step path uses such heaps (no malloc in
  * a step). A growable heap doubles its array as it fills.
@@ -111,7 +114,7 @@ static inline void heap__place(heap *h, const heap_ops *o, size_t i, const void 
 /* Copy *e in. TS_ERR_NOMEM when a fixed heap is full or growing
  * failed; the heap is unchanged then. O(log n). */
 static inline int heap_push(heap *h, const heap_ops *o, const void *e) {
-    unsigned char tmp[HEAP_ELEM_MAX];
+    _Alignas(max_align_t) unsigned char tmp[HEAP_ELEM_MAX];
     memcpy(tmp, e, o->size);    /* e may point into the array, which growing moves */
     if (h->n == h->cap) {
         int rc = heap_grow(h, o);
@@ -125,7 +128,7 @@ static inline int heap_push(heap *h, const heap_ops *o, const void *e) {
 static inline void heap_remove(heap *h, const heap_ops *o, size_t i) {
     if (i >= h->n) return;
     if (--h->n == i) return;
-    unsigned char last[HEAP_ELEM_MAX];
+    _Alignas(max_align_t) unsigned char last[HEAP_ELEM_MAX];
     memcpy(last, heap_at(h, o, h->n), o->size);
     heap__place(h, o, i, last);     /* the last element may belong above or below */
 }
@@ -142,7 +145,7 @@ static inline int heap_pop(heap *h, const heap_ops *o, void *out) {
 /* Element i's key changed: move it up or down to its place. O(log n). */
 static inline void heap_fix(heap *h, const heap_ops *o, size_t i) {
     if (i >= h->n) return;
-    unsigned char e[HEAP_ELEM_MAX];
+    _Alignas(max_align_t) unsigned char e[HEAP_ELEM_MAX];
     memcpy(e, heap_at(h, o, i), o->size);
     heap__place(h, o, i, e);
 }

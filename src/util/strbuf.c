@@ -43,11 +43,14 @@ void strbuf_vprintf(strbuf *b, const char *fmt, va_list ap) {
     int k = vsnprintf(room ? b->p + b->len : NULL, room, fmt, ap);
     if (k < 0) {
         b->failed = 1;
+        if (b->p) b->p[b->len] = '\0';
     } else if ((size_t)k < room) {
         b->len += (size_t)k;
     } else if (strbuf_reserve(b, (size_t)k) == 0) {
         vsnprintf(b->p + b->len, b->cap - b->len, fmt, again);
         b->len += (size_t)k;
+    } else if (b->p) {
+        b->p[b->len] = '\0';   /* the first try wrote a cut copy past len */
     }
     va_end(again);
 }

@@ -3,12 +3,12 @@
  * Loading reads the first document, then asks libyaml for a second one:
  * that is how a stray `---` is refused, and it reports a syntax error
  * anywhere in the file before any field error. Messages are assembled in
- * one place (report), so the three readers that used to carry their own
- * copies can no longer drift apart in format, null spellings or path sizes.
+ * one place (report), so every document's messages share one format.
  */
 #include "ydoc.h"
 
 #include <errno.h>
+#include <sys/stat.h>
 #include <inttypes.h>
 #include <math.h>
 #include <stdarg.h>
@@ -192,6 +192,14 @@ int ydoc_load_file(const char *path, const ydoc_opts *o, ydoc **out, char *err, 
     if (!path || !o) return err_set(err, errlen, TS_ERR_INVAL, "ydoc_load_file: no path or options");
     FILE *f = fopen(path, "rb");
     if (!f) return err_set(err, errlen, TS_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    /* A configuration is kilobytes; refuse a file of another kind (a model
+     * given as --config, say) before libyaml builds a tree of it. */
+    struct stat st;
+    if (fstat(fileno(f), &st) == 0 && st.st_size > YDOC_FILE_MAX) {
+        fclose(f);
+        return err_set(err, errlen, o->code, "%s: larger than %d MiB, not a configuration", path,
+                       YDOC_FILE_MAX >> 20);
+    }
     src s = {f, NULL, 0};
     int rc = load(path, o, &s, out, err, errlen);
     fclose(f);

@@ -44,6 +44,7 @@
 #include <stdint.h>
 #include <yaml.h>
 
+#define YDOC_FILE_MAX (64 << 20) /* bytes of a file at most */
 #define YDOC_PATH_MAX 256   /* bytes of a field path such as tenants[3].key_sha256[1], with the NUL */
 
 /* Flags of ydoc_get_number. */

@@ -1,0 +1,3 @@
+/* bench must not see the engine: it measures the server from outside. */
+#include "gguf.h"
+int probe(void) { return 0; }
