@@ -187,7 +187,7 @@ static void test_ties_by_sequence(void **state) {
 }
 
 /* Intrusive use: remove items from arbitrary slots, change keys in place
- * and fix them, push removed ones back; the order and every recorded
+ * and fix or sink them, push removed ones back; the order and every recorded
  * position stay right throughout, and the final pops are sorted. */
 static void test_remove_and_fix_keep_positions(void **state) {
     (void)state;
@@ -210,9 +210,12 @@ static void test_remove_and_fix_keep_positions(void **state) {
             size_t at = (size_t)it->pos;
             heap_remove(&h, &ITEM_OPS, at);
             it->pos = -1;
-        } else {                                    /* in: move its key either way */
+        } else if (lcg_below(2)) {                  /* in: move its key either way */
             it->key = lcg_below(100);
             heap_fix(&h, &ITEM_OPS, (size_t)it->pos);
+        } else {                                    /* in: grow its key, as a charge does */
+            it->key += lcg_below(20);
+            heap_sink(&h, &ITEM_OPS, (size_t)it->pos);
         }
         assert_heap_order(&h, &ITEM_OPS);
         assert_positions(&h, &ITEM_OPS, items, N);

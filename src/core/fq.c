@@ -79,7 +79,8 @@ int64_t fq_charge(fq *q, fq_entity *e, double cost, double weight) {
     int64_t c = llround(cost * FQ_SCALE / weight);
     e->vtime += (uint64_t)c;
     if (e->heap_pos >= 0) {
-        heap_fix(&q->h, &FQ_HEAP, (size_t)e->heap_pos);
+        if (c >= 0) heap_sink(&q->h, &FQ_HEAP, (size_t)e->heap_pos);
+        else heap_fix(&q->h, &FQ_HEAP, (size_t)e->heap_pos);
         advance_floor(q);
     }
     return c;
