@@ -13,7 +13,8 @@ set -euo pipefail
 SET=${1:-build}
 BUILD=(build-essential cmake pkg-config libopenblas-dev libcmocka-dev
        libmicrohttpd-dev libcjson-dev libyaml-dev libssl-dev libcurl4-openssl-dev
-       gnuplot-nox)   # gnuplot: tessera bench's plots
+       gnuplot-nox    # tessera bench's plots
+       curl)          # the requests make demo prints for pasting
 # The suite's independent references: NumPy (tests/ref: the model's
 # numerics), Node.js and the official OpenAI SDK (tests/openai_compat.sh),
 # Prometheus (tests/prometheus.sh parses /metrics with the real server).
