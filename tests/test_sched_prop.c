@@ -30,6 +30,10 @@
 #include "sched.h"
 #include "sched_harness.h"
 
+/* How far under its floor a backlogged band's share of one window may be
+ * (see test_floors_random). */
+#define FLOOR_SLACK 0.02
+
 /* ---- the tracking executor ------------------------------------------------ */
 
 typedef struct px {
@@ -732,10 +736,10 @@ static void test_determinism(void **st) {
 /* Gold keeps 48 long-output requests queued and saturates the pool; bronze
  * (min share 5%) keeps 8 prefill-heavy requests queued. Bronze must complete
  * requests in every window of 1000 steps (a few seconds of fake time). Its
- * rate is reported against its share: the share is of the token budget, and
- * while gold's decodes hold the pool over the watermark bronze is neither
- * admitted nor spared by preemption, so it gets much less. Then gold goes
- * idle: bronze alone must get the whole budget, not its minimum share. */
+ * prompt tokens a step are reported beside its share of the budget: its
+ * floor is a share of the service (decodes included, section 6), so its
+ * prefill alone may run under the budget's share. Then gold goes idle:
+ * bronze alone must get the whole budget, not its minimum share. */
 static void test_no_starvation(void **st) {
     (void)st;
     sched_config c;
@@ -830,7 +834,140 @@ static void test_no_starvation(void **st) {
     px_deinit(&x);
 }
 
-/* ---- 6. FCFS: a started prefill behind a head that admission holds back ---- */
+/* ---- 6. band floors under a higher band's flood ----------------------------- */
+
+/* One flood run for the floors: tiers gold (band 0, no floor), silver and
+ * bronze (bands 1 and 2, floors m[1], m[2]); gold keeps `flood` requests
+ * outstanding, silver and bronze `lower` each (closed loops: a request is
+ * replaced as soon as it ends, so the bands stay backlogged whenever their
+ * outstanding count exceeds what they run). Every `window` steps, the
+ * window's service share of each floored band is checked against its
+ * floor, for the windows it was backlogged at every step; returns the
+ * smallest (share - floor) seen over all bands and windows. */
+typedef struct floor_run {
+    int32_t n_blocks, n_swap, max_running, budget_min, budget_max;
+    double m[3];
+    int32_t flood, lower;
+    int32_t prompt_lo, prompt_hi, out_lo, out_hi;
+    int steps, window;
+    uint64_t seed;
+} floor_run;
+
+static double floor_flood(const floor_run *fr, int verbose) {
+    sched_config c;
+    h_config(&c, fr->n_blocks, fr->n_swap);
+    c.max_running = fr->max_running;
+    c.budget_min = fr->budget_min;
+    c.budget_max = fr->budget_max;
+    px x;
+    px_init(&x, &c, fr->seed);
+    harness *h = &x.h;
+    h->p_stop = 0;
+    sched *s = h->s;
+    static const char *names[3] = {"gold", "silver", "bronze"};
+    int tn[3];
+    for (int b = 0; b < 3; b++) {
+        sched_tier t = {"", b, b == 0 ? 200 : b == 1 ? 500 : 0, 0, fr->m[b], 0};
+        snprintf(t.name, sizeof(t.name), "%s", names[b]);
+        assert_true(sched_tier_add(s, &t) >= 0);
+        tn[b] = add_tenant(s, names[b], b, 1);
+    }
+    double svc0[3] = {0}, worst = 1;
+    int backlogged[3] = {1, 1, 1};
+    for (int step = 0; step < fr->steps; step++) {
+        for (int b = 0; b < 3; b++) {
+            sched_tenant_stats ts;
+            sched_tenant_stats_get(s, tn[b], &ts);
+            int want = b == 0 ? fr->flood : fr->lower;
+            for (int q = ts.queued + ts.running + ts.swapped; q < want; q++) {
+                sched_id id;
+                sched_reason why;
+                if (sched_submit(s, h->now_us, tn[b], rnd_in(h, fr->prompt_lo, fr->prompt_hi),
+                                 rnd_in(h, fr->out_lo, fr->out_hi), &id, &why))
+                    fail_msg("%s rejected: %s", names[b], sched_reason_name(why));
+            }
+            sched_tenant_stats_get(s, tn[b], &ts);
+            if (ts.queued + ts.swapped == 0) backlogged[b] = 0;
+        }
+        px_step(&x);
+        sched_end ev;
+        while (sched_poll_end(s, &ev)) {}
+        if ((step + 1) % fr->window) continue;
+        double svc[3], total = 0;
+        for (int b = 0; b < 3; b++) {
+            sched_tenant_stats ts;
+            sched_tenant_stats_get(s, tn[b], &ts);
+            svc[b] = ts.service - svc0[b];
+            svc0[b] = ts.service;
+            total += svc[b];
+        }
+        /* The first window fills the moving sums from nothing: skipped. */
+        for (int b = 1; b < 3 && step >= fr->window; b++) {
+            if (!backlogged[b] || fr->m[b] <= 0 || total <= 0) continue;
+            double gap = svc[b] / total - fr->m[b];
+            if (gap < worst) worst = gap;
+        }
+        if (verbose)
+            print_message("  window %d: shares gold %.3f silver %.3f bronze %.3f (floors %.2f, %.2f)%s%s\n",
+                          step / fr->window, svc[0] / total, svc[1] / total, svc[2] / total, fr->m[1], fr->m[2],
+                          backlogged[1] ? "" : " silver not backlogged", backlogged[2] ? "" : " bronze not backlogged");
+        for (int b = 0; b < 3; b++) backlogged[b] = 1;
+    }
+    ASSERT_HEALTHY(&x);
+    px_deinit(&x);
+    return worst;
+}
+
+/* The flood of issue 11 in scheduler terms: examples/demo.yaml's tiers and
+ * 32 seats, 160 gold and 24 silver closed-loop clients. Before the floors
+ * silver ran nothing at all (gold held 31 of 32 seats throughout). */
+static void test_band_floor_flood(void **st) {
+    (void)st;
+    floor_run fr = {512, 128, 32, 32, 256, {0, 0.10, 0.05}, 160, 24, 64, 64, 64, 128, 4096, 256, 11};
+    double worst = floor_flood(&fr, 1);
+    print_message("floor flood: worst window share - floor = %+.4f\n", worst);
+    assert_true(worst >= -FLOOR_SLACK);
+}
+
+/* Random floods: pools, seats, budgets, floors and request sizes drawn at
+ * random; every floored band that stays backlogged for a whole window gets
+ * at least its floor less FLOOR_SLACK of the window's service. */
+static void test_floors_random(void **st) {
+    (void)st;
+    harness r;
+    memset(&r, 0, sizeof(r));
+    r.rng = 0xf100f;
+    double worst = 1;
+    for (int run = 0; run < 24; run++) {
+        floor_run fr;
+        fr.max_running = rnd_in(&r, 4, 48);
+        fr.n_blocks = rnd_in(&r, 8, 24) * fr.max_running;
+        fr.n_swap = rnd_in(&r, 0, 1) ? fr.n_blocks / 4 : 0;
+        fr.budget_min = 32;
+        fr.budget_max = rnd_in(&r, 64, 512);
+        fr.m[0] = 0;
+        fr.m[1] = rnd_in(&r, 5, 30) / 100.0;
+        fr.m[2] = rnd_in(&r, 2, 20) / 100.0;
+        fr.flood = fr.max_running * rnd_in(&r, 2, 6);
+        fr.lower = fr.max_running * rnd_in(&r, 1, 2);
+        fr.prompt_lo = rnd_in(&r, 8, 64);
+        fr.prompt_hi = fr.prompt_lo + rnd_in(&r, 0, 256);
+        fr.out_lo = rnd_in(&r, 4, 32);
+        fr.out_hi = fr.out_lo + rnd_in(&r, 0, 128);
+        fr.steps = 2048;
+        fr.window = 256;
+        fr.seed = 1000 + (uint64_t)run;
+        double w = floor_flood(&fr, 0);
+        print_message("  run %2d: seats %2d blocks %4d swap %3d budget %3d floors %.2f/%.2f prompts %d-%d outputs %d-%d: "
+                      "worst share - floor %+.4f\n", run, fr.max_running, fr.n_blocks, fr.n_swap, fr.budget_max,
+                      fr.m[1], fr.m[2], fr.prompt_lo, fr.prompt_hi, fr.out_lo, fr.out_hi, w);
+        if (w < worst) worst = w;
+    }
+    print_message("floors random: worst window share - floor over 24 runs = %+.4f (bound -%.2f)\n", worst, FLOOR_SLACK);
+    assert_true(worst >= -FLOOR_SLACK);
+}
+
+/* ---- 7. FCFS: a started prefill behind a head that admission holds back ---- */
 
 /* Under FCFS a request held back by its tenant's max_running stays at the
  * head while later ones are admitted. When it becomes eligible with
@@ -889,6 +1026,8 @@ int main(void) {
         cmocka_unit_test(test_random_events_fcfs),
         cmocka_unit_test(test_determinism),
         cmocka_unit_test(test_no_starvation),
+        cmocka_unit_test(test_band_floor_flood),
+        cmocka_unit_test(test_floors_random),
         cmocka_unit_test(test_fcfs_started_prefill_not_hidden),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -622,13 +622,6 @@ static int take_blocks(sched *s, req *r, int32_t need) {
     return 0;
 }
 
-typedef struct victim_filter {
-    int above_band;         /* victim's band must be > this (-1: any) */
-    int32_t tenant;         /* victim's tenant must be this (-1: any) */
-    const struct req *for_req; /* growth of this request: only the victims
-                                  eligible_for_growth may yield */
-} victim_filter;
-
 /* Progress guarantee for growth preemption: a growing request may only
  * take blocks from a lower band, or from its own band when the victim
  * arrived after it. Otherwise two large requests of one band take turns
@@ -647,19 +640,29 @@ static int eligible_for_growth(const sched *s, const req *victim, const req *gro
     return vb > gb || (vb == gb && newer);
 }
 
+/* Whether running request r may be preempted under filter f. Requests
+ * moved by a copy this step are not eligible (their copies are already in
+ * the plan); nor are, for another band, those of a band near its floor
+ * (sched_floor.c). */
+int sched__victim_ok(const sched *s, const req *r, victim_filter f) {
+    const tenant *t = &s->tenants[r->tenant];
+    if (r->moved_step == s->steps || t->band <= f.above_band || (f.tenant >= 0 && r->tenant != f.tenant))
+        return 0;
+    if (f.for_req && r != f.for_req && !eligible_for_growth(s, r, f.for_req)) return 0;
+    if (f.other_bands && t->band == f.for_band) return 0;
+    return f.for_band < 0 || t->band == f.for_band || !s->st.floor_kept[t->band];
+}
+
 /* Preemption victim: lowest band (largest band number), then largest KV,
- * then newest; FIFO: newest. Requests moved by a copy this step are not
- * eligible (their copies are already in the plan). */
-static int32_t choose_victim(const sched *s, victim_filter f) {
+ * then newest; FIFO: newest. */
+int32_t sched__choose_victim(const sched *s, victim_filter f) {
     int fifo = (s->features & SCHED__FEAT_FIFO) != 0;
     int32_t best = NIL;
     for (int32_t i = 0; i < s->n_run; i++) {
         int32_t slot = s->run[i];
         const req *r = &s->reqs[slot];
         const tenant *t = &s->tenants[r->tenant];
-        if (r->moved_step == s->steps || t->band <= f.above_band || (f.tenant >= 0 && r->tenant != f.tenant))
-            continue;
-        if (f.for_req && r != f.for_req && !eligible_for_growth(s, r, f.for_req)) continue;
+        if (!sched__victim_ok(s, r, f)) continue;
         if (best == NIL) { best = slot; continue; }
         const req *b = &s->reqs[best];
         int bb = s->tenants[b->tenant].band;
@@ -753,8 +756,8 @@ static int grow_running(sched *s, step *st, int32_t slot, int32_t positions) {
     while (need > 0) {
         if (take_blocks(s, r, need) == 0) return 1;
         int over_quota = t->kv_blocks + need > t->kv_quota;
-        victim_filter f = {-1, over_quota ? r->tenant : -1, r};
-        int32_t v = choose_victim(s, f);
+        victim_filter f = {-1, over_quota ? r->tenant : -1, r, t->band, 0};
+        int32_t v = sched__choose_victim(s, f);
         if (v == NIL) {
             /* Swapped in this very step: its blocks are the targets of this
              * step's swap-in copies and its host slots their source, so it
@@ -897,7 +900,8 @@ static void swap_in_band(sched *s, step *st, int b, int cap) {
         if (t->kv_blocks + need > t->kv_quota || (t->cfg.max_running && (uint32_t)t->n_running >= t->cfg.max_running))
             continue;
         if ((s->n_run >= s->cfg.max_running || s->kv.n_free < need) &&
-            !((s->features & SCHED_FEAT_FAIR_SHARE) && sched__fair_share_room(s, st, r, need, 0))) {
+            !((s->features & SCHED_FEAT_FAIR_SHARE) && sched__fair_share_room(s, st, r, need, 0)) &&
+            !sched__floor_room(s, st, r, need)) {
             swap_stuck(s, st, b, r->tenant);
             break;
         }
@@ -941,9 +945,9 @@ static int32_t admit_room(sched *s, const step *st, const req *r, int how) {
  * preempting lower bands. Once a scan found no victim below band b, none
  * appears later in the step for b or any band below it: skip the rescans. */
 static void preempt_below(sched *s, step *st, int b, int32_t want) {
-    victim_filter f = {b, -1, NULL};
+    victim_filter f = {b, -1, NULL, b, 0};
     while (b < st->no_victim_above && (s->n_run >= s->cfg.max_running || s->kv.n_free < want)) {
-        int32_t v = choose_victim(s, f);
+        int32_t v = sched__choose_victim(s, f);
         if (v == NIL) {
             st->no_victim_above = b;
             break;
@@ -969,6 +973,10 @@ static int admission_mode(sched *s, step *st, const req *r, int32_t n, int32_t *
     if (*avail < want && (s->features & SCHED_FEAT_FAIR_SHARE) && !sched__held_by_stuck_swap(s, st, t, ADMIT_CLAIM) &&
         sched__fair_share_room(s, st, r, want, 1)) {
         how = ADMIT_CLAIM;
+        *avail = admit_room(s, st, r, how);
+    }
+    if (*avail < want && !sched__held_by_stuck_swap(s, st, t, ADMIT_FLOOR) && sched__floor_room(s, st, r, want)) {
+        how = ADMIT_FLOOR;
         *avail = admit_room(s, st, r, how);
     }
     return how;
@@ -1140,13 +1148,6 @@ static void serve_fifo(sched *s, step *st) {
     }
 }
 
-static double band_share(const sched *s, int b) {
-    double share = 0;
-    for (int i = 0; i < s->n_tiers; i++)
-        if (s->tiers[i].band == b && s->tiers[i].min_share > share) share = s->tiers[i].min_share;
-    return share;
-}
-
 static int band_backlogged(const sched *s, int b) {
     return fq_len(&s->bands[b].q) > 0 || s->bands[b].swapped.head != NIL;
 }
@@ -1154,7 +1155,7 @@ static int band_backlogged(const sched *s, int b) {
 /* Tokens reserved for band b this step: its minimum share of the budget,
  * less what its decodes already took, and no more than it has to run. */
 static int band_reserve(const sched *s, const step *st, int b) {
-    double share = band_share(s, b);
+    double share = sched__band_floor(s, b);
     if (share <= 0 || !band_backlogged(s, b)) return 0;
     int reserve = (int)ceil(share * st->plan.budget) - st->used[b];
     int64_t work = s->bands[b].pending_tokens + (s->bands[b].swapped.head != NIL ? reserve : 0);
@@ -1230,6 +1231,7 @@ int sched_step(sched *s, int64_t now_us, sched_plan *out) {
                  .claim_band = -1};
     expire_timeouts(s, st);
     weigh_bands(s, st);
+    sched__floor_weigh(s, st);
     st->plan.budget = compute_budget(s, st);
     st->left = st->plan.budget;
     plan_decodes(s, st);
@@ -1258,6 +1260,7 @@ static void item_done(sched *s, const sched_item *it, const sched_item_result *r
     t->st.engine_us += share_us;
     if (it->is_prefill) t->st.prompt_tokens += (uint64_t)it->n_tokens;
     t->st.service += s->cfg.w_in * (double)r->charge;
+    sched__floor_count(s, t->band, s->cfg.w_in * (double)r->charge);
     r->charge = 0;
     set_computed(s, r, r->n_computed + it->n_tokens);
     if (!it->sample) return;
@@ -1271,6 +1274,7 @@ static void item_done(sched *s, const sched_item *it, const sched_item_result *r
     if (!r->first_token_us) r->first_token_us = now_us;
     fq_charge(&s->bands[t->band].q, &t->fe, s->cfg.w_out, t->cfg.weight);
     t->st.service += s->cfg.w_out;
+    sched__floor_count(s, t->band, s->cfg.w_out);
     t->st.output_tokens++;
     if (res->finished || r->generated >= r->max_new) end_request(s, slot, SCHED_FINISHED, SCHED_R_NONE, now_us);
 }

@@ -15,8 +15,9 @@
  *     sched_poll_end(&ev)               requests that ended, each once
  *
  * Model. A tier is a priority band (lower number served first) with TTFT and
- * TPOT targets, a minimum share of the step token budget while backlogged,
- * and a maximum queue wait. A tenant belongs to one tier and has a weight and
+ * TPOT targets, a minimum share of the service while backlogged (a floor
+ * that higher bands' floods cannot take; sched_floor.c says exactly what is
+ * held), and a maximum queue wait. A tenant belongs to one tier and has a weight and
  * quotas (KV blocks, running and queued requests). A request holds counts,
  * not tokens: the executor keeps each request's token ids (prompt, then
  * generated) and the plan says which slice of them to feed:
@@ -59,7 +60,10 @@
  *     over-share tenants' items (a request at most every other step) and
  *     admits no more of them, so the claimant's first token is not padded
  *     by the flood's batch; a swapped-out request of a tenant under its
- *     shares may preempt the same way to come back;
+ *     shares may preempt the same way to come back; a band under its
+ *     floor (its min_share of the service over the last steps) may seat
+ *     one request a step by preempting other bands, and other bands may
+ *     not preempt a band near its floor (sched_floor.c);
  *  6. preemption mode: swap when 2 x KV bytes / copy bandwidth is cheaper
  *     than recomputing the context and swap space is free, else recompute.
  * With policy SCHED_POLICY_FCFS all of that collapses to one arrival-order
@@ -77,6 +81,9 @@
 
 #define SCHED_MAX_TIERS 8
 #define SCHED_NAME_MAX 48
+/* Window of the bands' service shares that min_share is held over: a
+ * moving sum with this time constant, in steps (sched_floor.c). */
+#define SCHED_FLOOR_STEPS 64
 
 /* Why a request was rejected at arrival or failed later:
  *      name             http  message */
@@ -136,7 +143,8 @@ typedef struct sched_tier {
     int band;               /* 0 first; bands are 0 .. SCHED_MAX_TIERS - 1 */
     uint32_t ttft_ms;       /* time-to-first-token target, 0 = best effort */
     uint32_t tpot_ms;       /* time-per-output-token target, 0 = none */
-    double min_share;       /* share of the step budget while backlogged, 0..1 */
+    double min_share;       /* floor: share of the service while backlogged, 0..1
+                               (sched_floor.c); also reserved of each step's budget */
     uint32_t max_queue_ms;  /* longest wait in the queue, 0 = unbounded */
 } sched_tier;
 

@@ -129,6 +129,9 @@ static int32_t over_share_victim(const sched *s, const step *st, int b, const te
  * the stuck request is the claimant's own: that one comes first. Claims in
  * lower bands are held like everything else. */
 int sched__held_by_stuck_swap(const sched *s, const step *st, const tenant *t, int how) {
+    /* A band under its floor takes its room from other bands: only a stuck
+     * swap-in of its own band (which claims first) holds it. */
+    if (how == ADMIT_FLOOR) return t->band == st->swap_stuck_band;
     if (t->band != st->swap_stuck_band) return t->band > st->swap_stuck_band;
     return how != ADMIT_CLAIM || st->swap_stuck_tenant == NIL || t == &s->tenants[st->swap_stuck_tenant];
 }

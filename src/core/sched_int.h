@@ -1,7 +1,7 @@
 /*
  * sched_int.h - the scheduler's private structures, shared by sched.c (the
- * step) and sched_claim.c (the claim rules). Nothing outside those two
- * files includes it: the contract is sched.h. Functions one of them calls
+ * step), sched_claim.c (claims within a band) and sched_floor.c (band
+ * floors). Nothing outside those files includes it: the contract is sched.h. Functions one of them calls
  * in the other carry the prefix sched__; everything else stays static.
  *
  * Lifetimes: struct sched and everything it points at live from sched_new
@@ -96,6 +96,13 @@ typedef struct deadline {
     uint32_t gen;
 } deadline;
 
+/* Service (weighted tokens) by band for the floors (sched_floor.c). */
+typedef struct floor_acct {
+    double svc[SCHED_MAX_TIERS];      /* moving sum over ~SCHED_FLOOR_STEPS steps */
+    double sum;                       /* the same over all bands */
+    double step_svc[SCHED_MAX_TIERS]; /* of the step that ran last */
+} floor_acct;
+
 /* One step, from sched_step to sched_step_done. */
 typedef struct step {
     sched_plan plan;        /* the plan being built; its arrays are the scheduler's */
@@ -109,6 +116,8 @@ typedef struct step {
     int32_t swap_stuck_tenant; /* ...and its tenant (the first one stuck) */
     int no_victim_above;    /* no TTFT victim below this band was found */
     int claim_band;         /* band of this step's claims (sched__claim_step), or -1 */
+    uint8_t floor_claim[SCHED_MAX_TIERS]; /* band under its floor: may claim (once) this step */
+    uint8_t floor_kept[SCHED_MAX_TIERS];  /* band near its floor: other bands may not preempt it */
     cost_features feat;     /* the batch's features, for the cost fit */
     int in_flight;          /* planned, not yet reported done */
 } step;
@@ -132,6 +141,7 @@ struct sched {
     int32_t n_run;
     kv_pool kv;
     cost_model cost;
+    floor_acct floor;
     heap deadlines;         /* of deadline, fixed (max_requests), least (at_us, seq) first */
     sched_end *ends;        /* (max_requests) ring of end events */
     int32_t end_head, n_ends;
@@ -151,19 +161,40 @@ struct sched {
 };
 
 /* How a fresh request is admitted: within the watermarks, past them for a
- * TTFT at risk, or by a claim (sched_claim.c). */
-enum { ADMIT_USUAL, ADMIT_PAST_WATERMARK, ADMIT_CLAIM };
+ * TTFT at risk, by a claim (sched_claim.c) or by its band's floor
+ * (sched_floor.c). */
+enum { ADMIT_USUAL, ADMIT_PAST_WATERMARK, ADMIT_CLAIM, ADMIT_FLOOR };
+
+/* Which running requests may be preempted to make room (sched__victim_ok). */
+typedef struct victim_filter {
+    int above_band;         /* victim's band must be > this (-1: any) */
+    int32_t tenant;         /* victim's tenant must be this (-1: any) */
+    const struct req *for_req; /* growth of this request: only the victims
+                                  eligible_for_growth may yield */
+    int for_band;           /* band making room: other bands' kept floors are
+                               spared (-1: none) */
+    int other_bands;        /* 1: victims only outside for_band (a floor claim) */
+} victim_filter;
 
 /* sched.c */
 /* Take a request's item out of the plan being built. */
 void sched__drop_item(sched *s, step *st, req *r);
 /* Preempt a running request (swap or recompute, see choose_swap). */
 void sched__preempt(sched *s, step *st, int32_t slot);
+/* Whether running request r passes filter f; the victim among those. */
+int sched__victim_ok(const sched *s, const req *r, victim_filter f);
+int32_t sched__choose_victim(const sched *s, victim_filter f);
 
 /* sched_claim.c */
 int sched__held_by_stuck_swap(const sched *s, const step *st, const tenant *t, int how);
 int sched__fair_share_room(sched *s, step *st, const req *r, int32_t want, int below_high);
 void sched__claim_step(sched *s, step *st, const tenant *claimant);
 int sched__left_out_by_claim(const sched *s, const step *st, const tenant *t);
+
+/* sched_floor.c */
+double sched__band_floor(const sched *s, int b);
+void sched__floor_weigh(sched *s, step *st);
+void sched__floor_count(sched *s, int b, double w);
+int sched__floor_room(sched *s, step *st, const req *r, int32_t want);
 
 #endif
