@@ -93,6 +93,7 @@ void sched_config_default(sched_config *c) {
     c->cost_seed[3] = 0.02;
     c->cost_lambda = 0.995;
     c->copy_bytes_per_us = 5000; /* 5 GB/s */
+    c->presence_us = 5000000;
 }
 
 static int config_ok(const sched_config *c) {
@@ -100,7 +101,8 @@ static int config_ok(const sched_config *c) {
            c->n_swap_blocks >= 0 && c->block_size > 0 && c->block_bytes >= 0 && c->max_requests > 0 &&
            c->max_tenants > 0 && c->max_running > 0 && c->max_ctx > 0 && c->budget_min > 0 &&
            c->budget_max >= c->budget_min && c->w_in > 0 && c->w_out > 0 && c->kv_low > 0 &&
-           c->kv_high >= c->kv_low && c->kv_high <= 1 && c->max_running <= c->budget_max * 4;
+           c->kv_high >= c->kv_low && c->kv_high <= 1 && c->max_running <= c->budget_max * 4 &&
+           c->presence_us >= 0;
 }
 
 /* The one place the policy is read: a policy is a preset of features. FAIR
@@ -119,7 +121,7 @@ void sched_free(sched *s) {
     free(s->tenants); free(s->reqs); free(s->free_slots); free(s->tables); free(s->hosts);
     free(s->run); free(s->ends); free(s->items); free(s->swap_out); free(s->swap_in);
     free(s->preempted); free(s->swapped_in); free(s->skipped); free(s->scratch);
-    free(s->seen);
+    free(s->order); free(s->seen);
     free(s);
 }
 
@@ -150,10 +152,11 @@ static int sched_alloc(sched *s) {
     s->swapped_in = malloc((size_t)c->max_running * sizeof(int32_t));
     s->skipped = malloc((size_t)c->max_tenants * sizeof(fq_entity *));
     s->scratch = malloc((size_t)c->max_tenants * sizeof(int32_t));
+    s->order = malloc((size_t)c->max_running * sizeof(int32_t));
     s->seen = malloc((size_t)(c->n_blocks > c->n_swap_blocks ? c->n_blocks : c->n_swap_blocks));
     int bad = !s->tenants || !s->reqs || !s->free_slots || !s->tables || !s->hosts || !s->run ||
               !s->ends || !s->items || !s->swap_out || !s->swap_in || !s->preempted ||
-              !s->swapped_in || !s->skipped || !s->scratch || !s->seen;
+              !s->swapped_in || !s->skipped || !s->scratch || !s->order || !s->seen;
     for (int b = 0; !bad && b < SCHED_MAX_TIERS; b++) {
         bad |= fq_init(&s->bands[b].q, c->max_tenants) != 0;
         s->bands[b].swapped = (slot_list){NIL, NIL};
@@ -488,6 +491,9 @@ int sched_submit(sched *s, int64_t now_us, int32_t tn, int32_t prompt, int32_t m
                .arrival_us = now_us, .arrival_seq = s->next_seq++, .link = {{NIL, NIL}, {NIL, NIL}},
                .run_idx = NIL, .item = NIL, .moved_step = UINT64_MAX};
     tq_link(s, slot, 0);
+    tenant *t = &s->tenants[tn];
+    t->last_work_us = now_us;
+    t->prompt_avg = t->st.submitted ? t->prompt_avg + (prompt - t->prompt_avg) / 8 : prompt;
     const sched_tier *tier = tier_of(s, r);
     if (tier->max_queue_ms)
         dl_push(s, (deadline){now_us + 1000 * (int64_t)tier->max_queue_ms, r->arrival_seq, slot, gen});
@@ -569,6 +575,15 @@ static void compact_items(sched *s, step *st) {
     p->n_items = k;
 }
 
+/* Count (sign 1) or uncount (-1) an item of n tokens of r in the
+ * features of the plan being built. */
+static void plan_features(step *st, const req *r, int32_t n, int sign) {
+    int prefill = r->n_total - r->n_computed > 1 || r->state == SCHED_PREFILLING;
+    if (prefill) st->planned.prefill_tokens += sign * n;
+    else st->planned.decode_seqs += sign;
+    st->planned.context_tokens += sign * cost_attended(r->n_computed, n);
+}
+
 static void add_item(sched *s, step *st, int32_t slot, int32_t n) {
     req *r = &s->reqs[slot];
     sched_plan *p = &st->plan;
@@ -580,6 +595,7 @@ static void add_item(sched *s, step *st, int32_t slot, int32_t n) {
                                           r->n_computed + n == r->n_total, r->table, r->n_blocks};
     st->used[tenant_of(s, r)->band] += n;
     st->left -= n;
+    plan_features(st, r, n, 1);
 }
 
 /* Charge the prompt positions an item newly covers (generated tokens were
@@ -605,6 +621,7 @@ static void refund_input(sched *s, req *r) {
 void sched__drop_item(sched *s, step *st, req *r) {
     if (r->item == NIL) return;
     sched_item *it = &st->plan.items[r->item];
+    plan_features(st, r, it->n_tokens, -1);
     st->left += it->n_tokens;
     st->used[tenant_of(s, r)->band] -= it->n_tokens;
     it->n_tokens = 0; /* compacted away at the end of planning */
@@ -829,19 +846,30 @@ static int compute_budget(const sched *s, const step *st) {
     return b < lo ? lo : b > hi ? hi : b;
 }
 
-/* Every decoding request gets its one token (and a block when it crosses
- * into a new one). */
+int sched__plan_decode(sched *s, step *st, int32_t slot) {
+    if (!grow_running(s, st, slot, s->reqs[slot].n_total)) return 0;
+    add_item(s, st, slot, 1);
+    return 1;
+}
+
+/* Every decoding request gets its token (and a block when it crosses
+ * into a new one), except that in a short step the over-share tenants'
+ * decodes take turns (sched__plan_short_decodes). */
 static void plan_decodes(sched *s, step *st) {
     for (int32_t i = 0; i < s->n_run;) {
         int32_t slot = s->run[i];
         req *r = &s->reqs[slot];
-        if (r->state != SCHED_DECODING || r->item != NIL) { i++; continue; }
+        if (r->state != SCHED_DECODING || r->item != NIL || sched__held_short(s, st, tenant_of(s, r))) {
+            i++;
+            continue;
+        }
         int32_t before = st->plan.n_preempted;
-        if (grow_running(s, st, slot, r->n_total)) add_item(s, st, slot, 1);
+        sched__plan_decode(s, st, slot);
         /* A preemption reorders s->run; planned requests have items, so a
          * rescan from the start skips them cheaply. */
         i = st->plan.n_preempted != before ? 0 : i + 1;
     }
+    sched__plan_short_decodes(s, st);
 }
 
 /* Bring back a swapped-out request that got `need` blocks: its copies go
@@ -1037,6 +1065,13 @@ static int32_t plan_prefill(sched *s, step *st, int32_t slot, int room, int *why
     if (fresh) how = admission_mode(s, st, r, n, &avail);
     int32_t quota = t->kv_quota - t->kv_blocks;
     n = chunk_fit(s, r, n, avail < quota ? avail : quota);
+    if (n > 0 && sched__held_short(s, st, t)) {
+        n = sched__short_room(s, st, r->n_computed, n);
+        if (n < 1) {
+            *why = PF_TENANT;
+            return 0;
+        }
+    }
     if (n < 1 && !fresh) {
         /* A started prefill that needs a block and finds none: like a
          * decode, it preempts (possibly itself; FIFO: see grow_running). */
@@ -1232,6 +1267,7 @@ int sched_step(sched *s, int64_t now_us, sched_plan *out) {
     expire_timeouts(s, st);
     weigh_bands(s, st);
     sched__floor_weigh(s, st);
+    sched__short_step(s, st);
     st->plan.budget = compute_budget(s, st);
     st->left = st->plan.budget;
     plan_decodes(s, st);
@@ -1256,6 +1292,7 @@ static void item_done(sched *s, const sched_item *it, const sched_item_result *r
     req *r = &s->reqs[slot];
     tenant *t = tenant_of(s, r);
     r->item = NIL;
+    if (!it->is_prefill) r->decoded_step = s->steps; /* ran: its turn is over (short steps) */
     r->engine_us += share_us;
     t->st.engine_us += share_us;
     if (it->is_prefill) t->st.prompt_tokens += (uint64_t)it->n_tokens;

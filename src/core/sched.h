@@ -43,7 +43,11 @@
  *     [budget_min, budget_max] (cost model);
  *  3. every decoding request gets its token; one that needs a new block
  *     when none is free preempts a victim (lowest band, then largest KV,
- *     then newest);
+ *     then newest); but while a band holds a tenant over its share and a
+ *     present tenant under it (one with work in the last presence_us), the
+ *     over-share tenants' decodes and prefill chunks are split into short
+ *     steps, so that a newcomer waits for at most half its own first step
+ *     (within a bounded loss of their throughput; sched_claim.c);
  *  4. swapped-out requests come back, highest band first, before new
  *     admissions of the same or a lower band;
  *  5. prefill chunks (chunked prefill) fill the rest of the budget: first
@@ -135,7 +139,9 @@ enum {
     SCHED_FEAT_FAIR_SHARE = 1u << 4,     /* a tenant under its share of a band's seats
                                             may preempt one over its share */
     SCHED_FEAT_TTFT_BUDGET = 1u << 5,    /* steps short enough for waiting TTFT targets */
-    SCHED_FEAT_ALL = 0x3f,
+    SCHED_FEAT_RESPONSIVE = 1u << 6,     /* over-share tenants' work split into short steps
+                                            while a tenant under its share may arrive */
+    SCHED_FEAT_ALL = 0x7f,
 };
 
 typedef struct sched_tier {
@@ -176,6 +182,8 @@ typedef struct sched_config {
     double cost_seed[4];    /* us: a, per prefill token, per decode seq, per context token */
     double cost_lambda;     /* forgetting factor of the online fit */
     double copy_bytes_per_us; /* seed of the swap bandwidth */
+    int64_t presence_us;    /* a tenant with work this recently is expected back
+                               (SCHED_FEAT_RESPONSIVE); default 5 s */
 } sched_config;
 
 /* Defaults for everything but the pool geometry (n_blocks, block_size,

@@ -58,6 +58,7 @@
  *    (test_fairness_big_pool reports it).
  */
 #include <stdint.h>
+#include <stdlib.h>
 
 #include "sched_int.h"
 
@@ -182,4 +183,162 @@ void sched__claim_step(sched *s, step *st, const tenant *claimant) {
  * claim's band (more claimants); the others wait for a step without one. */
 int sched__left_out_by_claim(const sched *s, const step *st, const tenant *t) {
     return t->band == st->claim_band && overshoot(s, st, t) > 0;
+}
+
+/* ---- short steps --------------------------------------------------------------
+ *
+ * A claim seats a newcomer in the step after it arrives, but it first
+ * waits for the step in flight, and with many seats that is a long step of
+ * the flood's decodes: at 32 seats the victim of scenarios/isolation.yaml
+ * waited ~25 ms for it, beside a first step of ~18 ms of its own (ratio
+ * 2.4 and worse). So while a band holds a tenant over its share and a
+ * present tenant under it (one that had work within presence_us, so is
+ * expected back), the over-share tenants' work is split into short steps:
+ * their decodes take turns (least recently decoded first) and their
+ * prefill chunks shrink so that the step's predicted time stays within
+ * SHORT_FRACTION of the predicted time of the present tenant's own first
+ * step (its average prompt, alone). A newcomer then waits at most that
+ * fraction of its own first step before it runs: with 1/2, its TTFT is at
+ * most 1.5 times what it would be alone, as far as the cost model is
+ * right. Shares here count present tenants, not only those with work this
+ * instant: an idle victim between two requests keeps its seats' worth.
+ * The cost falls on the over-share tenants: more, shorter steps (the fixed
+ * per-step cost more often) while someone under its share is around. That
+ * cost is bounded: a short step still runs enough of their work to keep
+ * (1 - SHORT_MAX_LOSS) of the throughput the whole of it would have in one
+ * step (where the fixed cost dominates, as on a GPU, splitting buys little
+ * latency and would cost most of the throughput), and a decode whose tier
+ * has a TPOT target runs anyway once waiting longer would miss it. */
+
+#define SHORT_FRACTION 0.5
+#define SHORT_MAX_LOSS 0.25
+
+static int present(const sched *s, const step *st, const tenant *t) {
+    return t->st.submitted > 0 && st->now_us - t->last_work_us <= s->cfg.presence_us;
+}
+
+/* Seats of a tenant's band that are its own when its present tenants share
+ * them by weight (cf. seat_share, which counts those with work now). */
+static double present_seats(const sched *s, const step *st, const tenant *t) {
+    double w = st->w_present[t->band];
+    double share = w > 0 ? s->cfg.max_running * t->cfg.weight / w : s->cfg.max_running;
+    return share < 1 ? 1 : share;
+}
+
+static double first_step_us(const sched *s, double prompt) {
+    cost_features f = {prompt, 0, cost_attended(0, prompt)};
+    return cost_predict_us(&s->cost, &f);
+}
+
+/* Start of a step: presence, and whether (and how short) this is a short
+ * step: short_us, the strictest bound of the bands that need one. */
+void sched__short_step(sched *s, step *st) {
+    for (int32_t i = 0; i < s->n_tenants; i++) {
+        tenant *t = &s->tenants[i];
+        if (t->n_queued + t->n_running + t->n_swapped > 0) t->last_work_us = st->now_us;
+        if (present(s, st, t)) st->w_present[t->band] += t->cfg.weight;
+    }
+    if (!(s->features & SCHED_FEAT_RESPONSIVE) || (s->features & SCHED__FEAT_FIFO)) return;
+    int over[SCHED_MAX_TIERS] = {0};
+    double prompt[SCHED_MAX_TIERS] = {0};
+    for (int32_t i = 0; i < s->n_tenants; i++) {
+        const tenant *t = &s->tenants[i];
+        if (!present(s, st, t)) continue;
+        double seats = present_seats(s, st, t);
+        if (t->n_running > seats) over[t->band] = 1;
+        else if (t->n_running + 1 <= seats && (prompt[t->band] == 0 || t->prompt_avg < prompt[t->band]))
+            prompt[t->band] = t->prompt_avg;
+    }
+    for (int b = 0; b < SCHED_MAX_TIERS; b++) {
+        if (!over[b] || prompt[b] <= 0) continue;
+        double cap = SHORT_FRACTION * first_step_us(s, prompt[b]);
+        st->short_band[b] = 1;
+        if (st->short_us == 0 || cap < st->short_us) st->short_us = cap;
+    }
+}
+
+/* A tenant whose work this step is held to the short step. */
+int sched__held_short(const sched *s, const step *st, const tenant *t) {
+    return st->short_band[t->band] && t->n_running > present_seats(s, st, t);
+}
+
+static double predict_with(const sched *s, const step *st, double prefill, double decodes, double ctx) {
+    cost_features f = st->planned;
+    f.prefill_tokens += prefill;
+    f.decode_seqs += decodes;
+    f.context_tokens += ctx;
+    return cost_predict_us(&s->cost, &f);
+}
+
+/* Tokens of a prefill chunk at position pos, at most n, for a short step:
+ * as many as keep the step within the bound, and at least as many as keep
+ * (1 - SHORT_MAX_LOSS) of the throughput of the whole chunk. Throughput
+ * grows with the chunk (the fixed cost spreads), so both are searches. */
+int32_t sched__short_room(const sched *s, const step *st, int32_t pos, int32_t n) {
+    int32_t lo = 0, hi = n;
+    while (lo < hi) {
+        int32_t mid = lo + (hi - lo + 1) / 2;
+        if (predict_with(s, st, mid, 0, cost_attended(pos, mid)) <= st->short_us) lo = mid;
+        else hi = mid - 1;
+    }
+    double want = (1 - SHORT_MAX_LOSS) * n / predict_with(s, st, n, 0, cost_attended(pos, n));
+    int32_t flo = 1, fhi = n;
+    while (flo < fhi) {
+        int32_t mid = flo + (fhi - flo) / 2;
+        if (mid / predict_with(s, st, mid, 0, cost_attended(pos, mid)) >= want) fhi = mid;
+        else flo = mid + 1;
+    }
+    return lo > flo ? lo : flo;
+}
+
+/* Fewest of n held decodes (ctx attended positions each, on average) that
+ * keep (1 - SHORT_MAX_LOSS) of the throughput of running all n. */
+static int32_t decodes_floor(const sched *s, const step *st, int32_t n, double ctx) {
+    double want = (1 - SHORT_MAX_LOSS) * n / predict_with(s, st, 0, n, n * ctx);
+    int32_t lo = 1, hi = n;
+    while (lo < hi) {
+        int32_t mid = lo + (hi - lo) / 2;
+        if (mid / predict_with(s, st, 0, mid, mid * ctx) >= want) hi = mid;
+        else lo = mid + 1;
+    }
+    return lo;
+}
+
+static int by_turn(const void *a, const void *b, void *ctx) {
+    const sched *s = ctx;
+    const req *x = &s->reqs[*(const int32_t *)a], *y = &s->reqs[*(const int32_t *)b];
+    if (x->decoded_step != y->decoded_step) return x->decoded_step < y->decoded_step ? -1 : 1;
+    return x->arrival_seq < y->arrival_seq ? -1 : x->arrival_seq > y->arrival_seq;
+}
+
+/* Late in a TPOT sense: waited so many short steps that one more would
+ * miss its tier's TPOT target. */
+static int tpot_due(const sched *s, const step *st, const req *r) {
+    const sched_tier *tier = &s->tiers[s->tenants[r->tenant].cfg.tier];
+    return tier->tpot_ms && (double)(s->steps - r->decoded_step + 1) * st->short_us >= 1000.0 * tier->tpot_ms;
+}
+
+/* The decodes held to the short step, least recently decoded first, while
+ * the step stays within the bound, and at least decodes_floor of them. */
+void sched__plan_short_decodes(sched *s, step *st) {
+    if (st->short_us <= 0) return;
+    int32_t n = 0;
+    double ctx = 0;
+    for (int32_t i = 0; i < s->n_run; i++) {
+        const req *r = &s->reqs[s->run[i]];
+        if (r->state == SCHED_DECODING && r->item == NIL && sched__held_short(s, st, &s->tenants[r->tenant])) {
+            s->order[n++] = s->run[i];
+            ctx += r->n_total;
+        }
+    }
+    if (!n) return;
+    qsort_r(s->order, (size_t)n, sizeof(int32_t), by_turn, s);
+    int32_t floor = decodes_floor(s, st, n, ctx / n), planned = 0;
+    for (int32_t k = 0; k < n; k++) {
+        req *r = &s->reqs[s->order[k]];
+        if (r->state != SCHED_DECODING || r->item != NIL || r->run_idx == NIL) continue; /* preempted since */
+        if (planned >= floor && predict_with(s, st, 0, 1, r->n_total) > st->short_us && !tpot_due(s, st, r))
+            continue;
+        planned += sched__plan_decode(s, st, s->order[k]);
+    }
 }

@@ -69,6 +69,7 @@ typedef struct req {
     int64_t charge;         /* provisional fq charge of this step's item */
     uint64_t moved_step;    /* step number of its last swap in or out */
     uint64_t dropped_step;  /* step a claim last left its item out (sched__claim_step) */
+    uint64_t decoded_step;  /* step its last decode ran in (short steps' turns) */
 } req;
 
 typedef struct tenant {
@@ -79,6 +80,8 @@ typedef struct tenant {
     slot_list queue;        /* WAITING, PREFILLING and PREEMPTED_RECOMPUTE requests */
     int32_t n_queued;       /* requests in the queue */
     int32_t n_running, n_swapped, kv_blocks;
+    int64_t last_work_us;   /* last step start with work, or submit; 0 = never */
+    double prompt_avg;      /* moving average of its prompts' lengths (tokens) */
     sched_tenant_stats st;
 } tenant;
 
@@ -116,6 +119,11 @@ typedef struct step {
     int32_t swap_stuck_tenant; /* ...and its tenant (the first one stuck) */
     int no_victim_above;    /* no TTFT victim below this band was found */
     int claim_band;         /* band of this step's claims (sched__claim_step), or -1 */
+    double w_present[SCHED_MAX_TIERS]; /* weight of each band's present tenants */
+    uint8_t short_band[SCHED_MAX_TIERS]; /* bands whose over-share work is held short */
+    double short_us;        /* cap on the step's predicted time for over-share work
+                               (sched__short_step), 0 = none */
+    cost_features planned;  /* features of the items planned so far */
     uint8_t floor_claim[SCHED_MAX_TIERS]; /* band under its floor: may claim (once) this step */
     uint8_t floor_kept[SCHED_MAX_TIERS];  /* band near its floor: other bands may not preempt it */
     cost_features feat;     /* the batch's features, for the cost fit */
@@ -156,6 +164,7 @@ struct sched {
     int32_t *swapped_in;    /* (max_running) slots swapped in this step */
     fq_entity **skipped;    /* (max_tenants) tenants set aside while serving a band */
     int32_t *scratch;       /* (max_tenants) for sched_check */
+    int32_t *order;         /* (max_running) decodes held to a short step, in turn order */
     uint8_t *seen;          /* (max(n_blocks, n_swap_blocks)) for sched_check */
     step st;                /* the step being planned or in flight */
 };
@@ -179,6 +188,8 @@ typedef struct victim_filter {
 /* sched.c */
 /* Take a request's item out of the plan being built. */
 void sched__drop_item(sched *s, step *st, req *r);
+/* Plan r's decode, growing its table (sched.c's grow_running); 1 if planned. */
+int sched__plan_decode(sched *s, step *st, int32_t slot);
 /* Preempt a running request (swap or recompute, see choose_swap). */
 void sched__preempt(sched *s, step *st, int32_t slot);
 /* Whether running request r passes filter f; the victim among those. */
@@ -190,6 +201,10 @@ int sched__held_by_stuck_swap(const sched *s, const step *st, const tenant *t, i
 int sched__fair_share_room(sched *s, step *st, const req *r, int32_t want, int below_high);
 void sched__claim_step(sched *s, step *st, const tenant *claimant);
 int sched__left_out_by_claim(const sched *s, const step *st, const tenant *t);
+void sched__short_step(sched *s, step *st);
+int sched__held_short(const sched *s, const step *st, const tenant *t);
+int32_t sched__short_room(const sched *s, const step *st, int32_t pos, int32_t n);
+void sched__plan_short_decodes(sched *s, step *st);
 
 /* sched_floor.c */
 double sched__band_floor(const sched *s, int b);
