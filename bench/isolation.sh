@@ -10,15 +10,21 @@
 #   2. scenarios/fairness.yaml (four backlogged tenants, short and long
 #      requests) against the default policy: Jain's index;
 #   3. scenarios/tiers.yaml (gold, silver, bronze over capacity) against
-#      examples/demo.yaml: gold's SLO attainment and bronze's progress.
+#      examples/demo.yaml: gold's SLO attainment and bronze's progress;
+#   4. the fair isolation runs again at 16 and 32 seats (bench-server.yaml
+#      with max_seqs changed): the victim's ratio and the aggregate output
+#      tokens/s at 6, 16 and 32 seats, from this one run;
+#   5. scenarios/floors.yaml (gold floods, silver and bronze send more than
+#      their floors) against examples/demo.yaml: each band's share of the
+#      service against its min_share.
 #
 #     bench/isolation.sh [OUT_DIR]        (default bench-out/isolation)
 #
 # Every server is started fresh for each run (no state carried between runs),
 # listens on 127.0.0.1 on a free port, and is stopped by this script (also
 # on Ctrl-C). Every bench run is bounded by its scenario (send window +
-# drain) and by a timeout around it; the whole script takes about five
-# minutes. Environment: TESSERA (the binary; default build/tessera, made by
+# drain) and by a timeout around it; the whole script takes about ten
+# minutes. SEATS (default "16 32") lists the extra seat counts of part 4. Environment: TESSERA (the binary; default build/tessera, made by
 # `make`), SEED (default 1), OMP_WAIT_POLICY (default passive, see below).
 set -euo pipefail
 
@@ -101,10 +107,19 @@ run fair-alone "$BS" fair "$ROOT/scenarios/isolation.yaml" --tenants victim
 run fair-flood "$BS" fair "$ROOT/scenarios/isolation.yaml"
 run fairness "$BS" fair "$ROOT/scenarios/fairness.yaml"
 run tiers "$ROOT/examples/demo.yaml" fair "$ROOT/scenarios/tiers.yaml"
+for n in ${SEATS-16 32}; do
+    # The same server at n seats; the model path made absolute, since the
+    # copy lives in $OUT.
+    sed -e "s/^    max_seqs: 6\$/    max_seqs: $n/" -e "s#\.\./models/demo-15m\.gguf#$MODEL#" "$BS" >"$OUT/bench-server-$n.yaml"
+    grep -q "max_seqs: $n\$" "$OUT/bench-server-$n.yaml" || { echo "isolation: could not set max_seqs in a copy of $BS" >&2; exit 1; }
+    run "fair-alone-$n" "$OUT/bench-server-$n.yaml" fair "$ROOT/scenarios/isolation.yaml" --tenants victim
+    run "fair-flood-$n" "$OUT/bench-server-$n.yaml" fair "$ROOT/scenarios/isolation.yaml"
+done
+run floors "$ROOT/examples/demo.yaml" fair "$ROOT/scenarios/floors.yaml"
 
-"$PY" - "$OUT" <<'EOF' | tee -a "$OUT/summary.txt"
+"$PY" - "$OUT" "${SEATS-16 32}" <<'EOF' | tee -a "$OUT/summary.txt"
 import json, os, sys
-out = sys.argv[1]
+out, seats = sys.argv[1], sys.argv[2].split()
 def load(name):
     with open(os.path.join(out, name, "report.json")) as f:
         return json.load(f)
@@ -131,6 +146,24 @@ g, b = tenant(tiers, "gold-team"), tenant(tiers, "bronze-team")
 print(f"tiers.yaml (demo.yaml, fair policy): gold SLO attainment {g['slo_attainment']*100:.1f}% "
       f"(target >= 99%, TTFT p99 {g['ttft']['p99_s']*1e3:.0f} ms); bronze completed {b['completed']} of {b['due']}, "
       f"{b['output_tokens_per_s']:.1f} output tokens/s (progress: {'yes' if b['completed'] > 0 else 'NO'})")
+print()
+print("| seats (fair policy) | victim p99 TTFT alone | with the aggressor | ratio (target <= 1.5) | aggregate output tokens/s with the aggressor |")
+print("|---|---|---|---|---|")
+for n in ["6"] + seats:
+    sfx = "" if n == "6" else "-" + n
+    alone, rep = tenant(load("fair-alone" + sfx), "victim"), load("fair-flood" + sfx)
+    a, f = alone["ttft"]["p99_s"], tenant(rep, "victim")["ttft"]["p99_s"]
+    agg = sum(t["output_tokens_per_s"] for t in rep["tenants"])
+    print(f"| {n} | {a*1e3:.0f} ms | {f*1e3:.0f} ms | {f / a if a > 0 else float('inf'):.2f} | {agg:.0f} |")
+fl = load("floors")
+total = sum(t["service"] for t in fl["tenants"])
+floors = {"gold-team": 0.0, "silver-team": 0.10, "bronze-team": 0.05}
+print()
+print("floors.yaml (demo.yaml, gold flooding): share of the service by band, against min_share:")
+for t in fl["tenants"]:
+    share = t["service"] / total if total > 0 else 0.0
+    print(f"  {t['name']}: {share*100:.1f}% (min_share {floors.get(t['name'], 0)*100:.0f}%), completed {t['completed']} of {t['due']}, "
+          f"TTFT p99 {t['ttft']['p99_s']*1e3:.0f} ms")
 EOF
 # One plot of the victim's TTFT in the four isolation runs (the victim is the
 # first block of each ttft_cdf.dat, see src/bench/plot.c).

@@ -236,6 +236,7 @@ int sched_tenant_add(sched *s, const sched_tenant_cfg *c) {
     }
     fq_entity_init(&t->fe);
     t->queue = (slot_list){NIL, NIL};
+    t->last_work_us = INT64_MIN / 2; /* never: now - this is never within presence_us */
     return s->n_tenants++;
 }
 
@@ -575,15 +576,6 @@ static void compact_items(sched *s, step *st) {
     p->n_items = k;
 }
 
-/* Count (sign 1) or uncount (-1) an item of n tokens of r in the
- * features of the plan being built. */
-static void plan_features(step *st, const req *r, int32_t n, int sign) {
-    int prefill = r->n_total - r->n_computed > 1 || r->state == SCHED_PREFILLING;
-    if (prefill) st->planned.prefill_tokens += sign * n;
-    else st->planned.decode_seqs += sign;
-    st->planned.context_tokens += sign * cost_attended(r->n_computed, n);
-}
-
 static void add_item(sched *s, step *st, int32_t slot, int32_t n) {
     req *r = &s->reqs[slot];
     sched_plan *p = &st->plan;
@@ -595,7 +587,6 @@ static void add_item(sched *s, step *st, int32_t slot, int32_t n) {
                                           r->n_computed + n == r->n_total, r->table, r->n_blocks};
     st->used[tenant_of(s, r)->band] += n;
     st->left -= n;
-    plan_features(st, r, n, 1);
 }
 
 /* Charge the prompt positions an item newly covers (generated tokens were
@@ -621,7 +612,6 @@ static void refund_input(sched *s, req *r) {
 void sched__drop_item(sched *s, step *st, req *r) {
     if (r->item == NIL) return;
     sched_item *it = &st->plan.items[r->item];
-    plan_features(st, r, it->n_tokens, -1);
     st->left += it->n_tokens;
     st->used[tenant_of(s, r)->band] -= it->n_tokens;
     it->n_tokens = 0; /* compacted away at the end of planning */
@@ -806,12 +796,27 @@ static void expire_timeouts(sched *s, step *st) {
 }
 
 /* Each band's total weight of tenants with work (queued, running or
- * swapped): the denominator of the seat shares. O(tenants) once a step. */
-static void weigh_bands(const sched *s, step *st) {
+ * swapped), the denominator of the seat shares, and with short steps the
+ * seats per unit of weight of its present tenants (sched_claim.c).
+ * O(tenants) once a step. */
+static void weigh_bands(sched *s, step *st) {
+    int presence = (s->features & SCHED_FEAT_RESPONSIVE) && !(s->features & SCHED__FEAT_FIFO);
+    /* Sums in locals: the stores into tenants would otherwise make the
+     * compiler store and reload them every iteration (it cannot rule out
+     * aliasing). */
+    double active[SCHED_MAX_TIERS] = {0}, present[SCHED_MAX_TIERS] = {0};
+    const int64_t now = st->now_us;
     for (int32_t i = 0; i < s->n_tenants; i++) {
-        const tenant *t = &s->tenants[i];
-        if (t->n_queued + t->n_running + t->n_swapped > 0) st->w_active[t->band] += t->cfg.weight;
+        tenant *t = &s->tenants[i];
+        if (t->n_queued + t->n_running + t->n_swapped > 0) {
+            active[t->band] += t->cfg.weight;
+            t->last_work_us = now;
+        }
+        if (presence && sched__present(s, st, t)) present[t->band] += t->cfg.weight;
     }
+    memcpy(st->w_active, active, sizeof(active));
+    for (int b = 0; b < SCHED_MAX_TIERS; b++)
+        st->seats_per_w[b] = present[b] > 0 ? s->cfg.max_running / present[b] : s->cfg.max_running;
 }
 
 /* The step's token budget: with running requests that have a TPOT target,
@@ -1236,20 +1241,27 @@ static void serve_bands(sched *s, step *st) {
 }
 
 /* Total up the batch's cost features and hand out the plan. */
+void sched__plan_features(const sched_plan *p, cost_features *f) {
+    *f = (cost_features){0, 0, 0};
+    for (int32_t i = 0; i < p->n_items; i++) {
+        const sched_item *it = &p->items[i];
+        if (!it->n_tokens) continue; /* dropped, not yet compacted */
+        if (it->is_prefill) f->prefill_tokens += it->n_tokens;
+        else f->decode_seqs += 1;
+        f->context_tokens += cost_attended(it->pos, it->n_tokens);
+    }
+}
+
 static void finish_plan(sched *s, step *st, sched_plan *out) {
     compact_items(s, st);
     sched_plan *p = &st->plan;
-    cost_features f = {0, 0, 0};
     for (int32_t i = 0; i < p->n_items; i++) {
         sched_item *it = &p->items[i];
         it->n_blocks = s->reqs[(uint32_t)it->id].n_blocks; /* tables may have grown since */
         p->n_tokens += it->n_tokens;
-        if (it->is_prefill) f.prefill_tokens += it->n_tokens;
-        else f.decode_seqs += 1;
-        f.context_tokens += cost_attended(it->pos, it->n_tokens);
     }
-    p->predicted_us = cost_predict_us(&s->cost, &f);
-    st->feat = f;
+    sched__plan_features(p, &st->feat);
+    p->predicted_us = cost_predict_us(&s->cost, &st->feat);
     *out = *p;
 }
 
@@ -1287,7 +1299,7 @@ int sched_step(sched *s, int64_t now_us, sched_plan *out) {
 /* Account one executed item: tokens into the cache, a sampled token, the
  * end of the request when it is done. */
 static void item_done(sched *s, const sched_item *it, const sched_item_result *res, double share_us,
-                      int64_t now_us) {
+                      int64_t now_us, double svc[SCHED_MAX_TIERS]) {
     int32_t slot = (int32_t)(uint32_t)it->id;
     req *r = &s->reqs[slot];
     tenant *t = tenant_of(s, r);
@@ -1297,7 +1309,7 @@ static void item_done(sched *s, const sched_item *it, const sched_item_result *r
     t->st.engine_us += share_us;
     if (it->is_prefill) t->st.prompt_tokens += (uint64_t)it->n_tokens;
     t->st.service += s->cfg.w_in * (double)r->charge;
-    sched__floor_count(s, t->band, s->cfg.w_in * (double)r->charge);
+    svc[t->band] += s->cfg.w_in * (double)r->charge;
     r->charge = 0;
     set_computed(s, r, r->n_computed + it->n_tokens);
     if (!it->sample) return;
@@ -1311,7 +1323,7 @@ static void item_done(sched *s, const sched_item *it, const sched_item_result *r
     if (!r->first_token_us) r->first_token_us = now_us;
     fq_charge(&s->bands[t->band].q, &t->fe, s->cfg.w_out, t->cfg.weight);
     t->st.service += s->cfg.w_out;
-    sched__floor_count(s, t->band, s->cfg.w_out);
+    svc[t->band] += s->cfg.w_out;
     t->st.output_tokens++;
     if (res->finished || r->generated >= r->max_new) end_request(s, slot, SCHED_FINISHED, SCHED_R_NONE, now_us);
 }
@@ -1354,11 +1366,12 @@ static void fail_step(sched *s, const step *st, int64_t now_us) {
 /* The executor ran the step: account its items and fit the cost model. */
 static void step_ran(sched *s, const step *st, const sched_result *res, int64_t now_us) {
     const sched_plan *p = &st->plan;
-    double tokens = 0;
+    double tokens = 0, svc[SCHED_MAX_TIERS] = {0};
     for (int32_t i = 0; i < p->n_items; i++) tokens += p->items[i].n_tokens;
     for (int32_t i = 0; i < p->n_items; i++)
         item_done(s, &p->items[i], &res->items[i], tokens > 0 ? res->step_us * p->items[i].n_tokens / tokens : 0,
-                  now_us);
+                  now_us, svc);
+    sched__floor_count(s, svc);
     if (p->n_items && res->step_us > 0) cost_observe(&s->cost, &st->feat, res->step_us);
     double moved = s->cfg.block_bytes * (double)(p->n_swap_out + p->n_swap_in);
     if (moved > 0 && res->copy_us > 0) cost_observe_copy(&s->cost, moved, res->copy_us);

@@ -213,15 +213,10 @@ int sched__left_out_by_claim(const sched *s, const step *st, const tenant *t) {
 #define SHORT_FRACTION 0.5
 #define SHORT_MAX_LOSS 0.25
 
-static int present(const sched *s, const step *st, const tenant *t) {
-    return t->st.submitted > 0 && st->now_us - t->last_work_us <= s->cfg.presence_us;
-}
-
 /* Seats of a tenant's band that are its own when its present tenants share
  * them by weight (cf. seat_share, which counts those with work now). */
 static double present_seats(const sched *s, const step *st, const tenant *t) {
-    double w = st->w_present[t->band];
-    double share = w > 0 ? s->cfg.max_running * t->cfg.weight / w : s->cfg.max_running;
+    double share = st->seats_per_w[t->band] * t->cfg.weight;
     return share < 1 ? 1 : share;
 }
 
@@ -230,43 +225,39 @@ static double first_step_us(const sched *s, double prompt) {
     return cost_predict_us(&s->cost, &f);
 }
 
-/* Start of a step: presence, and whether (and how short) this is a short
- * step: short_us, the strictest bound of the bands that need one. */
+/* Start of a step, after weigh_bands: whether (and how short) this is a
+ * short step. A band needs one when a tenant with running requests is over
+ * its present share (found from the running set, so that a step without
+ * one costs O(running), not O(tenants)) and a present tenant is under it;
+ * short_us is the strictest bound of those bands. */
 void sched__short_step(sched *s, step *st) {
-    for (int32_t i = 0; i < s->n_tenants; i++) {
-        tenant *t = &s->tenants[i];
-        if (t->n_queued + t->n_running + t->n_swapped > 0) t->last_work_us = st->now_us;
-        if (present(s, st, t)) st->w_present[t->band] += t->cfg.weight;
-    }
     if (!(s->features & SCHED_FEAT_RESPONSIVE) || (s->features & SCHED__FEAT_FIFO)) return;
-    int over[SCHED_MAX_TIERS] = {0};
+    int over[SCHED_MAX_TIERS] = {0}, any = 0;
+    for (int32_t i = 0; i < s->n_run; i++) {
+        const tenant *t = &s->tenants[s->reqs[s->run[i]].tenant];
+        if (!over[t->band] && t->n_running > present_seats(s, st, t)) over[t->band] = any = 1;
+    }
+    if (!any) return;
     double prompt[SCHED_MAX_TIERS] = {0};
     for (int32_t i = 0; i < s->n_tenants; i++) {
         const tenant *t = &s->tenants[i];
-        if (!present(s, st, t)) continue;
-        double seats = present_seats(s, st, t);
-        if (t->n_running > seats) over[t->band] = 1;
-        else if (t->n_running + 1 <= seats && (prompt[t->band] == 0 || t->prompt_avg < prompt[t->band]))
-            prompt[t->band] = t->prompt_avg;
+        if (!over[t->band] || !sched__present(s, st, t) || t->n_running + 1 > present_seats(s, st, t)) continue;
+        if (prompt[t->band] == 0 || t->prompt_avg < prompt[t->band]) prompt[t->band] = t->prompt_avg;
     }
     for (int b = 0; b < SCHED_MAX_TIERS; b++) {
-        if (!over[b] || prompt[b] <= 0) continue;
+        if (prompt[b] <= 0) continue;
         double cap = SHORT_FRACTION * first_step_us(s, prompt[b]);
         st->short_band[b] = 1;
         if (st->short_us == 0 || cap < st->short_us) st->short_us = cap;
     }
 }
 
-/* A tenant whose work this step is held to the short step. */
-int sched__held_short(const sched *s, const step *st, const tenant *t) {
-    return st->short_band[t->band] && t->n_running > present_seats(s, st, t);
+int sched__over_present_share(const sched *s, const step *st, const tenant *t) {
+    return t->n_running > present_seats(s, st, t);
 }
 
-static double predict_with(const sched *s, const step *st, double prefill, double decodes, double ctx) {
-    cost_features f = st->planned;
-    f.prefill_tokens += prefill;
-    f.decode_seqs += decodes;
-    f.context_tokens += ctx;
+static double predict_with(const sched *s, const cost_features *base, double prefill, double decodes, double ctx) {
+    cost_features f = {base->prefill_tokens + prefill, base->decode_seqs + decodes, base->context_tokens + ctx};
     return cost_predict_us(&s->cost, &f);
 }
 
@@ -275,30 +266,33 @@ static double predict_with(const sched *s, const step *st, double prefill, doubl
  * (1 - SHORT_MAX_LOSS) of the throughput of the whole chunk. Throughput
  * grows with the chunk (the fixed cost spreads), so both are searches. */
 int32_t sched__short_room(const sched *s, const step *st, int32_t pos, int32_t n) {
+    cost_features b;
+    sched__plan_features(&st->plan, &b);
     int32_t lo = 0, hi = n;
     while (lo < hi) {
         int32_t mid = lo + (hi - lo + 1) / 2;
-        if (predict_with(s, st, mid, 0, cost_attended(pos, mid)) <= st->short_us) lo = mid;
+        if (predict_with(s, &b, mid, 0, cost_attended(pos, mid)) <= st->short_us) lo = mid;
         else hi = mid - 1;
     }
-    double want = (1 - SHORT_MAX_LOSS) * n / predict_with(s, st, n, 0, cost_attended(pos, n));
+    double want = (1 - SHORT_MAX_LOSS) * n / predict_with(s, &b, n, 0, cost_attended(pos, n));
     int32_t flo = 1, fhi = n;
     while (flo < fhi) {
         int32_t mid = flo + (fhi - flo) / 2;
-        if (mid / predict_with(s, st, mid, 0, cost_attended(pos, mid)) >= want) fhi = mid;
+        if (mid / predict_with(s, &b, mid, 0, cost_attended(pos, mid)) >= want) fhi = mid;
         else flo = mid + 1;
     }
     return lo > flo ? lo : flo;
 }
 
 /* Fewest of n held decodes (ctx attended positions each, on average) that
- * keep (1 - SHORT_MAX_LOSS) of the throughput of running all n. */
-static int32_t decodes_floor(const sched *s, const step *st, int32_t n, double ctx) {
-    double want = (1 - SHORT_MAX_LOSS) * n / predict_with(s, st, 0, n, n * ctx);
+ * keep (1 - SHORT_MAX_LOSS) of the throughput of running all n beside the
+ * work in b. */
+static int32_t decodes_floor(const sched *s, const cost_features *b, int32_t n, double ctx) {
+    double want = (1 - SHORT_MAX_LOSS) * n / predict_with(s, b, 0, n, n * ctx);
     int32_t lo = 1, hi = n;
     while (lo < hi) {
         int32_t mid = lo + (hi - lo) / 2;
-        if (mid / predict_with(s, st, 0, mid, mid * ctx) >= want) hi = mid;
+        if (mid / predict_with(s, b, 0, mid, mid * ctx) >= want) hi = mid;
         else lo = mid + 1;
     }
     return lo;
@@ -333,12 +327,18 @@ void sched__plan_short_decodes(sched *s, step *st) {
     }
     if (!n) return;
     qsort_r(s->order, (size_t)n, sizeof(int32_t), by_turn, s);
-    int32_t floor = decodes_floor(s, st, n, ctx / n), planned = 0;
+    cost_features b;
+    sched__plan_features(&st->plan, &b);
+    int32_t floor = decodes_floor(s, &b, n, ctx / n), planned = 0;
     for (int32_t k = 0; k < n; k++) {
         req *r = &s->reqs[s->order[k]];
         if (r->state != SCHED_DECODING || r->item != NIL || r->run_idx == NIL) continue; /* preempted since */
-        if (planned >= floor && predict_with(s, st, 0, 1, r->n_total) > st->short_us && !tpot_due(s, st, r))
+        if (planned >= floor && predict_with(s, &b, 0, 1, r->n_total) > st->short_us && !tpot_due(s, st, r))
             continue;
-        planned += sched__plan_decode(s, st, s->order[k]);
+        int32_t before = st->plan.n_preempted;
+        if (!sched__plan_decode(s, st, s->order[k])) continue;
+        planned++;
+        if (st->plan.n_preempted != before) sched__plan_features(&st->plan, &b); /* items were dropped */
+        else b.decode_seqs += 1, b.context_tokens += r->n_total;
     }
 }

@@ -72,11 +72,13 @@ void sched__floor_weigh(sched *s, step *st) {
     }
 }
 
-/* An item of band b ran: w service units. */
-void sched__floor_count(sched *s, int b, double w) {
-    s->floor.svc[b] += w;
-    s->floor.sum += w;
-    s->floor.step_svc[b] += w;
+/* A step ran: svc[b] service units of band b. */
+void sched__floor_count(sched *s, const double svc[SCHED_MAX_TIERS]) {
+    for (int b = 0; b < SCHED_MAX_TIERS; b++) {
+        s->floor.svc[b] += svc[b];
+        s->floor.sum += svc[b];
+        s->floor.step_svc[b] += svc[b];
+    }
 }
 
 /* Could preempting other bands' requests free a seat and `want` blocks

@@ -80,7 +80,7 @@ typedef struct tenant {
     slot_list queue;        /* WAITING, PREFILLING and PREEMPTED_RECOMPUTE requests */
     int32_t n_queued;       /* requests in the queue */
     int32_t n_running, n_swapped, kv_blocks;
-    int64_t last_work_us;   /* last step start with work, or submit; 0 = never */
+    int64_t last_work_us;   /* last step start with work, or submit; INT64_MIN / 2 = never */
     double prompt_avg;      /* moving average of its prompts' lengths (tokens) */
     sched_tenant_stats st;
 } tenant;
@@ -119,11 +119,10 @@ typedef struct step {
     int32_t swap_stuck_tenant; /* ...and its tenant (the first one stuck) */
     int no_victim_above;    /* no TTFT victim below this band was found */
     int claim_band;         /* band of this step's claims (sched__claim_step), or -1 */
-    double w_present[SCHED_MAX_TIERS]; /* weight of each band's present tenants */
+    double seats_per_w[SCHED_MAX_TIERS]; /* seats per unit weight among a band's present tenants */
     uint8_t short_band[SCHED_MAX_TIERS]; /* bands whose over-share work is held short */
     double short_us;        /* cap on the step's predicted time for over-share work
                                (sched__short_step), 0 = none */
-    cost_features planned;  /* features of the items planned so far */
     uint8_t floor_claim[SCHED_MAX_TIERS]; /* band under its floor: may claim (once) this step */
     uint8_t floor_kept[SCHED_MAX_TIERS];  /* band near its floor: other bands may not preempt it */
     cost_features feat;     /* the batch's features, for the cost fit */
@@ -188,6 +187,8 @@ typedef struct victim_filter {
 /* sched.c */
 /* Take a request's item out of the plan being built. */
 void sched__drop_item(sched *s, step *st, req *r);
+/* The cost features of the items of p (those dropped excluded). */
+void sched__plan_features(const sched_plan *p, cost_features *f);
 /* Plan r's decode, growing its table (sched.c's grow_running); 1 if planned. */
 int sched__plan_decode(sched *s, step *st, int32_t slot);
 /* Preempt a running request (swap or recompute, see choose_swap). */
@@ -202,14 +203,28 @@ int sched__fair_share_room(sched *s, step *st, const req *r, int32_t want, int b
 void sched__claim_step(sched *s, step *st, const tenant *claimant);
 int sched__left_out_by_claim(const sched *s, const step *st, const tenant *t);
 void sched__short_step(sched *s, step *st);
-int sched__held_short(const sched *s, const step *st, const tenant *t);
+int sched__over_present_share(const sched *s, const step *st, const tenant *t);
 int32_t sched__short_room(const sched *s, const step *st, int32_t pos, int32_t n);
 void sched__plan_short_decodes(sched *s, step *st);
 
 /* sched_floor.c */
 double sched__band_floor(const sched *s, int b);
 void sched__floor_weigh(sched *s, step *st);
-void sched__floor_count(sched *s, int b, double w);
+void sched__floor_count(sched *s, const double svc[SCHED_MAX_TIERS]);
 int sched__floor_room(sched *s, step *st, const req *r, int32_t want);
+
+/* The step path's small questions, inline: they are asked per tenant or
+ * per item of every step. */
+
+/* A tenant with work within presence_us, so expected back (short steps). */
+static inline int sched__present(const sched *s, const step *st, const tenant *t) {
+    return st->now_us - t->last_work_us <= s->cfg.presence_us;
+}
+
+/* A tenant whose work this step is held to the short step. */
+static inline int sched__held_short(const sched *s, const step *st, const tenant *t) {
+    return st->short_band[t->band] && sched__over_present_share(s, st, t);
+}
+
 
 #endif
