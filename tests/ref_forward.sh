@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # Independent numerical reference check of the llama forward pass.
 #
-# For each weight type (f32, f16, q8_0, and bf16 when mkmodel offers it), and
-# for qwen2 with tied output (f32, q8_0), this makes a tiny GQA model, runs
-# greedy generation with --ids/--logits, and compares every prefill and decode
-# logits row against a float64 NumPy implementation written from the
-# equations (tests/ref/llama_ref.py). The comparison, its tolerances and a
-# self-check that it can fail live in tests/ref/compare.py.
+# For each weight type (f32, f16, q8_0, and bf16 when mkmodel offers it), for
+# qwen2 with tied output (f32, q8_0), and for one file mixing four types
+# across the fused groups (q/k q8_0 beside v f16, gate f32 beside up q8_0,
+# output bf16, as quantized checkpoints mix them), this makes a tiny GQA
+# model, runs greedy generation with --ids/--logits, and compares every
+# prefill and decode logits row against a float64 NumPy implementation
+# written from the equations (tests/ref/llama_ref.py). The comparison, its
+# tolerances and a self-check that it can fail live in tests/ref/compare.py.
 #
 # Environment: TS_TESSERA (binary), TS_TMPDIR (scratch), TS_SRC (repo root).
 set -euo pipefail
@@ -41,6 +43,13 @@ if grep -qiw 'bf16' <<<"$mk_help"; then
     cases+=("llama-bf16 bf16")
 else
     echo "ref_forward: mkmodel does not list bf16; skipping bf16"
+fi
+# The reference dequantizes each tensor by its own type, so a mixed file
+# needs nothing new from it; it is held to its loosest type's tolerance.
+if grep -q -- '--tensor-type' <<<"$mk_help"; then
+    cases+=("llama-mixed q8_0 --tensor-type attn_v=f16 --tensor-type ffn_gate=f32 --tensor-type output=bf16")
+else
+    echo "ref_forward: mkmodel does not list --tensor-type; skipping the mixed-type file"
 fi
 if grep -qiw 'qwen2' <<<"$mk_help"; then
     cases+=("qwen2-tied-f32 f32 --arch qwen2 --tied" "qwen2-tied-q8_0 q8_0 --arch qwen2 --tied")

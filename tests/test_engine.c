@@ -4,6 +4,8 @@
  * over interleaved, non-contiguous block tables, must not change any
  * sequence's logits; neither may swapping a sequence's blocks out and back
  * in (to other block ids). Bad batches are refused and change nothing.
+ * A model whose fused products mix weight types (as quantized checkpoints
+ * do) runs, batched as well as solo, and decodes as the same weights in f32.
  */
 #include <math.h>
 #include <setjmp.h>
@@ -41,11 +43,22 @@ typedef struct fixture {
 
 static const int LENS[N_SEQ] = {7, 23, 40, 2};
 
-static model *make_model(uint32_t type) {
+/* The mix of issue 11, with four types and both fused groups split: q, k
+ * (and attn_output, ffn_up, ffn_down, the embedding) in q8_0 beside v in
+ * f16; gate in f32 beside up in q8_0; the output matrix in bf16. */
+static const mkmodel_override MIXED[] = {
+    {"attn_v", GGUF_TT_F16}, {"ffn_gate", GGUF_TT_F32}, {"output", GGUF_TT_BF16}};
+#define N_MIXED (int)(sizeof(MIXED) / sizeof(MIXED[0]))
+
+/* The tiny GQA model of seed 11 in type, with n_ov overrides (ov). The
+ * weights drawn are the same for every type and override. */
+static model *make_model_ov(uint32_t type, const mkmodel_override *ov, int n_ov) {
     mkmodel_spec s;
     char path[512], err[256];
     mkmodel_preset("tiny", &s);
     s.type = type;
+    s.overrides = ov;
+    s.n_overrides = n_ov;
     s.n_heads = 8;
     s.n_kv_heads = 2; /* GQA */
     s.seed = 11;
@@ -57,6 +70,8 @@ static model *make_model(uint32_t type) {
     remove(path);
     return m;
 }
+
+static model *make_model(uint32_t type) { return make_model_ov(type, NULL, 0); }
 
 static eng *make_engine(const model *m, int n_blocks, int max_T) {
     eng_opts o = {.kv_pool_bytes = model_kv_bytes_per_token(&m->cfg) * BS * (size_t)n_blocks,
@@ -83,9 +98,9 @@ static void run_solo(fixture *f) {
     eng_free(e);
 }
 
-static int setup_type(void **state, uint32_t type) {
+static int setup_model(void **state, model *m) {
     fixture *f = calloc(1, sizeof(*f));
-    f->m = make_model(type);
+    f->m = m;
     f->vocab = f->m->cfg.vocab;
     uint64_t x = 12345;
     for (int s = 0; s < N_SEQ; s++) {
@@ -102,9 +117,10 @@ static int setup_type(void **state, uint32_t type) {
     return 0;
 }
 
-static int setup_f32(void **state) { return setup_type(state, GGUF_TT_F32); }
-static int setup_f16(void **state) { return setup_type(state, GGUF_TT_F16); }
-static int setup_q8(void **state) { return setup_type(state, GGUF_TT_Q8_0); }
+static int setup_f32(void **state) { return setup_model(state, make_model(GGUF_TT_F32)); }
+static int setup_f16(void **state) { return setup_model(state, make_model(GGUF_TT_F16)); }
+static int setup_q8(void **state) { return setup_model(state, make_model(GGUF_TT_Q8_0)); }
+static int setup_mixed(void **state) { return setup_model(state, make_model_ov(GGUF_TT_Q8_0, MIXED, N_MIXED)); }
 
 static int teardown(void **state) {
     fixture *f = *state;
@@ -114,10 +130,12 @@ static int teardown(void **state) {
     return 0;
 }
 
-/* max |a - b| / max |b| over one row. */
+/* max |a - b| / max |b| over one row; infinite when a holds a NaN or an
+ * infinity, which fmax would otherwise pass over. */
 static double row_err(const float *a, const float *b, int n) {
     double d = 0, m = 0;
     for (int i = 0; i < n; i++) {
+        if (!isfinite(a[i])) return INFINITY;
         d = fmax(d, fabs((double)a[i] - b[i]));
         m = fmax(m, fabs((double)b[i]));
     }
@@ -211,6 +229,10 @@ static void test_batch_equivalence_f16(void **state) { check_batched(state, 1e-5
  * same whatever else is in the batch, so the results still agree closely. */
 static void test_batch_equivalence_q8(void **state) { check_batched(state, 1e-5); }
 
+/* A mixed model runs its fused groups per type; a token's results must
+ * still not depend on the rest of its batch. */
+static void test_batch_equivalence_mixed(void **state) { check_batched(state, 1e-5); }
+
 static void test_swap_roundtrip(void **state) {
     fixture *f = *state;
     eng *e = make_engine(f->m, 64, 64);
@@ -270,6 +292,87 @@ static void test_bad_batches_change_nothing(void **state) {
     eng_free(e);
 }
 
+#define GREEDY_N 24  /* tokens generated after the prompt */
+
+static int argmax(const float *row, int n) {
+    int best = 0;
+    for (int v = 1; v < n; v++) best = row[v] > row[best] ? v : best;
+    return best;
+}
+
+/* GREEDY_N decode steps after the n prompt ids of ids, through a fresh
+ * engine: the prompt in one step, then one token a step. rows receives the
+ * logits row each step ends with, (GREEDY_N, vocab). With choose set, each
+ * step appends its argmax to ids (greedy decoding); without, ids already
+ * holds the tokens to feed (teacher forcing). */
+static void decode(const model *m, int32_t *ids, int n, int choose, float *rows) {
+    const int vocab = m->cfg.vocab;
+    eng *e = make_engine(m, 16, 64);
+    int32_t table[16];
+    for (int i = 0; i < 16; i++) table[i] = i;
+    for (int g = 0, pos = 0; g < GREEDY_N; pos = n + g, g++) {
+        eng_seq q = {ids + pos, n + g - pos, pos, table, 16, ENG_LOGITS_LAST};
+        eng_batch b = {&q, 1};
+        float *row = rows + (size_t)g * vocab;
+        assert_int_equal(eng_forward(e, &b, row), 0);
+        if (choose) ids[n + g] = argmax(row, vocab);
+    }
+    eng_free(e);
+}
+
+/* The mixed model against the same weights all in f32: the f32 model
+ * decodes greedily, the mixed one is fed the same tokens, and at every
+ * step its logits must lie within TOL of max |logit| of the f32 row and
+ * its argmax must be the token f32 chose. TOL = 5e-2 is the q8_0 bound of
+ * tests/ref/compare.py, for the same reason: q8_0 rounds each weight and
+ * (in its kernel) each activation to 8 bits per block of 32, up to 1/254
+ * of the block's largest value, and that compounds over the layers (f16
+ * and bf16, at 2^-11 and 2^-8, add less); the rows measured here differ by
+ * about 1e-2. A structural slip in splitting the fused groups (a product
+ * written to the wrong output, gate and up exchanged, the gate skipped)
+ * moves logits by O(1) of their range. The argmax may differ only where
+ * the f32 logits nearly tie (gap <= 2 TOL max |logit|, as each side may
+ * be off by TOL): this random model's logits are flat enough to have such
+ * steps, and a near tie is no evidence either way. Teacher forcing keeps
+ * one near tie from parting the sequences and hiding the steps after it. */
+static void test_mixed_matches_f32(void **state) {
+    fixture *f = *state;
+    const double TOL = 5e-2;
+    model *ref = make_model(GGUF_TT_F32);
+    const int vocab = f->vocab, n = f->seqs[2].len;
+    int32_t ids[MAX_LEN + GREEDY_N];
+    float *rows_mix = malloc((size_t)GREEDY_N * vocab * sizeof(float));
+    float *rows_ref = malloc((size_t)GREEDY_N * vocab * sizeof(float));
+    memcpy(ids, f->seqs[2].ids, (size_t)n * sizeof(int32_t));
+    decode(ref, ids, n, 1, rows_ref);
+    decode(f->m, ids, n, 0, rows_mix);
+    double worst = 0;
+    int same = 0;
+    for (int g = 0; g < GREEDY_N; g++) {
+        const float *r = rows_ref + (size_t)g * vocab, *c = rows_mix + (size_t)g * vocab;
+        worst = fmax(worst, row_err(c, r, vocab));
+        const int want = ids[n + g], got = argmax(c, vocab);
+        if (got == want) {
+            same++;
+            continue;
+        }
+        double mx = 0;
+        for (int v = 0; v < vocab; v++) mx = fmax(mx, fabs(r[v]));
+        const double gap = (double)r[want] - r[got];
+        if (!(gap <= 2 * TOL * mx))
+            fail_msg("step %d: mixed argmax %d, f32 chose %d, f32 gap %.3g > %.3g: not a near tie", g, got, want,
+                     gap, 2 * TOL * mx);
+        print_message("step %d: mixed argmax %d, f32 chose %d: a near tie, f32 gap %.3g <= %.3g\n", g, got, want,
+                      gap, 2 * TOL * mx);
+    }
+    print_message("mixed vs f32: %d of %d greedy tokens equal, worst relative row error %.3g (tol %.0e)\n", same,
+                  GREEDY_N, worst, TOL);
+    assert_true(worst <= TOL);
+    free(rows_mix);
+    free(rows_ref);
+    model_free(ref);
+}
+
 static void test_engine_options(void **state) {
     fixture *f = *state;
     eng_opts o = {.kv_pool_bytes = 10, .block_size = 16};
@@ -293,8 +396,11 @@ int main(void) {
     };
     const struct CMUnitTest f16[] = {cmocka_unit_test(test_batch_equivalence_f16)};
     const struct CMUnitTest q8[] = {cmocka_unit_test(test_batch_equivalence_q8)};
+    const struct CMUnitTest mixed[] = {cmocka_unit_test(test_batch_equivalence_mixed),
+                                       cmocka_unit_test(test_mixed_matches_f32)};
     int fails = cmocka_run_group_tests_name("engine_f32", f32, setup_f32, teardown);
     fails += cmocka_run_group_tests_name("engine_f16", f16, setup_f16, teardown);
     fails += cmocka_run_group_tests_name("engine_q8_0", q8, setup_q8, teardown);
+    fails += cmocka_run_group_tests_name("engine_mixed", mixed, setup_mixed, teardown);
     return fails;
 }

@@ -11,6 +11,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -136,6 +140,43 @@ static void expect(const variant *v, int code, const char *needle) {
     if (needle && !strstr(err, needle)) fail_msg("message '%s' lacks '%s'", err, needle);
 }
 
+/* mkmodel's per-tensor types: a role names a matrix in every layer, a glob
+ * on the full name one layer's, the last match wins, vectors stay f32,
+ * and a pattern that names no matrix (here only a norm) is refused. */
+static void test_mkmodel_overrides(void **state) {
+    static const mkmodel_override ov[] = {
+        {"attn_v", GGUF_TT_F16}, {"blk.1.*", GGUF_TT_BF16}, {"ffn_gate", GGUF_TT_F32}, {"output", GGUF_TT_Q8_0}};
+    mkmodel_spec s;
+    char path[512], err[256];
+    mkmodel_preset("tiny", &s);
+    s.type = GGUF_TT_Q8_0;
+    s.overrides = ov;
+    s.n_overrides = 4;
+    tu_path(path, sizeof(path), "overrides.gguf");
+    assert_int_equal(mkmodel_write(&s, path, err, sizeof(err)), 0);
+    model *m;
+    assert_int_equal(model_load(path, &m, err, sizeof(err)), 0);
+    const model_layer *L0 = &m->layers[0], *L1 = &m->layers[1];
+    assert_int_equal(L0->wq.type, GGUF_TT_Q8_0);
+    assert_int_equal(L0->wv.type, GGUF_TT_F16);
+    assert_int_equal(L0->w_gate.type, GGUF_TT_F32);
+    assert_int_equal(L1->wq.type, GGUF_TT_BF16);     /* blk.1.* */
+    assert_int_equal(L1->wv.type, GGUF_TT_BF16);     /* blk.1.* after attn_v */
+    assert_int_equal(L1->w_gate.type, GGUF_TT_F32);  /* ffn_gate after blk.1.* */
+    assert_int_equal(m->output.type, GGUF_TT_Q8_0);  /* not attn_output */
+    assert_int_equal(L0->wo.type, GGUF_TT_Q8_0);
+    assert_int_equal(m->tok_embd.type, GGUF_TT_Q8_0);
+    assert_int_equal(gguf_find_tensor(m->gguf, "blk.1.attn_norm.weight")->type, GGUF_TT_F32);
+    model_free(m);
+    remove(path);
+    static const mkmodel_override norm[] = {{"attn_norm", GGUF_TT_F16}};
+    s.overrides = norm;
+    s.n_overrides = 1;
+    assert_int_equal(mkmodel_write(&s, path, err, sizeof(err)), TS_ERR_INVAL);
+    assert_non_null(strstr(err, "'attn_norm' matches no matrix"));
+    remove(path);
+}
+
 static void test_missing_tensor(void **state) {
     variant v = BASE;
     v.skip = "blk.0.ffn_up.weight";
@@ -259,6 +300,29 @@ static void test_unknown_type(void **state) {
     memcpy(buf + p, &q4_0, 4);
     assert_int_equal(open_copy(buf, len, err, sizeof(err)), TS_ERR_GGUF_TYPE);
     assert_non_null(strstr(err, "attn_q"));
+    assert_non_null(strstr(err, "q4_0"));
+    free(buf);
+}
+
+/* A Q4_K_M file keeps attn_v in Q6_K beside q and k in another type: the
+ * load must refuse it, naming the tensor and the type, long before a
+ * server listens (a fused group of mixed types the engine does run is
+ * test_engine's). */
+static void test_unsupported_type_in_fused_group(void **state) {
+    size_t len;
+    unsigned char *buf = variant_bytes(&len);
+    char path[512], err[512];
+    size_t p = find(buf, len, "blk.0.attn_v.weight") + strlen("blk.0.attn_v.weight") + 4 + 16;
+    uint32_t q6_k = 14;
+    memcpy(buf + p, &q6_k, 4);
+    tu_path(path, sizeof(path), "q6k.gguf");
+    assert_int_equal(tu_write_file(path, buf, len), 0);
+    model *m = NULL;
+    assert_int_equal(model_load(path, &m, err, sizeof(err)), TS_ERR_GGUF_TYPE);
+    assert_null(m);
+    if (!strstr(err, path) || !strstr(err, "blk.0.attn_v.weight") || !strstr(err, "q6_K"))
+        fail_msg("message '%s' lacks the path, the tensor or its type", err);
+    remove(path);
     free(buf);
 }
 
@@ -315,6 +379,43 @@ static void test_missing_file(void **state) {
     assert_non_null(strstr(err, "/nonexistent/x.gguf"));
 }
 
+/* The model is refused with exactly "<path>: not a regular file (<kind>)",
+ * at once: model_load must not wait on a FIFO for a writer, nor open a
+ * device, nor name the path twice. */
+static void expect_not_regular(const char *path, const char *kind) {
+    char want[600], err[512] = "";
+    snprintf(want, sizeof(want), "%s: not a regular file (%s)", path, kind);
+    model *m = NULL;
+    alarm(10); /* a regression hangs in open(); the alarm ends the test instead */
+    int rc = model_load(path, &m, err, sizeof(err));
+    alarm(0);
+    assert_int_equal(rc, TS_ERR_IO);
+    assert_null(m);
+    if (strcmp(err, want)) fail_msg("message '%s', want '%s'", err, want);
+}
+
+static void test_not_regular_file(void **state) {
+    char fifo[512], sock[512];
+    tu_path(fifo, sizeof(fifo), "model.fifo");
+    remove(fifo);
+    assert_int_equal(mkfifo(fifo, 0600), 0);
+    expect_not_regular(fifo, "fifo");
+    remove(fifo);
+    tu_path(sock, sizeof(sock), "model.sock");
+    remove(sock);
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+    if (strlen(sock) < sizeof(sa.sun_path)) {
+        memcpy(sa.sun_path, sock, strlen(sock) + 1);
+        assert_true(fd >= 0 && bind(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0);
+        expect_not_regular(sock, "socket");
+        remove(sock);
+    }
+    close(fd);
+    expect_not_regular("/dev/null", "character device");
+    expect_not_regular(tu_tmpdir(), "directory");
+}
+
 static void test_getters(void **state) {
     gguf_writer *w = gguf_writer_new();
     gguf_writer_add_u32(w, "a.u32", 7);
@@ -359,6 +460,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_minimal_model_loads),
         cmocka_unit_test(test_synthetic_model_loads),
+        cmocka_unit_test(test_mkmodel_overrides),
         cmocka_unit_test(test_missing_tensor),
         cmocka_unit_test(test_wrong_shape),
         cmocka_unit_test(test_absurd_dims),
@@ -367,9 +469,11 @@ int main(void) {
         cmocka_unit_test(test_truncated),
         cmocka_unit_test(test_data_past_end),
         cmocka_unit_test(test_unknown_type),
+        cmocka_unit_test(test_unsupported_type_in_fused_group),
         cmocka_unit_test(test_absurd_counts_and_dims),
         cmocka_unit_test(test_fuzz_flips),
         cmocka_unit_test(test_missing_file),
+        cmocka_unit_test(test_not_regular_file),
         cmocka_unit_test(test_getters),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -506,6 +506,50 @@ static void test_matmul_scratch_threads(void **state) {
     ops_set_threads(0);
 }
 
+/* y (T, ldy) against the double products of w with the activations as its
+ * kernel sees them (xs, acts_as_seen for w's type): a few ulps of the sum
+ * of |terms|, as check_matmul allows. */
+static void check_product(const char *what, const float *y, int64_t ldy, const test_mat *w, const double *xs,
+                          int T) {
+    const int64_t ni = w->m.n_in;
+    for (int t = 0; t < T; t++)
+        for (int64_t o = 0; o < w->m.n_out; o++) {
+            double sum = 0, mag = 0;
+            for (int64_t j = 0; j < ni; j++) {
+                const double p = w->val[o * ni + j] * xs[t * ni + j];
+                sum += p;
+                mag += fabs(p);
+            }
+            const double got = y[(size_t)t * (size_t)ldy + (size_t)o];
+            if (!(fabs(got - sum) <= 2e-6 * mag + 1e-30))
+                fail_msg("%s type %u T %d [%d][%ld]: %.9g, want %.9g", what, w->m.type, T, t, (long)o, got, sum);
+        }
+}
+
+/* h (T, n_out) = silu(x Wg^T) * (x Wu^T) against doubles, the activations
+ * as each kernel sees them (xg for wg's type, xu for wu's). */
+static void check_swiglu(const char *what, const float *h, const test_mat *wg, const double *xg, const test_mat *wu,
+                         const double *xu, int T) {
+    const int64_t ni = wg->m.n_in, no = wg->m.n_out;
+    for (int t = 0; t < T; t++)
+        for (int64_t o = 0; o < no; o++) {
+            double g = 0, up = 0, mg = 0, mu = 0;
+            for (int64_t j = 0; j < ni; j++) {
+                g += wg->val[o * ni + j] * xg[t * ni + j];
+                up += wu->val[o * ni + j] * xu[t * ni + j];
+                mg += fabs(wg->val[o * ni + j] * xg[t * ni + j]);
+                mu += fabs(wu->val[o * ni + j] * xu[t * ni + j]);
+            }
+            const double want = g / (1.0 + exp(-g)) * up;
+            /* the tolerances of both sums, carried through silu (slope <= 1.1) */
+            const double tol = 1.1 * 2e-6 * mg * fabs(up) + 2e-6 * mu * (fabs(g) + 1) + 1e-6 * fabs(want) + 1e-30;
+            const double got = h[t * no + o];
+            if (!(fabs(got - want) <= tol))
+                fail_msg("%s types %u/%u T %d [%d][%ld]: %.9g, want %.9g", what, wg->m.type, wu->m.type, T, t,
+                         (long)o, got, want);
+        }
+}
+
 /* ops_matmul_n, ops_matmul_swiglu and ops_matmul called from inside a
  * parallel region by every thread, against double products, for every type
  * and for a small, a decode-batch and a large T (the decode paths, F32's
@@ -548,20 +592,11 @@ static void test_matmul_fused_and_team(void **state) {
                     for (int i = 0; i < 3; i++)
                         ops_matmul(y[i], ld[i], x, T, wp[i], s);
                 }
-                for (int i = 0; i < 3; i++)
-                    for (int t = 0; t < T; t++)
-                        for (int64_t o = 0; o < n_outs[i]; o++) {
-                            double sum = 0, mag = 0;
-                            for (int j = 0; j < NI; j++) {
-                                double p = w[i].val[o * NI + j] * xs[t * NI + j];
-                                sum += p;
-                                mag += fabs(p);
-                            }
-                            double got = y[i][(size_t)t * (size_t)ld[i] + (size_t)o];
-                            if (!(fabs(got - sum) <= 2e-6 * mag + 1e-30))
-                                fail_msg("matmul_n mode %d type %u T %d product %d [%d][%ld]: %.9g, want %.9g",
-                                         mode, type, T, i, t, (long)o, got, sum);
-                        }
+                char what[48];
+                for (int i = 0; i < 3; i++) {
+                    snprintf(what, sizeof what, "matmul_n mode %d product %d", mode, i);
+                    check_product(what, y[i], ld[i], &w[i], xs, T);
+                }
             }
             /* SwiGLU: h = silu(x Wg^T) * (x Wu^T), Wg = w[0], Wu = a second
              * matrix of the same shape, in and out of a team. */
@@ -574,23 +609,7 @@ static void test_matmul_fused_and_team(void **state) {
                 } else {
                     ops_matmul_swiglu(y[0], u, NO0, x, T, &w[0].m, &wu.m, s);
                 }
-                for (int t = 0; t < T; t++)
-                    for (int o = 0; o < NO0; o++) {
-                        double g = 0, up = 0, mg = 0, mu = 0;
-                        for (int j = 0; j < NI; j++) {
-                            g += w[0].val[o * NI + j] * xs[t * NI + j];
-                            up += wu.val[o * NI + j] * xs[t * NI + j];
-                            mg += fabs(w[0].val[o * NI + j] * xs[t * NI + j]);
-                            mu += fabs(wu.val[o * NI + j] * xs[t * NI + j]);
-                        }
-                        const double want = g / (1.0 + exp(-g)) * up;
-                        /* the tolerances of both sums, carried through silu (slope <= 1.1) */
-                        const double tol = 1.1 * 2e-6 * mg * fabs(up) + 2e-6 * mu * (fabs(g) + 1) + 1e-6 * fabs(want) + 1e-30;
-                        const double got = y[0][t * NO0 + o];
-                        if (!(fabs(got - want) <= tol))
-                            fail_msg("swiglu team %d type %u T %d [%d][%d]: %.9g, want %.9g", team, type, T, t, o,
-                                     got, want);
-                    }
+                check_swiglu(team ? "swiglu in a team" : "swiglu", y[0], &w[0], xs, &wu, xs, T);
             }
             test_mat_free(&wu);
         }
@@ -602,6 +621,82 @@ static void test_matmul_fused_and_team(void **state) {
     free(u);
     free(x);
     free(xs);
+    ops_scratch_free(s);
+    ops_set_threads(0);
+}
+
+/* Weights of different types in one fused call, as quantized files have
+ * them (Q4_K_M keeps attn_v apart from q and k; gate and up may differ
+ * too): ops_matmul_n and ops_matmul_swiglu split the call by type. Inside
+ * a team they give bit for bit what ops_matmul gives for each product
+ * alone, which runs the same kernels over the same work items; outside
+ * one (where the team size follows the work) they match the double
+ * products. Before the split they aborted on an assert. */
+static void test_matmul_mixed_types(void **state) {
+    (void)state;
+    enum { NI = 96, NO = 67, TM = 40 };
+    static const uint32_t mixes[][3] = {
+        {GGUF_TT_Q8_0, GGUF_TT_Q8_0, GGUF_TT_F16},  /* q and k q8_0, v f16 */
+        {GGUF_TT_F16, GGUF_TT_F32, GGUF_TT_F16},   /* one type split around another */
+        {GGUF_TT_BF16, GGUF_TT_Q8_0, GGUF_TT_F32}, /* three types */
+    };
+    static const int Ts[] = {1, 3, 16, TM};
+    ops_set_threads(2);
+    ops_scratch *s = ops_scratch_new(TM, NI, 2);
+    rng_seed(21);
+    float *x = malloc(TM * NI * sizeof(float)), *y[3], *ref[3];
+    double *xs_q8 = malloc(TM * NI * sizeof(double)), *xs = malloc(TM * NI * sizeof(double));
+    for (int i = 0; i < 3; i++) {
+        y[i] = malloc(TM * NO * sizeof(float));
+        ref[i] = malloc(TM * NO * sizeof(float));
+        assert_true(y[i] && ref[i]);
+    }
+    assert_true(s && x && xs_q8 && xs);
+    for (int i = 0; i < TM * NI; i++)
+        x[i] = rng_float() * 2.0f;
+    for (size_t mi = 0; mi < sizeof mixes / sizeof *mixes; mi++) {
+        test_mat w[3];
+        for (int i = 0; i < 3; i++)
+            test_mat_make(&w[i], mixes[mi][i], NO, NI);
+        const ops_mat *wp[3] = {&w[0].m, &w[1].m, &w[2].m};
+        const int64_t ld[3] = {NO, NO, NO};
+        for (size_t k = 0; k < sizeof Ts / sizeof *Ts; k++) {
+            const int T = Ts[k];
+            const size_t bytes = (size_t)T * NO * sizeof(float);
+            acts_as_seen(xs_q8, x, T, NI, GGUF_TT_Q8_0);
+            acts_as_seen(xs, x, T, NI, GGUF_TT_F32);
+#pragma omp parallel num_threads(2)
+            for (int i = 0; i < 3; i++)
+                ops_matmul(ref[i], NO, x, T, wp[i], s);
+#pragma omp parallel num_threads(2)
+            ops_matmul_n(3, y, ld, x, T, wp, s);
+            for (int i = 0; i < 3; i++)
+                if (memcmp(y[i], ref[i], bytes))
+                    fail_msg("mix %zu T %d: product %d in a team differs from ops_matmul alone", mi, T, i);
+            ops_matmul_n(3, y, ld, x, T, wp, s);
+            for (int i = 0; i < 3; i++)
+                check_product("mixed matmul_n", y[i], NO, &w[i], w[i].m.type == GGUF_TT_Q8_0 ? xs_q8 : xs, T);
+            /* gate w[1], up w[2]: of different types in every mix */
+#pragma omp parallel num_threads(2)
+            ops_matmul_swiglu(y[0], y[1], NO, x, T, wp[1], wp[2], s);
+            for (int t = 0; t < T; t++)
+                ops_silu_mul(ref[1] + (size_t)t * NO, ref[2] + (size_t)t * NO, NO);
+            if (memcmp(y[0], ref[1], bytes) || memcmp(y[1], ref[2], bytes))
+                fail_msg("mix %zu T %d: swiglu in a team differs from its two products alone", mi, T);
+            ops_matmul_swiglu(y[0], y[1], NO, x, T, wp[1], wp[2], s);
+            check_swiglu("mixed swiglu", y[0], &w[1], w[1].m.type == GGUF_TT_Q8_0 ? xs_q8 : xs, &w[2],
+                         w[2].m.type == GGUF_TT_Q8_0 ? xs_q8 : xs, T);
+        }
+        for (int i = 0; i < 3; i++)
+            test_mat_free(&w[i]);
+    }
+    for (int i = 0; i < 3; i++) {
+        free(y[i]);
+        free(ref[i]);
+    }
+    free(x);
+    free(xs);
+    free(xs_q8);
     ops_scratch_free(s);
     ops_set_threads(0);
 }
@@ -876,6 +971,7 @@ int main(void) {
         cmocka_unit_test(test_matmul_grid_one_thread),
         cmocka_unit_test(test_matmul_scratch_threads),
         cmocka_unit_test(test_matmul_fused_and_team),
+        cmocka_unit_test(test_matmul_mixed_types),
         cmocka_unit_test(test_matmul_q8_regrouped),
         cmocka_unit_test(test_rmsnorm),
         cmocka_unit_test(test_softmax),

@@ -15,23 +15,34 @@
 static void usage(FILE *f) {
     fprintf(f,
             "usage: tessera mkmodel OUT.gguf [--preset tiny|15m|110m] [--type f32|f16|bf16|q8_0]\n"
-            "                       [--arch llama|qwen2] [--dims N] [--layers N] [--heads N]\n"
-            "                       [--kv-heads N] [--ffn N] [--vocab N] [--ctx N] [--tied] [--seed N]\n"
+            "                       [--tensor-type PATTERN=TYPE]... [--arch llama|qwen2] [--dims N]\n"
+            "                       [--layers N] [--heads N] [--kv-heads N] [--ffn N] [--vocab N]\n"
+            "                       [--ctx N] [--tied] [--seed N]\n"
             "Writes a deterministic llama-architecture GGUF with random weights and a real\n"
             "SentencePiece byte-fallback vocabulary. Its text is gibberish: it exists so the\n"
             "demo, tests and benchmarks run anywhere. Any llama/qwen2 GGUF works in its place.\n"
-            "Presets: tiny (dim 64, 2 layers), 15m (dim 288, 6 layers), 110m (dim 768, 12 layers).\n");
+            "Presets: tiny (dim 64, 2 layers), 15m (dim 288, 6 layers), 110m (dim 768, 12 layers).\n"
+            "  --type         the type of every weight matrix (default f32); norms and\n"
+            "                 biases are always f32\n"
+            "  --tensor-type  give the matrices PATTERN names their own TYPE, as quantized\n"
+            "                 checkpoints mix types (Q4_K_M keeps attn_v apart). PATTERN is a\n"
+            "                 shell glob on the full tensor name (blk.0.attn_v.weight, blk.1.*)\n"
+            "                 or on its role, the name without blk.N. and .weight (attn_v,\n"
+            "                 ffn_*, output, token_embd). Repeatable, at most %d; the last\n"
+            "                 matching one wins; one that matches no matrix is an error.\n"
+            "                 The same seed draws the same weights whatever the types, e.g.\n"
+            "                 --type q8_0 --tensor-type attn_v=f16 --tensor-type output=bf16\n",
+            MKMODEL_MAX_OVERRIDES);
 }
 
-static int parse_type(const char *s, uint32_t *t) {
-    static const struct { const char *name; uint32_t type; } types[] = {
-        {"f32", GGUF_TT_F32}, {"f16", GGUF_TT_F16}, {"bf16", GGUF_TT_BF16}, {"q8_0", GGUF_TT_Q8_0}};
-    for (size_t i = 0; i < sizeof(types) / sizeof(types[0]); i++)
-        if (strcmp(s, types[i].name) == 0) {
-            *t = types[i].type;
-            return 0;
-        }
-    return -1;
+/* PATTERN=TYPE. On success the pattern points into s, cut at the '='; on
+ * failure s is left whole for the message. */
+static int parse_override(char *s, mkmodel_override *o) {
+    char *eq = strrchr(s, '=');
+    if (!eq || eq == s || gguf_type_from_name(eq + 1, &o->type)) return -1;
+    *eq = '\0';
+    o->pattern = s;
+    return 0;
 }
 
 /* Strict integer parse: the whole string, within [lo, hi]. */
@@ -46,6 +57,7 @@ static int parse_int(const char *s, long lo, long hi, int *out) {
 int cmd_mkmodel(int argc, char **argv) {
     static const struct option opts[] = {
         {"preset", required_argument, 0, 'p'}, {"type", required_argument, 0, 't'},
+        {"tensor-type", required_argument, 0, 'y'},
         {"arch", required_argument, 0, 'a'},   {"dims", required_argument, 0, 'd'},
         {"layers", required_argument, 0, 'l'}, {"heads", required_argument, 0, 'H'},
         {"kv-heads", required_argument, 0, 'k'}, {"ffn", required_argument, 0, 'f'},
@@ -53,6 +65,7 @@ int cmd_mkmodel(int argc, char **argv) {
         {"seed", required_argument, 0, 's'},   {"tied", no_argument, 0, 'T'},
         {"help", no_argument, 0, 'h'},         {0, 0, 0, 0}};
     mkmodel_spec s;
+    mkmodel_override ov[MKMODEL_MAX_OVERRIDES];
     mkmodel_preset("tiny", &s);
     /* The preset sets the base; later options override single fields, in
      * any order, so find --preset first. */
@@ -61,13 +74,21 @@ int cmd_mkmodel(int argc, char **argv) {
             fprintf(stderr, "mkmodel: unknown preset '%s' (tiny, 15m, 110m)\n", argv[i + 1]);
             return 2;
         }
+    s.overrides = ov;
     int c, bad = 0, kv_set = 0;
     long seed;
     optind = 1;
     while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         switch (c) {
         case 'p': break;
-        case 't': bad |= parse_type(optarg, &s.type); break;
+        case 't': bad |= gguf_type_from_name(optarg, &s.type) ? -1 : 0; break;
+        case 'y':
+            if (s.n_overrides == MKMODEL_MAX_OVERRIDES) {
+                fprintf(stderr, "mkmodel: more than %d --tensor-type options\n", MKMODEL_MAX_OVERRIDES);
+                return 2;
+            }
+            bad |= parse_override(optarg, &ov[s.n_overrides++]);
+            break;
         case 'a': s.arch = optarg; break;
         case 'd': bad |= parse_int(optarg, 1, 1 << 20, &s.dim); break;
         case 'l': bad |= parse_int(optarg, 1, 1 << 20, &s.n_layers); break;
@@ -100,8 +121,10 @@ int cmd_mkmodel(int argc, char **argv) {
         fprintf(stderr, "mkmodel: %s\n", err);
         return 1;
     }
-    fprintf(stderr, "mkmodel: wrote %s (%s, dim %d, %d layers, %d/%d heads, ffn %d, vocab %d, %s)\n",
-            argv[optind], s.arch, s.dim, s.n_layers, s.n_heads, s.n_kv_heads, s.ffn_dim, s.vocab,
-            gguf_type_name(s.type));
+    fprintf(stderr, "mkmodel: wrote %s (%s, dim %d, %d layers, %d/%d heads, ffn %d, vocab %d, %s", argv[optind],
+            s.arch, s.dim, s.n_layers, s.n_heads, s.n_kv_heads, s.ffn_dim, s.vocab, gguf_type_name(s.type));
+    for (int i = 0; i < s.n_overrides; i++)
+        fprintf(stderr, "%s%s %s", i ? ", " : "; ", ov[i].pattern, gguf_type_name(ov[i].type));
+    fprintf(stderr, ")\n");
     return 0;
 }

@@ -119,14 +119,45 @@ static int rd_value(cursor *c, gguf_kv *kv) {
     return 0;
 }
 
+/* The tensor types tessera executes: the one table gguf_type_name and
+ * gguf_type_from_name read. */
+static const struct {
+    uint32_t type;
+    const char *name;
+} exec_types[] = {
+    {GGUF_TT_F32, "f32"}, {GGUF_TT_F16, "f16"}, {GGUF_TT_BF16, "bf16"}, {GGUF_TT_Q8_0, "q8_0"},
+};
+#define N_EXEC_TYPES (sizeof(exec_types) / sizeof(exec_types[0]))
+
 const char *gguf_type_name(uint32_t type) {
-    switch (type) {
-    case GGUF_TT_F32: return "f32";
-    case GGUF_TT_F16: return "f16";
-    case GGUF_TT_BF16: return "bf16";
-    case GGUF_TT_Q8_0: return "q8_0";
-    }
+    for (size_t i = 0; i < N_EXEC_TYPES; i++)
+        if (exec_types[i].type == type) return exec_types[i].name;
     return NULL;
+}
+
+int gguf_type_from_name(const char *name, uint32_t *type) {
+    for (size_t i = 0; i < N_EXEC_TYPES; i++)
+        if (strcmp(exec_types[i].name, name) == 0) {
+            *type = exec_types[i].type;
+            return 0;
+        }
+    return TS_ERR_INVAL;
+}
+
+/* ggml's name of a type tessera does not execute, for the message that
+ * refuses it: a Q4_K_M file should be told "q4_K", not "type 12". Numbered
+ * as ggml numbers them; the gaps are types ggml has retired. */
+static const char *foreign_type_name(uint32_t type) {
+    static const char *const names[] = {
+        [2] = "q4_0",     [3] = "q4_1",     [6] = "q5_0",    [7] = "q5_1",     [9] = "q8_1",
+        [10] = "q2_K",    [11] = "q3_K",    [12] = "q4_K",   [13] = "q5_K",    [14] = "q6_K",
+        [15] = "q8_K",    [16] = "iq2_xxs", [17] = "iq2_xs", [18] = "iq3_xxs", [19] = "iq1_s",
+        [20] = "iq4_nl",  [21] = "iq3_s",   [22] = "iq2_s",  [23] = "iq4_xs",  [24] = "i8",
+        [25] = "i16",     [26] = "i32",     [27] = "i64",    [28] = "f64",     [29] = "iq1_m",
+        [34] = "tq1_0",   [35] = "tq2_0",   [39] = "mxfp4",
+    };
+    const char *n = type < sizeof(names) / sizeof(names[0]) ? names[type] : NULL;
+    return n ? n : "unknown";
 }
 
 uint64_t gguf_row_bytes(uint32_t type, uint64_t n) {
@@ -167,8 +198,8 @@ static int rd_tensor_info(cursor *c, gguf_tensor *t) {
     if ((rc = rd_u64(c, &t->offset, "tensor offset"))) return rc;
     if (!gguf_type_name(t->type))
         return err_set(c->err, c->errlen, TS_ERR_GGUF_TYPE,
-                       "tensor '%.*s': type %u is not supported (f32, f16, bf16, q8_0 are)",
-                       (int)t->name.len, t->name.ptr, t->type);
+                       "tensor '%.*s': type %s (%u) is not supported (f32, f16, bf16, q8_0 are)",
+                       (int)t->name.len, t->name.ptr, foreign_type_name(t->type), t->type);
     uint64_t rb = gguf_row_bytes(t->type, t->ne[0]);
     if (!rb)
         return err_set(c->err, c->errlen, TS_ERR_GGUF_CORRUPT,
@@ -270,15 +301,47 @@ int gguf_open_buffer(const void *buf, size_t len, gguf_ctx **out, char *err, siz
     return open_common(g, out, err, errlen);
 }
 
+/* What a path that is not a regular file is, for the message refusing it. */
+static const char *file_kind(mode_t mode) {
+    if (S_ISFIFO(mode)) return "fifo";
+    if (S_ISSOCK(mode)) return "socket";
+    if (S_ISCHR(mode)) return "character device";
+    if (S_ISBLK(mode)) return "block device";
+    if (S_ISDIR(mode)) return "directory";
+    return "unknown file type";
+}
+
+static int not_regular(const char *path, mode_t mode, char *err, size_t errlen) {
+    return err_set(err, errlen, TS_ERR_IO, "%s: not a regular file (%s)", path, file_kind(mode));
+}
+
+/* Open path for reading, only if it is a regular file; *st describes what
+ * was opened. The path is stat'ed first so that a FIFO, socket or device is
+ * refused without being opened at all: opening a FIFO for reading waits for
+ * a writer (a server that never starts), and opening some devices acts by
+ * itself (a watchdog starts counting). The path may be replaced between the
+ * stat and the open, so the open cannot wait either (O_NONBLOCK: a FIFO
+ * swapped in opens at once; on a regular file the flag changes nothing
+ * mmap does) and the fstat of what was opened has the last word. */
+static int open_regular(const char *path, int *fd, struct stat *st, char *err, size_t errlen) {
+    if (stat(path, st) < 0) return err_set(err, errlen, TS_ERR_IO, "%s: %s", path, strerror(errno));
+    if (!S_ISREG(st->st_mode)) return not_regular(path, st->st_mode, err, errlen);
+    *fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+    if (*fd < 0) return err_set(err, errlen, TS_ERR_IO, "%s: %s", path, strerror(errno));
+    int rc = 0;
+    if (fstat(*fd, st) < 0) rc = err_set(err, errlen, TS_ERR_IO, "%s: %s", path, strerror(errno));
+    else if (!S_ISREG(st->st_mode)) rc = not_regular(path, st->st_mode, err, errlen);
+    if (rc) close(*fd);
+    return rc;
+}
+
+/* Every message names the path, parse errors included. */
 int gguf_open(const char *path, gguf_ctx **out, char *err, size_t errlen) {
     *out = NULL;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return err_set(err, errlen, TS_ERR_IO, "%s: %s", path, strerror(errno));
+    int fd = -1;
     struct stat st;
-    if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
-        close(fd);
-        return err_set(err, errlen, TS_ERR_IO, "%s: not a regular file", path);
-    }
+    int rc = open_regular(path, &fd, &st, err, errlen);
+    if (rc) return rc;
     if (st.st_size < 24) {
         close(fd);
         return err_set(err, errlen, st.st_size >= 4 ? TS_ERR_GGUF_TRUNCATED : TS_ERR_GGUF_MAGIC,
@@ -290,12 +353,14 @@ int gguf_open(const char *path, gguf_ctx **out, char *err, size_t errlen) {
     gguf_ctx *g = calloc(1, sizeof(*g));
     if (!g) {
         munmap(map, (size_t)st.st_size);
-        return err_set(err, errlen, TS_ERR_NOMEM, "out of memory");
+        return err_set(err, errlen, TS_ERR_NOMEM, "%s: out of memory", path);
     }
     g->map = map;
     g->size = (uint64_t)st.st_size;
     g->owns_map = 1;
-    return open_common(g, out, err, errlen);
+    char inner[256];
+    if ((rc = open_common(g, out, inner, sizeof(inner)))) err_set(err, errlen, rc, "%s: %s", path, inner);
+    return rc;
 }
 
 void gguf_close(gguf_ctx *g) {

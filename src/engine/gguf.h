@@ -77,7 +77,10 @@ typedef struct gguf_ctx {
     uint64_t data_off;      /* start of the tensor data section */
 } gguf_ctx;
 
-/* Map and validate a file. On failure *out is NULL and err holds a message. */
+/* Map and validate a file. On failure *out is NULL and err holds a message
+ * that starts with the path. Anything but a regular file (a FIFO, socket,
+ * device or directory) is refused without waiting on it:
+ * "<path>: not a regular file (fifo)". */
 int gguf_open(const char *path, gguf_ctx **out, char *err, size_t errlen);
 /* Same over a caller buffer that must outlive the context (tests, fuzzing). */
 int gguf_open_buffer(const void *buf, size_t len, gguf_ctx **out, char *err, size_t errlen);
@@ -85,6 +88,9 @@ void gguf_close(gguf_ctx *g);
 
 /* Name of a tensor type ("q8_0") or NULL if tessera does not execute it. */
 const char *gguf_type_name(uint32_t type);
+/* The type of an executed type's name ("q8_0"): 0, or TS_ERR_INVAL when
+ * name is none of them. */
+int gguf_type_from_name(const char *name, uint32_t *type);
 /* Bytes of a row of n elements of type, or 0 if the type is unknown or n is
  * not a whole number of blocks. */
 uint64_t gguf_row_bytes(uint32_t type, uint64_t n);

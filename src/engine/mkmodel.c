@@ -9,6 +9,7 @@
  */
 #include "mkmodel.h"
 
+#include <fnmatch.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -54,9 +55,19 @@ int mkmodel_check(const mkmodel_spec *s, char *err, size_t errlen) {
         return err_set(err, errlen, TS_ERR_INVAL,
                        "dim %d must split into %d heads of even size, grouped over %d kv heads", s->dim,
                        s->n_heads, s->n_kv_heads);
-    if (s->type == GGUF_TT_Q8_0 && (s->dim % 32 || s->ffn_dim % 32))
-        return err_set(err, errlen, TS_ERR_INVAL, "q8_0 needs dim and ffn divisible by 32");
     if (!gguf_type_name(s->type)) return err_set(err, errlen, TS_ERR_INVAL, "unsupported type %u", s->type);
+    if (s->n_overrides < 0 || s->n_overrides > MKMODEL_MAX_OVERRIDES)
+        return err_set(err, errlen, TS_ERR_INVAL, "%d tensor-type overrides (at most %d)", s->n_overrides,
+                       MKMODEL_MAX_OVERRIDES);
+    if (s->n_overrides && !s->overrides)
+        return err_set(err, errlen, TS_ERR_INVAL, "%d tensor-type overrides but no array of them", s->n_overrides);
+    for (int i = 0; i < s->n_overrides; i++)
+        if (!s->overrides[i].pattern || !*s->overrides[i].pattern || !gguf_type_name(s->overrides[i].type))
+            return err_set(err, errlen, TS_ERR_INVAL, "tensor-type override %d: empty pattern or unsupported type",
+                           i + 1);
+    /* Every matrix row is dim or ffn long (qd = dim); Q8_0 rows are whole
+     * blocks. Checked per matrix when it is written, since overrides may
+     * give any matrix Q8_0. */
     return 0;
 }
 
@@ -87,18 +98,63 @@ static void *encode(float *src, uint64_t n, uint32_t type, uint64_t *nbytes) {
     return dst;
 }
 
+/* One model being written: the writer, the spec, the weight stream and
+ * how often each override matched. */
+typedef struct mk_ctx {
+    gguf_writer *w;
+    const mkmodel_spec *s;
+    uint64_t st;                        /* splitmix64 state of the weights */
+    int hits[MKMODEL_MAX_OVERRIDES];    /* matrices each override matched */
+    char *err;
+    size_t errlen;
+} mk_ctx;
+
+/* A matrix's role: its name without "blk.N." and ".weight". */
+static void matrix_role(char *role, size_t cap, const char *name) {
+    const char *p = name;
+    if (strncmp(p, "blk.", 4) == 0) {
+        const char *q = p + 4;
+        while (*q >= '0' && *q <= '9') q++;
+        if (q > p + 4 && *q == '.') p = q + 1;
+    }
+    size_t n = strlen(p);
+    if (n >= 7 && strcmp(p + n - 7, ".weight") == 0) n -= 7;
+    snprintf(role, cap, "%.*s", (int)n, p);
+}
+
+/* The type of matrix name: the last override whose pattern matches its
+ * full name or its role, else the spec's type. */
+static uint32_t matrix_type(mk_ctx *c, const char *name) {
+    char role[96];
+    matrix_role(role, sizeof(role), name);
+    for (int i = c->s->n_overrides - 1; i >= 0; i--) {
+        const mkmodel_override *o = &c->s->overrides[i];
+        if (fnmatch(o->pattern, name, 0) == 0 || fnmatch(o->pattern, role, 0) == 0) {
+            c->hits[i]++;
+            return o->type;
+        }
+    }
+    return c->s->type;
+}
+
 /* Adds a (rows, cols) matrix, or a vector when rows == 0, drawn as
- * center + scale * U[-1, 1). Vectors are always f32. */
-static int add_tensor(gguf_writer *w, const char *name, int rows, int cols, float center, float scale,
-                      uint32_t type, uint64_t *st) {
+ * center + scale * U[-1, 1). Vectors are always f32; matrices take
+ * matrix_type. The values drawn do not depend on the type, so one seed
+ * gives the same weights in every type, up to each type's rounding. */
+static int add_tensor(mk_ctx *c, const char *name, int rows, int cols, float center, float scale) {
+    uint32_t type = rows ? matrix_type(c, name) : GGUF_TT_F32;
+    if (!gguf_row_bytes(type, (uint64_t)cols))
+        return err_set(c->err, c->errlen, TS_ERR_INVAL, "%s: rows of %d elements cannot be %s (blocks of %d)",
+                       name, cols, gguf_type_name(type), GGUF_Q8_0_BLOCK);
     uint64_t n = (uint64_t)(rows ? rows : 1) * (uint64_t)cols, nbytes;
     float *v = malloc(n * sizeof(float));
-    if (!v) return TS_ERR_NOMEM;
-    for (uint64_t i = 0; i < n; i++) v[i] = center + scale * uniform(st);
-    void *data = encode(v, n, rows ? type : GGUF_TT_F32, &nbytes);
-    if (!data) return TS_ERR_NOMEM;
+    if (!v) return err_set(c->err, c->errlen, TS_ERR_NOMEM, "out of memory for %s", name);
+    for (uint64_t i = 0; i < n; i++) v[i] = center + scale * uniform(&c->st);
+    void *data = encode(v, n, type, &nbytes);
+    if (!data) return err_set(c->err, c->errlen, TS_ERR_NOMEM, "out of memory for %s", name);
     uint64_t ne[2] = {(uint64_t)cols, (uint64_t)rows};
-    return gguf_writer_take_tensor(w, name, rows ? type : GGUF_TT_F32, rows ? 2 : 1, ne, data, nbytes);
+    int rc = gguf_writer_take_tensor(c->w, name, type, rows ? 2 : 1, ne, data, nbytes);
+    return rc ? err_set(c->err, c->errlen, rc, "adding %s: %s", name, err_str(rc)) : 0;
 }
 
 static int add_metadata(gguf_writer *w, const mkmodel_spec *s) {
@@ -137,45 +193,59 @@ static int add_vocab(gguf_writer *w, const mkmodel_spec *s) {
     return rc ? TS_ERR_NOMEM : 0;
 }
 
-static int add_layer(gguf_writer *w, const mkmodel_spec *s, int l, uint64_t *st) {
+static int add_layer(mk_ctx *c, int l) {
+    const mkmodel_spec *s = c->s;
     int hd = s->dim / s->n_heads, qd = s->n_heads * hd, kvd = s->n_kv_heads * hd;
     float sd = 1.0f / sqrtf((float)s->dim), sf = 1.0f / sqrtf((float)s->ffn_dim);
     char n[96];
     int rc = 0;
 #define NAME(x) (snprintf(n, sizeof(n), "blk.%d.%s", l, x), n)
-    rc = rc ? rc : add_tensor(w, NAME("attn_norm.weight"), 0, s->dim, 1.0f, 0.1f, s->type, st);
-    rc = rc ? rc : add_tensor(w, NAME("attn_q.weight"), qd, s->dim, 0, sd, s->type, st);
-    rc = rc ? rc : add_tensor(w, NAME("attn_k.weight"), kvd, s->dim, 0, sd, s->type, st);
-    rc = rc ? rc : add_tensor(w, NAME("attn_v.weight"), kvd, s->dim, 0, sd, s->type, st);
+    rc = rc ? rc : add_tensor(c, NAME("attn_norm.weight"), 0, s->dim, 1.0f, 0.1f);
+    rc = rc ? rc : add_tensor(c, NAME("attn_q.weight"), qd, s->dim, 0, sd);
+    rc = rc ? rc : add_tensor(c, NAME("attn_k.weight"), kvd, s->dim, 0, sd);
+    rc = rc ? rc : add_tensor(c, NAME("attn_v.weight"), kvd, s->dim, 0, sd);
     if (strcmp(s->arch, "qwen2") == 0) {
-        rc = rc ? rc : add_tensor(w, NAME("attn_q.bias"), 0, qd, 0, 0.1f, s->type, st);
-        rc = rc ? rc : add_tensor(w, NAME("attn_k.bias"), 0, kvd, 0, 0.1f, s->type, st);
-        rc = rc ? rc : add_tensor(w, NAME("attn_v.bias"), 0, kvd, 0, 0.1f, s->type, st);
+        rc = rc ? rc : add_tensor(c, NAME("attn_q.bias"), 0, qd, 0, 0.1f);
+        rc = rc ? rc : add_tensor(c, NAME("attn_k.bias"), 0, kvd, 0, 0.1f);
+        rc = rc ? rc : add_tensor(c, NAME("attn_v.bias"), 0, kvd, 0, 0.1f);
     }
-    rc = rc ? rc : add_tensor(w, NAME("attn_output.weight"), s->dim, qd, 0, 1.0f / sqrtf((float)qd), s->type, st);
-    rc = rc ? rc : add_tensor(w, NAME("ffn_norm.weight"), 0, s->dim, 1.0f, 0.1f, s->type, st);
-    rc = rc ? rc : add_tensor(w, NAME("ffn_gate.weight"), s->ffn_dim, s->dim, 0, sd, s->type, st);
-    rc = rc ? rc : add_tensor(w, NAME("ffn_up.weight"), s->ffn_dim, s->dim, 0, sd, s->type, st);
-    rc = rc ? rc : add_tensor(w, NAME("ffn_down.weight"), s->dim, s->ffn_dim, 0, sf, s->type, st);
+    rc = rc ? rc : add_tensor(c, NAME("attn_output.weight"), s->dim, qd, 0, 1.0f / sqrtf((float)qd));
+    rc = rc ? rc : add_tensor(c, NAME("ffn_norm.weight"), 0, s->dim, 1.0f, 0.1f);
+    rc = rc ? rc : add_tensor(c, NAME("ffn_gate.weight"), s->ffn_dim, s->dim, 0, sd);
+    rc = rc ? rc : add_tensor(c, NAME("ffn_up.weight"), s->ffn_dim, s->dim, 0, sd);
+    rc = rc ? rc : add_tensor(c, NAME("ffn_down.weight"), s->dim, s->ffn_dim, 0, sf);
 #undef NAME
+    return rc;
+}
+
+static int add_tensors(mk_ctx *c) {
+    const mkmodel_spec *s = c->s;
+    int rc = add_tensor(c, "token_embd.weight", s->vocab, s->dim, 0, 0.5f);
+    for (int l = 0; !rc && l < s->n_layers; l++) rc = add_layer(c, l);
+    if (!rc) rc = add_tensor(c, "output_norm.weight", 0, s->dim, 1.0f, 0.1f);
+    if (!rc && !s->tied) rc = add_tensor(c, "output.weight", s->vocab, s->dim, 0, 1.0f / sqrtf((float)s->dim));
+    /* A pattern that names nothing is a typo; writing the file anyway
+     * would hand back a model without the mix that was asked for. */
+    for (int i = 0; !rc && i < s->n_overrides; i++)
+        if (!c->hits[i])
+            rc = err_set(c->err, c->errlen, TS_ERR_INVAL,
+                         "tensor-type pattern '%s' matches no matrix (full names like blk.0.attn_v.weight, "
+                         "roles like attn_v, ffn_*, output, token_embd)",
+                         s->overrides[i].pattern);
     return rc;
 }
 
 int mkmodel_write(const mkmodel_spec *s, const char *path, char *err, size_t errlen) {
     int rc = mkmodel_check(s, err, errlen);
     if (rc) return rc;
-    gguf_writer *w = gguf_writer_new();
-    if (!w) return err_set(err, errlen, TS_ERR_NOMEM, "out of memory");
-    uint64_t st = s->seed * 0x2545F4914F6CDD1Dull + 1;
-    rc = add_metadata(w, s);
-    if (!rc) rc = add_vocab(w, s);
-    if (!rc) rc = add_tensor(w, "token_embd.weight", s->vocab, s->dim, 0, 0.5f, s->type, &st);
-    for (int l = 0; !rc && l < s->n_layers; l++) rc = add_layer(w, s, l, &st);
-    if (!rc) rc = add_tensor(w, "output_norm.weight", 0, s->dim, 1.0f, 0.1f, s->type, &st);
-    if (!rc && !s->tied)
-        rc = add_tensor(w, "output.weight", s->vocab, s->dim, 0, 1.0f / sqrtf((float)s->dim), s->type, &st);
+    mk_ctx c = {.w = gguf_writer_new(), .s = s, .st = s->seed * 0x2545F4914F6CDD1Dull + 1, .err = err,
+                .errlen = errlen};
+    if (!c.w) return err_set(err, errlen, TS_ERR_NOMEM, "out of memory");
+    rc = add_metadata(c.w, s);
+    if (!rc) rc = add_vocab(c.w, s);
     if (rc) err_set(err, errlen, rc, "building the model: %s", err_str(rc));
-    else rc = gguf_writer_write(w, path, err, errlen);
-    gguf_writer_free(w);
+    else rc = add_tensors(&c);
+    if (!rc) rc = gguf_writer_write(c.w, path, err, errlen);
+    gguf_writer_free(c.w);
     return rc;
 }

@@ -14,6 +14,19 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#define MKMODEL_MAX_OVERRIDES 16
+
+/* The type of the matrices a pattern names, over the spec's type: how a
+ * file mixes types per tensor, as quantized checkpoints do (Q4_K_M keeps
+ * attn_v and ffn_down of some layers in Q6_K beside Q4_K). */
+typedef struct mkmodel_override {
+    const char *pattern;    /* fnmatch glob on a matrix's full name
+                             * ("blk.0.attn_v.weight", "blk.1.*") or on its
+                             * role, the name without "blk.N." and ".weight"
+                             * ("attn_v", "ffn_*", "output", "token_embd") */
+    uint32_t type;          /* GGUF_TT_* */
+} mkmodel_override;
+
 typedef struct mkmodel_spec {
     const char *arch;       /* "llama" or "qwen2" (adds q/k/v biases) */
     int dim;
@@ -25,6 +38,10 @@ typedef struct mkmodel_spec {
     int ctx_len;
     float rope_base;
     uint32_t type;          /* GGUF_TT_* of the matrices; vectors stay f32 */
+    const mkmodel_override *overrides; /* (n_overrides) per-matrix types over
+                             * type; the last matching entry wins, and an
+                             * entry that matches no matrix is an error */
+    int n_overrides;        /* 0..MKMODEL_MAX_OVERRIDES */
     int tied;               /* 1: no output.weight, logits use the embedding */
     uint64_t seed;
 } mkmodel_spec;

@@ -99,6 +99,16 @@ static int bind_mat(const gguf_ctx *g, const char *name, int64_t rows, int64_t c
     m->type = t->type;
     m->n_out = rows;
     m->n_in = cols;
+    /* The reader only hands out types tessera knows, but knowing a type is
+     * not the same as having a kernel for it: refuse here, at load, so no
+     * matrix reaches a kernel that would have to abort on it. */
+    if (!ops_mat_supported(m)) {
+        const char *tn = gguf_type_name(t->type);
+        return err_set(err, errlen, TS_ERR_GGUF_TYPE,
+                       "tensor %s: type %s (%u) of shape [%lld, %lld] is not one the CPU kernels multiply "
+                       "(f32, f16, bf16, q8_0 are)",
+                       name, tn ? tn : "?", t->type, (long long)cols, (long long)rows);
+    }
     return 0;
 }
 
@@ -262,9 +272,9 @@ int model_load(const char *path, model **out, char *err, size_t errlen) {
     gguf_ctx *g;
     char inner[256];
     *out = NULL;
-    int rc = gguf_open(path, &g, inner, sizeof(inner));
-    if (!rc) rc = model_from_gguf(g, out, inner, sizeof(inner));
-    if (rc) err_set(err, errlen, rc, "%s: %s", path, inner);
+    int rc = gguf_open(path, &g, err, errlen); /* its messages name the path */
+    if (rc) return rc;
+    if ((rc = model_from_gguf(g, out, inner, sizeof(inner)))) err_set(err, errlen, rc, "%s: %s", path, inner);
     return rc;
 }
 

@@ -272,7 +272,7 @@ static void dequant_row(float *out, const ops_mat *w, int64_t r) {
         }
         break;
     }
-    default:
+    default:  /* model_load refuses a matrix ops_mat_supported rejects */
         assert(!"ops: unsupported weight type");
     }
 }
@@ -1348,14 +1348,15 @@ static void matmul_team(const mm_call *c, const ops_scratch *s) {
     }
 }
 
+/* The caller's side of the contract in ops.h. None of it is up to a file
+ * or a request: model_load refuses every matrix ops_mat_supported rejects,
+ * and the CPU backend sizes y and the scratch from the same dimensions and
+ * limits that eng_forward holds each batch to. */
 static void matmul_check(int64_t ldy, int T, const ops_mat *w, const ops_scratch *s) {
     (void)ldy; (void)T; (void)w; (void)s;
-    assert(w->type == GGUF_TT_F32 || w->type == GGUF_TT_F16 || w->type == GGUF_TT_BF16 ||
-           w->type == GGUF_TT_Q8_0);
-    assert(w->type != GGUF_TT_Q8_0 || w->n_in % GGUF_Q8_0_BLOCK == 0);
-    assert(ldy >= w->n_out);
+    assert(ops_mat_supported(w));
+    assert(ldy >= w->n_out && ldy < INT32_MAX);
     assert(s && T <= s->max_T && w->n_in <= s->max_n_in);
-    assert(w->n_out < INT32_MAX && w->n_in < INT32_MAX && ldy < INT32_MAX); /* BLAS ints */
 }
 
 /* Threads for a call made outside a parallel region: as OpenMP is set for
@@ -1375,6 +1376,8 @@ static int team_size(const mm_call *c, const ops_scratch *s) {
 static void matmul_run(mm_call *c, int ref, const ops_scratch *s) {
     if (c->T <= 0)
         return;
+    /* One type per call: ops_matmul_n and ops_matmul_swiglu split mixed
+     * groups by type before they get here. */
     for (int i = 0; i < c->n; i++) {
         matmul_check(c->ldy[i], c->T, c->w[i], s);
         assert(c->w[i]->n_in == c->w[0]->n_in && c->w[i]->type == c->w[0]->type);
@@ -1406,20 +1409,58 @@ void ops_matmul_ref(float *y, int64_t ldy, const float *x, int T, const ops_mat 
     matmul_run(&c, 1, s);
 }
 
+/* One call per weight type, in the order the types first appear. A
+ * uniform group (every file tessera writes, and q/k/v of most) stays one
+ * call with one work list; a mixed one, as quantized checkpoints have
+ * (Q4_K_M keeps attn_v apart from q and k), pays one more activation pass
+ * and barrier per extra type, since each type has its own kernel and
+ * activation layout. */
 void ops_matmul_n(int n, float *const *y, const int64_t *ldy, const float *x, int T, const ops_mat *const *w,
                   ops_scratch *s) {
     assert(n >= 1 && n <= OPS_MATMUL_MAX);
-    mm_call c = {.n = n, .x = x, .T = T};
+    unsigned done = 0;  /* bit i: product i is in a call already */
     for (int i = 0; i < n; i++) {
-        c.y[i] = y[i];
-        c.ldy[i] = ldy[i];
-        c.w[i] = w[i];
+        if (done & (1u << i))
+            continue;
+        mm_call c = {.n = 0, .x = x, .T = T};
+        for (int j = i; j < n; j++)
+            if (!(done & (1u << j)) && w[j]->type == w[i]->type) {
+                c.y[c.n] = y[j];
+                c.ldy[c.n] = ldy[j];
+                c.w[c.n++] = w[j];
+                done |= 1u << j;
+            }
+        matmul_run(&c, 0, s);
     }
+}
+
+/* h = silu(h) * u over T rows of n columns, ld apart, shared among the team
+ * like the matmuls (one thread alone outside a parallel region). */
+static void silu_mul_rows(float *h, const float *u, int64_t ld, int T, int64_t n) {
+#pragma omp for schedule(static)
+    for (int t = 0; t < T; t++)
+        ops_silu_mul(h + (size_t)t * (size_t)ld, u + (size_t)t * (size_t)ld, (int)n);
+}
+
+/* Gate and up of one type are one call that applies the gate to each item
+ * while its columns are in cache. Of two types, they are two calls and a
+ * pass over the result: slower, and only mixed files pay it. */
+void ops_matmul_swiglu(float *h, float *u, int64_t ldh, const float *x, int T, const ops_mat *wg,
+                       const ops_mat *wu, ops_scratch *s) {
+    if (wg->type != wu->type) {
+        ops_matmul(h, ldh, x, T, wg, s);
+        ops_matmul(u, ldh, x, T, wu, s);
+        silu_mul_rows(h, u, ldh, T, wg->n_out);
+        return;
+    }
+    mm_call c = {.n = 1, .y = {h}, .ldy = {ldh}, .w = {wg}, .y2 = u, .w2 = wu, .x = x, .T = T};
     matmul_run(&c, 0, s);
 }
 
-void ops_matmul_swiglu(float *h, float *u, int64_t ldh, const float *x, int T, const ops_mat *wg,
-                       const ops_mat *wu, ops_scratch *s) {
-    mm_call c = {.n = 1, .y = {h}, .ldy = {ldh}, .w = {wg}, .y2 = u, .w2 = wu, .x = x, .T = T};
-    matmul_run(&c, 0, s);
+int ops_mat_supported(const ops_mat *w) {
+    if (w->type != GGUF_TT_F32 && w->type != GGUF_TT_F16 && w->type != GGUF_TT_BF16 && w->type != GGUF_TT_Q8_0)
+        return 0;
+    if (w->type == GGUF_TT_Q8_0 && w->n_in % GGUF_Q8_0_BLOCK)
+        return 0;
+    return w->n_out > 0 && w->n_in > 0 && w->n_out < INT32_MAX && w->n_in < INT32_MAX; /* BLAS ints */
 }

@@ -15,7 +15,8 @@
  *     depend on what else is in the batch.
  * ops_matmul_n runs several products of the same activations (q, k, v) and
  * ops_matmul_swiglu the gated pair of a llama FFN as one call: one list of
- * work items, one quantization of the activations, one barrier.
+ * work items, one quantization of the activations, one barrier. Weights of
+ * different types (quantized files mix them there) split the call by type.
  *
  * Threads come from OpenMP; OpenBLAS itself is kept single-threaded and
  * called from inside the OpenMP region on disjoint output tiles, so exactly
@@ -76,16 +77,25 @@ void ops_matmul(float *y, int64_t ldy, const float *x, int T, const ops_mat *w, 
 #define OPS_MATMUL_MAX 4
 
 /* y[i] = x w[i]^T for i < n (1..OPS_MATMUL_MAX): products of one x, as
- * ops_matmul each, with one work list. Every w[i] has the same n_in and
- * type. */
+ * ops_matmul each, with one work list per weight type. Every w[i] has the
+ * same n_in; the types may differ (each type's products are one call, so
+ * a mixed group costs a barrier more per extra type). */
 void ops_matmul_n(int n, float *const *y, const int64_t *ldy, const float *x, int T, const ops_mat *const *w,
                   ops_scratch *s);
 
 /* The llama FFN's gated half: h = silu(x Wg^T) * (x Wu^T), elementwise.
  * h, u: (T, ldh); u receives x Wu^T on the way (caller's scratch). Wg and Wu
- * have the same shape and type. */
+ * have the same shape; of one type they run fused, of two as two products
+ * and a pass over h. */
 void ops_matmul_swiglu(float *h, float *u, int64_t ldh, const float *x, int T, const ops_mat *wg,
                        const ops_mat *wu, ops_scratch *s);
+
+/* 1 when the kernels can multiply by w: F32, F16, BF16, or Q8_0 with rows
+ * of whole blocks, each dimension positive and within a BLAS int. Every
+ * matrix a kernel (or ops_dequant_row) is given must pass: the model loader
+ * asks this of each one, so a file cannot bring the kernels a matrix they
+ * do not run. */
+int ops_mat_supported(const ops_mat *w);
 
 /* The scalar path of ops_matmul at every T, whatever the build targets:
  * what a build without AVX2 runs for small T, and the reference the tests
