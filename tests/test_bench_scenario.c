@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "bench/scenario.h"
 #include "err.h"
@@ -309,11 +310,17 @@ static void test_load_files(void **state) {
     scn_free(&s);
     remove(cpath);
     assert_int_equal(scn_load(ypath, &s, err, sizeof err), TS_ERR_IO);
-    assert_non_null(strstr(err, "cannot read the trace"));
+    assert_non_null(strstr(err, cpath));
+    assert_non_null(strstr(err, "No such file"));
+    /* A FIFO as the trace is refused at once, never opened. */
+    assert_int_equal(mkfifo(cpath, 0600), 0);
+    assert_int_equal(scn_load(ypath, &s, err, sizeof err), TS_ERR_IO);
+    assert_non_null(strstr(err, "not a regular file (fifo)"));
+    remove(cpath);
     assert_null(s.tenants);
     remove(ypath);
     assert_int_equal(scn_load(ypath, &s, err, sizeof err), TS_ERR_IO);
-    assert_non_null(strstr(err, "cannot read"));
+    assert_non_null(strstr(err, "No such file"));
 }
 
 int main(void) {

@@ -19,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "err.h"
@@ -549,8 +550,16 @@ static void test_files(void **st) {
     tu_path(path, sizeof path, "does-not-exist.yaml");
     assert_int_equal(ydoc_load_file(path, &o, &d, err, sizeof err), TS_ERR_IO);
     assert_null(d);
-    snprintf(want, sizeof want, "%s: cannot open: No such file or directory", path);
+    snprintf(want, sizeof want, "%s: No such file or directory", path);
     assert_string_equal(err, want);
+    /* A FIFO is refused, not opened: opening it would wait for a writer. */
+    tu_path(path, sizeof path, "fifo.yaml");
+    remove(path);
+    assert_int_equal(mkfifo(path, 0600), 0);
+    assert_int_equal(ydoc_load_file(path, &o, &d, err, sizeof err), TS_ERR_IO);
+    snprintf(want, sizeof want, "%s: not a regular file (fifo)", path);
+    assert_string_equal(err, want);
+    remove(path);
     /* Bad arguments. */
     assert_int_equal(ydoc_load_file(NULL, &o, &d, err, sizeof err), TS_ERR_INVAL);
     assert_int_equal(ydoc_load_file(path, NULL, &d, err, sizeof err), TS_ERR_INVAL);
@@ -595,6 +604,33 @@ static void test_files(void **st) {
     unlink(path);
 }
 
+/* A message is one line whatever the document quotes into it: control
+ * characters in values and keys come out escaped (fuzz_config found a
+ * multi-line scalar breaking the line). */
+static void test_messages_one_line(void **st) {
+    (void)st;
+    char err[256];
+    int64_t i64 = 0;
+    ydoc *d = load("v: \"1\\n2\\t\\u0001\"\n", err, sizeof err);
+    assert_int_equal(ydoc_get_int(d, value_of(d), "x", -5, 5, &i64), TS_ERR_CONFIG);
+    assert_string_equal(err, "t.yaml:1:4: x: expected an integer in -5..5, got '1\\n2\\t\\x01'");
+    ydoc_free(d);
+    /* A plain scalar over two lines folds into one with a space; a literal
+     * block keeps its newline. */
+    d = load("v: |\n  a\n  b\n", err, sizeof err);
+    assert_int_equal(ydoc_get_int(d, value_of(d), "x", -5, 5, &i64), TS_ERR_CONFIG);
+    assert_null(strchr(err, '\n'));
+    assert_non_null(strstr(err, "got 'a\\nb\\n'"));
+    ydoc_free(d);
+    /* A key, which goes into the field path. */
+    static const char *const keys[] = {"a"};
+    const yaml_node_t *v[1];
+    d = load("\"a\\rb\": 1\n", err, sizeof err);
+    assert_int_equal(ydoc_map_fields(d, ydoc_root(d), "m", keys, 1, v), TS_ERR_CONFIG);
+    assert_string_equal(err, "t.yaml:1:1: m.a\\rb: unknown key (expected one of: a)");
+    ydoc_free(d);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_null_spellings),
@@ -612,6 +648,7 @@ int main(void) {
         cmocka_unit_test(test_int64_edges),
         cmocka_unit_test(test_duration_parse),
         cmocka_unit_test(test_files),
+        cmocka_unit_test(test_messages_one_line),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

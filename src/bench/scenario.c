@@ -13,8 +13,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "err.h"
+#include "file.h"
 #include "ydoc.h"
 
 #define MAX_DURATION_S (30 * 86400.0)   /* the longest time in a scenario or trace: 30 days */
@@ -395,11 +398,19 @@ int scn_trace_parse(scn *s, const char *csv, size_t len, const char *file, char 
 
 /* ---- files ----------------------------------------------------------------- */
 
-/* The whole file in a malloc'd buffer (errno set on failure). Scenario and
- * trace files are small; anything over 64 MiB is refused as a mistake. */
-static char *read_all(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
+/* The whole file in a malloc'd buffer, or NULL with the reason in err.
+ * Scenario and trace files are small; anything over 64 MiB is refused as
+ * a mistake, and so is anything but a regular file (a FIFO would hang). */
+static char *read_all(const char *path, size_t *len, char *err, size_t errlen) {
+    int fd;
+    struct stat st;
+    if (file_open_regular(path, &fd, &st, err, errlen)) return NULL;
+    FILE *f = fdopen(fd, "rb");
+    if (!f) {
+        close(fd);
+        err_set(err, errlen, TS_ERR_NOMEM, "%s: %s", path, strerror(errno));
+        return NULL;
+    }
     size_t cap = 4096, n = 0;
     char *b = malloc(cap);
     for (;;) {
@@ -419,17 +430,15 @@ static char *read_all(const char *path, size_t *len) {
     }
     fclose(f);
     if (b) *len = n;
+    else err_set(err, errlen, TS_ERR_IO, "%s: cannot read: %s", path, strerror(errno));
     return b;
 }
 
 int scn_load(const char *path, scn *out, char *err, size_t errlen) {
     memset(out, 0, sizeof *out);
     size_t len;
-    char *text = read_all(path, &len);
-    if (!text) {
-        if (err && errlen) snprintf(err, errlen, "%s: cannot read: %s", path, strerror(errno));
-        return TS_ERR_IO;
-    }
+    char *text = read_all(path, &len, err, errlen);
+    if (!text) return TS_ERR_IO;
     char dir[512];
     const char *slash = strrchr(path, '/');
     size_t dl = slash ? (size_t)(slash - path) : 0;
@@ -440,9 +449,8 @@ int scn_load(const char *path, scn *out, char *err, size_t errlen) {
     int rc = scn_parse(text, len, path, dir, out, err, errlen);
     free(text);
     if (rc || !out->trace_path[0]) return rc;
-    char *csv = read_all(out->trace_path, &len);
+    char *csv = read_all(out->trace_path, &len, err, errlen);
     if (!csv) {
-        if (err && errlen) snprintf(err, errlen, "%s: cannot read the trace: %s", out->trace_path, strerror(errno));
         scn_free(out);
         return TS_ERR_IO;
     }

@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "err.h"
+#include "file.h"
 
 #define GGUF_MAGIC 0x46554747u  /* "GGUF" little-endian */
 
@@ -301,46 +302,12 @@ int gguf_open_buffer(const void *buf, size_t len, gguf_ctx **out, char *err, siz
     return open_common(g, out, err, errlen);
 }
 
-/* What a path that is not a regular file is, for the message refusing it. */
-static const char *file_kind(mode_t mode) {
-    if (S_ISFIFO(mode)) return "fifo";
-    if (S_ISSOCK(mode)) return "socket";
-    if (S_ISCHR(mode)) return "character device";
-    if (S_ISBLK(mode)) return "block device";
-    if (S_ISDIR(mode)) return "directory";
-    return "unknown file type";
-}
-
-static int not_regular(const char *path, mode_t mode, char *err, size_t errlen) {
-    return err_set(err, errlen, TS_ERR_IO, "%s: not a regular file (%s)", path, file_kind(mode));
-}
-
-/* Open path for reading, only if it is a regular file; *st describes what
- * was opened. The path is stat'ed first so that a FIFO, socket or device is
- * refused without being opened at all: opening a FIFO for reading waits for
- * a writer (a server that never starts), and opening some devices acts by
- * itself (a watchdog starts counting). The path may be replaced between the
- * stat and the open, so the open cannot wait either (O_NONBLOCK: a FIFO
- * swapped in opens at once; on a regular file the flag changes nothing
- * mmap does) and the fstat of what was opened has the last word. */
-static int open_regular(const char *path, int *fd, struct stat *st, char *err, size_t errlen) {
-    if (stat(path, st) < 0) return err_set(err, errlen, TS_ERR_IO, "%s: %s", path, strerror(errno));
-    if (!S_ISREG(st->st_mode)) return not_regular(path, st->st_mode, err, errlen);
-    *fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
-    if (*fd < 0) return err_set(err, errlen, TS_ERR_IO, "%s: %s", path, strerror(errno));
-    int rc = 0;
-    if (fstat(*fd, st) < 0) rc = err_set(err, errlen, TS_ERR_IO, "%s: %s", path, strerror(errno));
-    else if (!S_ISREG(st->st_mode)) rc = not_regular(path, st->st_mode, err, errlen);
-    if (rc) close(*fd);
-    return rc;
-}
-
 /* Every message names the path, parse errors included. */
 int gguf_open(const char *path, gguf_ctx **out, char *err, size_t errlen) {
     *out = NULL;
     int fd = -1;
     struct stat st;
-    int rc = open_regular(path, &fd, &st, err, errlen);
+    int rc = file_open_regular(path, &fd, &st, err, errlen);
     if (rc) return rc;
     if (st.st_size < 24) {
         close(fd);

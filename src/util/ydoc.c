@@ -16,8 +16,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <unistd.h>
 
 #include "err.h"
+#include "file.h"
 
 #define MSG_MAX 768         /* bytes of a message before the file and path go in front */
 #define LIST_MAX 512        /* bytes of a list of names in a message */
@@ -40,20 +42,54 @@ typedef struct src {
 
 /* ---- messages -------------------------------------------------------------- */
 
+/* s with every control character written as an escape (\n, \r, \t,
+ * \xNN) into out[0..cap), cut to fit. A message is one line, but the values
+ * and keys it quotes come from the document, where a quoted or multi-line
+ * scalar may hold any of them (fuzz_config found the newline). */
+static const char *escape_ctl(char *out, size_t cap, const char *s) {
+    size_t o = 0;
+    for (; *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        char e[5];
+        size_t k = 2;
+        if (c >= 0x20 && c != 0x7F) {
+            e[0] = (char)c;
+            k = 1;
+        } else if (c == '\n') {
+            memcpy(e, "\\n", 2);
+        } else if (c == '\r') {
+            memcpy(e, "\\r", 2);
+        } else if (c == '\t') {
+            memcpy(e, "\\t", 2);
+        } else {
+            snprintf(e, sizeof e, "\\x%02X", c);
+            k = 4;
+        }
+        if (o + k >= cap) break;
+        memcpy(out + o, e, k);
+        o += k;
+    }
+    out[o] = 0;
+    return out;
+}
+
 /* Write "file:line:column: path: message", both 1-based; line 0 leaves
- * the place out, column 0 the column (a reader error has no column). */
+ * the place out, column 0 the column (a reader error has no column).
+ * Control characters in the path and the message are escaped, so the
+ * message stays one line. */
 __attribute__((format(printf, 5, 0)))
 static int vreport(const ydoc *d, size_t line, size_t col, const char *path, const char *fmt,
                    va_list ap) {
     if (!d->err || d->errlen == 0) return d->code;
-    char msg[MSG_MAX], where[48] = "";
-    vsnprintf(msg, sizeof msg, fmt, ap);
+    char raw[MSG_MAX], msg[MSG_MAX], epath[YDOC_PATH_MAX], where[48] = "";
+    vsnprintf(raw, sizeof raw, fmt, ap);
+    escape_ctl(msg, sizeof msg, raw);
     if (line && col)
         snprintf(where, sizeof where, ":%zu:%zu", line, col);
     else if (line)
         snprintf(where, sizeof where, ":%zu", line);
     if (path && *path)
-        snprintf(d->err, d->errlen, "%s%s: %s: %s", d->name, where, path, msg);
+        snprintf(d->err, d->errlen, "%s%s: %s: %s", d->name, where, escape_ctl(epath, sizeof epath, path), msg);
     else
         snprintf(d->err, d->errlen, "%s%s: %s", d->name, where, msg);
     return d->code;
@@ -190,18 +226,24 @@ int ydoc_load_file(const char *path, const ydoc_opts *o, ydoc **out, char *err, 
     if (!out) return TS_ERR_INVAL;
     *out = NULL;
     if (!path || !o) return err_set(err, errlen, TS_ERR_INVAL, "ydoc_load_file: no path or options");
-    FILE *f = fopen(path, "rb");
-    if (!f) return err_set(err, errlen, TS_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    int fd;
+    struct stat st;
+    int rc = file_open_regular(path, &fd, &st, err, errlen);
+    if (rc) return rc;
     /* A configuration is kilobytes; refuse a file of another kind (a model
      * given as --config, say) before libyaml builds a tree of it. */
-    struct stat st;
-    if (fstat(fileno(f), &st) == 0 && st.st_size > YDOC_FILE_MAX) {
-        fclose(f);
+    if (st.st_size > YDOC_FILE_MAX) {
+        close(fd);
         return err_set(err, errlen, o->code, "%s: larger than %d MiB, not a configuration", path,
                        YDOC_FILE_MAX >> 20);
     }
+    FILE *f = fdopen(fd, "rb");
+    if (!f) {
+        close(fd);
+        return err_set(err, errlen, TS_ERR_NOMEM, "%s: %s", path, strerror(errno));
+    }
     src s = {f, NULL, 0};
-    int rc = load(path, o, &s, out, err, errlen);
+    rc = load(path, o, &s, out, err, errlen);
     fclose(f);
     return rc;
 }

@@ -1,0 +1,25 @@
+/*
+ * file.h - opening a file a user named (a model, a configuration, a
+ * scenario or trace): regular files only.
+ *
+ * A FIFO, socket or device given where a file is expected must be refused,
+ * never opened: opening a FIFO for reading waits for a writer (a server
+ * that never starts, with nothing in its log), and opening some devices
+ * acts by itself (a watchdog starts counting).
+ */
+#ifndef TS_FILE_H
+#define TS_FILE_H
+
+#include <stddef.h>
+#include <sys/stat.h>
+
+/* Open path read-only if it is a regular file: 0 with *fd (the caller
+ * closes it) and *st describing what was opened, or TS_ERR_IO with
+ * "<path>: <strerror>" or "<path>: not a regular file (fifo)" in err.
+ * The path is stat'ed before it is opened; since it may be replaced in
+ * between, the open cannot block either (O_NONBLOCK, which changes nothing
+ * for reading or mapping a regular file) and the fstat of what was opened
+ * has the last word. */
+int file_open_regular(const char *path, int *fd, struct stat *st, char *err, size_t errlen);
+
+#endif
