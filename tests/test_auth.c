@@ -148,7 +148,7 @@ static void test_keygen_cap(void **st) {
     auth_entry e = {.tenant = 7};
     auth_hash(buf, strlen(buf), e.hash);
     auth_table *t;
-    assert_int_equal(auth_table_new(&e, 1, NULL, &t), 0);
+    assert_int_equal(auth_table_new(&e, 1, NULL, NULL, &t), 0);
     assert_int_equal(auth_lookup(t, buf, strlen(buf)), 7);
     auth_table_free(t);
 }
@@ -168,7 +168,7 @@ static auth_table *make_table(int with_admin) {
     uint8_t admin[AUTH_HASH_LEN];
     auth_hash("the-admin", 9, admin);
     auth_table *t = NULL;
-    assert_int_equal(auth_table_new(e, N_TKEYS, with_admin ? admin : NULL, &t), 0);
+    assert_int_equal(auth_table_new(e, N_TKEYS, with_admin ? admin : NULL, NULL, &t), 0);
     assert_non_null(t);
     assert_int_equal(auth_table_size(t), N_TKEYS);
     return t;
@@ -204,12 +204,40 @@ static void test_lookup(void **st) {
     /* An empty table with only an admin key. */
     uint8_t admin[AUTH_HASH_LEN];
     auth_hash("root", 4, admin);
-    assert_int_equal(auth_table_new(NULL, 0, admin, &t), 0);
+    assert_int_equal(auth_table_new(NULL, 0, admin, NULL, &t), 0);
     assert_int_equal(auth_table_size(t), 0);
     assert_int_equal(lookup(t, "root"), AUTH_ADMIN);
     assert_int_equal(lookup(t, "key-zero"), AUTH_NONE);
     auth_table_free(t);
     auth_table_free(NULL);
+}
+
+/* The metrics key is its own holder: neither a tenant nor the admin. */
+static void test_metrics_key(void **st) {
+    (void)st;
+    auth_entry e = {.tenant = 0};
+    auth_hash("tenant", 6, e.hash);
+    uint8_t admin[AUTH_HASH_LEN], metrics[AUTH_HASH_LEN];
+    auth_hash("root", 4, admin);
+    auth_hash("scraper", 7, metrics);
+    auth_table *t = NULL;
+    assert_int_equal(auth_table_new(&e, 1, admin, metrics, &t), 0);
+    assert_int_equal(lookup(t, "scraper"), AUTH_METRICS);
+    assert_int_equal(lookup(t, "root"), AUTH_ADMIN);
+    assert_int_equal(lookup(t, "tenant"), 0);
+    assert_int_equal(lookup(t, "scraper2"), AUTH_NONE);
+    assert_int_equal(auth_table_size(t), 1);
+    auth_table_free(t);
+    /* Without one, its hash is nobody's. */
+    assert_int_equal(auth_table_new(&e, 1, admin, NULL, &t), 0);
+    assert_int_equal(lookup(t, "scraper"), AUTH_NONE);
+    auth_table_free(t);
+    /* It may not equal the admin key or a tenant's. */
+    t = (auth_table *)1;
+    assert_int_equal(auth_table_new(&e, 1, admin, admin, &t), TS_ERR_INVAL);
+    assert_null(t);
+    assert_int_equal(auth_table_new(&e, 1, NULL, e.hash, &t), TS_ERR_INVAL);
+    assert_null(t);
 }
 
 static void test_table_rejects(void **st) {
@@ -223,23 +251,23 @@ static void test_table_rejects(void **st) {
     e[2].tenant = 2;
     auth_table *t = (auth_table *)1;
     /* The same hash for two tenants. */
-    assert_int_equal(auth_table_new(e, 3, NULL, &t), TS_ERR_INVAL);
+    assert_int_equal(auth_table_new(e, 3, NULL, NULL, &t), TS_ERR_INVAL);
     assert_null(t);
     /* The same hash twice for one tenant is just as ambiguous a config. */
     e[2].tenant = 0;
-    assert_int_equal(auth_table_new(e, 3, NULL, &t), TS_ERR_INVAL);
+    assert_int_equal(auth_table_new(e, 3, NULL, NULL, &t), TS_ERR_INVAL);
     /* A tenant key equal to the admin key. */
     uint8_t admin[AUTH_HASH_LEN];
     auth_hash("b", 1, admin);
-    assert_int_equal(auth_table_new(e, 2, admin, &t), TS_ERR_INVAL);
+    assert_int_equal(auth_table_new(e, 2, admin, NULL, &t), TS_ERR_INVAL);
     assert_null(t);
     /* A negative tenant would collide with AUTH_NONE / AUTH_ADMIN. */
     e[1].tenant = -2;
-    assert_int_equal(auth_table_new(e, 2, NULL, &t), TS_ERR_INVAL);
+    assert_int_equal(auth_table_new(e, 2, NULL, NULL, &t), TS_ERR_INVAL);
     e[1].tenant = 1;
-    assert_int_equal(auth_table_new(NULL, 2, NULL, &t), TS_ERR_INVAL);
-    assert_int_equal(auth_table_new(e, 2, NULL, NULL), TS_ERR_INVAL);
-    assert_int_equal(auth_table_new(e, 2, NULL, &t), 0);
+    assert_int_equal(auth_table_new(NULL, 2, NULL, NULL, &t), TS_ERR_INVAL);
+    assert_int_equal(auth_table_new(e, 2, NULL, NULL, NULL), TS_ERR_INVAL);
+    assert_int_equal(auth_table_new(e, 2, NULL, NULL, &t), 0);
     auth_table_free(t);
 }
 
@@ -316,6 +344,7 @@ int main(void) {
         cmocka_unit_test(test_keygen_cap),
         cmocka_unit_test(test_lookup),
         cmocka_unit_test(test_table_rejects),
+        cmocka_unit_test(test_metrics_key),
         cmocka_unit_test(test_bearer),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

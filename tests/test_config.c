@@ -30,6 +30,7 @@
 #define H_SILVER "c039e6a890348dcc06588ddc3acc7ddef6f353d4d8af97416ed5dc219f407b61"
 #define H_BRONZE "facd21f2d9ca3612256025c83bb70c5b5ba42dc449429af87bb4fd8d0a6638a4"
 #define H_ADMIN  "f87d1ca8c45c6daca286c67be951abbcc817ee39918b0480a28aa5a17a932b9a"
+#define H_METRICS "0ce700779091777e8d0d973661e9d8f8237f10b798e07049973a836f522d3db3" /* tsk-demo-metrics */
 
 /* The smallest valid file: one model, one tenant. */
 #define MINIMAL                                 \
@@ -146,12 +147,20 @@ static void test_demo(void **st) {
     auth_hash("tsk-demo-admin", 14, admin);
     assert_memory_equal(c.admin_key, admin, AUTH_HASH_LEN);
 
+    assert_true(c.has_metrics);
+    uint8_t metrics[AUTH_HASH_LEN];
+    auth_hash("tsk-demo-metrics", 16, metrics);
+    assert_memory_equal(c.metrics_key, metrics, AUTH_HASH_LEN);
+    assert_int_equal(c.limits.max_connections_per_ip, 0);
+    assert_int_equal(c.limits.reserved_connections, 256);
+
     /* The demo keys find their tenants through the table. */
     auth_table *at;
     assert_int_equal(cfg_auth_table(&c, &at), 0);
     for (int i = 0; i < 3; i++) assert_int_equal(auth_lookup(at, keys[i], strlen(keys[i])), i);
     assert_int_equal(auth_lookup(at, "tsk-demo-admin", 14), AUTH_ADMIN);
     assert_int_equal(auth_lookup(at, "tsk-demo-platinum", 17), AUTH_NONE);
+    assert_int_equal(auth_lookup(at, "tsk-demo-metrics", 16), AUTH_METRICS);
     auth_table_free(at);
 
     cfg_free(&c);
@@ -227,6 +236,18 @@ static const bad_case bad_cases[] = {
      ":4: models[0].block_size: expected an integer in 1..1024"},
     {"limits:\n  header_timeout_s: 0\n" MINIMAL, ":2: limits.header_timeout_s: expected an integer in 1..3600"},
     {"limits:\n  max_body_bytes: 2GiB\n" MINIMAL, ":2: limits.max_body_bytes: expected a size"},
+    /* The reserve must leave anonymous clients at least one connection. */
+    {"limits:\n  max_connections: 100\n  reserved_connections: 100\n" MINIMAL,
+     ":3: limits.reserved_connections: expected an integer in 0..99"},
+    {"limits:\n  reserved_connections: 2048\n" MINIMAL,
+     ":2: limits.reserved_connections: expected an integer in 0..2047"},
+    {"limits:\n  max_connections_per_ip: -1\n" MINIMAL, ":2: limits.max_connections_per_ip: expected an integer"},
+    /* The metrics key is one holder's, like every other. */
+    {"metrics_key_sha256: abc\n" MINIMAL, ":1: metrics_key_sha256: expected the SHA-256 of a key"},
+    {"admin_key_sha256: " H_ADMIN "\nmetrics_key_sha256: " H_ADMIN "\n" MINIMAL,
+     ":2: metrics_key_sha256: same key hash as admin_key_sha256"},
+    {"metrics_key_sha256: " H_GOLD "\n" MINIMAL,
+     ":8: tenants[0].key_sha256: same key hash as metrics_key_sha256"},
     {"listen: 127.0.0.1:0\n" MINIMAL, ":1: listen: expected host:port"},
     {"listen: 127.0.0.1:65536\n" MINIMAL, ":1: listen: expected host:port"},
     {"listen: localhost\n" MINIMAL, ":1: listen: expected host:port"},
@@ -413,7 +434,10 @@ static void test_defaults(void **st) {
     assert_int_equal(c.limits.header_timeout_s, 10);
     assert_int_equal(c.limits.idle_timeout_s, 60);
     assert_int_equal(c.limits.max_connections, 2048);
+    assert_int_equal(c.limits.max_connections_per_ip, 0);
+    assert_int_equal(c.limits.reserved_connections, 256);
     assert_int_equal(c.limits.shutdown_grace_s, 10);
+    assert_false(c.has_metrics);
     cfg_model *m = &c.models[0];
     assert_int_equal(m->kv_cache_bytes, 256u << 20);
     assert_int_equal(m->swap_bytes, 256u << 20);
@@ -483,7 +507,7 @@ static void test_full_values(void **st) {
         "listen: \"[::1]:9000\"\n"
         "policy: fcfs\n"
         "limits: {max_body_bytes: 64KiB, header_timeout_s: 5, idle_timeout_s: 30,"
-        " max_connections: 100, shutdown_grace_s: 0}\n"
+        " max_connections: 100, max_connections_per_ip: 8, reserved_connections: 99, shutdown_grace_s: 0}\n"
         "models:\n"
         "  - name: org/model:q8\n"
         "    path: /abs/model.gguf\n"
@@ -511,7 +535,8 @@ static void test_full_values(void **st) {
         "    tokens_per_minute: 100000\n"
         "    max_concurrent: 2\n"
         "  - {name: y, tier: rt, key_sha256: '" H_BRONZE "'}\n"
-        "admin_key_sha256: " H_ADMIN "\n";
+        "admin_key_sha256: " H_ADMIN "\n"
+        "metrics_key_sha256: " H_METRICS "\n";
     char path[PATH_MAX], err[512];
     cfg c;
     int rc = load_text("full.yaml", text, &c, err, sizeof err, path, sizeof path);
@@ -523,6 +548,8 @@ static void test_full_values(void **st) {
     assert_int_equal(c.limits.header_timeout_s, 5);
     assert_int_equal(c.limits.idle_timeout_s, 30);
     assert_int_equal(c.limits.max_connections, 100);
+    assert_int_equal(c.limits.max_connections_per_ip, 8);
+    assert_int_equal(c.limits.reserved_connections, 99);
     assert_int_equal(c.limits.shutdown_grace_s, 0);
     assert_int_equal(c.n_models, 2);
     cfg_model *m = &c.models[0];
@@ -564,8 +591,27 @@ static void test_full_values(void **st) {
     assert_int_equal(auth_lookup(at, "tsk-demo-silver", 15), 0);
     assert_int_equal(auth_lookup(at, "tsk-demo-bronze", 15), 1);
     assert_int_equal(auth_lookup(at, "tsk-demo-admin", 14), AUTH_ADMIN);
+    assert_int_equal(auth_lookup(at, "tsk-demo-metrics", 16), AUTH_METRICS);
     auth_table_free(at);
+    assert_true(c.has_metrics);
     cfg_free(&c);
+}
+
+/* The reserve's default follows max_connections when only that is given. */
+static void test_reserve_default(void **st) {
+    (void)st;
+    char path[PATH_MAX], err[512];
+    cfg c;
+    int rc = load_text("resv.yaml", "limits: {max_connections: 80}\n" MINIMAL, &c, err, sizeof err, path,
+                       sizeof path);
+    if (rc) fail_msg("%s", err);
+    assert_int_equal(c.limits.reserved_connections, 10);
+    cfg_free(&c);
+    rc = load_text("resv1.yaml", "limits: {max_connections: 1}\n" MINIMAL, &c, err, sizeof err, path, sizeof path);
+    if (rc) fail_msg("%s", err);
+    assert_int_equal(c.limits.reserved_connections, 0);
+    cfg_free(&c);
+    assert_int_equal(cfg_default_reserve(2048), 256);
 }
 
 static void test_sizes(void **st) {
@@ -714,6 +760,7 @@ int main(void) {
         cmocka_unit_test(test_defaults),
         cmocka_unit_test(test_null_is_default),
         cmocka_unit_test(test_full_values),
+        cmocka_unit_test(test_reserve_default),
         cmocka_unit_test(test_sizes),
         cmocka_unit_test(test_relative_paths),
         cmocka_unit_test(test_single_model),

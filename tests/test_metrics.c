@@ -1,5 +1,8 @@
 /* test_metrics.c - unit tests of the Prometheus registry and the fairness
- * helpers (src/serve/metrics.c).
+ * helpers (src/serve/metrics.c), and of the request outcomes the server
+ * counts through them (src/serve/obs.c): every way a request can end maps
+ * to exactly one outcome, and a stream that fails after its 200 went out is
+ * a failure, not a success.
  *
  * Rendering is compared byte for byte against hand-written exposition text.
  * Concurrency is checked by exact totals: four threads add 1,000,000 times
@@ -19,12 +22,14 @@
 #include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "err.h"
 #include "fq.h"
 #include "serve/metrics.h"
+#include "serve/obs.h"
 
 #define SEC 1000000LL   /* us */
 
@@ -465,6 +470,109 @@ static void test_window_negative_time(void **st) {
     met_window_free(w);
 }
 
+/* ---- request outcomes (obs) ---------------------------------------------- */
+
+static void test_outcome_names(void **st) {
+    (void)st;
+    for (int i = 0; i < OBS_OUTCOME_COUNT; i++) {
+        const char *n = obs_outcome_name((obs_outcome)i);
+        assert_true(!strcmp(n, "completed") || !strcmp(n, "cancelled") || !strncmp(n, "rejected_", 9) ||
+                    !strncmp(n, "failed_", 7));
+        for (int j = 0; j < i; j++) assert_string_not_equal(n, obs_outcome_name((obs_outcome)j));
+    }
+    assert_string_equal(obs_outcome_name(OBS_OUTCOME_COUNT), "unknown");
+}
+
+static obs_outcome of_end(int end, sched_reason why) {
+    wk_req r;
+    memset(&r, 0, sizeof r);
+    r.end = end;
+    r.reason = why;
+    return obs_outcome_of_req(&r);
+}
+
+/* Each way the worker ends a request has its own outcome. */
+static void test_outcome_of_req(void **st) {
+    (void)st;
+    assert_int_equal(of_end(WK_END_FINISHED, SCHED_R_NONE), OBS_COMPLETED);
+    assert_int_equal(of_end(WK_END_CANCELLED, SCHED_R_NONE), OBS_CANCELLED);
+    assert_int_equal(of_end(WK_END_INVALID, SCHED_R_NONE), OBS_REJ_BAD_REQUEST);
+    assert_int_equal(of_end(WK_END_SHUTDOWN, SCHED_R_NONE), OBS_FAIL_SHUTDOWN);
+    /* After admission: a queue timeout is a failure, not a success. */
+    assert_int_equal(of_end(WK_END_FAILED, SCHED_R_QUEUE_TIMEOUT), OBS_FAIL_QUEUE_TIMEOUT);
+    assert_string_equal(obs_outcome_name(of_end(WK_END_FAILED, SCHED_R_QUEUE_TIMEOUT)), "failed_queue_timeout");
+    assert_int_equal(of_end(WK_END_FAILED, SCHED_R_EXECUTOR), OBS_FAIL_ENGINE);
+    /* At admission: the scheduler's reason. */
+    assert_int_equal(of_end(WK_END_REJECTED, SCHED_R_QUEUE_FULL), OBS_REJ_QUEUE_FULL);
+    assert_int_equal(of_end(WK_END_REJECTED, SCHED_R_OVER_QUOTA), OBS_REJ_OVER_QUOTA);
+    assert_int_equal(of_end(WK_END_REJECTED, SCHED_R_PREDICTED_WAIT), OBS_REJ_PREDICTED_WAIT);
+    assert_int_equal(of_end(WK_END_REJECTED, SCHED_R_NO_SLOTS), OBS_REJ_NO_SLOTS);
+    assert_int_equal(of_end(WK_END_REJECTED, SCHED_R_TOO_LARGE), OBS_REJ_KV_TOO_LARGE);
+    assert_int_equal(of_end(WK_END_REJECTED, SCHED_R_CONTEXT), OBS_REJ_BAD_REQUEST);
+    assert_int_equal(of_end(WK_END_REJECTED, SCHED_R_BAD_REQUEST), OBS_REJ_BAD_REQUEST);
+    /* Never "completed" for anything but a finish. */
+    for (int end = WK_END_NONE; end <= WK_END_SHUTDOWN; end++)
+        for (int why = 0; why < SCHED_R_COUNT; why++)
+            if (end != WK_END_FINISHED) assert_int_not_equal(of_end(end, (sched_reason)why), OBS_COMPLETED);
+}
+
+static void test_outcome_of_status(void **st) {
+    (void)st;
+    assert_int_equal(obs_outcome_of_status(200), OBS_COMPLETED);
+    assert_int_equal(obs_outcome_of_status(400), OBS_REJ_BAD_REQUEST);
+    assert_int_equal(obs_outcome_of_status(401), OBS_REJ_UNAUTHENTICATED);
+    assert_int_equal(obs_outcome_of_status(404), OBS_REJ_NOT_FOUND);
+    assert_int_equal(obs_outcome_of_status(405), OBS_REJ_METHOD);
+    assert_int_equal(obs_outcome_of_status(413), OBS_REJ_BODY_TOO_LARGE);
+    assert_int_equal(obs_outcome_of_status(499), OBS_CANCELLED);
+    assert_int_equal(obs_outcome_of_status(503), OBS_REJ_SHUTTING_DOWN);
+    assert_int_equal(obs_outcome_of_status(500), OBS_FAIL_INTERNAL);
+}
+
+/* The value of one sample line "name{labels} value" in a render, or -1. */
+static double sample(const char *text, const char *series) {
+    size_t n = strlen(series);
+    for (const char *p = text; (p = strstr(p, series)); p += n)
+        if ((p == text || p[-1] == '\n') && p[n] == ' ') return strtod(p + n + 1, NULL);
+    return -1;
+}
+
+/* Outcomes and status codes are separate families; every tenant (and
+ * "unauthenticated") has every outcome series from the start; one request
+ * counted once moves exactly one of them. */
+static void test_outcome_series(void **st) {
+    (void)st;
+    const char *tenants[] = {"a", "b"}, *models[] = {"m"};
+    double w[] = {1, 1};
+    obs *o = obs_new(tenants, w, 2, models, 1);
+    assert_non_null(o);
+    obs_request(o, 0, 200);                         /* the stream's 200 went out */
+    obs_outcome_count(o, 0, OBS_FAIL_QUEUE_TIMEOUT); /* and then it failed */
+    obs_outcome_count(o, -1, OBS_REJ_UNAUTHENTICATED);
+    char *text;
+    size_t len;
+    assert_int_equal(obs_render(o, &text, &len), 0);
+    assert_true(sample(text, "tessera_requests_total{tenant=\"a\",outcome=\"failed_queue_timeout\"}") == 1);
+    assert_true(sample(text, "tessera_requests_total{tenant=\"a\",outcome=\"completed\"}") == 0);
+    assert_true(sample(text, "tessera_http_responses_total{tenant=\"a\",code=\"200\"}") == 1);
+    assert_true(sample(text, "tessera_requests_total{tenant=\"unauthenticated\",outcome=\"rejected_unauthenticated\"}") == 1);
+    const char *who[] = {"a", "b", "unauthenticated"};
+    for (int t = 0; t < 3; t++) {
+        double sum = 0;
+        for (int i = 0; i < OBS_OUTCOME_COUNT; i++) {
+            char series[160];
+            snprintf(series, sizeof series, "tessera_requests_total{tenant=\"%s\",outcome=\"%s\"}", who[t],
+                     obs_outcome_name((obs_outcome)i));
+            double v = sample(text, series);
+            assert_true(v >= 0);        /* present from the start */
+            sum += v;
+        }
+        assert_true(sum == (t == 1 ? 0 : 1));
+    }
+    free(text);
+    obs_free(o);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_render_small_registry),
@@ -481,6 +589,10 @@ int main(void) {
         cmocka_unit_test(test_window_starved_tenant_counts),
         cmocka_unit_test(test_window_expiry),
         cmocka_unit_test(test_window_negative_time),
+        cmocka_unit_test(test_outcome_names),
+        cmocka_unit_test(test_outcome_of_req),
+        cmocka_unit_test(test_outcome_of_status),
+        cmocka_unit_test(test_outcome_series),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

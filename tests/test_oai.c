@@ -531,6 +531,46 @@ static void test_utf8(void **st) {
     oai_request_free(&r);
 }
 
+/* A key twice in one object, at any depth, is refused with its path: JSON
+ * leaves the meaning open, and a proxy that reads the last copy would see a
+ * different request than cJSON's first. The same key in different objects
+ * is fine. */
+static void test_duplicate_keys(void **st) {
+    (void)st;
+    bad(OAI_COMPLETION, "{\"model\":\"m\",\"prompt\":\"a\",\"prompt\":\"b\"}", "prompt",
+        "duplicate key 'prompt' in the request body");
+    bad(OAI_COMPLETION, "{\"model\":\"m\",\"model\":\"m\",\"prompt\":\"a\"}", "model",
+        "duplicate key 'model'");
+    bad(OAI_CHAT, "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\","
+                  "\"role\":\"system\"}]}",
+        "messages[0].role", "duplicate key 'role' in messages[0]");
+    bad(OAI_COMPLETION, "{\"model\":\"m\",\"prompt\":\"a\",\"stream\":true,"
+                        "\"stream_options\":{\"include_usage\":true,\"include_usage\":false}}",
+        "stream_options.include_usage", "duplicate key 'include_usage' in stream_options");
+    /* In an unknown field too: it is still part of what the body means. */
+    bad(OAI_COMPLETION, "{\"model\":\"m\",\"prompt\":\"a\",\"meta\":[{\"k\":1},{\"k\":1,\"k\":2}]}",
+        "meta[1].k", "duplicate key 'k' in meta[1]");
+    /* Keys are compared exactly: another case is another key, and an escape
+     * that spells the same key is the same key. */
+    oai_request r;
+    ok(OAI_COMPLETION, "{\"model\":\"m\",\"prompt\":\"a\",\"Prompt\":\"b\",\"x\":{\"prompt\":1}}", &r);
+    assert_string_equal(r.prompt, "a");
+    oai_request_free(&r);
+    bad(OAI_COMPLETION, "{\"model\":\"m\",\"prompt\":\"a\",\"pr\\u006fmpt\":\"b\"}", "prompt",
+        "duplicate key 'prompt'");
+
+    /* A large object goes through the sorted path: a repeat at its far end
+     * is found, and a large object without one passes. */
+    char body[4096];
+    size_t n = (size_t)snprintf(body, sizeof body, "{\"model\":\"m\",\"prompt\":\"a\",\"meta\":{");
+    for (int i = 0; i < 200; i++) n += (size_t)snprintf(body + n, sizeof body - n, "%s\"k%d\":%d", i ? "," : "", i, i);
+    snprintf(body + n, sizeof body - n, "}}");
+    ok(OAI_COMPLETION, body, &r);
+    oai_request_free(&r);
+    snprintf(body + n, sizeof body - n, ",\"k3\":0}}");
+    bad(OAI_COMPLETION, body, "meta.k3", "duplicate key 'k3' in meta");
+}
+
 /* ---- chat ----------------------------------------------------------------- */
 
 static void test_chat_minimal(void **st) {
@@ -713,12 +753,12 @@ static cJSON *get(const cJSON *o, const char *k) {
 
 static void test_completion_response(void **st) {
     (void)st;
-    oai_head h = {OAI_COMPLETION, 0xabcdefull, 1700000000, "demo"};
+    oai_head h = {OAI_COMPLETION, {[9] = 0xab, [10] = 0xcd, [11] = 0xef}, 1700000000, "demo"};
     oai_usage u = {5, 3};
     char *s = oai_response_json(&h, "a\"b\\c\n", 6, OAI_FINISH_LENGTH, &u);
     cJSON *j = parsed(s);
     assert_int_equal(cJSON_GetArraySize(j), 6);
-    assert_string_equal(get(j, "id")->valuestring, "cmpl-0000000000abcdef");
+    assert_string_equal(get(j, "id")->valuestring, "cmpl-000000000000000000abcdef");
     assert_string_equal(get(j, "object")->valuestring, "text_completion");
     assert_true(get(j, "created")->valuedouble == 1700000000.0);
     assert_string_equal(get(j, "model")->valuestring, "demo");
@@ -739,7 +779,7 @@ static void test_completion_response(void **st) {
     /* Exact bytes, and usage totals that overflow 32 bits. */
     oai_usage big = {UINT32_MAX, UINT32_MAX};
     s = oai_response_json(&h, NULL, 0, OAI_FINISH_STOP, &big);
-    assert_string_equal(s, "{\"id\":\"cmpl-0000000000abcdef\",\"object\":\"text_completion\","
+    assert_string_equal(s, "{\"id\":\"cmpl-000000000000000000abcdef\",\"object\":\"text_completion\","
                            "\"created\":1700000000,\"model\":\"demo\",\"choices\":[{\"index\":0,"
                            "\"text\":\"\",\"logprobs\":null,\"finish_reason\":\"stop\"}],"
                            "\"usage\":{\"prompt_tokens\":4294967295,\"completion_tokens\":"
@@ -747,16 +787,24 @@ static void test_completion_response(void **st) {
     free(s);
     assert_null(oai_response_json(&h, NULL, 3, OAI_FINISH_STOP, &u));
     assert_null(oai_response_json(NULL, "x", 1, OAI_FINISH_STOP, &u));
+
+    /* The id is every one of its 12 bytes, in order, as lowercase hex. */
+    oai_head h2 = {OAI_COMPLETION, {0x00, 0x01, 0x02, 0x03, 0x04, 0x05, 0x06, 0x07, 0x08, 0x09, 0xfa, 0xfb},
+                   1, "m"};
+    s = oai_response_json(&h2, "", 0, OAI_FINISH_STOP, &u);
+    assert_non_null(strstr(s, "{\"id\":\"cmpl-00010203040506070809fafb\","));
+    free(s);
 }
 
 static void test_chat_response(void **st) {
     (void)st;
-    oai_head h = {OAI_CHAT, UINT64_MAX, 0, "m/1"};
+    oai_head h = {OAI_CHAT, {0}, 0, "m/1"};
+    memset(h.id, 0xff, sizeof h.id);
     oai_usage u = {10, 2};
     char *s = oai_response_json(&h, "Hi \xf0\x9f\x98\x80", 7, OAI_FINISH_STOP, &u);
     cJSON *j = parsed(s);
     assert_int_equal(cJSON_GetArraySize(j), 6);
-    assert_string_equal(get(j, "id")->valuestring, "chatcmpl-ffffffffffffffff");
+    assert_string_equal(get(j, "id")->valuestring, "chatcmpl-ffffffffffffffffffffffff");
     assert_string_equal(get(j, "object")->valuestring, "chat.completion");
     assert_true(get(j, "created")->valuedouble == 0.0);
     assert_string_equal(get(j, "model")->valuestring, "m/1");
@@ -774,7 +822,7 @@ static void test_chat_response(void **st) {
 
 static void test_sanitised_text(void **st) {
     (void)st;
-    oai_head h = {OAI_CHAT, 1, 2, "m\x01"};
+    oai_head h = {OAI_CHAT, {[11] = 1}, 2, "m\x01"};
     /* Control characters escaped; each maximal ill-formed subpart one U+FFFD:
      * E2 82 (truncated) -> 1, C0 AF -> 2, ED A0 80 -> 3, F0 80 -> 2, FF -> 1,
      * a dangling F0 9F at the very end -> 1. Valid text around stays. */
@@ -806,25 +854,25 @@ static void test_sanitised_text(void **st) {
 
 static void test_sse_framing(void **st) {
     (void)st;
-    oai_head hc = {OAI_COMPLETION, 0x1234, 1700000000, "m"};
+    oai_head hc = {OAI_COMPLETION, {[10] = 0x12, [11] = 0x34}, 1700000000, "m"};
     char *s = oai_chunk_sse(&hc, true, "hi", 2, OAI_FINISH_NONE);
-    assert_string_equal(s, "data: {\"id\":\"cmpl-0000000000001234\",\"object\":\"text_completion\","
+    assert_string_equal(s, "data: {\"id\":\"cmpl-000000000000000000001234\",\"object\":\"text_completion\","
                            "\"created\":1700000000,\"model\":\"m\",\"choices\":[{\"index\":0,"
                            "\"text\":\"hi\",\"logprobs\":null,\"finish_reason\":null}]}\n\n");
     free(s);
     s = oai_chunk_sse(&hc, false, NULL, 0, OAI_FINISH_LENGTH);
-    assert_string_equal(s, "data: {\"id\":\"cmpl-0000000000001234\",\"object\":\"text_completion\","
+    assert_string_equal(s, "data: {\"id\":\"cmpl-000000000000000000001234\",\"object\":\"text_completion\","
                            "\"created\":1700000000,\"model\":\"m\",\"choices\":[{\"index\":0,"
                            "\"text\":\"\",\"logprobs\":null,\"finish_reason\":\"length\"}]}\n\n");
     free(s);
     s = oai_usage_sse(&hc, &(oai_usage){3, 4});
-    assert_string_equal(s, "data: {\"id\":\"cmpl-0000000000001234\",\"object\":\"text_completion\","
+    assert_string_equal(s, "data: {\"id\":\"cmpl-000000000000000000001234\",\"object\":\"text_completion\","
                            "\"created\":1700000000,\"model\":\"m\",\"choices\":[],\"usage\":"
                            "{\"prompt_tokens\":3,\"completion_tokens\":4,\"total_tokens\":7}}\n\n");
     free(s);
 
-    oai_head h = {OAI_CHAT, 0x1234, -5, "m"};
-    const char *pre = "data: {\"id\":\"chatcmpl-0000000000001234\",\"object\":"
+    oai_head h = {OAI_CHAT, {[10] = 0x12, [11] = 0x34}, -5, "m"};
+    const char *pre = "data: {\"id\":\"chatcmpl-000000000000000000001234\",\"object\":"
                       "\"chat.completion.chunk\",\"created\":-5,\"model\":\"m\",\"choices\":"
                       "[{\"index\":0,\"delta\":";
     char want[512];
@@ -849,7 +897,7 @@ static void test_sse_framing(void **st) {
     assert_string_equal(s, want);
     free(s);
     s = oai_usage_sse(&h, &(oai_usage){1, 2});
-    assert_string_equal(s, "data: {\"id\":\"chatcmpl-0000000000001234\",\"object\":"
+    assert_string_equal(s, "data: {\"id\":\"chatcmpl-000000000000000000001234\",\"object\":"
                            "\"chat.completion.chunk\",\"created\":-5,\"model\":\"m\","
                            "\"choices\":[],\"usage\":{\"prompt_tokens\":1,"
                            "\"completion_tokens\":2,\"total_tokens\":3}}\n\n");
@@ -981,6 +1029,7 @@ int main(void) {
         cmocka_unit_test(test_malformed),
         cmocka_unit_test(test_raw_bytes),
         cmocka_unit_test(test_utf8),
+        cmocka_unit_test(test_duplicate_keys),
         cmocka_unit_test(test_chat_minimal),
         cmocka_unit_test(test_chat_full),
         cmocka_unit_test(test_chat_errors),

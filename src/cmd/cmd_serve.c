@@ -71,6 +71,12 @@ static void banner(const cfg *c, uint16_t port, const char *new_key) {
     for (size_t i = 0; i < c->n_tenants; i++)
         printf("tessera: tenant %s (tier %s, weight %g)\n", c->tenants[i].sched.name,
                c->tiers[c->tenants[i].sched.tier].name, c->tenants[i].sched.weight);
+    /* /metrics names every tenant: it is closed without a key to read it,
+     * and saying so here saves a puzzled operator a 401. */
+    printf("tessera: /metrics %s\n", c->has_metrics ? (c->has_admin ? "needs the metrics key or the admin key"
+                                                                        : "needs the metrics key")
+                                     : c->has_admin ? "needs the admin key (no metrics_key_sha256)"
+                                                    : "is off (no metrics_key_sha256 or admin_key_sha256)");
     if (new_key) {
         printf("tessera: API key of tenant 'default': %s\n", new_key);
         printf("  curl -s http://%s:%u/v1/completions -H 'Authorization: Bearer %s' "

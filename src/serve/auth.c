@@ -22,6 +22,8 @@ struct auth_table {
     size_t n;
     int has_admin;
     uint8_t admin[AUTH_HASH_LEN];
+    int has_metrics;
+    uint8_t metrics[AUTH_HASH_LEN];
 };
 
 /* SHA-256 through EVP; 0 on success. */
@@ -117,17 +119,23 @@ int auth_parse_bearer(const char *v, const char **key, size_t *len) {
     return 0;
 }
 
-int auth_table_new(const auth_entry *entries, size_t n,
-                   const uint8_t admin_hash[AUTH_HASH_LEN], auth_table **out) {
+/* 1 when both hashes are given and equal. */
+static int same_hash(const uint8_t *a, const uint8_t *b) {
+    return a && b && memcmp(a, b, AUTH_HASH_LEN) == 0;
+}
+
+int auth_table_new(const auth_entry *entries, size_t n, const uint8_t admin_hash[AUTH_HASH_LEN],
+                   const uint8_t metrics_hash[AUTH_HASH_LEN], auth_table **out) {
     if (!out) return TS_ERR_INVAL;
     *out = NULL;
     if (n > 0 && !entries) return TS_ERR_INVAL;
+    if (same_hash(admin_hash, metrics_hash)) return TS_ERR_INVAL;
     /* Repeated hashes would make the answer depend on which match the
      * selection keeps; refuse them. O(n^2) once at startup, with n the
      * number of keys: fine for thousands. */
     for (size_t i = 0; i < n; i++) {
         if (entries[i].tenant < 0) return TS_ERR_INVAL;
-        if (admin_hash && memcmp(entries[i].hash, admin_hash, AUTH_HASH_LEN) == 0)
+        if (same_hash(entries[i].hash, admin_hash) || same_hash(entries[i].hash, metrics_hash))
             return TS_ERR_INVAL;
         for (size_t j = 0; j < i; j++)
             if (memcmp(entries[i].hash, entries[j].hash, AUTH_HASH_LEN) == 0)
@@ -145,6 +153,10 @@ int auth_table_new(const auth_entry *entries, size_t n,
     if (admin_hash) {
         t->has_admin = 1;
         memcpy(t->admin, admin_hash, AUTH_HASH_LEN);
+    }
+    if (metrics_hash) {
+        t->has_metrics = 1;
+        memcpy(t->metrics, metrics_hash, AUTH_HASH_LEN);
     }
     *out = t;
     return 0;
@@ -183,10 +195,13 @@ int auth_lookup(const auth_table *t, const char *key, size_t len) {
     int found = AUTH_NONE;
     for (size_t i = 0; i < t->n; i++)
         found = select_int(eq_mask(h, t->entries[i].hash), t->entries[i].tenant, found);
-    /* The admin comparison always runs; has_admin only gates its result,
-     * and is not secret (it is fixed by the config). */
+    /* The admin and metrics comparisons always run; has_admin and
+     * has_metrics only gate their results, and are not secret (they are
+     * fixed by the config). */
     unsigned admin = eq_mask(h, t->admin) & (0u - (unsigned)t->has_admin);
     found = select_int(admin, AUTH_ADMIN, found);
+    unsigned metrics = eq_mask(h, t->metrics) & (0u - (unsigned)t->has_metrics);
+    found = select_int(metrics, AUTH_METRICS, found);
     OPENSSL_cleanse(h, sizeof h);
     return found;
 }

@@ -33,9 +33,10 @@
 
 /* auth_lookup's answers besides a tenant index (>= 0). They are negative so
  * that a caller testing `r >= 0` before indexing its tenant array can never
- * mistake the admin key for a tenant; they are not TS_ERR_* codes. */
+ * mistake the admin or metrics key for a tenant; they are not TS_ERR_* codes. */
 #define AUTH_NONE   (-1)            /* no such key */
 #define AUTH_ADMIN  (-2)            /* the admin key */
+#define AUTH_METRICS (-3)           /* the metrics key: GET /metrics only */
 
 /* SHA-256 of key[0..len). OpenSSL can fail here only if it cannot allocate;
  * then out is zeroed (auth_lookup uses a checked path and fails closed). */
@@ -73,22 +74,22 @@ typedef struct auth_entry {
 
 typedef struct auth_table auth_table;
 
-/* Build a table from n entries and an optional admin key hash (NULL: no
- * admin key). Every hash, the admin one included, must be distinct, since a
- * key maps to exactly one answer. Returns 0 and *out, TS_ERR_INVAL (a NULL
- * argument, a negative tenant, a repeated hash) or TS_ERR_NOMEM; on error
- * *out is NULL. */
-int auth_table_new(const auth_entry *entries, size_t n,
-                   const uint8_t admin_hash[AUTH_HASH_LEN], auth_table **out);
+/* Build a table from n entries and optional admin and metrics key hashes
+ * (NULL: no such key). Every hash, the admin and metrics ones included, must
+ * be distinct, since a key maps to exactly one answer. Returns 0 and *out,
+ * TS_ERR_INVAL (a NULL argument, a negative tenant, a repeated hash) or
+ * TS_ERR_NOMEM; on error *out is NULL. */
+int auth_table_new(const auth_entry *entries, size_t n, const uint8_t admin_hash[AUTH_HASH_LEN],
+                   const uint8_t metrics_hash[AUTH_HASH_LEN], auth_table **out);
 void auth_table_free(auth_table *t);
 
-/* Entries in t, the admin key excluded. */
+/* Entries in t, the admin and metrics keys excluded. */
 size_t auth_table_size(const auth_table *t);
 
-/* Who holds key[0..len): its tenant index (>= 0), AUTH_ADMIN or AUTH_NONE.
- * Hashes the key once, then compares with every entry and the admin hash in
- * constant time and without early exit (see the top of this file). A NULL
- * table or key gives AUTH_NONE. */
+/* Who holds key[0..len): its tenant index (>= 0), AUTH_ADMIN, AUTH_METRICS
+ * or AUTH_NONE. Hashes the key once, then compares with every entry and the
+ * admin and metrics hashes in constant time and without early exit (see the
+ * top of this file). A NULL table or key gives AUTH_NONE. */
 int auth_lookup(const auth_table *t, const char *key, size_t len);
 
 #endif

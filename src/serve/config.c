@@ -35,6 +35,8 @@ static void set_defaults(cfg *g) {
     g->limits.header_timeout_s = 10;
     g->limits.idle_timeout_s = 60;
     g->limits.max_connections = 2048;
+    g->limits.max_connections_per_ip = 0;
+    g->limits.reserved_connections = cfg_default_reserve(g->limits.max_connections);
     g->limits.shutdown_grace_s = 10;
     /* The scheduler's own defaults: the config needs their names before
      * any scheduler exists, to resolve tenants' tiers. */
@@ -115,9 +117,10 @@ static int parse_policy(const ydoc *d, const yaml_node_t *n, cfg *g) {
 }
 
 static int parse_limits(const ydoc *d, const yaml_node_t *n, cfg_limits *l) {
-    enum { BODY, HDR, IDLE, CONNS, GRACE, NK };
+    enum { BODY, HDR, IDLE, CONNS, PER_IP, RESV, GRACE, NK };
     static const char *const keys[NK] = {"max_body_bytes", "header_timeout_s", "idle_timeout_s",
-                                         "max_connections", "shutdown_grace_s"};
+                                         "max_connections", "max_connections_per_ip",
+                                         "reserved_connections", "shutdown_grace_s"};
     const yaml_node_t *v[NK];
     char fp[YDOC_PATH_MAX];
     int rc = ydoc_map_fields(d, n, "limits", keys, NK, v);
@@ -127,6 +130,12 @@ static int parse_limits(const ydoc *d, const yaml_node_t *n, cfg_limits *l) {
     if ((rc = ydoc_get_u32(d, v[HDR], FP(HDR), 1, 3600, &l->header_timeout_s))) return rc;
     if ((rc = ydoc_get_u32(d, v[IDLE], FP(IDLE), 1, 86400, &l->idle_timeout_s))) return rc;
     if ((rc = ydoc_get_u32(d, v[CONNS], FP(CONNS), 1, 1000000, &l->max_connections))) return rc;
+    if ((rc = ydoc_get_u32(d, v[PER_IP], FP(PER_IP), 0, 1000000, &l->max_connections_per_ip))) return rc;
+    /* The reserve's default follows max_connections, so it is set here,
+     * once max_connections is known, unless the file gives it. */
+    l->reserved_connections = cfg_default_reserve(l->max_connections);
+    if ((rc = ydoc_get_u32(d, v[RESV], FP(RESV), 0, l->max_connections - 1, &l->reserved_connections)))
+        return rc;
     rc = ydoc_get_u32(d, v[GRACE], FP(GRACE), 0, 3600, &l->shutdown_grace_s);
 #undef FP
     return rc;
@@ -261,6 +270,8 @@ static int add_key(const ydoc *d, const yaml_node_t *n, const char *path, cfg *g
     if (rc) return rc;
     if (g->has_admin && !memcmp(h, g->admin_key, AUTH_HASH_LEN))
         return ydoc_fail(d, n, path, "same key hash as admin_key_sha256 (each key belongs to one holder)");
+    if (g->has_metrics && !memcmp(h, g->metrics_key, AUTH_HASH_LEN))
+        return ydoc_fail(d, n, path, "same key hash as metrics_key_sha256 (each key belongs to one holder)");
     for (size_t i = 0; i <= ti; i++)
         for (size_t k = 0; k < g->tenants[i].n_keys; k++)
             if (!memcmp(h, g->tenants[i].keys[k], AUTH_HASH_LEN))
@@ -343,10 +354,23 @@ static int parse_tenants(const ydoc *d, const yaml_node_t *n, cfg *g) {
     return rc;
 }
 
+/* The metrics key: read /metrics and nothing else, so it may sit in a
+ * Prometheus config without granting admin or tenant rights. */
+static int parse_metrics_key(const ydoc *d, const yaml_node_t *n, cfg *g) {
+    const char *path = "metrics_key_sha256";
+    int rc = get_hash(d, n, path, g->metrics_key);
+    if (rc) return rc;
+    if (g->has_admin && !memcmp(g->metrics_key, g->admin_key, AUTH_HASH_LEN))
+        return ydoc_fail(d, n, path, "same key hash as admin_key_sha256 (each key belongs to one holder)");
+    g->has_metrics = 1;
+    return 0;
+}
+
 static int parse_root(const ydoc *d, const yaml_node_t *root, cfg *g) {
-    enum { LISTEN, POLICY, LIMITS, MODELS, TIERS, TENANTS, ADMIN, NK };
+    enum { LISTEN, POLICY, LIMITS, MODELS, TIERS, TENANTS, ADMIN, METRICS, NK };
     static const char *const keys[NK] = {"listen", "policy", "limits", "models",
-                                         "tiers", "tenants", "admin_key_sha256"};
+                                         "tiers", "tenants", "admin_key_sha256",
+                                         "metrics_key_sha256"};
     const yaml_node_t *v[NK];
     int rc = ydoc_map_fields(d, root, "", keys, NK, v);
     if (rc) return rc;
@@ -357,11 +381,13 @@ static int parse_root(const ydoc *d, const yaml_node_t *root, cfg *g) {
     if ((rc = parse_limits(d, v[LIMITS], &g->limits))) return rc;
     if ((rc = parse_models(d, v[MODELS], g))) return rc;
     if (v[TIERS] && (rc = parse_tiers(d, v[TIERS], g))) return rc;
-    /* The admin key first, so that tenants' keys are checked against it. */
+    /* The admin and metrics keys first, so that tenants' keys are checked
+     * against them. */
     if (v[ADMIN]) {
         if ((rc = get_hash(d, v[ADMIN], "admin_key_sha256", g->admin_key))) return rc;
         g->has_admin = 1;
     }
+    if (v[METRICS] && (rc = parse_metrics_key(d, v[METRICS], g))) return rc;
     return parse_tenants(d, v[TENANTS], g);
 }
 
@@ -459,10 +485,12 @@ int cfg_auth_table(const cfg *c, auth_table **out) {
             memcpy(e[k].hash, c->tenants[i].keys[j], AUTH_HASH_LEN);
             e[k++].tenant = (int32_t)i;
         }
-    int rc = auth_table_new(e, n, c->has_admin ? c->admin_key : NULL, out);
+    int rc = auth_table_new(e, n, c->has_admin ? c->admin_key : NULL, c->has_metrics ? c->metrics_key : NULL, out);
     free(e);
     return rc;
 }
+
+uint32_t cfg_default_reserve(uint32_t max_connections) { return max_connections / 8; }
 
 int cfg_model_find(const cfg *c, const char *name) {
     for (size_t i = 0; c && name && i < c->n_models; i++)

@@ -21,10 +21,24 @@
  *   listen: 127.0.0.1:8080     host:port, "[v6]:port" for IPv6; port 1..65535
  *   policy: fair               fair | fcfs (SCHED_POLICY_*)
  *   limits:
- *     max_body_bytes: 1048576  request body cap; size (see below), 1 B..1 GiB
- *     header_timeout_s: 10     MHD connection timeout while reading a request, 1..3600
- *     idle_timeout_s: 60       keep-alive idle timeout, 1..86400
- *     max_connections: 2048    1..1000000
+ *     max_body_bytes: 1048576  request body cap; size (see below), 1 B..1 GiB.
+ *                              A larger declared Content-Length is refused
+ *                              (413) on its headers, before any body is read
+ *     header_timeout_s: 10     1..3600 s: a request must arrive whole, headers
+ *                              and body, within this of its start: the accept
+ *                              for a connection's first request, the end of the
+ *                              previous answer for later ones (so it is also
+ *                              how long a kept-alive connection may sit idle)
+ *     idle_timeout_s: 60       1..86400 s: libmicrohttpd's inactivity timeout,
+ *                              no byte either way (a client that stops reading
+ *                              its answer); a suspended request is exempt
+ *     max_connections: 2048    1..1000000 open connections in all
+ *     max_connections_per_ip: 0  0..1000000 per client address, 0 = unlimited;
+ *                              leave 0 behind a gateway, where every
+ *                              connection comes from the gateway's address
+ *     reserved_connections: 256  0..max_connections-1; default max_connections/8:
+ *                              connections that clients without a valid key
+ *                              can never hold, so a tenant can always connect
  *     shutdown_grace_s: 10     drain time on SIGTERM, 0..3600
  *   models:                    required, at least one
  *     - name: demo             required; the "model" clients send; [A-Za-z0-9._:/-]
@@ -56,13 +70,16 @@
  *       requests_per_minute: 0 0 = unlimited
  *       tokens_per_minute: 0   0 = unlimited
  *       max_concurrent: 0      0 = unlimited
- *   admin_key_sha256: <64 hex> optional; the key for admin routes
+ *   admin_key_sha256: <64 hex> optional; the key for admin routes (and /metrics)
+ *   metrics_key_sha256: <64 hex> optional; a key that reads /metrics only.
+ *                              Without it /metrics needs the admin key; with
+ *                              neither, /metrics answers 401 to everyone
  *
  * Sizes are a plain integer of bytes or a number with a unit: B, KB, MB, GB,
  * TB (powers of 1000) or KiB, MiB, GiB, TiB (powers of 1024), any case, an
  * optional space between. Names are 1..SCHED_NAME_MAX-1 characters and
- * unique within their list; every key hash is unique across all tenants and
- * the admin key.
+ * unique within their list; every key hash is unique across all tenants, the
+ * admin key and the metrics key.
  */
 #ifndef TS_CONFIG_H
 #define TS_CONFIG_H
@@ -80,6 +97,8 @@ typedef struct cfg_limits {
     uint32_t header_timeout_s;      /* s */
     uint32_t idle_timeout_s;        /* s */
     uint32_t max_connections;
+    uint32_t max_connections_per_ip; /* 0 = unlimited */
+    uint32_t reserved_connections;  /* < max_connections; see gate.h */
     uint32_t shutdown_grace_s;      /* s */
 } cfg_limits;
 
@@ -116,6 +135,8 @@ typedef struct cfg {
     size_t n_tenants;
     int has_admin;
     uint8_t admin_key[AUTH_HASH_LEN];
+    int has_metrics;
+    uint8_t metrics_key[AUTH_HASH_LEN];
 } cfg;
 
 /* Load and check the YAML file at path into *out.
@@ -143,6 +164,11 @@ int cfg_single_model(cfg *out, const char *model_path, const char *key_hash_hex)
  * and the admin hash if any. Returns 0 and *out (free with
  * auth_table_free), or auth_table_new's errors. */
 int cfg_auth_table(const cfg *c, auth_table **out);
+
+/* reserved_connections when the file does not give it: an eighth of
+ * max_connections, which leaves anonymous clients most of the room while
+ * keeping enough free for tenants to connect during a flood. */
+uint32_t cfg_default_reserve(uint32_t max_connections);
 
 /* Index of the model or tenant with that name, or -1. */
 int cfg_model_find(const cfg *c, const char *name);

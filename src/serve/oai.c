@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "auth.h"
 #include "err.h"
 #include "strbuf.h"
 
@@ -377,11 +378,66 @@ static int scan_raw(const char *s, size_t n, oai_error *e) {
     return 0;
 }
 
+static int cmp_key(const void *a, const void *b) {
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* A key that appears twice among obj's members, or NULL. Small objects (the
+ * usual case) are compared pairwise; a large one is sorted, so a body of a
+ * hundred thousand keys costs n log n, not n^2. *oom is set when the sort
+ * could not get its array. */
+static const char *repeated_key(const cJSON *obj, bool *oom) {
+    enum { PAIRWISE_MAX = 16 };
+    size_t n = 0;
+    *oom = false;
+    for (const cJSON *c = obj->child; c; c = c->next) n++;
+    if (n <= PAIRWISE_MAX) {
+        for (const cJSON *a = obj->child; a; a = a->next)
+            for (const cJSON *b = a->next; b; b = b->next)
+                if (strcmp(a->string, b->string) == 0) return a->string;
+        return NULL;
+    }
+    const char **keys = malloc(n * sizeof *keys);
+    if (!keys) {
+        *oom = true;
+        return NULL;
+    }
+    size_t i = 0;
+    for (const cJSON *c = obj->child; c; c = c->next) keys[i++] = c->string;
+    qsort(keys, n, sizeof *keys, cmp_key);
+    const char *dup = NULL;
+    for (i = 1; i < n && !dup; i++)
+        if (strcmp(keys[i - 1], keys[i]) == 0) dup = keys[i];
+    free(keys);
+    return dup;
+}
+
+/* An object's keys: each well-formed UTF-8 and none repeated (cJSON keeps
+ * every copy, and which one a reader finds first is an accident of its
+ * code; another parser in front of tessera may take the last). */
+static int check_keys(const cJSON *obj, char *path, size_t plen, size_t cap, oai_error *e) {
+    for (const cJSON *c = obj->child; c; c = c->next) {
+        size_t kl = strlen(c->string);
+        if (utf8_check(c->string, kl) != kl)
+            return bad(e, plen ? path : NULL, NULL, "a key inside %s is not valid UTF-8",
+                       plen ? path : "the request body");
+    }
+    bool oom;
+    const char *dup = repeated_key(obj, &oom);
+    if (oom) return nomem(e);
+    if (!dup) return 0;
+    char where[OAI_ERR_PARAM_MAX];
+    snprintf(where, sizeof where, "%s", plen ? path : "the request body");
+    snprintf(path + plen, cap - plen, "%s%s", plen ? "." : "", dup);
+    return bad(e, path, NULL, "duplicate key '%s' in %s", dup, where);
+}
+
 /* Every string value and key in the tree must be well-formed UTF-8 (cJSON
- * copies raw bytes through unchecked). path is the field being visited, in
- * the param syntax of errors: messages[1].content[0].text. Depth is bounded
- * by cJSON's nesting limit (CJSON_NESTING_LIMIT, 1000). */
-static int check_utf8(const cJSON *v, char *path, size_t plen, size_t cap, oai_error *e) {
+ * copies raw bytes through unchecked), and no object may repeat a key.
+ * path is the field being visited, in the param syntax of errors:
+ * messages[1].content[0].text. Depth is bounded by cJSON's nesting limit
+ * (CJSON_NESTING_LIMIT, 1000). */
+static int check_tree(const cJSON *v, char *path, size_t plen, size_t cap, oai_error *e) {
     if (cJSON_IsString(v)) {
         const char *s = v->valuestring;
         size_t n = strlen(s), at = utf8_check(s, n);
@@ -391,22 +447,17 @@ static int check_utf8(const cJSON *v, char *path, size_t plen, size_t cap, oai_e
         return 0;
     }
     if (!cJSON_IsObject(v) && !cJSON_IsArray(v)) return 0;
+    if (cJSON_IsObject(v)) {
+        int rc = check_keys(v, path, plen, cap, e);
+        if (rc) return rc;
+    }
     size_t idx = 0;
     for (const cJSON *c = v->child; c; c = c->next, idx++) {
-        int k;
-        if (cJSON_IsObject(v)) {
-            size_t kl = strlen(c->string);
-            if (utf8_check(c->string, kl) != kl)
-                return bad(e, plen ? path : NULL, NULL,
-                           "a key inside %s is not valid UTF-8",
-                           plen ? path : "the request body");
-            k = snprintf(path + plen, cap - plen, "%s%s", plen ? "." : "", c->string);
-        } else {
-            k = snprintf(path + plen, cap - plen, "[%zu]", idx);
-        }
+        int k = cJSON_IsObject(v) ? snprintf(path + plen, cap - plen, "%s%s", plen ? "." : "", c->string)
+                                  : snprintf(path + plen, cap - plen, "[%zu]", idx);
         size_t nl = k < 0 ? plen : plen + (size_t)k;
         if (nl >= cap) nl = cap - 1;   /* a truncated path still names the field */
-        int rc = check_utf8(c, path, nl, cap, e);
+        int rc = check_tree(c, path, nl, cap, e);
         path[plen] = '\0';
         if (rc) return rc;
     }
@@ -857,7 +908,7 @@ static int parse_body(oai_kind kind, const char *body, size_t len, oai_request *
     }
 
     char path[128] = "";
-    if ((rc = check_utf8(root, path, 0, sizeof path, err))) goto out;
+    if ((rc = check_tree(root, path, 0, sizeof path, err))) goto out;
     if ((rc = parse_model(root, out, err))) goto out;
     rc = kind == OAI_CHAT ? parse_messages(root, out, err) : parse_prompt(root, out, err);
     if (rc) goto out;
@@ -923,8 +974,10 @@ static const char *finish_str(oai_finish f) {
 /* {"id":...,"object":...,"created":...,"model":..., -- the shared opening. */
 static void put_head(strbuf *b, const oai_head *h, const char *object) {
     const char *prefix = h->kind == OAI_CHAT ? "chatcmpl" : "cmpl";
-    strbuf_printf(b, "{\"id\":\"%s-%016" PRIx64 "\",\"object\":\"%s\",\"created\":%" PRId64
-                  ",\"model\":", prefix, h->id, object, h->created);
+    char id[2 * OAI_ID_BYTES + 1];
+    auth_hex_encode(h->id, OAI_ID_BYTES, id);
+    strbuf_printf(b, "{\"id\":\"%s-%s\",\"object\":\"%s\",\"created\":%" PRId64
+                  ",\"model\":", prefix, id, object, h->created);
     put_jcstr(b, h->model);
 }
 

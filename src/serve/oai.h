@@ -21,7 +21,10 @@
  * one that is refused: wrong types, out-of-range values, invalid UTF-8 (in
  * any string or key of the body, checked strictly: overlongs, surrogates,
  * code points above U+10FFFF), raw control characters inside strings and the
- * \u0000 escape are refused with a 400 that names the field, and so are
+ * \u0000 escape are refused with a 400 that names the field, so is a key
+ * repeated within one object, at any depth (JSON leaves its meaning open and
+ * parsers disagree on which copy wins, so a proxy and tessera could read
+ * two different requests from one body), and so are
  * features tessera does not implement (n > 1, penalties, logprobs, tools,
  * structured output, echo, suffix, best_of, logit_bias) instead of being
  * ignored. Unknown fields are ignored, as most OpenAI-compatible servers do,
@@ -35,7 +38,7 @@
  *
  * Known limits: numbers come through cJSON as doubles, so integers beyond
  * 2^53 (only plausible for "seed") are rounded to the nearest double, and
- * 5.0 reads as the integer 5; of duplicate keys the first one counts; a
+ * 5.0 reads as the integer 5; a
  * prompt or message list is limited only by the body size the HTTP layer
  * accepts. Token ids in a pre-tokenized prompt are checked to be
  * non-negative 32-bit integers only: the vocabulary range is the
@@ -156,10 +159,15 @@ typedef enum oai_finish {
     OAI_FINISH_LENGTH,        /* "length": max_tokens or the context ran out */
 } oai_finish;
 
+/* Bytes of a response id: 96 random bits, so that ids neither collide nor
+ * let one tenant count another's requests. */
+#define OAI_ID_BYTES        12
+
 /* What every response of one request shares. */
 typedef struct oai_head {
     oai_kind kind;            /* selects the object names and the id prefix */
-    uint64_t id;              /* printed as "cmpl-<16 hex>" / "chatcmpl-<16 hex>" */
+    uint8_t id[OAI_ID_BYTES]; /* printed as "cmpl-<24 hex>" / "chatcmpl-<24 hex>";
+                                 the caller fills it from a CSPRNG */
     int64_t created;          /* unix seconds */
     const char *model;        /* echoed as given (sanitised like text) */
 } oai_head;

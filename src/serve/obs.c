@@ -12,8 +12,15 @@ static const int STATUS_CODES[] = {200, 400, 401, 404, 405, 413, 429, 499, 500, 
 static const char *const HTTP_REASONS[] = {"rate_requests", "rate_tokens", "concurrency", "too_large"};
 #define N_HTTP_REASONS 4
 
+static const char *const OUTCOME_NAMES[OBS_OUTCOME_COUNT] = {
+#define OBS_OUTCOME_NAME(name, str) str,
+    OBS_OUTCOMES(OBS_OUTCOME_NAME)
+#undef OBS_OUTCOME_NAME
+};
+
 typedef struct obs_tenant {
-    met_series *requests[N_CODES + 1];  /* last: any other code */
+    met_series *responses[N_CODES + 1]; /* last: any other code */
+    met_series *outcomes[OBS_OUTCOME_COUNT];
     met_series *ttft, *itl, *e2e;
     met_series *prompt_tokens, *completion_tokens, *engine_seconds;
     met_series *queue, *running, *kv_blocks;
@@ -52,7 +59,11 @@ static void setup_tenant(obs *o, obs_tenant *t, const char *name, met_family **f
         if (i < N_CODES) snprintf(code, sizeof(code), "%d", STATUS_CODES[i]);
         else snprintf(code, sizeof(code), "other");
         const char *v[] = {name, code};
-        t->requests[i] = met_series_get(f[0], v);
+        t->responses[i] = met_series_get(f[12], v);
+    }
+    for (int i = 0; i < OBS_OUTCOME_COUNT; i++) {
+        const char *v[] = {name, OUTCOME_NAMES[i]};
+        t->outcomes[i] = met_series_get(f[0], v);
     }
     const char *v[] = {name};
     t->ttft = met_series_get(f[1], v);
@@ -82,8 +93,10 @@ static void setup_tenant(obs *o, obs_tenant *t, const char *name, met_family **f
 
 static int setup_families(obs *o, const char *const *names) {
     const char *tl[] = {"tenant"}, *tc[] = {"tenant", "code"}, *tm[] = {"tenant", "mode"}, *tr[] = {"tenant", "reason"};
-    met_family *f[12] = {
-        met_counter(o->reg, "tessera_requests_total", "HTTP requests answered, by tenant and status code", tc, 2),
+    const char *to[] = {"tenant", "outcome"};
+    met_family *f[13] = {
+        met_counter(o->reg, "tessera_requests_total",
+                    "Requests by tenant and outcome: completed, cancelled, rejected_<reason>, failed_<reason>", to, 2),
         met_histogram(o->reg, "tessera_ttft_seconds", "Time to first token", tl, 1, met_latency_buckets, MET_LATENCY_N_BUCKETS),
         met_histogram(o->reg, "tessera_itl_seconds", "Inter-token latency", tl, 1, met_latency_buckets, MET_LATENCY_N_BUCKETS),
         met_histogram(o->reg, "tessera_e2e_seconds", "End-to-end request latency", tl, 1, met_latency_buckets, MET_LATENCY_N_BUCKETS),
@@ -95,8 +108,9 @@ static int setup_families(obs *o, const char *const *names) {
         met_gauge(o->reg, "tessera_kv_blocks", "KV blocks held", tl, 1),
         met_counter(o->reg, "tessera_preemptions_total", "Preemptions by mode", tm, 2),
         met_counter(o->reg, "tessera_rejections_total", "Requests rejected, by reason", tr, 2),
+        met_counter(o->reg, "tessera_http_responses_total", "HTTP responses, by tenant and status code", tc, 2),
     };
-    for (int i = 0; i < 12; i++)
+    for (int i = 0; i < 13; i++)
         if (!f[i]) return -1;
     for (int i = 0; i < o->n_tenants; i++) setup_tenant(o, &o->tenants[i], names[i], f);
     setup_tenant(o, &o->tenants[o->n_tenants], "unauthenticated", f);
@@ -172,7 +186,64 @@ void obs_request(obs *o, int tenant, int status) {
     obs_tenant *t = tenant_of(o, tenant);
     int i = 0;
     while (i < N_CODES && STATUS_CODES[i] != status) i++;
-    met_inc(t->requests[i], 1);
+    met_inc(t->responses[i], 1);
+}
+
+void obs_outcome_count(obs *o, int tenant, obs_outcome oc) {
+    if ((unsigned)oc >= OBS_OUTCOME_COUNT) oc = OBS_FAIL_INTERNAL;
+    met_inc(tenant_of(o, tenant)->outcomes[oc], 1);
+}
+
+const char *obs_outcome_name(obs_outcome oc) {
+    return (unsigned)oc < OBS_OUTCOME_COUNT ? OUTCOME_NAMES[oc] : "unknown";
+}
+
+/* A scheduler refusal at admission. Its 400-class reasons (the request
+ * can never be served as asked) are bad requests like the HTTP layer's;
+ * the others keep the scheduler's name. */
+static obs_outcome rejected_by(sched_reason why) {
+    switch (why) {
+    case SCHED_R_TOO_LARGE: return OBS_REJ_KV_TOO_LARGE;
+    case SCHED_R_OVER_QUOTA: return OBS_REJ_OVER_QUOTA;
+    case SCHED_R_QUEUE_FULL: return OBS_REJ_QUEUE_FULL;
+    case SCHED_R_PREDICTED_WAIT: return OBS_REJ_PREDICTED_WAIT;
+    case SCHED_R_NO_SLOTS: return OBS_REJ_NO_SLOTS;
+    default: return sched_reason_http(why) == 400 ? OBS_REJ_BAD_REQUEST : OBS_FAIL_INTERNAL;
+    }
+}
+
+/* The scheduler ended an admitted request with an error. */
+static obs_outcome failed_by(sched_reason why) {
+    switch (why) {
+    case SCHED_R_QUEUE_TIMEOUT: return OBS_FAIL_QUEUE_TIMEOUT;
+    case SCHED_R_EXECUTOR: return OBS_FAIL_ENGINE;
+    default: return OBS_FAIL_INTERNAL;
+    }
+}
+
+obs_outcome obs_outcome_of_req(const wk_req *r) {
+    switch (r->end) {
+    case WK_END_FINISHED: return OBS_COMPLETED;
+    case WK_END_CANCELLED: return OBS_CANCELLED;
+    case WK_END_INVALID: return OBS_REJ_BAD_REQUEST;
+    case WK_END_REJECTED: return rejected_by(r->reason);
+    case WK_END_FAILED: return failed_by(r->reason);
+    case WK_END_SHUTDOWN: return OBS_FAIL_SHUTDOWN;
+    default: return OBS_FAIL_INTERNAL;
+    }
+}
+
+obs_outcome obs_outcome_of_status(int status) {
+    switch (status) {
+    case 400: return OBS_REJ_BAD_REQUEST;
+    case 401: return OBS_REJ_UNAUTHENTICATED;
+    case 404: return OBS_REJ_NOT_FOUND;
+    case 405: return OBS_REJ_METHOD;
+    case 413: return OBS_REJ_BODY_TOO_LARGE;
+    case 499: return OBS_CANCELLED;
+    case 503: return OBS_REJ_SHUTTING_DOWN;
+    default: return status >= 200 && status < 300 ? OBS_COMPLETED : OBS_FAIL_INTERNAL;
+    }
 }
 
 void obs_reject(obs *o, int tenant, const char *reason) {

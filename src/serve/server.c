@@ -11,6 +11,17 @@
  * once the request is done. on_completed runs once per connection at the
  * very end, whatever happened: it cancels work the client no longer
  * waits for, returns rate-limit reservations and counts the status.
+ *
+ * A connection's life (gate.h) spans its requests: the start notification
+ * (on_connection) puts it in the gate, where it must deliver each whole
+ * request before a deadline; the first call of a request (its headers)
+ * checks the framing and the key, which makes the connection authenticated
+ * when valid; the last call marks it busy; on_completed starts the wait for
+ * the next request; the close notification takes it out. libmicrohttpd
+ * sends the close notification before it closes the socket, so a socket the
+ * gate names is always still this connection's: the gate's lock is held
+ * from the decision to the shutdown(), and libmicrohttpd, seeing the
+ * socket shut, closes the connection from its own thread.
  */
 #include "server.h"
 
@@ -24,6 +35,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -31,6 +43,7 @@
 #include "auth.h"
 #include "chat.h"
 #include "err.h"
+#include "gate.h"
 #include "oai.h"
 #include "obs.h"
 #include "ratelimit.h"
@@ -64,10 +77,12 @@ struct srv {
     uint16_t port;
     atomic_int draining;
     atomic_int n_conns;     /* connections with a context, for the drain */
-    atomic_uint_fast64_t next_id;
+    gate gate;              /* read deadlines and the anonymous cap, under gate_mu */
+    pthread_mutex_t gate_mu;
     /* The watcher: MHD does not notice a client leaving while its
      * connection is suspended (queued, or waiting for a whole answer), so a
-     * thread polls those sockets for hang-ups and cancels their requests. */
+     * thread polls those sockets for hang-ups and cancels their requests.
+     * It also closes connections past their read deadline (gate). */
     pthread_t watcher;
     int watching;
     pthread_mutex_t watch_mu;
@@ -88,11 +103,15 @@ typedef struct conn {
     int too_big;
     int acted;              /* the request was acted on */
     int status;             /* HTTP status answered */
+    int settled;            /* its outcome is counted */
+    int close;              /* answer with Connection: close */
+    int who;                /* the key's holder: a tenant, AUTH_ADMIN, _METRICS, _NONE */
+    gate_conn *gc;          /* the connection's entry in the gate, or NULL */
     int tenant, model;
     oai_kind kind;
     int stream, include_usage;
     char model_name[SCHED_NAME_MAX];
-    uint64_t id;
+    uint8_t id[OAI_ID_BYTES];   /* random, from RAND_bytes */
     int64_t created;
     wk_req *req;
     int suspended;          /* under req->mu */
@@ -108,7 +127,98 @@ typedef struct conn {
     size_t pend_len, pend_off;
 } conn;
 
+/* ---- the connection gate --------------------------------------------------------- */
+
+/* Make libmicrohttpd close a connection from its own thread: a shut socket
+ * reads as the peer's end. The gate's lock is held, so the socket cannot
+ * have been closed and its number reused (see the top of this file). */
+static void shut(const gate_conn *g) {
+    if (g) shutdown(g->fd, SHUT_RDWR);
+}
+
+/* Start and close notifications of every connection. A connection that
+ * cannot be tracked (no memory) is refused: without a deadline it could
+ * be held open forever. */
+static void on_connection(void *cls, struct MHD_Connection *mc, void **socket_context,
+                          enum MHD_ConnectionNotificationCode toe) {
+    srv *s = cls;
+    if (toe == MHD_CONNECTION_NOTIFY_STARTED) {
+        const union MHD_ConnectionInfo *ci = MHD_get_connection_info(mc, MHD_CONNECTION_INFO_CONNECTION_FD);
+        if (!ci) return;
+        gate_conn *g = malloc(sizeof(*g));
+        if (!g) {
+            shutdown(ci->connect_fd, SHUT_RDWR);
+            return;
+        }
+        pthread_mutex_lock(&s->gate_mu);
+        shut(gate_open(&s->gate, g, ci->connect_fd, wk_now_us()));
+        pthread_mutex_unlock(&s->gate_mu);
+        *socket_context = g;
+        return;
+    }
+    gate_conn *g = *socket_context;
+    if (!g) return;
+    pthread_mutex_lock(&s->gate_mu);
+    gate_close(&s->gate, g);
+    pthread_mutex_unlock(&s->gate_mu);
+    free(g);
+    *socket_context = NULL;
+}
+
+static gate_conn *gate_of(struct MHD_Connection *mc) {
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(mc, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    return ci ? ci->socket_context : NULL;
+}
+
+/* The gate calls a request makes, each under the gate's lock. */
+static void conn_authed(conn *c) {
+    if (!c->gc) return;
+    pthread_mutex_lock(&c->s->gate_mu);
+    gate_auth(&c->s->gate, c->gc);
+    pthread_mutex_unlock(&c->s->gate_mu);
+}
+
+static void conn_busy(conn *c) {
+    if (!c->gc) return;
+    pthread_mutex_lock(&c->s->gate_mu);
+    gate_busy(&c->s->gate, c->gc);
+    pthread_mutex_unlock(&c->s->gate_mu);
+}
+
+static void conn_idle(conn *c) {
+    if (!c->gc) return;
+    pthread_mutex_lock(&c->s->gate_mu);
+    gate_idle(&c->s->gate, c->gc, wk_now_us());
+    pthread_mutex_unlock(&c->s->gate_mu);
+}
+
+/* Close every connection past its read deadline. */
+static void reap_expired(srv *s) {
+    pthread_mutex_lock(&s->gate_mu);
+    int64_t now = wk_now_us();
+    for (gate_conn *g; (g = gate_expired(&s->gate, now));) shut(g);
+    pthread_mutex_unlock(&s->gate_mu);
+}
+
+/* Why the gate closed c's connection, GATE_OPEN if it did not. */
+static gate_why gate_closed_by(const conn *c) {
+    if (!c->gc) return GATE_OPEN;
+    pthread_mutex_lock(&c->s->gate_mu);
+    gate_why why = c->gc->closed_by;
+    pthread_mutex_unlock(&c->s->gate_mu);
+    return why;
+}
+
 /* ---- replies ---------------------------------------------------------------- */
+
+/* Count c's outcome, once. The first call wins, so a site that knows more
+ * (a rate limit's reason, the worker's end) settles it before the reply,
+ * which would otherwise name it by its status. */
+static void settle(conn *c, obs_outcome oc) {
+    if (c->settled) return;
+    c->settled = 1;
+    obs_outcome_count(c->s->obs, c->tenant, oc);
+}
 
 static enum MHD_Result reply(conn *c, int status, const char *ctype, char *body, size_t len,
                              int64_t retry_after_s) {
@@ -118,6 +228,7 @@ static enum MHD_Result reply(conn *c, int status, const char *ctype, char *body,
         return MHD_NO;
     }
     MHD_add_response_header(r, "Content-Type", ctype);
+    if (c->close) MHD_add_response_header(r, MHD_HTTP_HEADER_CONNECTION, "close");
     /* RFC 9110 15.5.6: a 405 names the methods the resource takes. */
     if (status == 405 && c->allow) MHD_add_response_header(r, MHD_HTTP_HEADER_ALLOW, c->allow);
     if (retry_after_s > 0) {
@@ -125,12 +236,14 @@ static enum MHD_Result reply(conn *c, int status, const char *ctype, char *body,
         snprintf(v, sizeof(v), "%lld", (long long)retry_after_s);
         MHD_add_response_header(r, MHD_HTTP_HEADER_RETRY_AFTER, v);
     }
+    conn_busy(c);   /* an answer before the body (an early 413) ends the reading */
     enum MHD_Result ok = MHD_queue_response(c->mc, (unsigned)status, r);
     MHD_destroy_response(r);
     c->status = status;
     /* Counted as the answer is queued, not when the connection ends: a
      * client that reads /metrics right after its answer sees it. */
     obs_request(c->s->obs, c->tenant, status);
+    settle(c, obs_outcome_of_status(status));
     return ok;
 }
 
@@ -154,13 +267,23 @@ static enum MHD_Result reply_oai_err(conn *c, const oai_error *e) {
 
 /* ---- authentication and limits ------------------------------------------------ */
 
-/* The tenant behind the Authorization header, AUTH_ADMIN, or AUTH_NONE. */
+/* The tenant behind the Authorization header, AUTH_ADMIN, AUTH_METRICS or
+ * AUTH_NONE. */
 static int authenticate(conn *c) {
     const char *h = MHD_lookup_connection_value(c->mc, MHD_HEADER_KIND, "Authorization");
     const char *key;
     size_t len;
     if (!h || auth_parse_bearer(h, &key, &len)) return AUTH_NONE;
     return auth_lookup(c->s->auth, key, len);
+}
+
+static obs_outcome lim_outcome(lim_reason r) {
+    switch (r) {
+    case LIM_RATE_REQUESTS: return OBS_REJ_RATE_REQUESTS;
+    case LIM_RATE_TOKENS: return OBS_REJ_RATE_TOKENS;
+    case LIM_CONCURRENCY: return OBS_REJ_CONCURRENCY;
+    default: return OBS_REJ_BAD_REQUEST;
+    }
 }
 
 static const char *lim_obs_name(lim_reason r) {
@@ -186,6 +309,7 @@ static int take_limits(conn *c, uint64_t tokens, enum MHD_Result *res) {
         return 0;
     }
     obs_reject(s->obs, c->tenant, lim_obs_name(why));
+    settle(c, lim_outcome(why));
     char msg[160];
     snprintf(msg, sizeof(msg), "rate limit: %s", lim_reason_str(why));
     int64_t secs = retry > 0 ? (retry + 999999) / 1000000 : 0;
@@ -291,7 +415,9 @@ static void watch_remove(conn *c) {
 
 static int hung_up(short revents) { return (revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0; }
 
-/* Every WATCH_PERIOD_NS, look for peers that hung up: one poll over all watched
+/* Every WATCH_PERIOD_NS, close connections past their read deadline (so a
+ * deadline is kept to within that period) and look for peers that hung
+ * up: one poll over all watched
  * sockets (a flood queues thousands; a syscall each cost a core's share).
  * The socket stays open until on_completed has taken the connection off
  * the list (under the same lock), so the fd polled is always this
@@ -333,6 +459,7 @@ static void *watch_loop(void *arg) {
             }
         }
         pthread_mutex_unlock(&s->watch_mu);
+        reap_expired(s);
     }
     free(pfd);
     free(pc);
@@ -368,7 +495,9 @@ static wk_req *build_req(conn *c, const oai_request *q, int32_t *ids, int n, uin
     r->sp.temperature = q->temperature;
     r->sp.top_p = q->top_p;
     r->sp.top_k = q->top_k > 0 ? q->top_k : 0;
-    r->sp.seed = q->has_seed ? q->seed : c->id;
+    uint64_t seed;
+    memcpy(&seed, c->id, sizeof(seed));     /* unseeded: random per request */
+    r->sp.seed = q->has_seed ? q->seed : seed;
     r->n_stops = (int)(q->n_stop < DTK_MAX_STOPS ? q->n_stop : DTK_MAX_STOPS);
     for (int i = 0; i < r->n_stops; i++) snprintf(r->stops[i], DTK_MAX_STOP_LEN, "%s", q->stop[i]);
     r->notify = on_outbox;
@@ -419,7 +548,10 @@ static enum MHD_Result start_generation(conn *c, const oai_request *q) {
     }
     c->req = build_req(c, q, ids, n, max_new);
     free(ids);
-    if (!c->req) return reply_err(c, 503, "server_error", NULL, NULL, 0, "out of memory");
+    if (!c->req) {
+        settle(c, OBS_FAIL_INTERNAL);
+        return reply_err(c, 503, "server_error", NULL, NULL, 0, "out of memory");
+    }
     c->kind = q->kind;
     c->stream = q->stream;
     c->include_usage = q->include_usage;
@@ -433,7 +565,9 @@ static enum MHD_Result start_generation(conn *c, const oai_request *q) {
 }
 
 static oai_head head_of(const conn *c) {
-    return (oai_head){c->kind, c->id, c->created, c->model_name};
+    oai_head h = {.kind = c->kind, .created = c->created, .model = c->model_name};
+    memcpy(h.id, c->id, sizeof(h.id));
+    return h;
 }
 
 static oai_finish finish_of(const wk_req *r) {
@@ -458,6 +592,7 @@ static char *next_event(conn *c, int *end) {
         return NULL;
     }
     c->final_sent = 1;
+    settle(c, r->status ? obs_outcome_of_req(r) : OBS_COMPLETED);
     char *last, *usage = NULL;
     if (r->status) {
         oai_error e;
@@ -511,6 +646,7 @@ static enum MHD_Result continue_generation(conn *c) {
         char msg[sizeof(r->error)];
         const char *type = r->error_type;
         memcpy(msg, r->error, sizeof(msg));
+        settle(c, obs_outcome_of_req(r));
         pthread_mutex_unlock(&r->mu);
         return reply_err(c, status, type, NULL, NULL, 0, msg);
     }
@@ -550,7 +686,14 @@ static enum MHD_Result route_models(conn *c) {
     return j ? reply(c, 200, "application/json", j, strlen(j), 0) : MHD_NO;
 }
 
+/* Every tenant's names and usage: for the metrics key or the admin key
+ * only. With neither configured nobody reads it (see config.h). */
 static enum MHD_Result route_metrics(conn *c) {
+    if (c->who != AUTH_METRICS && c->who != AUTH_ADMIN)
+        return reply_err(c, 401, "authentication_error", NULL, "invalid_api_key", 0,
+                         c->s->c->has_metrics || c->s->c->has_admin
+                             ? "this route needs the metrics key or the admin key"
+                             : "metrics are off: configure metrics_key_sha256 to read them");
     char *text;
     size_t len;
     if (obs_render(c->s->obs, &text, &len)) return reply_err(c, 500, "server_error", NULL, NULL, 0, "metrics failed");
@@ -594,17 +737,27 @@ static enum MHD_Result route_admin(conn *c) {
     return out ? reply(c, 200, "application/json", out, len, 0) : MHD_NO;
 }
 
+static enum MHD_Result reply_too_large(conn *c) {
+    return reply_err(c, 413, "invalid_request_error", NULL, "request_too_large", 0, "the request body is too large");
+}
+
+/* The key first, then the body's size: a 413 is then counted under the
+ * tenant that sent it. */
 static enum MHD_Result route_generate(conn *c) {
-    if (c->too_big)
-        return reply_err(c, 413, "invalid_request_error", NULL, "request_too_large", 0, "the request body is too large");
-    int who = authenticate(c);
+    int who = c->who;
     if (who < 0)
         return reply_err(c, 401, "authentication_error", NULL, "invalid_api_key", 0,
-                         who == AUTH_ADMIN ? "the admin key cannot generate; use a tenant key"
-                                           : "missing or invalid API key (Authorization: Bearer <key>)");
-    c->tenant = who;
+                         who == AUTH_NONE ? "missing or invalid API key (Authorization: Bearer <key>)"
+                                          : "this key cannot generate; use a tenant key");
+    if (c->too_big) return reply_too_large(c);
     if (atomic_load(&c->s->draining))
         return reply_err(c, 503, "server_error", NULL, "shutting_down", 0, "the server is shutting down");
+    /* 96 random bits: ids neither collide nor reveal how many requests
+     * others made. Without the generator there is no safe id. */
+    if (RAND_bytes(c->id, OAI_ID_BYTES) != 1) {
+        settle(c, OBS_FAIL_INTERNAL);
+        return reply_err(c, 503, "server_error", NULL, NULL, 0, "the random number generator failed");
+    }
     oai_request q;
     oai_error e;
     int rc = c->route == R_CHAT ? oai_parse_chat(c->body ? c->body : "", c->len, &q, &e)
@@ -633,6 +786,7 @@ static int route_of(const char *method, const char *url, const char **allow) {
 
 static enum MHD_Result act(conn *c) {
     c->acted = 1;
+    conn_busy(c);
     switch (c->route) {
     case R_COMPLETIONS:
     case R_CHAT: return route_generate(c);
@@ -641,11 +795,11 @@ static enum MHD_Result act(conn *c) {
                                             : reply_text(c, 200, "application/json", "{\"status\":\"ok\"}");
     case R_METRICS: return route_metrics(c);
     case R_MODELS:
-        if (authenticate(c) == AUTH_NONE)
+        if (c->who == AUTH_NONE || c->who == AUTH_METRICS)
             return reply_err(c, 401, "authentication_error", NULL, "invalid_api_key", 0, "missing or invalid API key");
         return route_models(c);
     case R_ADMIN:
-        if (authenticate(c) != AUTH_ADMIN)
+        if (c->who != AUTH_ADMIN)
             return reply_err(c, 401, "authentication_error", NULL, "invalid_api_key", 0, "this route needs the admin key");
         return route_admin(c);
     case R_BAD_METHOD: return reply_err(c, 405, "invalid_request_error", NULL, "method_not_allowed", 0, "method not allowed on this route");
@@ -676,9 +830,93 @@ static void take_body(conn *c, const char *data, size_t n) {
     c->body[c->len] = 0;
 }
 
+/* ---- the request's head ------------------------------------------------------- */
+
+/* The headers that frame a request and the one that authenticates it,
+ * counted: libmicrohttpd keeps every copy, but looks up only the first. */
+typedef struct head_scan {
+    int n_auth, n_length, n_te;
+    const char *te;         /* the Transfer-Encoding value, when one */
+} head_scan;
+
+static enum MHD_Result scan_header(void *cls, enum MHD_ValueKind kind, const char *key, const char *value) {
+    (void)kind;
+    head_scan *h = cls;
+    if (!strcasecmp(key, MHD_HTTP_HEADER_AUTHORIZATION)) h->n_auth++;
+    else if (!strcasecmp(key, MHD_HTTP_HEADER_CONTENT_LENGTH)) h->n_length++;
+    else if (!strcasecmp(key, MHD_HTTP_HEADER_TRANSFER_ENCODING)) h->n_te++, h->te = value;
+    return MHD_YES;
+}
+
+/* 1 when v is "chunked", in any case, with optional spaces around. */
+static int is_chunked(const char *v) {
+    if (!v) return 0;
+    while (*v == ' ' || *v == '\t') v++;
+    if (strncasecmp(v, "chunked", 7)) return 0;
+    for (v += 7; *v == ' ' || *v == '\t'; v++) {}
+    return *v == 0;
+}
+
+/* Why the body's framing is ambiguous, or NULL (RFC 9112 6.1 and 6.3). A
+ * request with both Transfer-Encoding and Content-Length is how requests
+ * are smuggled: a proxy that trusts one header and a server that trusts
+ * the other split one byte stream into different requests. libmicrohttpd
+ * silently prefers chunked; tessera refuses and closes the connection,
+ * which RFC 9112 6.1 asks for, since the next request's start is unknown. */
+static const char *bad_framing(const head_scan *h, const char *version) {
+    if (h->n_te && h->n_length) return "both Transfer-Encoding and Content-Length";
+    if (h->n_length > 1) return "more than one Content-Length header";
+    if (h->n_te && strcmp(version, MHD_HTTP_VERSION_1_1) != 0) return "Transfer-Encoding in an HTTP/1.0 request";
+    if (h->n_te > 1 || (h->n_te && !is_chunked(h->te))) return "a Transfer-Encoding other than chunked";
+    return NULL;
+}
+
+/* The declared body length, or 0 when none (chunked, or no body). The
+ * header is well formed: libmicrohttpd answers 400 itself otherwise. */
+static uint64_t declared_length(conn *c) {
+    const char *v = MHD_lookup_connection_value(c->mc, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+    return v ? strtoull(v, NULL, 10) : 0;
+}
+
+static enum MHD_Result reply_bad_head(conn *c, const char *why) {
+    char msg[160];
+    snprintf(msg, sizeof(msg), "malformed request: %s", why);
+    c->close = 1;
+    return reply_err(c, 400, "invalid_request_error", NULL, "bad_request", 0, msg);
+}
+
+/* The first call of a request: its headers are in, its body is not. Check
+ * what the headers alone decide, so a refusal costs no body: the framing,
+ * a repeated Authorization, the key (which makes the connection
+ * authenticated, and the request counted under its tenant), and a
+ * declared length over the limit (RFC 9110 15.5.14 lets a server close
+ * rather than read a body it refuses). Returns 1 with *res when answered. */
+static int check_head(conn *c, const char *version, enum MHD_Result *res) {
+    head_scan h = {0};
+    MHD_get_connection_values(c->mc, MHD_HEADER_KIND, scan_header, &h);
+    const char *why = bad_framing(&h, version);
+    if (why) {
+        *res = reply_bad_head(c, why);
+        return 1;
+    }
+    if (h.n_auth > 1) {
+        *res = reply_bad_head(c, "more than one Authorization header");
+        return 1;
+    }
+    c->who = authenticate(c);
+    if (c->who >= 0) c->tenant = c->who;
+    if (c->who != AUTH_NONE) conn_authed(c);
+    if (declared_length(c) > c->s->c->limits.max_body_bytes) {
+        c->too_big = 1;
+        c->close = 1;
+        *res = reply_too_large(c);
+        return 1;
+    }
+    return 0;
+}
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *mc, const char *url, const char *method,
                                   const char *version, const char *data, size_t *data_size, void **con_cls) {
-    (void)version;
     conn *c = *con_cls;
     if (!c) {
         c = calloc(1, sizeof(*c));
@@ -686,12 +924,14 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *mc, const ch
         c->s = cls;
         c->mc = mc;
         c->tenant = -1;
+        c->who = AUTH_NONE;
+        c->gc = gate_of(mc);
         c->route = route_of(method, url, &c->allow);
-        c->id = atomic_fetch_add(&c->s->next_id, 1);
         c->created = (int64_t)time(NULL);
         atomic_fetch_add(&c->s->n_conns, 1);
         *con_cls = c;
-        return MHD_YES;
+        enum MHD_Result res;
+        return check_head(c, version, &res) ? res : MHD_YES;
     }
     if (*data_size) {
         take_body(c, data, *data_size);
@@ -701,13 +941,24 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *mc, const ch
     return c->acted && c->req ? continue_generation(c) : act(c);
 }
 
+/* The outcome of a request that ended without one: cut off while it was
+ * still arriving (the gate's deadline, libmicrohttpd's idle timeout), or
+ * left by its client. */
+static obs_outcome unsettled_outcome(const conn *c, enum MHD_RequestTerminationCode why) {
+    if (c->acted) return OBS_CANCELLED;
+    if (gate_closed_by(c) != GATE_OPEN || why == MHD_REQUEST_TERMINATED_TIMEOUT_REACHED) return OBS_REJ_READ_TIMEOUT;
+    return OBS_CANCELLED;
+}
+
 static void on_completed(void *cls, struct MHD_Connection *mc, void **con_cls, enum MHD_RequestTerminationCode why) {
     (void)mc;
-    (void)why;
     conn *c = *con_cls;
     if (!c) return;
     srv *s = cls;
     watch_remove(c);
+    /* The next request on this connection is due within the read timeout
+     * from now (a closing connection ignores this). */
+    conn_idle(c);
     if (c->req) {
         pthread_mutex_lock(&c->req->mu);
         c->req->notify = NULL;
@@ -718,6 +969,7 @@ static void on_completed(void *cls, struct MHD_Connection *mc, void **con_cls, e
     }
     give_back_limits(c);
     if (!c->status) obs_request(s->obs, c->tenant, 499); /* left before any answer */
+    settle(c, unsettled_outcome(c, why));
     wk_req_release(c->req);
     free(c->pend);
     free(c->body);
@@ -780,11 +1032,10 @@ int srv_new(const cfg *c, srv **out, char *err, size_t errlen) {
     s->n_models = (int)c->n_models;
     pthread_mutex_init(&s->lim_mu, NULL);
     pthread_mutex_init(&s->watch_mu, NULL);
-    /* Response ids start at a random point so two runs never hand out the
-     * same "cmpl-..." id to clients that log them. */
-    uint64_t base = 0;
-    if (RAND_bytes((unsigned char *)&base, sizeof(base)) != 1) base = (uint64_t)time(NULL) << 20;
-    atomic_store(&s->next_id, base);
+    pthread_mutex_init(&s->gate_mu, NULL);
+    /* Anonymous connections may hold all but the reserve (config.h). */
+    gate_init(&s->gate, (int64_t)c->limits.header_timeout_s * 1000000,
+              c->limits.max_connections - c->limits.reserved_connections);
     const char **tn = calloc(c->n_tenants, sizeof(char *)), **mn = calloc(c->n_models, sizeof(char *));
     double *wt = calloc(c->n_tenants, sizeof(double));
     s->models = calloc(c->n_models, sizeof(srv_model));
@@ -831,7 +1082,9 @@ int srv_start(srv *s, char *err, size_t errlen) {
     s->d = MHD_start_daemon(flags, s->c->port, NULL, NULL, on_request, s,
                             MHD_OPTION_SOCK_ADDR, ai->ai_addr,
                             MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
+                            MHD_OPTION_NOTIFY_CONNECTION, on_connection, s,
                             MHD_OPTION_CONNECTION_LIMIT, (unsigned)s->c->limits.max_connections,
+                            MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)s->c->limits.max_connections_per_ip,
                             MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)s->c->limits.idle_timeout_s,
                             MHD_OPTION_THREAD_POOL_SIZE, HTTP_THREADS,
                             MHD_OPTION_END);
@@ -899,5 +1152,6 @@ void srv_free(srv *s) {
     free(s->lims);
     pthread_mutex_destroy(&s->lim_mu);
     pthread_mutex_destroy(&s->watch_mu);
+    pthread_mutex_destroy(&s->gate_mu);
     free(s);
 }

@@ -10,8 +10,19 @@
  * of slow streaming clients cost memory, not threads.
  *
  * Routes: POST /v1/completions, POST /v1/chat/completions, GET /v1/models,
- * GET /health, GET /metrics, GET /admin/tenants (admin key).
- * Errors use OpenAI's JSON error shape with 400/401/404/405/413/429/503.
+ * GET /health, GET /metrics (metrics or admin key), GET /admin/tenants
+ * (admin key). Errors use OpenAI's JSON error shape with
+ * 400/401/404/405/413/429/503.
+ *
+ * What it promises at the door (gate.h): each request arrives whole within
+ * header_timeout_s of its start or its connection is closed; clients
+ * without a valid key never hold more than max_connections -
+ * reserved_connections connections, so a tenant can always connect; one
+ * address holds at most max_connections_per_ip (when set); a request with
+ * ambiguous framing (Content-Length with Transfer-Encoding, two lengths, a
+ * coding other than chunked) or two Authorization headers gets 400, and a
+ * declared body over max_body_bytes gets 413 before it is read; both close
+ * the connection. Each request counts once under one outcome (obs.h).
  *
  * Shutdown (srv_shutdown): stop accepting, let in-flight requests finish
  * within the configured grace, end the rest with an explicit 503 error,

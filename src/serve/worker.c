@@ -103,10 +103,12 @@ static void notify(wk_req *r) {
     if (r->notify) r->notify(r);
 }
 
-/* Final state of a request the scheduler never accepted, or failed. */
-static void fail_req(wk_req *r, int status, const char *type, const char *msg) {
+/* Final state of a request the scheduler never accepted. */
+static void fail_req(wk_req *r, int end, sched_reason why, int status, const char *type, const char *msg) {
     pthread_mutex_lock(&r->mu);
     r->phase = WK_DONE;
+    r->end = end;
+    r->reason = why;
     r->status = status;
     r->error_type = type;
     snprintf(r->error, sizeof(r->error), "%s", msg);
@@ -321,7 +323,7 @@ static void drop_live(wk_worker *w, wk_req *r) {
  * scheduler. */
 static void admit(wk_worker *w, wk_req *r, int64_t now) {
     if (atomic_load(&r->cancel)) {
-        fail_req(r, 499, "cancelled", "the client closed the connection");
+        fail_req(r, WK_END_CANCELLED, SCHED_R_NONE, 499, "cancelled", "the client closed the connection");
         drop_live(w, r);
         return;
     }
@@ -331,7 +333,8 @@ static void admit(wk_worker *w, wk_req *r, int64_t now) {
     const char *stops[DTK_MAX_STOPS];
     for (int i = 0; i < r->n_stops; i++) stops[i] = r->stops[i];
     if (smp_init_params(&r->sampler, w->vocab, &sp) || dtk_init(&r->detok, w->t, stops, r->n_stops)) {
-        fail_req(r, 400, "invalid_request_error", "invalid sampling parameters or stop strings");
+        fail_req(r, WK_END_INVALID, SCHED_R_NONE, 400, "invalid_request_error",
+                 "invalid sampling parameters or stop strings");
         drop_live(w, r);
         return;
     }
@@ -339,7 +342,8 @@ static void admit(wk_worker *w, wk_req *r, int64_t now) {
     if (sched_submit(w->s, now, r->tenant, r->n_prompt, r->max_new, &r->sid, &why)) {
         if (w->o.hooks.on_reject) w->o.hooks.on_reject(w->o.hooks.ctx, r, why);
         int status = sched_reason_http(why);
-        fail_req(r, status, status == 429 ? "rate_limit_error" : status >= 500 ? "server_error" : "invalid_request_error",
+        fail_req(r, WK_END_REJECTED, why, status,
+                 status == 429 ? "rate_limit_error" : status >= 500 ? "server_error" : "invalid_request_error",
                  sched_reason_str(why));
         drop_live(w, r);
         return;
@@ -461,15 +465,20 @@ static void finalize(wk_worker *w, const sched_end *e) {
         dtk_finish(&r->detok, &txt, &n);
         outbox_append(r, txt, n);
         r->finish = r->stopped ? "stop" : "length";
+        r->end = WK_END_FINISHED;
     } else if (atomic_load(&r->shutdown)) {
+        r->end = WK_END_SHUTDOWN;
         r->status = 503;
         r->error_type = "server_error";
         snprintf(r->error, sizeof(r->error), "the server is shutting down");
     } else if (e->state == SCHED_CANCELLED) {
+        r->end = WK_END_CANCELLED;
         r->status = 499;
         r->error_type = "cancelled";
         snprintf(r->error, sizeof(r->error), "the client closed the connection");
     } else {
+        r->end = WK_END_FAILED;
+        r->reason = e->reason;
         r->status = sched_reason_http(e->reason);
         r->error_type = r->status >= 500 ? "server_error" : "invalid_request_error";
         snprintf(r->error, sizeof(r->error), "%s", sched_reason_str(e->reason));

@@ -39,6 +39,17 @@ enum wk_phase {
     WK_DONE = 2,            /* final: finished, or failed with status */
 };
 
+/* How a request ended, for counting outcomes: one of these once WK_DONE. */
+enum wk_end {
+    WK_END_NONE = 0,        /* not done */
+    WK_END_FINISHED,        /* "stop" or "length" */
+    WK_END_CANCELLED,       /* the client left */
+    WK_END_INVALID,         /* sampling parameters or stop strings refused */
+    WK_END_REJECTED,        /* refused by the scheduler at admission: reason */
+    WK_END_FAILED,          /* ended by the scheduler after admission: reason */
+    WK_END_SHUTDOWN,        /* failed by a shutdown past its grace */
+};
+
 typedef struct wk_req {
     /* Set before wk_submit; read-only afterwards. */
     int32_t tenant;
@@ -58,6 +69,8 @@ typedef struct wk_req {
     int32_t n_generated;
     const char *finish;     /* "stop" | "length" once done without error */
     int status;             /* HTTP status of a failure, 0 otherwise */
+    int end;                /* enum wk_end */
+    sched_reason reason;    /* the scheduler's, for WK_END_REJECTED and _FAILED */
     const char *error_type; /* OpenAI error type of a failure */
     char error[200];
     int64_t arrival_us, first_token_us, end_us; /* monotonic */

@@ -127,16 +127,21 @@ class Model:
 class Server:
     """One `tessera serve` process with its own config file.
 
-    models: [Model]; tenants: [Tenant]; admin: make an admin key;
-    limits: the config's limits: mapping (max_body_bytes, shutdown_grace_s...).
+    models: [Model]; tenants: [Tenant]; admin: make an admin key; metrics:
+    make a metrics key (metrics_key; get_metrics needs it or the admin key);
+    limits: the config's limits: mapping (max_body_bytes, shutdown_grace_s...);
+    tiers: the config's tiers, as YAML flow mappings ("{name: gold, band: 0}").
     """
 
-    def __init__(self, env, name, models, tenants, admin=True, limits=None, policy="fair"):
+    def __init__(self, env, name, models, tenants, admin=True, limits=None, policy="fair", tiers=None,
+                 metrics=True):
         self.env = env
         self.name = name
         self.models = models
         self.tenants = {t.name: t for t in tenants}
         self.admin_key, admin_hash = keygen(env) if admin else (None, None)
+        self.metrics_key, self._metrics_hash = keygen(env) if metrics else (None, None)
+        self.tiers = tiers
         self.limits = limits or {}
         self.config = os.path.join(env.work, name + ".yaml")
         self.log_path = os.path.join(env.work, name + ".log")
@@ -160,6 +165,9 @@ class Server:
             opts = {"kv_cache_bytes": "32MiB", "swap_bytes": "8MiB", "threads": 2}
             opts.update(m.opts)
             y += ["    %s: %s" % (k, v) for k, v in opts.items()]
+        if self.tiers:
+            y.append("tiers:")
+            y += ["  - %s" % t for t in self.tiers]
         y.append("tenants:")
         for t in self.tenants.values():
             y.append("  - name: %s" % t.name)
@@ -168,6 +176,8 @@ class Server:
             y += ["    %s: %s" % (k, v) for k, v in t.limits.items()]
         if admin_hash:
             y.append("admin_key_sha256: %s" % admin_hash)
+        if self._metrics_hash:
+            y.append("metrics_key_sha256: %s" % self._metrics_hash)
         with open(self.config, "w") as f:
             f.write("\n".join(y) + "\n")
 
@@ -430,8 +440,10 @@ def metric_value(samples, name, **labels):
     return hits[0] if hits else None
 
 
-def get_metrics(port, timeout=10):
-    r = request(port, "GET", "/metrics", timeout=timeout)
+def get_metrics(port, key, timeout=10):
+    """The parsed /metrics of the server on port, read with key (its
+    metrics key or its admin key)."""
+    r = request(port, "GET", "/metrics", key=key, timeout=timeout)
     if r.status != 200:
         raise AssertionError("GET /metrics: %r" % r)
     return parse_metrics(r.body.decode())
@@ -476,7 +488,7 @@ def _tenant_arg(env, spec):
 def main(argv=None):
     """serve-and-run: start a server, run a command with its address and keys
     in the environment (TS_BASE_URL, TS_PORT, TS_MODEL, TS_KEY_<TENANT>,
-    TS_ADMIN_KEY), stop the server, and fail unless both the command and the
+    TS_ADMIN_KEY, TS_METRICS_KEY), stop the server, and fail unless both the command and the
     server's shutdown succeeded."""
     ap = argparse.ArgumentParser(prog="harness.py serve-and-run")
     ap.add_argument("what", choices=["serve-and-run"])
@@ -494,7 +506,7 @@ def main(argv=None):
     tenants = [_tenant_arg(env, t) for t in a.tenant] or [Tenant(env, "default", "gold")]
     srv = Server(env, a.name, [Model("tiny", model)], tenants).start()
     child_env = dict(os.environ, TS_PORT=str(srv.port), TS_BASE_URL="http://127.0.0.1:%d" % srv.port,
-                     TS_MODEL="tiny", TS_ADMIN_KEY=srv.admin_key)
+                     TS_MODEL="tiny", TS_ADMIN_KEY=srv.admin_key, TS_METRICS_KEY=srv.metrics_key)
     for t in tenants:
         child_env["TS_KEY_" + re.sub(r"[^A-Z0-9]", "_", t.name.upper())] = t.key
     try:

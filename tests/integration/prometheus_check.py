@@ -2,10 +2,13 @@
 
 Run by tests/prometheus.sh (TS_PROMETHEUS names the binary). Steps, each
 with a deadline:
-  1. start tessera (four tenants) and prometheus (its own 127.0.0.1 port,
-     storage under TS_TMPDIR, one target: tessera, scraped every second);
+  1. start tessera (four tenants, a metrics key) and prometheus (its own
+     127.0.0.1 port, storage under TS_TMPDIR, scraping tessera every second
+     twice: job "tessera" with the metrics key as its bearer credentials,
+     the way a real deployment configures it, and job "anonymous" without);
   2. wait until prometheus has scraped tessera once (up == 1), so the
-     histogram counters are seen at zero before any request;
+     histogram counters are seen at zero before any request, and check that
+     the keyless job is refused (up == 0: /metrics is not public);
   3. three tenants send requests; the fourth sends none;
   4. poll the HTTP API until
         histogram_quantile(0.99, sum by (le, tenant) (rate(tessera_ttft_seconds_bucket[1m])))
@@ -58,7 +61,11 @@ def main():
         with open(cfg, "w") as f:
             f.write("global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
                     "scrape_configs:\n  - job_name: tessera\n    scrape_interval: 1s\n    scrape_timeout: 1s\n"
-                    "    static_configs:\n      - targets: ['127.0.0.1:%d']\n" % srv.port)
+                    "    authorization:\n      type: Bearer\n      credentials: '%s'\n"
+                    "    static_configs:\n      - targets: ['127.0.0.1:%d']\n"
+                    "  - job_name: anonymous\n    scrape_interval: 1s\n    scrape_timeout: 1s\n"
+                    "    static_configs:\n      - targets: ['127.0.0.1:%d']\n"
+                    % (srv.metrics_key, srv.port, srv.port))
         plog = open(os.path.join(env.work, "prometheus.log"), "w")
         prom = subprocess.Popen([prom_bin, "--config.file=" + cfg, "--storage.tsdb.path=" + data,
                                  "--web.listen-address=127.0.0.1:%d" % pport, "--log.level=warn"],
@@ -76,6 +83,8 @@ def main():
         wait_until(ready, 30, interval=0.2, what="prometheus /-/ready")
         wait_until(lambda: prom_query(pport, 'up{job="tessera"}').get("") == 1.0, 20, interval=0.2,
                    what="prometheus to scrape tessera once (up == 1)")
+        wait_until(lambda: prom_query(pport, 'up{job="anonymous"}').get("") == 0.0, 20, interval=0.2,
+                   what="the scrape without the metrics key to be refused (up == 0)")
         log("prometheus: ready on 127.0.0.1:%d, scraping tessera on port %d" % (pport, srv.port))
 
         sent = {}
@@ -100,11 +109,14 @@ def main():
         # A tenant with no traffic has no rate to take a quantile of.
         assert not math.isfinite(res.get("idle-d", math.nan)), res
 
-        # The counters as Prometheus stored them agree with what was sent.
+        # The counters as Prometheus stored them agree with what was sent:
+        # every request completed, and answered 200.
         def counts_seen():
-            c = prom_query(pport, 'sum by (tenant) (tessera_requests_total{code="200"})')
-            return c if all(c.get(t) == sent[t] for t in SENDERS) else None
-        wait_until(counts_seen, 10, interval=0.5, what="tessera_requests_total{code=200} == requests sent, per tenant")
+            c = prom_query(pport, 'sum by (tenant) (tessera_requests_total{job="tessera",outcome="completed"})')
+            h = prom_query(pport, 'sum by (tenant) (tessera_http_responses_total{job="tessera",code="200"})')
+            return c if all(c.get(t) == sent[t] and h.get(t) == sent[t] for t in SENDERS) else None
+        wait_until(counts_seen, 10, interval=0.5,
+                   what="tessera_requests_total{outcome=completed} == http 200s == requests sent, per tenant")
         c = prom_query(pport, "sum by (tenant) (tessera_completion_tokens_total)")
         for t in SENDERS:
             assert c.get(t) == 4 * sent[t], c

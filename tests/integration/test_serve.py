@@ -195,8 +195,10 @@ class Errors(OaiAsserts):
         ra = r.headers["retry-after"]
         self.assertTrue(ra.isdigit() and int(ra) > 0, "Retry-After %r is not a positive integer" % ra)
         self.assertLessEqual(int(ra), 60)
-        m = get_metrics(S.port)
-        self.assertGreaterEqual(metric_value(m, "tessera_requests_total", tenant="limited", code="429"), 1)
+        m = get_metrics(S.port, S.metrics_key)
+        self.assertGreaterEqual(metric_value(m, "tessera_http_responses_total", tenant="limited", code="429"), 1)
+        self.assertGreaterEqual(metric_value(m, "tessera_requests_total", tenant="limited",
+                                             outcome="rejected_rate_requests"), 1)
         self.assertGreaterEqual(metric_value(m, "tessera_rejections_total", tenant="limited",
                                              reason="rate_requests"), 1)
         # Another tenant is not affected.
@@ -369,7 +371,7 @@ class Streaming(OaiAsserts):
 
 class Disconnect(OaiAsserts):
     def gauges(self, tenant):
-        m = get_metrics(S.port)
+        m = get_metrics(S.port, S.metrics_key)
         return (metric_value(m, "tessera_kv_blocks", tenant=tenant),
                 metric_value(m, "tessera_running_requests", tenant=tenant))
 
@@ -441,8 +443,9 @@ class Concurrency(OaiAsserts):
     def test_200_concurrent_streams(self):
         done0, sub0 = settled("completed"), settled("submitted")
         counts0 = {t: (done0[t], sub0[t]) for t in TENANTS}
-        m0 = get_metrics(S.port)
-        ok0 = {t: metric_value(m0, "tessera_requests_total", tenant=t, code="200") for t in TENANTS}
+        m0 = get_metrics(S.port, S.metrics_key)
+        ok0 = {t: metric_value(m0, "tessera_http_responses_total", tenant=t, code="200") for t in TENANTS}
+        done_m0 = {t: metric_value(m0, "tessera_requests_total", tenant=t, outcome="completed") for t in TENANTS}
         results = [None] * self.N
         go = threading.Barrier(self.N, timeout=30)
 
@@ -500,11 +503,14 @@ class Concurrency(OaiAsserts):
         # A request is counted when its connection completes, a moment after
         # the client read [DONE].
         def metrics_match():
-            m = get_metrics(S.port)
-            return all(metric_value(m, "tessera_requests_total", tenant=t, code="200") - ok0[t] == per_tenant[t]
+            m = get_metrics(S.port, S.metrics_key)
+            return all(metric_value(m, "tessera_http_responses_total", tenant=t, code="200") - ok0[t] == per_tenant[t]
+                       and metric_value(m, "tessera_requests_total", tenant=t, outcome="completed") - done_m0[t]
+                       == per_tenant[t]
                        and metric_value(m, "tessera_running_requests", tenant=t) == 0
                        and metric_value(m, "tessera_kv_blocks", tenant=t) == 0 for t in TENANTS)
-        wait_until(metrics_match, 5, what="tessera_requests_total{code=200} += streams per tenant, gauges at 0")
+        wait_until(metrics_match, 5, what="tessera_http_responses_total{code=200} and tessera_requests_total"
+                   "{outcome=completed} += streams per tenant, gauges at 0")
 
 
 # ---- 7. other routes -------------------------------------------------------------
@@ -529,17 +535,17 @@ class Routes(OaiAsserts):
 
     def test_metrics_per_tenant(self):
         complete("metrics please", key="bronze-c", max_tokens=3)
-        r = request(S.port, "GET", "/metrics")
+        r = request(S.port, "GET", "/metrics", key=S.metrics_key)
         self.assertEqual(r.status, 200, r)
         self.assertTrue(r.headers["content-type"].startswith("text/plain"), r.headers)
         text = r.body.decode()
-        m = get_metrics(S.port)
+        m = get_metrics(S.port, S.metrics_key)
         self.assertGreaterEqual(metric_value(m, "tessera_ttft_seconds_bucket", tenant="bronze-c", le="+Inf"), 1)
         self.assertGreaterEqual(metric_value(m, "tessera_ttft_seconds_count", tenant="bronze-c"), 1)
         for t in TENANTS + ("limited",):
             self.assertIn('tessera_ttft_seconds_bucket{tenant="%s",le="+Inf"}' % t, text)
         # Every family is introduced by HELP and TYPE.
-        for fam in ("tessera_requests_total", "tessera_ttft_seconds", "tessera_kv_blocks",
+        for fam in ("tessera_requests_total", "tessera_http_responses_total", "tessera_ttft_seconds", "tessera_kv_blocks",
                     "tessera_running_requests", "tessera_queue_depth", "tessera_step_seconds"):
             self.assertIn("# HELP %s " % fam, text)
             self.assertIn("# TYPE %s " % fam, text)
