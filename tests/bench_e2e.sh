@@ -160,5 +160,5 @@ expect 2 "no tenant 'nobody'" --scenario "$W/scn.yaml" --url "$URL" --tenants no
 expect 2 "usage" --scenario "$W/scn.yaml"
 printf 'model: tiny\ntenants:\n  - {name: a, key: k, arrival: {process: gamma, rate: 1}}\n' >"$W/bad.yaml"
 expect 1 "bad.yaml:3:32: tenants\[0\].arrival.cv: required for a gamma process" --scenario "$W/bad.yaml" --url "$URL"
-expect 1 "cannot read" --scenario "$W/missing.yaml" --url "$URL"
+expect 1 "No such file" --scenario "$W/missing.yaml" --url "$URL"
 echo "bench_e2e: pass"

@@ -373,7 +373,7 @@ static void test_unreadable(void **st) {
     assert_int_equal(cfg_load(path, &c, err, sizeof err), TS_ERR_IO);
     assert_true(is_zero(&c, sizeof c));
     assert_non_null(strstr(err, path));
-    assert_non_null(strstr(err, "cannot open"));
+    assert_non_null(strstr(err, "No such file"));
     assert_int_equal(cfg_load(NULL, &c, err, sizeof err), TS_ERR_INVAL);
     assert_int_equal(cfg_load(path, NULL, err, sizeof err), TS_ERR_INVAL);
     /* A message cut to a small buffer stays terminated. */
