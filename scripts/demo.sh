@@ -14,6 +14,7 @@ Demo keys (never use them in production):
   silver-team  tsk-demo-silver   (TTFT target 500 ms, 10% minimum share)
   bronze-team  tsk-demo-bronze   (best effort, 5% minimum share, rate-limited)
   admin        tsk-demo-admin
+  metrics      tsk-demo-metrics  (reads /metrics only)
 
 Try, from another terminal:
   curl -s $URL/v1/completions -H 'Authorization: Bearer tsk-demo-gold' -H 'Content-Type: application/json' \\
@@ -21,7 +22,7 @@ Try, from another terminal:
   curl -sN $URL/v1/chat/completions -H 'Authorization: Bearer tsk-demo-silver' -H 'Content-Type: application/json' \\
        -d '{"model":"demo","messages":[{"role":"user","content":"Hello!"}],"max_tokens":32,"stream":true}'
   curl -s $URL/admin/tenants -H 'Authorization: Bearer tsk-demo-admin'
-  curl -s $URL/metrics | grep tessera_ttft
+  curl -s $URL/metrics -H 'Authorization: Bearer tsk-demo-metrics' | grep tessera_ttft
 
 MSG
 exec "$TESSERA" serve --config examples/demo.yaml
