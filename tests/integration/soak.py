@@ -95,7 +95,8 @@ def stream_outcome(events):
 
 
 def one_request(srv, log, rng, tenant, path=None, stream=None, max_tokens=None):
-    """One request, recorded exactly once whatever happens."""
+    """One request, recorded exactly once whatever happens. Returns the
+    outcome."""
     path = path or rng.choice([COMPLETIONS, CHAT])
     stream = rng.random() < 0.5 if stream is None else stream
     max_tokens = max_tokens or rng.randint(1, 48)
@@ -113,13 +114,16 @@ def one_request(srv, log, rng, tenant, path=None, stream=None, max_tokens=None):
         H.log("soak: %s request failed: %r" % (tenant, e))
     finally:
         log.record(tenant, outcome)
+    return outcome
 
 
 def steady(srv, log, stop, tenant, seed):
+    """A well-behaved client: after a 429 it waits (about what Retry-After
+    says for these limits) instead of hammering."""
     rng = random.Random(seed)
     while not stop.is_set():
-        one_request(srv, log, rng, tenant)
-        stop.wait(rng.random() * 0.05)
+        refused = one_request(srv, log, rng, tenant) == "http_429"
+        stop.wait(rng.uniform(0.5, 1.0) if refused else rng.random() * 0.05)
 
 
 def cut_stream(srv, log, rng, tenant):
