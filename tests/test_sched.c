@@ -576,7 +576,7 @@ static void test_claims_bounded(void **state_) {
     sched_config c;
     h_config(&c, 56, 512);
     c.max_running = 8;
-    c.features &= ~SCHED_FEAT_RESPONSIVE; /* as in test_isolation_claim */
+
     assert_int_equal(h_init(&h, &c, 11), 0);
     add_tier(&h, "t", 0, 0, 0, 0, 0);
     int32_t f = add_tenant(&h, "flood", 0, 1, 0);
@@ -653,7 +653,7 @@ static int cmp_double(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
-static short_run short_steps_run(int responsive, int flood) {
+static short_run short_steps_run(int responsive, int flood, int32_t agg_prompt, int32_t agg_out) {
     harness h;
     sched_config c;
     h_config(&c, 1024, 256);
@@ -675,7 +675,8 @@ static short_run short_steps_run(int responsive, int flood) {
     while (n_done < N_VIC) {
         sched_tenant_stats ts;
         sched_tenant_stats_get(h.s, agg, &ts);
-        for (int32_t q = ts.queued + ts.running + ts.swapped; flood && q < 64; q++) submit(&h, agg, 64, 128);
+        for (int32_t q = ts.queued + ts.running + ts.swapped; flood && q < 64; q++)
+            submit(&h, agg, agg_prompt, agg_out);
         while (n_sent < N_VIC && next <= h.now_us) {
             sched_id id;
             sched_reason why;
@@ -698,17 +699,36 @@ static short_run short_steps_run(int responsive, int flood) {
     return out;
 }
 
-static void test_short_steps(void **state_) {
-    short_run alone = short_steps_run(1, 0), on = short_steps_run(1, 1), off = short_steps_run(0, 1);
-    print_message("short steps: victim TTFT p50/p99 alone %.1f/%.1f ms; with the aggressor, short steps on "
+/* promised: the ratio bound holds; otherwise short steps only must not
+ * make the victim's p99 worse. */
+static void short_steps_case(const char *what, int32_t agg_prompt, int32_t agg_out, int promised) {
+    short_run alone = short_steps_run(1, 0, 0, 0), on = short_steps_run(1, 1, agg_prompt, agg_out),
+              off = short_steps_run(0, 1, agg_prompt, agg_out);
+    print_message("short steps, %s: victim TTFT p50/p99 alone %.1f/%.1f ms; with the aggressor, short steps on "
                   "%.1f/%.1f ms (p99 ratio %.2f), off %.1f/%.1f ms (ratio %.2f); aggressor %.0f tok/s on, "
                   "%.0f off (%.0f%%)\n",
-                  alone.p50_ms, alone.p99_ms, on.p50_ms, on.p99_ms, on.p99_ms / alone.p99_ms, off.p50_ms,
+                  what, alone.p50_ms, alone.p99_ms, on.p50_ms, on.p99_ms, on.p99_ms / alone.p99_ms, off.p50_ms,
                   off.p99_ms, off.p99_ms / alone.p99_ms, on.agg_tok_s, off.agg_tok_s,
                   100 * on.agg_tok_s / off.agg_tok_s);
-    assert_true(on.p99_ms <= 1.5 * alone.p99_ms);
-    assert_true(off.p99_ms > 1.5 * alone.p99_ms); /* the case the rule is for did occur */
+    if (promised) {
+        assert_true(on.p99_ms <= 1.5 * alone.p99_ms);
+        assert_true(off.p99_ms > 1.5 * alone.p99_ms); /* the case the rule is for did occur */
+    } else {
+        assert_true(on.p99_ms <= off.p99_ms);
+    }
     assert_true(on.agg_tok_s >= 0.75 * off.agg_tok_s);
+}
+
+/* The aggressor of scenarios/isolation.yaml (decode-heavy: prompt 64, 128
+ * out) holds the seats: the promise. One with long prompts (256, 64 out)
+ * fills most of each step's token budget with its prompt chunks while
+ * holding about its share of seats and KV: short steps shorten the steps
+ * in which it is over its share, but a step within its share is as long
+ * as the token budget (budget_max, or a quarter of a TTFT target) makes
+ * it, and the victim waits for that. Reported, and it must not get worse. */
+static void test_short_steps(void **state_) {
+    short_steps_case("decode-heavy aggressor", 64, 128, 1);
+    short_steps_case("long-prompt aggressor", 256, 64, 0);
 }
 
 /* FCFS must let every request finish (the livelock a property fuzzer found).

@@ -200,6 +200,10 @@ int sched_tier_add(sched *s, const sched_tier *t) {
     if (s->n_tiers >= SCHED_MAX_TIERS || t->band < 0 || t->band >= SCHED_MAX_TIERS ||
         !(t->min_share >= 0 && t->min_share <= 1))
         return TS_ERR_INVAL;
+    /* Floors are promised together: they cannot add up to more than all. */
+    double floors = t->min_share;
+    for (int i = 0; i < s->n_tiers; i++) floors += s->tiers[i].min_share;
+    if (floors > 1 + 1e-9) return TS_ERR_INVAL;
     s->tiers[s->n_tiers] = *t;
     s->tiers[s->n_tiers].name[SCHED_NAME_MAX - 1] = 0;
     return s->n_tiers++;
@@ -639,18 +643,22 @@ static int take_blocks(sched *s, req *r, int32_t need) {
  * FIFO has no bands: only newer requests yield, so the oldest request of
  * all is the one growth never evicts. (Comparing bands there, an older
  * bronze request and a newer gold one could each need the other's blocks
- * and neither evict the other.) */
+ * and neither evict the other.) A band kept at its floor (sched_floor.c)
+ * may also take from newer requests of higher bands that are not: they
+ * may not take its blocks, and it would otherwise preempt itself at every
+ * block it needs while they refill the pool. */
 static int eligible_for_growth(const sched *s, const req *victim, const req *grower) {
     int newer = victim->arrival_seq > grower->arrival_seq;
     if (s->features & SCHED__FEAT_FIFO) return newer;
     int vb = s->tenants[victim->tenant].band, gb = s->tenants[grower->tenant].band;
-    return vb > gb || (vb == gb && newer);
+    const uint8_t *kept = s->st.floor_kept;
+    return vb > gb || (vb == gb && newer) || (kept[gb] && !kept[vb] && newer);
 }
 
-/* Whether running request r may be preempted under filter f. Requests
- * moved by a copy this step are not eligible (their copies are already in
- * the plan); nor are, for another band, those of a band near its floor
- * (sched_floor.c). */
+/* Whether running request r may be preempted under filter f, in the step
+ * being planned (s->st). Requests moved by a copy this step are not
+ * eligible (their copies are already in the plan); nor are, for another
+ * band, those of a band near its floor (sched_floor.c). */
 int sched__victim_ok(const sched *s, const req *r, victim_filter f) {
     const tenant *t = &s->tenants[r->tenant];
     if (r->moved_step == s->steps || t->band <= f.above_band || (f.tenant >= 0 && r->tenant != f.tenant))
@@ -763,7 +771,11 @@ static int grow_running(sched *s, step *st, int32_t slot, int32_t positions) {
     while (need > 0) {
         if (take_blocks(s, r, need) == 0) return 1;
         int over_quota = t->kv_blocks + need > t->kv_quota;
-        victim_filter f = {-1, over_quota ? r->tenant : -1, r, t->band, 0};
+        /* Growth respects floors (sched_floor.c): taking a kept band's
+         * blocks would only have it claim them back, and the two would
+         * trade the pool for ever; the grower preempts itself instead. */
+        victim_filter f = {.above_band = -1, .tenant = over_quota ? r->tenant : -1, .for_req = r,
+                           .for_band = t->band};
         int32_t v = sched__choose_victim(s, f);
         if (v == NIL) {
             /* Swapped in this very step: its blocks are the targets of this
@@ -978,7 +990,7 @@ static int32_t admit_room(sched *s, const step *st, const req *r, int how) {
  * preempting lower bands. Once a scan found no victim below band b, none
  * appears later in the step for b or any band below it: skip the rescans. */
 static void preempt_below(sched *s, step *st, int b, int32_t want) {
-    victim_filter f = {b, -1, NULL, b, 0};
+    victim_filter f = {.above_band = b, .tenant = -1, .for_band = b};
     while (b < st->no_victim_above && (s->n_run >= s->cfg.max_running || s->kv.n_free < want)) {
         int32_t v = sched__choose_victim(s, f);
         if (v == NIL) {
@@ -1320,6 +1332,7 @@ static void item_done(sched *s, const sched_item *it, const sched_item_result *r
     }
     r->n_total++;
     r->generated++;
+    r->token_us = now_us;
     if (!r->first_token_us) r->first_token_us = now_us;
     fq_charge(&s->bands[t->band].q, &t->fe, s->cfg.w_out, t->cfg.weight);
     t->st.service += s->cfg.w_out;

@@ -17,10 +17,10 @@
  * Model. A tier is a priority band (lower number served first) with TTFT and
  * TPOT targets, a minimum share of the service while backlogged (a floor
  * that higher bands' floods cannot take; sched_floor.c says exactly what is
- * held), and a maximum queue wait. A tenant belongs to one tier and has a weight and
- * quotas (KV blocks, running and queued requests). A request holds counts,
- * not tokens: the executor keeps each request's token ids (prompt, then
- * generated) and the plan says which slice of them to feed:
+ * held), and a maximum queue wait. A tenant belongs to one tier and has a
+ * weight and quotas (KV blocks, running and queued requests). A request
+ * holds counts, not tokens: the executor keeps each request's token ids
+ * (prompt, then generated) and the plan says which slice of them to feed:
  *     n_total     tokens known (prompt + generated so far)
  *     n_computed  tokens whose K/V are in the cache
  * An item runs tokens [n_computed, n_computed + n) of the request; when that
@@ -133,7 +133,8 @@ enum { SCHED_POLICY_FAIR = 0, SCHED_POLICY_FCFS = 1 };
 /* Heuristics behind named switches, all on by default. */
 enum {
     SCHED_FEAT_TTFT_PREEMPT = 1u << 0,   /* higher bands may preempt lower ones */
-    SCHED_FEAT_MIN_SHARE = 1u << 1,      /* bands' minimum shares of the budget */
+    SCHED_FEAT_MIN_SHARE = 1u << 1,      /* bands' floors: min_share of the service
+                                            (claims, keep) and of each step's budget */
     SCHED_FEAT_ADAPTIVE_BUDGET = 1u << 2, /* budget from the strictest TPOT */
     SCHED_FEAT_SWAP = 1u << 3,           /* swap as a preemption mode */
     SCHED_FEAT_FAIR_SHARE = 1u << 4,     /* a tenant under its share of a band's seats
@@ -194,7 +195,8 @@ typedef struct sched sched;
 
 int sched_new(const sched_config *c, sched **out);
 void sched_free(sched *s);
-/* Add a tier; returns its index or a negative code. */
+/* Add a tier; returns its index or a negative code (TS_ERR_INVAL also when
+ * the tiers' min_share would sum over 1). */
 int sched_tier_add(sched *s, const sched_tier *t);
 /* The default tiers, the one definition that the server's config, the
  * planner and sched_tiers_default share: gold (band 0, TTFT 200 ms), silver

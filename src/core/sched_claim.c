@@ -41,7 +41,9 @@
  *    advances at least every other step, whatever the number of claimants;
  *    after a claim, the step admits only tenants under their shares, and
  *    the others' prefills wait for a step without a claim. A claim that a
- *    stuck swap-in would refuse preempts nobody. test_claims_bounded: with
+ *    stuck swap-in would refuse preempts nobody. (Short steps, below, make
+ *    a flood's requests take turns on top of that, within their own bound.)
+ *    test_claims_bounded: with
  *    three tenants claiming step after step, the flood is never left out of
  *    two steps in a row, and none of its swapped-out requests waits 200
  *    steps (10 measured).
@@ -204,11 +206,14 @@ int sched__left_out_by_claim(const sched *s, const step *st, const tenant *t) {
  * instant: an idle victim between two requests keeps its seats' worth.
  * The cost falls on the over-share tenants: more, shorter steps (the fixed
  * per-step cost more often) while someone under its share is around. That
- * cost is bounded: a short step still runs enough of their work to keep
- * (1 - SHORT_MAX_LOSS) of the throughput the whole of it would have in one
- * step (where the fixed cost dominates, as on a GPU, splitting buys little
- * latency and would cost most of the throughput), and a decode whose tier
- * has a TPOT target runs anyway once waiting longer would miss it. */
+ * cost is bounded: of their decodes, a step runs at least as many as
+ * keep (1 - SHORT_MAX_LOSS) of the throughput of running them all in it,
+ * and of their prompt chunks the first gets as much (where the fixed step
+ * cost dominates, as on a GPU, splitting buys little latency and these
+ * floors then split nothing). Their decodes take turns, least recently
+ * decoded first, so each request advances; a decode whose tier has a TPOT
+ * target runs anyway once waiting longer would miss it. A step so lasts
+ * at most the bound or the decodes' floor, plus one chunk at its floor. */
 
 #define SHORT_FRACTION 0.5
 #define SHORT_MAX_LOSS 0.25
@@ -220,28 +225,65 @@ static double present_seats(const sched *s, const step *st, const tenant *t) {
     return share < 1 ? 1 : share;
 }
 
+/* Over its present share of the seats or of the KV pool (cf. overshoot):
+ * a flood of long prompts holds the pool with few seats. Only where the
+ * share is two seats or more: with more present tenants than seats, as in
+ * a busy band of many tenants, a share is a fraction of a seat, every
+ * tenant that runs anything is over it, and that is load, not a flood. */
+static int over_present(const sched *s, const step *st, const tenant *t) {
+    double seats = st->seats_per_w[t->band] * t->cfg.weight;
+    if (seats < 2) return 0;
+    return t->n_running > seats || t->kv_blocks > seats / s->cfg.max_running * s->kv.n_blocks;
+}
+
+/* Room for one more request within its present shares: a claimant. */
+static int under_present(const sched *s, const step *st, const tenant *t) {
+    return t->n_running + 1 <= present_seats(s, st, t) && !over_present(s, st, t);
+}
+
+/* Whether a tenant's work is a flood's, with hysteresis: it becomes one
+ * over its present share and stops being one only once it could claim
+ * again (a seat under its share). A flood refilling its share seat by
+ * seat would otherwise flap in and out of the short steps at every seat. */
+static int flooding(const sched *s, const step *st, tenant *t) {
+    if (over_present(s, st, t)) t->flooding = 1;
+    else if (under_present(s, st, t)) t->flooding = 0;
+    return t->flooding;
+}
+
 static double first_step_us(const sched *s, double prompt) {
     cost_features f = {prompt, 0, cost_attended(0, prompt)};
     return cost_predict_us(&s->cost, &f);
 }
 
 /* Start of a step, after weigh_bands: whether (and how short) this is a
- * short step. A band needs one when a tenant with running requests is over
- * its present share (found from the running set, so that a step without
- * one costs O(running), not O(tenants)) and a present tenant is under it;
- * short_us is the strictest bound of those bands. */
+ * short step. A band needs one when it is flooded, that is when tenants
+ * over their present share hold most of its running requests (a busy band
+ * of many tenants a seat or two each is load, not a flood: its steps are
+ * what they are for everyone), and a present tenant is under its share;
+ * short_us is the strictest bound of those bands. The flood is found from
+ * the running set, so a step without one costs O(running), not O(tenants). */
 void sched__short_step(sched *s, step *st) {
     if (!(s->features & SCHED_FEAT_RESPONSIVE) || (s->features & SCHED__FEAT_FIFO)) return;
-    int over[SCHED_MAX_TIERS] = {0}, any = 0;
+    int32_t running[SCHED_MAX_TIERS] = {0}, flood[SCHED_MAX_TIERS] = {0};
     for (int32_t i = 0; i < s->n_run; i++) {
-        const tenant *t = &s->tenants[s->reqs[s->run[i]].tenant];
-        if (!over[t->band] && t->n_running > present_seats(s, st, t)) over[t->band] = any = 1;
+        tenant *t = &s->tenants[s->reqs[s->run[i]].tenant];
+        running[t->band]++;
+        flood[t->band] += flooding(s, st, t);
     }
+    int over[SCHED_MAX_TIERS], any = 0;
+    for (int b = 0; b < SCHED_MAX_TIERS; b++) any |= over[b] = 2 * flood[b] > running[b];
     if (!any) return;
     double prompt[SCHED_MAX_TIERS] = {0};
     for (int32_t i = 0; i < s->n_tenants; i++) {
         const tenant *t = &s->tenants[i];
-        if (!over[t->band] || !sched__present(s, st, t) || t->n_running + 1 > present_seats(s, st, t)) continue;
+        /* Not a tenant with a backlog of its own: its next request would
+         * wait behind its queue whatever the step. (One waiting request
+         * is no backlog: it claims in this step, and the next may arrive
+         * during it.) */
+        if (!over[t->band] || t->n_queued + t->n_swapped > 1 || !sched__present(s, st, t) ||
+            !under_present(s, st, t))
+            continue;
         if (prompt[t->band] == 0 || t->prompt_avg < prompt[t->band]) prompt[t->band] = t->prompt_avg;
     }
     for (int b = 0; b < SCHED_MAX_TIERS; b++) {
@@ -253,7 +295,7 @@ void sched__short_step(sched *s, step *st) {
 }
 
 int sched__over_present_share(const sched *s, const step *st, const tenant *t) {
-    return t->n_running > present_seats(s, st, t);
+    return t->flooding;
 }
 
 static double predict_with(const sched *s, const cost_features *base, double prefill, double decodes, double ctx) {
@@ -261,11 +303,29 @@ static double predict_with(const sched *s, const cost_features *base, double pre
     return cost_predict_us(&s->cost, &f);
 }
 
-/* Tokens of a prefill chunk at position pos, at most n, for a short step:
- * as many as keep the step within the bound, and at least as many as keep
- * (1 - SHORT_MAX_LOSS) of the throughput of the whole chunk. Throughput
- * grows with the chunk (the fixed cost spreads), so both are searches. */
-int32_t sched__short_room(const sched *s, const step *st, int32_t pos, int32_t n) {
+/* Features of the plan's items of tenants not held short: the work the
+ * over-share tenants' own is weighed against. */
+static void unheld_features(const sched *s, const step *st, cost_features *f) {
+    const sched_plan *p = &st->plan;
+    *f = (cost_features){0, 0, 0};
+    for (int32_t i = 0; i < p->n_items; i++) {
+        const sched_item *it = &p->items[i];
+        if (!it->n_tokens || sched__held_short(s, st, &s->tenants[it->tenant])) continue;
+        if (it->is_prefill) f->prefill_tokens += it->n_tokens;
+        else f->decode_seqs += 1;
+        f->context_tokens += cost_attended(it->pos, it->n_tokens);
+    }
+}
+
+/* Tokens of a prefill chunk at position pos, at most n, that keep the
+ * short step within its bound (possibly none); but the step's first
+ * over-share chunk gets at least as many as keep (1 - SHORT_MAX_LOSS) of
+ * the throughput of the whole chunk beside the other tenants' work (once
+ * a step: a floor for every chunk would let the step grow chunk by chunk,
+ * and without any the flood's new requests would wait for its decodes to
+ * thin out). Throughput grows with the chunk (the fixed cost spreads), so
+ * both are searches. */
+int32_t sched__short_room(const sched *s, step *st, int32_t pos, int32_t n) {
     cost_features b;
     sched__plan_features(&st->plan, &b);
     int32_t lo = 0, hi = n;
@@ -274,6 +334,9 @@ int32_t sched__short_room(const sched *s, const step *st, int32_t pos, int32_t n
         if (predict_with(s, &b, mid, 0, cost_attended(pos, mid)) <= st->short_us) lo = mid;
         else hi = mid - 1;
     }
+    if (st->short_chunk) return lo;
+    st->short_chunk = 1;
+    unheld_features(s, st, &b);
     double want = (1 - SHORT_MAX_LOSS) * n / predict_with(s, &b, n, 0, cost_attended(pos, n));
     int32_t flo = 1, fhi = n;
     while (flo < fhi) {
@@ -305,11 +368,11 @@ static int by_turn(const void *a, const void *b, void *ctx) {
     return x->arrival_seq < y->arrival_seq ? -1 : x->arrival_seq > y->arrival_seq;
 }
 
-/* Late in a TPOT sense: waited so many short steps that one more would
- * miss its tier's TPOT target. */
+/* Late in a TPOT sense: its last token is so old that waiting one more
+ * short step would miss its tier's TPOT target. */
 static int tpot_due(const sched *s, const step *st, const req *r) {
     const sched_tier *tier = &s->tiers[s->tenants[r->tenant].cfg.tier];
-    return tier->tpot_ms && (double)(s->steps - r->decoded_step + 1) * st->short_us >= 1000.0 * tier->tpot_ms;
+    return tier->tpot_ms && (double)(st->now_us - r->token_us) + 2 * st->short_us >= 1000.0 * tier->tpot_ms;
 }
 
 /* The decodes held to the short step, least recently decoded first, while
@@ -329,11 +392,11 @@ void sched__plan_short_decodes(sched *s, step *st) {
     qsort_r(s->order, (size_t)n, sizeof(int32_t), by_turn, s);
     cost_features b;
     sched__plan_features(&st->plan, &b);
-    int32_t floor = decodes_floor(s, &b, n, ctx / n), planned = 0;
+    int32_t least = decodes_floor(s, &b, n, ctx / n), planned = 0;
     for (int32_t k = 0; k < n; k++) {
         req *r = &s->reqs[s->order[k]];
         if (r->state != SCHED_DECODING || r->item != NIL || r->run_idx == NIL) continue; /* preempted since */
-        if (planned >= floor && predict_with(s, &b, 0, 1, r->n_total) > st->short_us && !tpot_due(s, st, r))
+        if (planned >= least && predict_with(s, &b, 0, 1, r->n_total) > st->short_us && !tpot_due(s, st, r))
             continue;
         int32_t before = st->plan.n_preempted;
         if (!sched__plan_decode(s, st, s->order[k])) continue;

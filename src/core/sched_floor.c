@@ -21,11 +21,16 @@
  *    requests of other bands (lowest band first, then largest KV, then
  *    newest; sched.c's victim order), past the watermark's hysteresis and
  *    other bands' stuck swap-ins;
- *  - keep: no other band preempts (for its TTFT, for its growth or for a
- *    claim of its own) a band whose share is under its floor plus a
- *    margin of half the floor and one seat (1 / max_running), so a claimed
- *    seat is not taken back the next step; the margin covers the share one
- *    claimed request adds;
+ *  - keep: no other band preempts, for its TTFT, its growth or a claim
+ *    of its own, a band whose share is under its floor plus a margin (half
+ *    the floor and one seat's worth, 1 / max_running, but at most the
+ *    floor), so a seat it claimed is not taken back the next step: the
+ *    margin covers the share one claimed request adds. Kept while nothing
+ *    waits too: taking its running requests would only make it backlogged
+ *    and claim back, and two bands would trade the pool for ever
+ *    (test_floor_and_growth). A growing request that finds only kept
+ *    requests to evict preempts itself and waits; the kept band's requests
+ *    finish, so the oldest request still always finishes;
  *  - and the step's budget keeps reserving the band's floor in tokens for
  *    its prefills (serve_bands), so a claimed seat has tokens to run.
  * What it costs the higher bands: at most the sum of the floors (which the
@@ -58,15 +63,17 @@ void sched__floor_weigh(sched *s, step *st) {
     double last_sum = 0;
     for (int b = 0; b < SCHED_MAX_TIERS; b++) last_sum += a->step_svc[b];
     a->sum *= FLOOR_DECAY;
-    if (a->sum < 1e-9) a->sum = 0; /* long idle: no denormal crawl */
+    if (a->sum < 1e-9) a->sum = 0; /* long runs of empty steps: no denormal crawl */
     int on = (s->features & SCHED_FEAT_MIN_SHARE) && !(s->features & SCHED__FEAT_FIFO);
     for (int b = 0; b < SCHED_MAX_TIERS; b++) {
         double last = a->step_svc[b];
         a->step_svc[b] = 0;
         a->svc[b] *= FLOOR_DECAY;
+        if (a->svc[b] < 1e-9) a->svc[b] = 0;
         double m = band_floor(s, b);
         if (!on || m <= 0) continue;
         double margin = m / 2 + 1.0 / s->cfg.max_running;
+        if (margin > m) margin = m;
         st->floor_kept[b] = a->svc[b] < (m + margin) * a->sum || a->sum == 0;
         st->floor_claim[b] = a->svc[b] < m * a->sum && last < m * last_sum;
     }
@@ -85,7 +92,7 @@ void sched__floor_count(sched *s, const double svc[SCHED_MAX_TIERS]) {
  * for band b? Checked first so that a claim that cannot succeed preempts
  * nobody. */
 static int floor_feasible(const sched *s, int b, int32_t want) {
-    victim_filter f = {-1, -1, NULL, b, 1};
+    victim_filter f = {.above_band = -1, .tenant = -1, .for_band = b, .other_bands = 1};
     int64_t blocks = s->kv.n_free;
     int victims = 0;
     for (int32_t i = 0; i < s->n_run; i++) {
@@ -105,7 +112,7 @@ int sched__floor_room(sched *s, step *st, const req *r, int32_t want) {
     int b = t->band;
     if (!st->floor_claim[b] || t->kv_blocks + want > t->kv_quota || !floor_feasible(s, b, want)) return 0;
     st->floor_claim[b] = 0;
-    victim_filter f = {-1, -1, NULL, b, 1};
+    victim_filter f = {.above_band = -1, .tenant = -1, .for_band = b, .other_bands = 1};
     while (s->n_run >= s->cfg.max_running || s->kv.n_free < want) {
         int32_t v = sched__choose_victim(s, f);
         if (v == NIL) break;

@@ -1,8 +1,9 @@
 /*
  * sched_int.h - the scheduler's private structures, shared by sched.c (the
- * step), sched_claim.c (claims within a band) and sched_floor.c (band
- * floors). Nothing outside those files includes it: the contract is sched.h. Functions one of them calls
- * in the other carry the prefix sched__; everything else stays static.
+ * step), sched_claim.c (claims within a band, short steps) and
+ * sched_floor.c (band floors). Nothing outside those files includes it:
+ * the contract is sched.h. Functions one of them calls in another carry
+ * the prefix sched__; everything else stays static.
  *
  * Lifetimes: struct sched and everything it points at live from sched_new
  * to sched_free. A step (struct step) lives from sched_step to
@@ -70,6 +71,7 @@ typedef struct req {
     uint64_t moved_step;    /* step number of its last swap in or out */
     uint64_t dropped_step;  /* step a claim last left its item out (sched__claim_step) */
     uint64_t decoded_step;  /* step its last decode ran in (short steps' turns) */
+    int64_t token_us;       /* when its last token was sampled (short steps' TPOT) */
 } req;
 
 typedef struct tenant {
@@ -82,6 +84,7 @@ typedef struct tenant {
     int32_t n_running, n_swapped, kv_blocks;
     int64_t last_work_us;   /* last step start with work, or submit; INT64_MIN / 2 = never */
     double prompt_avg;      /* moving average of its prompts' lengths (tokens) */
+    int flooding;           /* over its present share, and not yet back under (short steps) */
     sched_tenant_stats st;
 } tenant;
 
@@ -121,6 +124,7 @@ typedef struct step {
     int claim_band;         /* band of this step's claims (sched__claim_step), or -1 */
     double seats_per_w[SCHED_MAX_TIERS]; /* seats per unit weight among a band's present tenants */
     uint8_t short_band[SCHED_MAX_TIERS]; /* bands whose over-share work is held short */
+    int short_chunk;        /* an over-share chunk had its floor in this short step */
     double short_us;        /* cap on the step's predicted time for over-share work
                                (sched__short_step), 0 = none */
     uint8_t floor_claim[SCHED_MAX_TIERS]; /* band under its floor: may claim (once) this step */
@@ -204,7 +208,7 @@ void sched__claim_step(sched *s, step *st, const tenant *claimant);
 int sched__left_out_by_claim(const sched *s, const step *st, const tenant *t);
 void sched__short_step(sched *s, step *st);
 int sched__over_present_share(const sched *s, const step *st, const tenant *t);
-int32_t sched__short_room(const sched *s, const step *st, int32_t pos, int32_t n);
+int32_t sched__short_room(const sched *s, step *st, int32_t pos, int32_t n);
 void sched__plan_short_decodes(sched *s, step *st);
 
 /* sched_floor.c */
@@ -225,6 +229,5 @@ static inline int sched__present(const sched *s, const step *st, const tenant *t
 static inline int sched__held_short(const sched *s, const step *st, const tenant *t) {
     return st->short_band[t->band] && sched__over_present_share(s, st, t);
 }
-
 
 #endif
