@@ -816,19 +816,28 @@ static void weigh_bands(sched *s, step *st) {
     /* Sums in locals: the stores into tenants would otherwise make the
      * compiler store and reload them every iteration (it cannot rule out
      * aliasing). */
-    double active[SCHED_MAX_TIERS] = {0}, present[SCHED_MAX_TIERS] = {0};
-    const int64_t now = st->now_us;
+    double active[SCHED_MAX_TIERS] = {0}, idle[SCHED_MAX_TIERS] = {0}, wmax[SCHED_MAX_TIERS] = {0};
+    const int64_t now = st->now_us, refresh = s->cfg.presence_us / 4;
     for (int32_t i = 0; i < s->n_tenants; i++) {
         tenant *t = &s->tenants[i];
         if (t->n_queued + t->n_running + t->n_swapped > 0) {
             active[t->band] += t->cfg.weight;
-            t->last_work_us = now;
+            /* Refreshed now and then, not every step: a store per tenant
+             * and step dirties every tenant's cache line. */
+            if (now - t->last_work_us > refresh) t->last_work_us = now;
+        } else if (!presence || !sched__present(s, st, t)) {
+            continue;
+        } else {
+            idle[t->band] += t->cfg.weight; /* present without work */
         }
-        if (presence && sched__present(s, st, t)) present[t->band] += t->cfg.weight;
+        if (t->cfg.weight > wmax[t->band]) wmax[t->band] = t->cfg.weight;
     }
     memcpy(st->w_active, active, sizeof(active));
-    for (int b = 0; b < SCHED_MAX_TIERS; b++)
-        st->seats_per_w[b] = present[b] > 0 ? s->cfg.max_running / present[b] : s->cfg.max_running;
+    for (int b = 0; b < SCHED_MAX_TIERS; b++) {
+        double present = active[b] + idle[b];
+        st->seats_per_w[b] = present > 0 ? s->cfg.max_running / present : s->cfg.max_running;
+        st->seats_most[b] = st->seats_per_w[b] * wmax[b];
+    }
 }
 
 /* The step's token budget: with running requests that have a TPOT target,

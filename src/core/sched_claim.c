@@ -265,6 +265,9 @@ static double first_step_us(const sched *s, double prompt) {
  * the running set, so a step without one costs O(running), not O(tenants). */
 void sched__short_step(sched *s, step *st) {
     if (!(s->features & SCHED_FEAT_RESPONSIVE) || (s->features & SCHED__FEAT_FIFO)) return;
+    int possible = 0; /* a band where a share reaches two seats (over_present) */
+    for (int b = 0; b < SCHED_MAX_TIERS; b++) possible |= st->seats_most[b] >= 2;
+    if (!possible) return;
     int32_t running[SCHED_MAX_TIERS] = {0}, flood[SCHED_MAX_TIERS] = {0};
     for (int32_t i = 0; i < s->n_run; i++) {
         tenant *t = &s->tenants[s->reqs[s->run[i]].tenant];

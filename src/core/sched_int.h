@@ -82,7 +82,7 @@ typedef struct tenant {
     slot_list queue;        /* WAITING, PREFILLING and PREEMPTED_RECOMPUTE requests */
     int32_t n_queued;       /* requests in the queue */
     int32_t n_running, n_swapped, kv_blocks;
-    int64_t last_work_us;   /* last step start with work, or submit; INT64_MIN / 2 = never */
+    int64_t last_work_us;   /* a recent step start with work, or submit; INT64_MIN / 2 = never */
     double prompt_avg;      /* moving average of its prompts' lengths (tokens) */
     int flooding;           /* over its present share, and not yet back under (short steps) */
     sched_tenant_stats st;
@@ -123,6 +123,7 @@ typedef struct step {
     int no_victim_above;    /* no TTFT victim below this band was found */
     int claim_band;         /* band of this step's claims (sched__claim_step), or -1 */
     double seats_per_w[SCHED_MAX_TIERS]; /* seats per unit weight among a band's present tenants */
+    double seats_most[SCHED_MAX_TIERS];  /* the largest present share of a band, in seats */
     uint8_t short_band[SCHED_MAX_TIERS]; /* bands whose over-share work is held short */
     int short_chunk;        /* an over-share chunk had its floor in this short step */
     double short_us;        /* cap on the step's predicted time for over-share work
@@ -220,7 +221,9 @@ int sched__floor_room(sched *s, step *st, const req *r, int32_t want);
 /* The step path's small questions, inline: they are asked per tenant or
  * per item of every step. */
 
-/* A tenant with work within presence_us, so expected back (short steps). */
+/* A tenant with work within presence_us, so expected back (short steps):
+ * last_work_us is refreshed every presence_us / 4 while it has work
+ * (weigh_bands), so an idle tenant stays present 3/4 to all of that. */
 static inline int sched__present(const sched *s, const step *st, const tenant *t) {
     return st->now_us - t->last_work_us <= s->cfg.presence_us;
 }
