@@ -145,15 +145,20 @@ def cut_stream(srv, log, rng, tenant):
         log.record(tenant, outcome)
 
 
+def at_once(n, target, args_of, join_s):
+    """n threads of target at once (args_of(i) gives each its arguments),
+    waited for up to join_s seconds each."""
+    ts = [threading.Thread(target=target, args=args_of(i)) for i in range(n)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join(join_s)
+
+
 def storms(srv, log, stop, tenants, seed):
     rng = random.Random(seed)
     while not stop.wait(rng.uniform(3, 8)):
-        ts = [threading.Thread(target=cut_stream, args=(srv, log, random.Random(rng.random()), rng.choice(tenants)))
-              for _ in range(30)]
-        for t in ts:
-            t.start()
-        for t in ts:
-            t.join(60)
+        at_once(30, cut_stream, lambda i: (srv, log, random.Random(rng.random()), rng.choice(tenants)), 60)
 
 
 def slow_reader(srv, log, stop, tenant, seed):
@@ -198,12 +203,7 @@ def slow_reader(srv, log, stop, tenant, seed):
 def bursts(srv, log, stop, tenant, seed):
     rng = random.Random(seed)
     while not stop.wait(rng.uniform(5, 12)):
-        ts = [threading.Thread(target=one_request, args=(srv, log, random.Random(rng.random()), tenant))
-              for _ in range(40)]
-        for t in ts:
-            t.start()
-        for t in ts:
-            t.join(90)
+        at_once(40, one_request, lambda i: (srv, log, random.Random(rng.random()), tenant), 90)
 
 
 def proc_sample(pid):
