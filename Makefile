@@ -7,6 +7,8 @@
 #   make test       build and run the whole suite (ctest)
 #   make test SANITIZE=1   the same under ASan+UBSan (separate build folder)
 #   make bench      build and run the benchmarks
+#   make fuzz       build the libFuzzer targets (clang, ASan+UBSan, in
+#                   build-fuzz) and run each for FUZZ_SECONDS (default 60)
 
 SANITIZE ?= 0
 JOBS ?= $(shell nproc)
@@ -20,7 +22,7 @@ endif
 TESSERA := $(BUILD)/tessera
 DEMO_MODEL := models/demo-15m.gguf
 
-.PHONY: all deps deps-test build demo test bench clean
+.PHONY: all deps deps-test build demo test bench fuzz clean
 
 all: build
 
@@ -48,5 +50,13 @@ bench: deps-test build
 	@for b in $(BUILD)/bench_*; do echo "== $$b"; $$b || exit 1; done
 	@echo "== bench/streams.sh (1000 concurrent streams)"; TESSERA=$(TESSERA) bash bench/streams.sh 1000
 
+# Fuzzing: its own build folder, configured with clang the first time; see
+# fuzz/run.sh for what a run does and fuzz/README.md for the targets.
+FUZZ_SECONDS ?= 60
+fuzz: deps-test
+	@CC=clang-14 cmake -S . -B build-fuzz -DTESSERA_FUZZ=ON -DCMAKE_BUILD_TYPE=Release >/dev/null
+	@cmake --build build-fuzz -j $(JOBS) --target fuzz_all
+	@BUILD=build-fuzz FUZZ_SECONDS=$(FUZZ_SECONDS) fuzz/run.sh
+
 clean:
-	rm -rf build build-san
+	rm -rf build build-san build-fuzz

@@ -6,8 +6,8 @@
 #   scripts/deps.sh build   what building and running tessera needs
 #                           (make, make demo)
 #   scripts/deps.sh test    that, plus what the test suite's reference
-#                           peers and the benchmark scripts need
-#                           (make test, make bench)
+#                           peers, the benchmark scripts and the fuzzers
+#                           need (make test, make bench, make fuzz)
 set -euo pipefail
 
 SET=${1:-build}
@@ -18,7 +18,10 @@ BUILD=(build-essential cmake pkg-config libopenblas-dev libcmocka-dev
 # The suite's independent references: NumPy (tests/ref: the model's
 # numerics), Node.js and the official OpenAI SDK (tests/openai_compat.sh),
 # Prometheus (tests/prometheus.sh parses /metrics with the real server).
-TEST=(python3 python3-numpy nodejs prometheus)
+# make fuzz: clang with its libFuzzer and sanitizer runtimes, and clang's
+# OpenMP runtime (the engine is built with -fopenmp).
+TEST=(python3 python3-numpy nodejs prometheus
+      clang-14 libclang-rt-14-dev libomp-14-dev)
 
 case "$SET" in
 build) PKGS=("${BUILD[@]}") ;;

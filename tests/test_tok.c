@@ -9,6 +9,7 @@
  * exact-size heap copies, so ASan sees any overrun). Bad vocabularies, in
  * memory and in GGUF files, must fail with their specific codes.
  */
+#include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -846,6 +847,18 @@ static void test_tok_new_rejects(void **state) {
     bb.merges[3] = "trailing ";
     s = bpe_spec(&bb, types);
     assert_int_equal(new_rc(&s, err, sizeof err), TS_ERR_TOK_VOCAB);
+    /* A byte's character token that would not decode to the byte (found by
+     * fuzz_gguf: an unused "_" made "_" encode to an id that decodes to ""). */
+    static const int32_t not_bytes[] = {TOK_TYPE_CONTROL, TOK_TYPE_UNUSED, TOK_TYPE_UNKNOWN, TOK_TYPE_USER};
+    for (size_t i = 0; i < sizeof not_bytes / sizeof not_bytes[0]; i++) {
+        s = bpe_spec(&b, types);
+        types['_'] = not_bytes[i];
+        assert_int_equal(new_rc(&s, err, sizeof err), TS_ERR_TOK_VOCAB);
+        assert_non_null(strstr(err, "byte 0x5F"));
+    }
+    s = bpe_spec(&b, types);
+    types['_'] = TOK_TYPE_BYTE;
+    assert_int_equal(new_rc(&s, err, sizeof err), 0);
 }
 
 /* ---- GGUF-backed vocabularies --------------------------------------------- */
@@ -937,7 +950,7 @@ static void test_gguf_bpe(void **state) {
 
 /* A vocabulary of n SPM tokens written with some keys altered. */
 enum { BAD_NONE, BAD_SCORES_SHORT, BAD_MODEL, BAD_NO_TOKENS, BAD_BOS, BAD_TYPES_STR,
-       BAD_NO_SCORES, BAD_GPT2_NO_MERGES, BAD_BOOL, BAD_NO_MODEL };
+       BAD_NO_SCORES, BAD_GPT2_NO_MERGES, BAD_BOOL, BAD_NO_MODEL, BAD_TYPES_FLOAT };
 
 static int gguf_bad(int which, char *err, size_t errlen) {
     vocab_synth_out v;
@@ -951,9 +964,18 @@ static int gguf_bad(int which, char *err, size_t errlen) {
     if (which != BAD_NO_SCORES)
         gguf_writer_add_arr_f32(w, "tokenizer.ggml.scores", v.scores,
                                 which == BAD_SCORES_SHORT ? v.n - 1 : v.n);
-    if (which == BAD_TYPES_STR)
+    if (which == BAD_TYPES_STR) {
         gguf_writer_add_arr_str(w, "tokenizer.ggml.token_type", (const char *const *)v.tokens, v.n);
-    else
+    } else if (which == BAD_TYPES_FLOAT) {
+        /* Found by fuzz_gguf: reading inf as a type was a float-to-int
+         * conversion out of range (undefined behaviour, a UBSan report). */
+        float *ft = malloc(v.n * sizeof *ft);
+        assert_non_null(ft);
+        for (uint32_t i = 0; i < v.n; i++) ft[i] = (float)v.types[i];
+        ft[5] = INFINITY;
+        gguf_writer_add_arr_f32(w, "tokenizer.ggml.token_type", ft, v.n);
+        free(ft);
+    } else
         gguf_writer_add_arr_i32(w, "tokenizer.ggml.token_type", v.types, v.n);
     gguf_writer_add_u32(w, "tokenizer.ggml.bos_token_id", which == BAD_BOS ? 99999 : 1);
     if (which == BAD_BOOL) gguf_writer_add_str(w, "tokenizer.ggml.add_bos_token", "yes");
@@ -982,6 +1004,8 @@ static void test_gguf_rejects(void **state) {
     assert_int_equal(gguf_bad(BAD_GPT2_NO_MERGES, err, sizeof err), TS_ERR_TOK_VOCAB);
     assert_non_null(strstr(err, "merges"));
     assert_int_equal(gguf_bad(BAD_BOOL, err, sizeof err), TS_ERR_TOK_VOCAB);
+    assert_int_equal(gguf_bad(BAD_TYPES_FLOAT, err, sizeof err), TS_ERR_TOK_VOCAB);
+    assert_non_null(strstr(err, "token_type is not an integer array"));
 }
 
 /* ---- speed (reported, not asserted: sanitizer builds are slow) ------------ */

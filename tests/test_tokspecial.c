@@ -131,11 +131,36 @@ static void test_appends_and_grows(void **state) {
     tok_free(t);
 }
 
+/* Empty text without BOS into an empty, never allocated tks_ids adds
+ * nothing and does no pointer arithmetic on its NULL array (fuzz_oai found
+ * it under UBSan: a completion with prompt "" on a vocabulary without
+ * add_bos). */
+static void test_empty_text_into_empty_ids(void **state) {
+    (void)state;
+    vocab v;
+    tok *t = vocab_tok(&v);
+    tks_set *s;
+    assert_int_equal(tks_set_new(t, &s), 0);
+    tks_ids ids = {0};
+    assert_int_equal(tks_encode_text(t, "", 0, 0, &ids), 0);
+    assert_int_equal(tks_encode_text(t, NULL, 0, 0, &ids), 0);
+    assert_int_equal(tks_encode_template(s, "", 0, &ids), 0);
+    assert_int_equal(ids.n, 0);
+    assert_null(ids.p);
+    /* A bad call is still an error, not "nothing to add". */
+    assert_int_equal(tks_encode_text(t, NULL, 1, 0, &ids), TS_ERR_INVAL);
+    assert_int_equal(ids.n, 0);
+    assert_null(ids.p);
+    tks_set_free(s);
+    tok_free(t);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_template_matches_specials),
         cmocka_unit_test(test_text_never_special),
         cmocka_unit_test(test_appends_and_grows),
+        cmocka_unit_test(test_empty_text_into_empty_ids),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

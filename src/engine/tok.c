@@ -290,15 +290,25 @@ static int spm_bytes(tok *t, int16_t *byte_of, char *err, size_t errlen) {
     return 0;
 }
 
-/* BPE byte tokens: the single character bytes_to_unicode maps each byte to. */
+/* BPE byte tokens: the single character bytes_to_unicode maps each byte to.
+ * It must decode to that byte, which only a normal (or byte) token does:
+ * a control or unused one decodes to nothing, an unknown one to U+2585, a
+ * user-defined one to the character's own bytes (fuzz_gguf found a
+ * vocabulary whose "_" was unused, so "_" encoded and decoded to ""). */
 static int bpe_bytes(tok *t, const uint32_t b2u[256], char *err, size_t errlen) {
     for (int b = 0; b < 256; b++) {
         char s[4];
         size_t n = utf8_put(b2u[b], s);
-        t->byte_tok[b] = lookup(t, s, n);
-        if (t->byte_tok[b] < 0)
+        int32_t id = lookup(t, s, n);
+        t->byte_tok[b] = id;
+        if (id < 0)
             return err_set(err, errlen, TS_ERR_TOK_VOCAB,
                            "BPE vocabulary lacks the token for byte 0x%02X (U+%04X)", b, (unsigned)b2u[b]);
+        int ty = t->types[id];
+        if (ty != TOK_TYPE_UNDEFINED && ty != TOK_TYPE_NORMAL && ty != TOK_TYPE_BYTE)
+            return err_set(err, errlen, TS_ERR_TOK_VOCAB,
+                           "BPE token %d for byte 0x%02X (U+%04X) has type %d; it must be a normal token",
+                           (int)id, b, (unsigned)b2u[b], ty);
     }
     return 0;
 }
@@ -553,14 +563,18 @@ static int is_numeric_vt(uint32_t vt) {
     return vt <= GGUF_VT_FLOAT32 || (vt >= GGUF_VT_UINT64 && vt <= GGUF_VT_FLOAT64);
 }
 
-/* A numeric array of exactly n elements under key, or NULL if absent.
- * A present but malformed one is an error. */
-static int gguf_num_arr(const gguf_ctx *g, const char *key, uint64_t n,
+/* A numeric array of exactly n elements under key, or NULL if absent; with
+ * ints, of an integer type (a float such as inf or 1e30 has no int64
+ * value, and converting it would be undefined behaviour). A present but
+ * malformed one is an error. */
+static int gguf_num_arr(const gguf_ctx *g, const char *key, uint64_t n, int ints,
                         const gguf_kv **kv, char *err, size_t errlen) {
     *kv = gguf_find_kv(g, key);
     if (!*kv) return 0;
     if ((*kv)->type != GGUF_VT_ARRAY || !is_numeric_vt((*kv)->arr_type))
         return err_set(err, errlen, TS_ERR_TOK_VOCAB, "%s is not a numeric array", key);
+    if (ints && ((*kv)->arr_type == GGUF_VT_FLOAT32 || (*kv)->arr_type == GGUF_VT_FLOAT64))
+        return err_set(err, errlen, TS_ERR_TOK_VOCAB, "%s is not an integer array", key);
     if ((*kv)->arr_n != n)
         return err_set(err, errlen, TS_ERR_TOK_VOCAB, "%s has %llu entries for %llu tokens", key,
                        (unsigned long long)(*kv)->arr_n, (unsigned long long)n);
@@ -650,8 +664,8 @@ int tok_new_from_gguf(const gguf_ctx *g, tok **out, char *err, size_t errlen) {
     if (!kt || kt->arr_n == 0 || kt->arr_n > (uint64_t)INT32_MAX - 1)
         return err_set(err, errlen, TS_ERR_TOK_VOCAB, "tokenizer.ggml.tokens missing, empty or too long");
     uint64_t n = kt->arr_n;
-    if ((rc = gguf_num_arr(g, "tokenizer.ggml.scores", n, &ks, err, errlen)) < 0) return rc;
-    if ((rc = gguf_num_arr(g, "tokenizer.ggml.token_type", n, &ky, err, errlen)) < 0) return rc;
+    if ((rc = gguf_num_arr(g, "tokenizer.ggml.scores", n, 0, &ks, err, errlen)) < 0) return rc;
+    if ((rc = gguf_num_arr(g, "tokenizer.ggml.token_type", n, 1, &ky, err, errlen)) < 0) return rc;
     if ((rc = gguf_str_arr(g, "tokenizer.ggml.merges", &km, err, errlen)) < 0) return rc;
     if (spm && !ks)
         return err_set(err, errlen, TS_ERR_TOK_VOCAB, "tokenizer.ggml.scores missing (SPM needs scores)");

@@ -65,9 +65,12 @@ static int ids_reserve(tks_ids *ids, int more) {
 
 int tks_encode_text(const tok *t, const char *text, size_t len, int add_bos, tks_ids *ids) {
     int need = 0;
-    /* A first call with no room asks for the count (TS_ERR_INVAL with need). */
+    /* A first call with no room asks for the count (TS_ERR_INVAL with need).
+     * 0 means there is nothing to add (empty text, no BOS): return before
+     * ids->p, which may still be NULL, meets pointer arithmetic (NULL + 0
+     * is undefined). TS_ERR_INVAL without a count is a real error. */
     int rc = tok_encode(t, text, len, add_bos, NULL, 0, &need);
-    if (rc && rc != TS_ERR_INVAL) return rc;
+    if (rc != TS_ERR_INVAL || need == 0) return rc;
     if ((rc = ids_reserve(ids, need))) return rc;
     int got;
     rc = tok_encode(t, text, len, add_bos, ids->p + ids->n, ids->cap - ids->n, &got);

@@ -107,8 +107,13 @@ int dtk_push(dtk *d, int32_t id, const char **out, size_t *n) {
 }
 
 void dtk_finish(dtk *d, const char **out, size_t *n) {
+    /* An incomplete character still held back becomes U+FFFD. Its bytes may
+     * instead have gone out already: a lead byte followed by text that made
+     * it invalid is released at once, and a stop string can then cut that
+     * text away and leave the lead byte last. Released bytes stay as they
+     * were sent; cutting them here would rewrite text the client has. */
     size_t part = partial_utf8(d->text.p, d->text.len);
-    if (part) {
+    if (part && d->text.len - part >= d->released) {
         cut(d, d->text.len - part);
         append(d, "\xEF\xBF\xBD", 3); /* U+FFFD for the cut character */
     }

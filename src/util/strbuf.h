@@ -30,6 +30,7 @@ void strbuf_puts(strbuf *b, const char *s);
 /* Append printf output. */
 __attribute__((format(printf, 2, 3)))
 void strbuf_printf(strbuf *b, const char *fmt, ...);
+__attribute__((format(printf, 2, 0)))
 void strbuf_vprintf(strbuf *b, const char *fmt, va_list ap);
 /* Room for at least n more bytes (and the NUL); 0 or TS_ERR_NOMEM. */
 int strbuf_reserve(strbuf *b, size_t n);

@@ -1,0 +1,58 @@
+/*
+ * fuzz_config.c - the server's YAML configuration (serve/config.c over
+ * util/ydoc.c and libyaml). cfg_load only reads a path, so the input is
+ * written to a memfd first and loaded by its /proc/self/fd name.
+ *
+ * Checks config.h's promises: a refused file leaves the cfg zeroed and the
+ * message is one NUL-terminated line; an accepted one has at least one
+ * model and one tenant, every tenant's tier names an existing tier, and the
+ * key table builds (every hash unique) and finds each tenant by its keys.
+ */
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "auth.h"
+#include "common.h"
+#include "config.h"
+#include "err.h"
+
+/* One line, NUL-terminated, not empty. */
+static void check_message(const char *err, size_t cap) {
+    int ok = memchr(err, 0, cap) != NULL && err[0] && !strchr(err, '\n');
+    if (!ok) fprintf(stderr, "bad message: \"%.*s\"\n", (int)cap, err);
+    FZ_CHECK(ok);
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+    const char *path = fz_file(data, size);
+    cfg c;
+    char err[512];
+    int rc = cfg_load(path, &c, err, sizeof err);
+    if (rc < 0) {
+        static const cfg zero;
+        FZ_CHECK(rc == TS_ERR_CONFIG || rc == TS_ERR_NOMEM);
+        FZ_CHECK(memcmp(&c, &zero, sizeof c) == 0);
+        check_message(err, sizeof err);
+        return 0;
+    }
+    FZ_CHECK(c.n_models >= 1 && c.models && c.n_tenants >= 1 && c.tenants);
+    FZ_CHECK(c.n_tiers >= 1 && c.n_tiers <= SCHED_MAX_TIERS);
+    FZ_CHECK(c.port >= 1);
+    for (size_t i = 0; i < c.n_models; i++) {
+        FZ_CHECK(c.models[i].path && c.models[i].name[0]);
+        FZ_CHECK(cfg_model_find(&c, c.models[i].name) == (int)i);
+        FZ_CHECK(c.models[i].budget_min >= 1 && c.models[i].budget_min <= c.models[i].budget_max);
+    }
+    for (size_t i = 0; i < c.n_tenants; i++) {
+        FZ_CHECK(c.tenants[i].sched.tier >= 0 && (size_t)c.tenants[i].sched.tier < c.n_tiers);
+        FZ_CHECK(c.tenants[i].n_keys >= 1 && c.tenants[i].keys);
+        FZ_CHECK(cfg_tenant_find(&c, c.tenants[i].sched.name) == (int)i);
+    }
+    auth_table *a = NULL;
+    FZ_CHECK(cfg_auth_table(&c, &a) == 0);
+    auth_table_free(a);
+    cfg_free(&c);
+    cfg_free(&c);
+    return 0;
+}
