@@ -119,11 +119,39 @@ static void test_stop_in_one_token_and_finish(void **state) {
     tok_free(t);
 }
 
+/* A lead byte made invalid by the byte after it is released at once; a
+ * stop string that then cuts that byte away leaves the lead byte last.
+ * finish must not turn it into U+FFFD: it went out already, and the
+ * client would get bytes of a character never generated (a fuzzer's
+ * find, fuzz/regress/tok/detok-finish-cuts-released). */
+static void test_finish_keeps_released_bytes(void **state) {
+    tok *t = byte_vocab();
+    const char *stops[] = {"gow"};
+    dtk d;
+    char got[256];
+    size_t len = 0;
+    assert_int_equal(dtk_init(&d, t, stops, 1), 0);
+    assert_int_equal(push_str(&d, "\xCE", got, &len), 0);
+    assert_int_equal(len, 0); /* a lead byte: held */
+    assert_int_equal(push_str(&d, "g", got, &len), 0);
+    assert_int_equal(len, 1); /* invalid pair: CE goes out, "g" could start the stop */
+    assert_int_equal((unsigned char)got[0], 0xCE);
+    assert_int_equal(push_str(&d, "ow", got, &len), 1);
+    assert_int_equal(len, 1); /* the stop cuts "gow" */
+    const char *out;
+    size_t n;
+    dtk_finish(&d, &out, &n);
+    assert_int_equal(n, 0); /* nothing rewrites what was sent */
+    dtk_deinit(&d);
+    tok_free(t);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_utf8_released_whole),
         cmocka_unit_test(test_stop_string_across_tokens),
         cmocka_unit_test(test_stop_in_one_token_and_finish),
+        cmocka_unit_test(test_finish_keeps_released_bytes),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

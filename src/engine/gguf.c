@@ -356,6 +356,15 @@ const gguf_tensor *gguf_find_tensor(const gguf_ctx *g, const char *name) {
 }
 
 /* Read scalar of numeric type t at p as int64 / double. */
+/* A float as int64: converting one out of range (or NaN) is undefined in
+ * C, and a file decides the value. NaN reads as 0, the rest saturates. */
+static int64_t clamp_i64(double d) {
+    if (d != d) return 0;
+    if (d >= 0x1p63) return INT64_MAX;
+    if (d < -0x1p63) return INT64_MIN;
+    return (int64_t)d;
+}
+
 static int64_t scalar_i64(uint32_t t, const uint8_t *p) {
     union { uint8_t u8; int8_t i8; uint16_t u16; int16_t i16; uint32_t u32; int32_t i32;
             uint64_t u64; int64_t i64; float f32; double f64; } v;
@@ -369,8 +378,8 @@ static int64_t scalar_i64(uint32_t t, const uint8_t *p) {
     case GGUF_VT_INT32: return v.i32;
     case GGUF_VT_UINT64: return v.u64 > INT64_MAX ? INT64_MAX : (int64_t)v.u64;
     case GGUF_VT_INT64: return v.i64;
-    case GGUF_VT_FLOAT32: return (int64_t)v.f32;
-    case GGUF_VT_FLOAT64: return (int64_t)v.f64;
+    case GGUF_VT_FLOAT32: return clamp_i64(v.f32);
+    case GGUF_VT_FLOAT64: return clamp_i64(v.f64);
     }
     return 0;
 }

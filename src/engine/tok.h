@@ -94,8 +94,10 @@ typedef struct tok_spec {
  * Build a tokenizer from in-memory arrays. Validates: a known model
  * (TS_ERR_TOK_MODEL), token array present and lengths sane, scores present
  * and not NaN for SPM, types within 0..6, byte tokens well formed, all 256
- * byte tokens present (SPM "<0xXX>", BPE the bytes_to_unicode characters),
- * merges of the form "a b" (TS_ERR_TOK_VOCAB); bos/eos/unk in range
+ * byte tokens present (SPM "<0xXX>", BPE the bytes_to_unicode characters,
+ * each of them a normal token: a control, unused, unknown or user-defined
+ * one would let text encode to a token that decodes to nothing), merges of
+ * the form "a b" (TS_ERR_TOK_VOCAB); bos/eos/unk in range
  * (TS_ERR_TOK_RANGE); add_bos without a bos id (TS_ERR_TOK_VOCAB). On failure
  * *out is NULL and err (if errlen > 0) names what is wrong.
  */
@@ -103,7 +105,7 @@ int tok_new(const tok_spec *spec, tok **out, char *err, size_t errlen);
 
 /*
  * Build a tokenizer from the tokenizer.ggml.* keys of a GGUF file: model,
- * tokens, scores, token_type, merges, bos/eos/unknown_token_id,
+ * tokens, scores, token_type (an integer array), merges, bos/eos/unknown_token_id,
  * add_bos_token (default: 1 for llama, 0 for gpt2), add_space_prefix
  * (default 1 for llama). Array lengths must equal the token count. An id key
  * holding 0xFFFFFFFF or an int -1 means "none"; a missing id key takes the
