@@ -8,6 +8,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -426,6 +427,9 @@ static void test_getters(void **state) {
     gguf_writer_add_arr_i32(w, "a.arr", arr, 3);
     const char *strs[2] = {"x", "hello"};
     gguf_writer_add_arr_str(w, "a.strs", strs, 2);
+    /* Floats read as integers: a file may hold anything there. */
+    float fl[5] = {2.75f, -2.75f, INFINITY, -INFINITY, NAN};
+    gguf_writer_add_arr_f32(w, "a.fl", fl, 5);
     char path[512], err[256];
     tu_path(path, sizeof(path), "kv.gguf");
     assert_int_equal(gguf_writer_write(w, path, err, sizeof(err)), 0);
@@ -447,6 +451,10 @@ static void test_getters(void **state) {
     const gguf_kv *kv;
     assert_int_equal(gguf_get_arr(g, "a.arr", GGUF_VT_INT32, &kv), 0);
     assert_int_equal(gguf_arr_i64(kv, 2), 6);
+    assert_int_equal(gguf_get_arr(g, "a.fl", GGUF_VT_FLOAT32, &kv), 0);
+    assert_true(gguf_arr_i64(kv, 0) == 2 && gguf_arr_i64(kv, 1) == -2); /* toward zero */
+    assert_true(gguf_arr_i64(kv, 2) == INT64_MAX && gguf_arr_i64(kv, 3) == INT64_MIN); /* saturated */
+    assert_true(gguf_arr_i64(kv, 4) == 0); /* NaN */
     assert_int_equal(gguf_get_arr(g, "a.strs", GGUF_VT_STRING, &kv), 0);
     gguf_str s[2];
     assert_int_equal(gguf_arr_strings(kv, s), 0);
