@@ -60,49 +60,32 @@ static void check_request(const oai_request *q) {
     if (q->user) FZ_CHECK(valid_text(q->user, strlen(q->user)));
 }
 
-static const char *role_name(oai_role r) {
-    switch (r) {
-    case OAI_ROLE_SYSTEM: return "system";
-    case OAI_ROLE_USER: return "user";
-    case OAI_ROLE_ASSISTANT: return "assistant";
-    default: return "tool";
-    }
-}
-
-/* The server's tokenize_chat: template ranges may hold special tokens,
- * message content never does. */
+/* The chat as the server turns it into tokens (chat_tokenize), after a
+ * check of the render's segments: in order, inside the text, not touching
+ * (adjacent ones merge). */
 static void tokenize_chat(const oai_request *q, chat_family f, const tok *t, const tks_set *sp) {
     chat_msg *msgs = malloc(q->n_messages * sizeof *msgs);
     FZ_CHECK(msgs != NULL);
     for (size_t i = 0; i < q->n_messages; i++)
-        msgs[i] = (chat_msg){role_name(q->messages[i].role), q->messages[i].content,
+        msgs[i] = (chat_msg){oai_role_name(q->messages[i].role), q->messages[i].content,
                              q->messages[i].content_len};
     char *text = NULL;
     size_t len = 0, n_segs = 0;
     int add_bos = 0;
     chat_seg *segs = NULL;
     int rc = chat_render_segs(f, msgs, (int)q->n_messages, &text, &len, &add_bos, &segs, &n_segs);
-    free(msgs);
     FZ_CHECK(rc == 0 && text && strlen(text) == len && fz_utf8_valid(text, len));
-    /* Segments: in order, inside the text, not touching (adjacent ones merge). */
     for (size_t k = 0; k < n_segs; k++) {
         FZ_CHECK(segs[k].len > 0 && segs[k].off + segs[k].len <= len);
         if (k > 0) FZ_CHECK(segs[k].off > segs[k - 1].off + segs[k - 1].len);
     }
-    tks_ids ids = {NULL, 0, 0};
-    if (add_bos && tok_add_bos(t)) rc = tks_encode_text(t, "", 0, 1, &ids);
-    size_t at = 0;
-    for (size_t k = 0; !rc && k <= n_segs; k++) {
-        size_t seg_off = k < n_segs ? segs[k].off : len;
-        if (seg_off > at) rc = tks_encode_text(t, text + at, seg_off - at, 0, &ids);
-        if (!rc && k < n_segs) rc = tks_encode_template(sp, text + segs[k].off, segs[k].len, &ids);
-        if (k < n_segs) at = segs[k].off + segs[k].len;
-    }
-    FZ_CHECK(rc == 0);
-    for (int i = 0; i < ids.n; i++) FZ_CHECK(ids.p[i] >= 0 && ids.p[i] < tok_n_vocab(t));
-    free(ids.p);
     free(text);
     free(segs);
+    tks_ids ids = {NULL, 0, 0};
+    FZ_CHECK(chat_tokenize(f, msgs, (int)q->n_messages, t, sp, &ids) == 0);
+    free(msgs);
+    for (int i = 0; i < ids.n; i++) FZ_CHECK(ids.p[i] >= 0 && ids.p[i] < tok_n_vocab(t));
+    free(ids.p);
 }
 
 static void tokenize_prompt(const oai_request *q, const tok *t) {

@@ -348,3 +348,23 @@ int chat_render(chat_family f, const chat_msg *msgs, int n,
                 char **out, size_t *len, int *add_bos) {
     return chat_render_segs(f, msgs, n, out, len, add_bos, NULL, NULL);
 }
+
+int chat_tokenize(chat_family f, const chat_msg *msgs, int n, const tok *t, const tks_set *specials,
+                  tks_ids *ids) {
+    char *text = NULL;
+    size_t len = 0, n_segs = 0;
+    int add_bos = 0;
+    chat_seg *segs = NULL;
+    int rc = chat_render_segs(f, msgs, n, &text, &len, &add_bos, &segs, &n_segs);
+    if (!rc && add_bos && tok_add_bos(t)) rc = tks_encode_text(t, "", 0, 1, ids);
+    size_t at = 0;
+    for (size_t k = 0; !rc && k <= n_segs; k++) {
+        size_t seg_off = k < n_segs ? segs[k].off : len;
+        if (seg_off > at) rc = tks_encode_text(t, text + at, seg_off - at, 0, ids);
+        if (!rc && k < n_segs) rc = tks_encode_template(specials, text + segs[k].off, segs[k].len, ids);
+        if (k < n_segs) at = segs[k].off + segs[k].len;
+    }
+    free(text);
+    free(segs);
+    return rc;
+}

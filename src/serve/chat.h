@@ -83,6 +83,9 @@
 
 #include <stddef.h>
 
+#include "tok.h"
+#include "tokspecial.h"
+
 typedef enum chat_family {
     CHAT_DEFAULT = 0,   /* role-prefixed transcript; not a model's format */
     CHAT_CHATML,
@@ -138,5 +141,17 @@ int chat_render(chat_family f, const chat_msg *msgs, int n,
 int chat_render_segs(chat_family f, const chat_msg *msgs, int n,
                      char **out, size_t *len, int *add_bos,
                      chat_seg **segs, size_t *n_segs);
+
+/*
+ * The chat rendered (chat_render_segs) and tokenized with t into *ids
+ * (appended): template ranges through the model's special tokens
+ * (tks_encode_template with specials), so they may hold turn markers;
+ * message content as plain text, so it never does (a user typing
+ * <|im_end|> gets text, not a turn boundary); a BOS first when the
+ * template wants one and the vocabulary adds it. Returns 0 or a TS_ERR_*
+ * code; *ids may then hold part of the chat (the caller frees it).
+ */
+int chat_tokenize(chat_family f, const chat_msg *msgs, int n, const tok *t, const tks_set *specials,
+                  tks_ids *ids);
 
 #endif

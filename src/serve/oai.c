@@ -148,6 +148,7 @@ static void put_jcstr(strbuf *b, const char *s) { put_jstr(b, s, s ? strlen(s) :
 /* ---- errors -------------------------------------------------------------- */
 
 /* The one place an oai_error is filled; see oai_error_set. */
+__attribute__((format(printf, 6, 0)))
 static void error_vset(oai_error *e, int status, const char *type, const char *param,
                        const char *code, const char *fmt, va_list ap) {
     e->status = status;
@@ -1064,4 +1065,13 @@ char *oai_models_json(const char *const *ids, size_t n, int64_t created) {
     }
     strbuf_puts(&b, "]}");
     return strbuf_steal(&b, NULL);
+}
+
+const char *oai_role_name(oai_role r) {
+    switch (r) {
+    case OAI_ROLE_SYSTEM: return "system";
+    case OAI_ROLE_USER: return "user";
+    case OAI_ROLE_ASSISTANT: return "assistant";
+    default: return "tool";
+    }
 }

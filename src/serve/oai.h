@@ -73,6 +73,9 @@ typedef enum oai_role {
     OAI_ROLE_TOOL,
 } oai_role;
 
+/* The role's name as chat templates spell it: system, user, assistant, tool. */
+const char *oai_role_name(oai_role r);
+
 typedef struct oai_message {
     oai_role role;
     char *content;            /* owned UTF-8, NUL-terminated, no NUL inside;

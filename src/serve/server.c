@@ -333,39 +333,14 @@ static void give_back_limits(conn *c) {
 
 /* ---- tokenizing ------------------------------------------------------------- */
 
-static const char *role_name(oai_role r) {
-    switch (r) {
-    case OAI_ROLE_SYSTEM: return "system";
-    case OAI_ROLE_USER: return "user";
-    case OAI_ROLE_ASSISTANT: return "assistant";
-    default: return "tool";
-    }
-}
-
-/* The chat rendered with the model's template; template ranges may hold
- * special tokens, message content never does (a user typing <|im_end|>
- * gets text, not a turn boundary). */
+/* The chat, rendered and tokenized (chat_tokenize). */
 static int tokenize_chat(const srv_model *m, const tok *t, const oai_request *q, tks_ids *ids) {
     chat_msg *msgs = calloc(q->n_messages, sizeof(chat_msg));
     if (!msgs) return TS_ERR_NOMEM;
     for (size_t i = 0; i < q->n_messages; i++)
-        msgs[i] = (chat_msg){role_name(q->messages[i].role), q->messages[i].content, q->messages[i].content_len};
-    char *text = NULL;
-    size_t len = 0, n_segs = 0;
-    int add_bos = 0;
-    chat_seg *segs = NULL;
-    int rc = chat_render_segs(m->chat, msgs, (int)q->n_messages, &text, &len, &add_bos, &segs, &n_segs);
+        msgs[i] = (chat_msg){oai_role_name(q->messages[i].role), q->messages[i].content, q->messages[i].content_len};
+    int rc = chat_tokenize(m->chat, msgs, (int)q->n_messages, t, m->specials, ids);
     free(msgs);
-    if (!rc && add_bos && tok_add_bos(t)) rc = tks_encode_text(t, "", 0, 1, ids);
-    size_t at = 0;
-    for (size_t k = 0; !rc && k <= n_segs; k++) {
-        size_t seg_off = k < n_segs ? segs[k].off : len;
-        if (seg_off > at) rc = tks_encode_text(t, text + at, seg_off - at, 0, ids);
-        if (!rc && k < n_segs) rc = tks_encode_template(m->specials, text + segs[k].off, segs[k].len, ids);
-        if (k < n_segs) at = segs[k].off + segs[k].len;
-    }
-    free(text);
-    free(segs);
     return rc;
 }
 
