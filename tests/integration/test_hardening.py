@@ -139,12 +139,14 @@ class Bodies(unittest.TestCase):
         before = metric_value(m0, "tessera_http_responses_total", tenant="b", code="413") or 0
         raw = (b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer " +
                S.key("b").encode() + b"\r\nContent-Type: application/json\r\nContent-Length: 1000000000\r\n\r\n")
-        data, closed, took = exchange(raw, timeout=3)
+        # Nothing follows the headers: a server waiting for the body never
+        # answers, and the read times out (no wall-clock bound asserted:
+        # the suite shares the machine with its heaviest tests).
+        data, closed, _ = exchange(raw, timeout=10)
         self.assertEqual(statuses(data), [413], data)
         self.assertTrue(closed)
-        self.assertLess(took, 1.0)
         wait_until(lambda: (metric_value(get_metrics(S.port, S.metrics_key), "tessera_http_responses_total",
-                                         tenant="b", code="413") or 0) == before + 1, 3,
+                                         tenant="b", code="413") or 0) == before + 1, 10,
                    what="the 413 counted under tenant b")
         m = get_metrics(S.port, S.metrics_key)
         self.assertGreaterEqual(metric_value(m, "tessera_requests_total", tenant="b",
@@ -164,7 +166,7 @@ class Bodies(unittest.TestCase):
                        key.encode() + b"\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n" + body)
                 data, _, _ = exchange(raw)
                 self.assertEqual(statuses(data), [want], data[:300])
-        wait_until(lambda: count() == before + 1, 3, what="the chunked 413 counted under tenant a")
+        wait_until(lambda: count() == before + 1, 10, what="the chunked 413 counted under tenant a")
 
 
 class Metrics(unittest.TestCase):
@@ -201,18 +203,21 @@ class Metrics(unittest.TestCase):
 class Outcomes(unittest.TestCase):
     def test_stream_queue_timeout_is_a_failure(self):
         """One sequence per step on a slow model: a long stream holds it, and
-        a second stream of the same tenant, on a tier with max_queue_ms: 300,
+        a second stream of the same tenant, on a tier with max_queue_ms: 1000,
         times out in the queue after its 200 went out. It must count as
         failed_queue_timeout, never completed; the long one, closed by its
         client, as cancelled: two requests, two outcomes."""
         t = Tenant(ENV, "q", "rt")
         s = Server(ENV, "queue", [Model("slow", SLOW_PATH, threads=1, max_seqs=1)], [t],
-                   tiers=["{name: rt, band: 0, ttft_ms: 100, max_queue_ms: 300}"],
+                   tiers=["{name: rt, band: 0, ttft_ms: 100, max_queue_ms: 1000}"],
                    limits={"shutdown_grace_s": 1})
         self.addCleanup(s.kill)
         s.start()
+        # Greedy: sampled, the random model may draw its stop token early,
+        # free the seat, and let the second request run (900 greedy tokens
+        # of this model and prompt have no stop token).
         long_stream = RawStream(s.port, COMP, {"model": "slow", "prompt": "a long story", "max_tokens": 900,
-                                               "stream": True}, s.key("q"))
+                                               "temperature": 0, "stream": True}, s.key("q"))
         self.addCleanup(long_stream.close)
         self.assertNotEqual(long_stream.next_event(), "[DONE]")
         r = request(s.port, "POST", COMP, {"model": "slow", "prompt": "my turn", "max_tokens": 4, "stream": True},
@@ -229,7 +234,7 @@ class Outcomes(unittest.TestCase):
             got = {l["outcome"]: v for n, l, v in m
                    if n == "tessera_requests_total" and l.get("tenant") == "q" and v}
             return got if sum(got.values()) == 2 else None
-        got = wait_until(outcomes, 5, what="two outcomes for tenant q")
+        got = wait_until(outcomes, 10, what="two outcomes for tenant q")
         self.assertEqual(got, {"failed_queue_timeout": 1, "cancelled": 1})
         m = get_metrics(s.port, s.metrics_key)
         self.assertEqual(metric_value(m, "tessera_http_responses_total", tenant="q", code="200"), 2)
@@ -251,7 +256,7 @@ class Outcomes(unittest.TestCase):
         request(S.port, "GET", "/v1/models", key=key)
         request(S.port, "GET", COMP, key=key)       # 405
         sent += 2
-        wait_until(lambda: completions_sum(S, "b")[1] - before == sent, 3,
+        wait_until(lambda: completions_sum(S, "b")[1] - before == sent, 10,
                    what="tenant b's outcomes to grow by %d" % sent)
         time.sleep(0.2)
         self.assertEqual(completions_sum(S, "b")[1] - before, sent)
