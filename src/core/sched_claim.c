@@ -193,9 +193,9 @@ int sched__left_out_by_claim(const sched *s, const step *st, const tenant *t) {
  * waits for the step in flight, and with many seats that is a long step of
  * the flood's decodes: at 32 seats the victim of scenarios/isolation.yaml
  * waited ~25 ms for it, beside a first step of ~18 ms of its own (ratio
- * 2.4 and worse). So while a band holds a tenant over its share and a
- * present tenant under it (one that had work within presence_us, so is
- * expected back), the over-share tenants' work is split into short steps:
+ * 2.4 and worse). So while a band is flooded (sched__short_step) and a
+ * present tenant is under its share (one that had work within
+ * presence_us, so is expected back), the flood's work is split into short steps:
  * their decodes take turns (least recently decoded first) and their
  * prefill chunks shrink so that the step's predicted time stays within
  * SHORT_FRACTION of the predicted time of the present tenant's own first
@@ -279,7 +279,8 @@ void sched__short_step(sched *s, step *st) {
     if (!any) return;
     double prompt[SCHED_MAX_TIERS] = {0};
     for (int32_t i = 0; i < s->n_tenants; i++) {
-        const tenant *t = &s->tenants[i];
+        tenant *t = &s->tenants[i];
+        if (!t->n_running) t->flooding = 0; /* its flag was last set while it ran */
         /* Not a tenant with a backlog of its own: its next request would
          * wait behind its queue whatever the step. (One waiting request
          * is no backlog: it claims in this step, and the next may arrive
@@ -295,10 +296,6 @@ void sched__short_step(sched *s, step *st) {
         st->short_band[b] = 1;
         if (st->short_us == 0 || cap < st->short_us) st->short_us = cap;
     }
-}
-
-int sched__over_present_share(const sched *s, const step *st, const tenant *t) {
-    return t->flooding;
 }
 
 static double predict_with(const sched *s, const cost_features *base, double prefill, double decodes, double ctx) {

@@ -208,7 +208,6 @@ int sched__fair_share_room(sched *s, step *st, const req *r, int32_t want, int b
 void sched__claim_step(sched *s, step *st, const tenant *claimant);
 int sched__left_out_by_claim(const sched *s, const step *st, const tenant *t);
 void sched__short_step(sched *s, step *st);
-int sched__over_present_share(const sched *s, const step *st, const tenant *t);
 int32_t sched__short_room(const sched *s, step *st, int32_t pos, int32_t n);
 void sched__plan_short_decodes(sched *s, step *st);
 
@@ -230,7 +229,7 @@ static inline int sched__present(const sched *s, const step *st, const tenant *t
 
 /* A tenant whose work this step is held to the short step. */
 static inline int sched__held_short(const sched *s, const step *st, const tenant *t) {
-    return st->short_band[t->band] && sched__over_present_share(s, st, t);
+    return st->short_band[t->band] && t->flooding;
 }
 
 #endif
