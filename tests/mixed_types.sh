@@ -15,9 +15,10 @@
 #      logits (gap <= 2 x 5e-2 x max |logit|), where the sequences part and
 #      the comparison stops, after at least 8 of the 16 steps.
 #   2. `tessera serve` on that file answers a completion and keeps running.
-#   3. A file the engine cannot run (attn_v in q6_K) makes `tessera serve`
-#      exit non-zero at start-up, naming the tensor and the type, without
-#      ever listening.
+#   3. A file the engine cannot run (attn_v marked q6_K, whose super-blocks
+#      of 256 do not fit these 64-element rows) makes `tessera serve` exit
+#      non-zero at start-up, naming the tensor and the type, without ever
+#      listening.
 #
 # Environment: TS_TESSERA (binary), TS_TMPDIR (scratch).
 set -euo pipefail
@@ -119,7 +120,7 @@ finally:
             proc.kill()
 EOF
 
-# 3. A type the engine does not run: refused at start-up, never listening.
+# 3. Rows that are not whole blocks of their type: refused at start-up, never listening.
 "$PY" - "$W/mixed.gguf" "$W/q6k.gguf" <<'EOF'
 import sys
 b = bytearray(open(sys.argv[1], "rb").read())

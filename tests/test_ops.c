@@ -701,62 +701,6 @@ static void test_matmul_mixed_types(void **state) {
     ops_set_threads(0);
 }
 
-/* Q8_0 with the rows regrouped once (ops_q8_regroup, as model loading
- * does) gives bit for bit what regrouping in every call gives, at every T
- * (below OPS_Q8_TILED_T the copy is not read; 16 and 17 take the tiled
- * kernel, 17 with a partial activation tile), with leftover rows past the
- * last group of 8, alone, by ops_matmul_n and inside a team. */
-static void test_matmul_q8_regrouped(void **state) {
-    (void)state;
-    enum { NI = 288, NO = 300, TM = 17 };
-    ops_set_threads(2);
-    ops_scratch *s = ops_scratch_new(TM, NI, 2);
-    assert_non_null(s);
-    rng_seed(9);
-    test_mat w;
-    test_mat_make(&w, GGUF_TT_Q8_0, NO, NI);
-    const size_t bytes = ops_q8_regroup_bytes(&w.m);
-    void *g = bytes ? aligned_alloc(64, (bytes + 63) / 64 * 64) : NULL;
-    if (bytes) {
-        assert_non_null(g);
-        ops_q8_regroup(g, &w.m);
-    }
-    ops_mat wg = w.m;
-    wg.q8g = g;
-    float *x = malloc(TM * NI * sizeof(float)), *y0 = malloc(TM * NO * sizeof(float));
-    float *y1 = malloc(TM * NO * sizeof(float));
-    assert_true(x && y0 && y1);
-    for (int i = 0; i < TM * NI; i++)
-        x[i] = rng_float() * 2.0f;
-    const int Ts[] = {1, 3, 4, 6, 8, 16, 17};
-    for (size_t k = 0; k < sizeof Ts / sizeof *Ts; k++)
-        for (int mode = 0; mode < 3; mode++) {
-            const int T = Ts[k];
-            ops_matmul(y0, NO, x, T, &w.m, s);
-            memset(y1, 0, TM * NO * sizeof(float));
-            if (mode == 0) {
-                ops_matmul(y1, NO, x, T, &wg, s);
-            } else if (mode == 1) {
-                const ops_mat *wp[1] = {&wg};
-                float *yp[1] = {y1};
-                const int64_t ld[1] = {NO};
-                ops_matmul_n(1, yp, ld, x, T, wp, s);
-            } else {
-#pragma omp parallel num_threads(2)
-                ops_matmul(y1, NO, x, T, &wg, s);
-            }
-            if (memcmp(y0, y1, (size_t)T * NO * sizeof(float)))
-                fail_msg("regrouped Q8_0 differs at T %d, mode %d", T, mode);
-        }
-    free(g);
-    free(x);
-    free(y0);
-    free(y1);
-    test_mat_free(&w);
-    ops_scratch_free(s);
-    ops_set_threads(0);
-}
-
 static void test_dequant_row(void **state) {
     (void)state;
     rng_seed(5);
@@ -972,7 +916,6 @@ int main(void) {
         cmocka_unit_test(test_matmul_scratch_threads),
         cmocka_unit_test(test_matmul_fused_and_team),
         cmocka_unit_test(test_matmul_mixed_types),
-        cmocka_unit_test(test_matmul_q8_regrouped),
         cmocka_unit_test(test_rmsnorm),
         cmocka_unit_test(test_softmax),
         cmocka_unit_test(test_silu_mul),

@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -120,25 +121,48 @@ static int rd_value(cursor *c, gguf_kv *kv) {
     return 0;
 }
 
-/* The tensor types tessera executes: the one table gguf_type_name and
- * gguf_type_from_name read. */
+/* The tensor types tessera executes: the one table gguf_type_name,
+ * gguf_type_from_name and the block sizes read. Names as ggml spells them
+ * ("q4_K"); gguf_type_from_name also takes them in lower case. */
 static const struct {
     uint32_t type;
     const char *name;
+    int block;              /* elements per block */
+    int bytes;              /* bytes per block */
 } exec_types[] = {
-    {GGUF_TT_F32, "f32"}, {GGUF_TT_F16, "f16"}, {GGUF_TT_BF16, "bf16"}, {GGUF_TT_Q8_0, "q8_0"},
+    {GGUF_TT_F32, "f32", 1, 4},         {GGUF_TT_F16, "f16", 1, 2},       {GGUF_TT_BF16, "bf16", 1, 2},
+    {GGUF_TT_Q8_0, "q8_0", 32, 34},     {GGUF_TT_Q4_0, "q4_0", 32, 18},   {GGUF_TT_Q4_1, "q4_1", 32, 20},
+    {GGUF_TT_Q5_0, "q5_0", 32, 22},     {GGUF_TT_Q5_1, "q5_1", 32, 24},   {GGUF_TT_Q2_K, "q2_K", 256, 84},
+    {GGUF_TT_Q3_K, "q3_K", 256, 110},   {GGUF_TT_Q4_K, "q4_K", 256, 144}, {GGUF_TT_Q5_K, "q5_K", 256, 176},
+    {GGUF_TT_Q6_K, "q6_K", 256, 210},   {GGUF_TT_IQ4_NL, "iq4_nl", 32, 18},
+    {GGUF_TT_IQ4_XS, "iq4_xs", 256, 136},
 };
 #define N_EXEC_TYPES (sizeof(exec_types) / sizeof(exec_types[0]))
 
-const char *gguf_type_name(uint32_t type) {
+static int exec_index(uint32_t type) {
     for (size_t i = 0; i < N_EXEC_TYPES; i++)
-        if (exec_types[i].type == type) return exec_types[i].name;
-    return NULL;
+        if (exec_types[i].type == type) return (int)i;
+    return -1;
+}
+
+const char *gguf_type_name(uint32_t type) {
+    int i = exec_index(type);
+    return i < 0 ? NULL : exec_types[i].name;
+}
+
+int gguf_type_block(uint32_t type) {
+    int i = exec_index(type);
+    return i < 0 ? 0 : exec_types[i].block;
+}
+
+int gguf_type_block_bytes(uint32_t type) {
+    int i = exec_index(type);
+    return i < 0 ? 0 : exec_types[i].bytes;
 }
 
 int gguf_type_from_name(const char *name, uint32_t *type) {
     for (size_t i = 0; i < N_EXEC_TYPES; i++)
-        if (strcmp(exec_types[i].name, name) == 0) {
+        if (strcasecmp(exec_types[i].name, name) == 0) {
             *type = exec_types[i].type;
             return 0;
         }
@@ -162,14 +186,9 @@ static const char *foreign_type_name(uint32_t type) {
 }
 
 uint64_t gguf_row_bytes(uint32_t type, uint64_t n) {
-    switch (type) {
-    case GGUF_TT_F32: return n * 4;
-    case GGUF_TT_F16: case GGUF_TT_BF16: return n * 2;
-    case GGUF_TT_Q8_0:
-        if (n % GGUF_Q8_0_BLOCK) return 0;
-        return n / GGUF_Q8_0_BLOCK * GGUF_Q8_0_BYTES;
-    }
-    return 0;
+    int i = exec_index(type);
+    if (i < 0 || n % (uint64_t)exec_types[i].block) return 0;
+    return n / (uint64_t)exec_types[i].block * (uint64_t)exec_types[i].bytes;
 }
 
 /* Element counts beyond this are absurd for any model we could run and would
@@ -199,14 +218,15 @@ static int rd_tensor_info(cursor *c, gguf_tensor *t) {
     if ((rc = rd_u64(c, &t->offset, "tensor offset"))) return rc;
     if (!gguf_type_name(t->type))
         return err_set(c->err, c->errlen, TS_ERR_GGUF_TYPE,
-                       "tensor '%.*s': type %s (%u) is not supported (f32, f16, bf16, q8_0 are)",
+                       "tensor '%.*s': type %s (%u) is not supported (f32, f16, bf16, q4_0, q4_1, q5_0, q5_1, q8_0, "
+                       "q2_K..q6_K, iq4_nl, iq4_xs are)",
                        (int)t->name.len, t->name.ptr, foreign_type_name(t->type), t->type);
     uint64_t rb = gguf_row_bytes(t->type, t->ne[0]);
     if (!rb)
         return err_set(c->err, c->errlen, TS_ERR_GGUF_CORRUPT,
-                       "tensor '%.*s': row of %llu elements is not a whole number of %s blocks",
+                       "tensor '%.*s': row of %llu elements is not a whole number of %s blocks of %d",
                        (int)t->name.len, t->name.ptr, (unsigned long long)t->ne[0],
-                       gguf_type_name(t->type));
+                       gguf_type_name(t->type), gguf_type_block(t->type));
     t->nbytes = rb * (nel / t->ne[0]);
     return 0;
 }

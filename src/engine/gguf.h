@@ -27,11 +27,23 @@ enum {
     GGUF_VT_FLOAT64 = 12,
 };
 
-/* Tensor types tessera executes, numbered as ggml numbers them. */
+/* Tensor types tessera executes, numbered as ggml numbers them. The block
+ * layouts are in cpu/quant.h; gguf_type_block gives their sizes. */
 enum {
     GGUF_TT_F32 = 0,
     GGUF_TT_F16 = 1,
+    GGUF_TT_Q4_0 = 2,   /* blocks of 32: f16 scale, 16 bytes of 4-bit quants */
+    GGUF_TT_Q4_1 = 3,   /* blocks of 32: f16 scale and min, 4-bit quants */
+    GGUF_TT_Q5_0 = 6,   /* blocks of 32: f16 scale, 4 bytes of fifth bits, 4-bit quants */
+    GGUF_TT_Q5_1 = 7,   /* blocks of 32: f16 scale and min, fifth bits, 4-bit quants */
     GGUF_TT_Q8_0 = 8,   /* blocks of 32: one f16 scale, 32 int8 */
+    GGUF_TT_Q2_K = 10,  /* super-blocks of 256 (the K-quants) */
+    GGUF_TT_Q3_K = 11,
+    GGUF_TT_Q4_K = 12,
+    GGUF_TT_Q5_K = 13,
+    GGUF_TT_Q6_K = 14,
+    GGUF_TT_IQ4_NL = 20, /* blocks of 32: f16 scale, 4-bit indices into a fixed table */
+    GGUF_TT_IQ4_XS = 23, /* super-blocks of 256: IQ4_NL's table with 6-bit sub-block scales */
     GGUF_TT_BF16 = 30,
 };
 #define GGUF_Q8_0_BLOCK 32  /* elements per Q8_0 block */
@@ -94,6 +106,10 @@ int gguf_type_from_name(const char *name, uint32_t *type);
 /* Bytes of a row of n elements of type, or 0 if the type is unknown or n is
  * not a whole number of blocks. */
 uint64_t gguf_row_bytes(uint32_t type, uint64_t n);
+/* Elements per block of type (1 for the float types) and bytes per block;
+ * 0 for a type tessera does not execute. */
+int gguf_type_block(uint32_t type);
+int gguf_type_block_bytes(uint32_t type);
 
 const gguf_kv *gguf_find_kv(const gguf_ctx *g, const char *key);
 const gguf_tensor *gguf_find_tensor(const gguf_ctx *g, const char *name);

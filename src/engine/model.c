@@ -105,8 +105,7 @@ static int bind_mat(const gguf_ctx *g, const char *name, int64_t rows, int64_t c
     if (!ops_mat_supported(m)) {
         const char *tn = gguf_type_name(t->type);
         return err_set(err, errlen, TS_ERR_GGUF_TYPE,
-                       "tensor %s: type %s (%u) of shape [%lld, %lld] is not one the CPU kernels multiply "
-                       "(f32, f16, bf16, q8_0 are)",
+                       "tensor %s: type %s (%u) of shape [%lld, %lld] is not one the CPU kernels multiply",
                        name, tn ? tn : "?", t->type, (long long)cols, (long long)rows);
     }
     return 0;
@@ -201,50 +200,6 @@ static int bind_all(model *m, char *err, size_t errlen) {
     return 0;
 }
 
-/* Every matrix a forward pass multiplies (the embedding is only ever read
- * a row at a time, so it is not one of them). */
-static int forward_mats(model *m, ops_mat **out) {
-    int n = 0;
-    for (int l = 0; l < m->cfg.n_layers; l++) {
-        model_layer *L = &m->layers[l];
-        ops_mat *ws[7] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
-        for (int i = 0; i < 7; i++) out[n++] = ws[i];
-    }
-    out[n++] = &m->output;
-    return n;
-}
-
-/* Give every Q8_0 matrix its regrouped copy (ops_q8_regroup), so batched
- * decode reads the layout its kernel wants instead of building it in
- * every call. The price is memory: the copies take about as much again as
- * the Q8_0 weights (288 bytes per 8 rows x 34), held in RAM while the
- * mapping stays for single-sequence decode and the embedding. */
-static int regroup_q8(model *m, char *err, size_t errlen) {
-    ops_mat **mats = malloc(((size_t)m->cfg.n_layers * 7 + 1) * sizeof(*mats));
-    if (!mats) return err_set(err, errlen, TS_ERR_NOMEM, "out of memory");
-    int n = forward_mats(m, mats);
-    size_t total = 0;
-    for (int i = 0; i < n; i++) total += (ops_q8_regroup_bytes(mats[i]) + 63) / 64 * 64;
-    if (total) {
-        m->q8g_owned = aligned_alloc(64, total);
-        if (!m->q8g_owned) {
-            free(mats);
-            return err_set(err, errlen, TS_ERR_NOMEM, "out of memory for regrouped Q8_0 weights (%zu bytes)",
-                           total);
-        }
-        char *p = m->q8g_owned;
-        for (int i = 0; i < n; i++) {
-            size_t b = ops_q8_regroup_bytes(mats[i]);
-            if (!b) continue;
-            ops_q8_regroup(p, mats[i]);
-            mats[i]->q8g = p;
-            p += (b + 63) / 64 * 64;
-        }
-    }
-    free(mats);
-    return 0;
-}
-
 int model_from_gguf(gguf_ctx *g, model **out, char *err, size_t errlen) {
     *out = NULL;
     model *m = calloc(1, sizeof(*m));
@@ -259,7 +214,6 @@ int model_from_gguf(gguf_ctx *g, model **out, char *err, size_t errlen) {
         m->cfg.head_dim = m->cfg.dim / m->cfg.n_heads;
         rc = bind_all(m, err, errlen);
     }
-    if (!rc) rc = regroup_q8(m, err, errlen);
     if (rc) {
         model_free(m);
         return rc;
@@ -283,7 +237,6 @@ void model_free(model *m) {
     gguf_close(m->gguf);
     free(m->layers);
     free(m->f32_owned);
-    free(m->q8g_owned);
     free(m);
 }
 

@@ -63,7 +63,6 @@ typedef struct model {
     ops_mat output;         /* (vocab, dim); the embedding when tied */
     model_layer *layers;    /* (n_layers) */
     float *f32_owned;       /* norms and biases converted to f32 when stored otherwise */
-    void *q8g_owned;        /* the Q8_0 matrices' regrouped copies (ops_mat.q8g), one block */
     uint64_t weight_bytes;  /* bytes of all matrices read per token (roofline) */
 } model;
 

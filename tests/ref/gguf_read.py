@@ -17,13 +17,19 @@ A gguf string is a u64 byte length followed by that many bytes (UTF-8, no NUL).
 ne[0] is the fastest-varying dimension, so a tensor with ne = [a, b] is a
 row-major NumPy array of shape (b, a).
 
-Tensors are loaded lazily (np.memmap) and dequantized to float64 on request.
+Tensors are loaded lazily (np.memmap) and dequantized to float64 on request;
+the quantized types are decoded by quants.py (float32, bit-exact with ggml)
+and then widened.
 """
 
+import os
 import struct
 import sys
 
 import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import quants  # noqa: E402
 
 GGUF_MAGIC = b"GGUF"
 
@@ -38,9 +44,11 @@ _SCALAR_FMT = {
     T_UINT64: "<Q", T_INT64: "<q", T_FLOAT64: "<d",
 }
 
-# ggml tensor types this reader understands.
+# ggml tensor types this reader understands: the float types here, the
+# quantized ones (Q8_0 included) through quants.py.
 GGML_F32, GGML_F16, GGML_Q8_0, GGML_BF16 = 0, 1, 8, 30
 TYPE_NAMES = {GGML_F32: "F32", GGML_F16: "F16", GGML_Q8_0: "Q8_0", GGML_BF16: "BF16"}
+TYPE_NAMES.update(quants.NAMES)
 
 QK8_0 = 32                 # elements per Q8_0 block
 Q8_0_BLOCK_BYTES = 2 + 32  # f16 scale d, then 32 x int8 q; value = d * q
@@ -125,6 +133,12 @@ class TensorInfo:
             if self.ne[0] % QK8_0:
                 raise GGUFError("%s: Q8_0 row length %d not a multiple of 32" % (self.name, self.ne[0]))
             return (n // QK8_0) * Q8_0_BLOCK_BYTES
+        if self.type in quants.BLOCK:
+            qk = quants.BLOCK[self.type][0]
+            if self.ne[0] % qk:
+                raise GGUFError("%s: %s row length %d not a multiple of %d"
+                                % (self.name, quants.NAMES[self.type], self.ne[0], qk))
+            return quants.n_bytes(self.type, n)
         raise GGUFError("%s: unsupported ggml type %d" % (self.name, self.type))
 
     def __repr__(self):
@@ -149,10 +163,16 @@ class GGUFFile:
         n_kv = cur.u64()
 
         self.metadata = {}
+        self.metadata_types = {}        # key -> (vtype, array element type or None)
         for _ in range(n_kv):
             key = cur.string()
             vtype = cur.u32()
+            etype = None
+            if vtype == T_ARRAY:
+                etype = struct.unpack("<I", bytes(cur.buf[cur.pos:cur.pos + 4]))[0] \
+                    if cur.pos + 4 <= len(cur.buf) else None
             self.metadata[key] = cur.value(vtype)
+            self.metadata_types[key] = (vtype, etype)
 
         self.tensors = {}
         self.tensor_order = []
@@ -212,6 +232,9 @@ class GGUFFile:
             d = np.ascontiguousarray(blocks[:, :2]).view("<f2").astype(np.float64)  # (nb, 1)
             q = np.ascontiguousarray(blocks[:, 2:]).view(np.int8).astype(np.float64)  # (nb, 32)
             x = (d * q).reshape(-1)
+        elif t.type in quants.BLOCK:
+            # float32 values exactly as ggml dequantizes them, then widened.
+            x = quants.dequantize(raw, t.type, n).astype(np.float64)
         else:
             raise GGUFError("%s: unsupported ggml type %d" % (name, t.type))
         assert x.size == n

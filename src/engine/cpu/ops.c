@@ -20,6 +20,7 @@
  */
 #include "ops.h"
 #include "gguf.h"
+#include "quant.h"
 
 #include <assert.h>
 #include <cblas.h>
@@ -170,55 +171,15 @@ uint16_t ops_f32_to_bf16(float f) {
     return (uint16_t)((x + 0x7fff + ((x >> 16) & 1)) >> 16);
 }
 
-/* Quantize one block of 32 by ggml's reference rule and return the scale d
- * unrounded (callers store it as f16). The vector path reproduces roundf
- * (halves away from zero) exactly, so both paths give the same bytes. */
-static float q8_block_quantize(int8_t *q, const float *x) {
-#ifdef OPS_AVX2
-    const __m256 sign = _mm256_set1_ps(-0.0f);
-    __m256 v[4], a = _mm256_setzero_ps();
-    for (int k = 0; k < 4; k++) {
-        v[k] = _mm256_loadu_ps(x + 8 * k);
-        a = _mm256_max_ps(a, _mm256_andnot_ps(sign, v[k]));
-    }
-    __m128 m = _mm_max_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
-    m = _mm_max_ps(m, _mm_movehl_ps(m, m));
-    m = _mm_max_ss(m, _mm_movehdup_ps(m));
-    const float d = _mm_cvtss_f32(m) / 127.0f;
-    const float id = d != 0.0f ? 1.0f / d : 0.0f;
-    const __m256 vid = _mm256_set1_ps(id), half = _mm256_set1_ps(0.5f), one = _mm256_set1_ps(1.0f);
-    __m256i n[4];
-    for (int k = 0; k < 4; k++) {
-        __m256 p = _mm256_mul_ps(v[k], vid);
-        __m256 t = _mm256_round_ps(p, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
-        /* p - t is exact; a fraction of at least one half rounds away. */
-        __m256 up = _mm256_cmp_ps(_mm256_andnot_ps(sign, _mm256_sub_ps(p, t)), half, _CMP_GE_OQ);
-        __m256 step = _mm256_or_ps(_mm256_and_ps(p, sign), one);
-        n[k] = _mm256_cvtps_epi32(_mm256_add_ps(t, _mm256_and_ps(up, step)));
-    }
-    /* The packs interleave 128-bit lanes; the permute puts them back. */
-    __m256i p16a = _mm256_packs_epi32(n[0], n[1]), p16b = _mm256_packs_epi32(n[2], n[3]);
-    __m256i p8 = _mm256_packs_epi16(p16a, p16b);
-    p8 = _mm256_permutevar8x32_epi32(p8, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
-    _mm256_storeu_si256((__m256i *)q, p8);
-    return d;
-#else
-    float amax = 0.0f;
-    for (int j = 0; j < GGUF_Q8_0_BLOCK; j++)
-        amax = fmaxf(amax, fabsf(x[j]));
-    const float d = amax / 127.0f;
-    const float id = d != 0.0f ? 1.0f / d : 0.0f;
-    for (int j = 0; j < GGUF_Q8_0_BLOCK; j++)
-        q[j] = (int8_t)roundf(x[j] * id);
-    return d;
-#endif
-}
-
+/* ggml's Q8_0 rule, which the Q8_32 activation format shares: its scale
+ * comes back rounded through f16, so storing it as f16 is exact. */
 void ops_quantize_q8_0(void *out, const float *x, int64_t n) {
     uint8_t *o = out;
     for (int64_t b = 0; b < n / GGUF_Q8_0_BLOCK; b++) {
         uint8_t *blk = o + (size_t)b * GGUF_Q8_0_BYTES;
-        float d = q8_block_quantize((int8_t *)(blk + 2), x + (size_t)b * GGUF_Q8_0_BLOCK);
+        float d;
+        quant_act_row(QUANT_ACT_Q8_32, (int8_t *)(blk + 2), &d, NULL, x + (size_t)b * GGUF_Q8_0_BLOCK,
+                      GGUF_Q8_0_BLOCK);
         uint16_t h = ops_f32_to_f16(d);
         memcpy(blk, &h, sizeof h);
     }
@@ -228,6 +189,11 @@ static float q8_scale(const uint8_t *blk) {
     uint16_t h;
     memcpy(&h, blk, sizeof h);
     return ops_f16_to_f32(h);
+}
+
+/* Bytes of one weight row. */
+static size_t row_bytes(const ops_mat *w) {
+    return (size_t)gguf_row_bytes(w->type, (uint64_t)w->n_in);
 }
 
 /* Row r of w as floats, n = w->n_in. */
@@ -272,8 +238,10 @@ static void dequant_row(float *out, const ops_mat *w, int64_t r) {
         }
         break;
     }
-    default:  /* model_load refuses a matrix ops_mat_supported rejects */
-        assert(!"ops: unsupported weight type");
+    default: {  /* model_load refuses a matrix ops_mat_supported rejects */
+        const int64_t nb = n / gguf_type_block(w->type);
+        quant_dequant(out, (const uint8_t *)w->data + (size_t)r * row_bytes(w), w->type, nb);
+    }
     }
 }
 
@@ -515,6 +483,8 @@ struct ops_scratch {
     float *xdt;             /* (max_T rounded up to 4, max_n_in / 32): their scales, likewise */
     int8_t *xq_own;         /* (n_threads, OPS_Q8_OWN_T, max_n_in): each thread's own copy at small T */
     float *xd_own;          /* (n_threads, OPS_Q8_OWN_T, max_n_in / 32) */
+    int16_t *xs;            /* (max_T, max_n_in / 16) activation sums (quant.h), other quantized types */
+    int16_t *xs_own;        /* (n_threads, OPS_Q8_OWN_T, max_n_in / 16) */
     /* Each thread's own buffers, one slice per thread, every slice 64-byte
      * aligned. A call uses at most one of the three, but each has its own
      * memory: the three together are ~7% more than the largest alone. */
@@ -522,7 +492,7 @@ struct ops_scratch {
                              * dequantized for sgemm */
     size_t wtile_floats;    /* floats per thread's slice, a multiple of 16 */
     uint8_t *q8rows;        /* (n_threads, Q8_GROUP_BYTES * max_n_in / 32): 8 Q8_0 weight rows
-                             * regrouped for tile_q8w, as ops_q8_regroup lays them out */
+                             * regrouped for tile_q8w (q8_rows8) */
     size_t q8rows_bytes;    /* bytes per thread's slice, a multiple of 64 */
     float *xt_f32;          /* (n_threads, max_n_in, 16): the F32 activations transposed for
                              * tile_f32_b, each thread's own copy (cheaper than a barrier) */
@@ -570,11 +540,13 @@ ops_scratch *ops_scratch_new(int max_T, int64_t max_n_in, int n_threads) {
     s->xdt = alloc64(t4 * nb * sizeof(float));
     s->xq_own = alloc64(own * (size_t)max_n_in);
     s->xd_own = alloc64(own * nb * sizeof(float));
+    s->xs = alloc64((size_t)max_T * (size_t)(max_n_in / 16) * sizeof(int16_t));
+    s->xs_own = alloc64(own * (size_t)(max_n_in / 16) * sizeof(int16_t));
     s->wtile = alloc64(s->wtile_floats * (size_t)n_threads * sizeof(float));
     s->q8rows = alloc64(s->q8rows_bytes * (size_t)n_threads);
     s->xt_f32 = alloc64(s->xt_f32_floats * (size_t)n_threads * sizeof(float));
-    if (!s->xq || !s->xd || !s->xt || !s->xdt || !s->xq_own || !s->xd_own || !s->wtile || !s->q8rows ||
-        !s->xt_f32)
+    if (!s->xq || !s->xd || !s->xt || !s->xdt || !s->xq_own || !s->xd_own || !s->xs || !s->xs_own || !s->wtile ||
+        !s->q8rows || !s->xt_f32)
         goto err;
     return s;
 err:
@@ -607,6 +579,8 @@ void ops_scratch_free(ops_scratch *s) {
     free(s->xdt);
     free(s->xq_own);
     free(s->xd_own);
+    free(s->xs);
+    free(s->xs_own);
     free(s->wtile);
     free(s->q8rows);
     free(s->xt_f32);
@@ -617,15 +591,6 @@ void ops_scratch_free(ops_scratch *s) {
 /* Matmul, decode path: stream each weight row once                          */
 /* ------------------------------------------------------------------------- */
 
-/* Bytes of one weight row. */
-static size_t row_bytes(const ops_mat *w) {
-    switch (w->type) {
-    case GGUF_TT_F32: return (size_t)w->n_in * 4;
-    case GGUF_TT_Q8_0: return (size_t)(w->n_in / GGUF_Q8_0_BLOCK) * GGUF_Q8_0_BYTES;
-    default: return (size_t)w->n_in * 2;
-    }
-}
-
 /* Element i of a float-type row, for scalar loops and vector tails. */
 static inline float w_elem(const uint8_t *row, int64_t i, uint32_t type) {
     switch (type) {
@@ -635,23 +600,24 @@ static inline float w_elem(const uint8_t *row, int64_t i, uint32_t type) {
     }
 }
 
-/* The activations of the Q8_0 path, quantized once per call. */
+/* The activations of the integer paths, quantized once per call in the
+ * weight type's format (quant.h): Q8_0 and the other 32-element types read
+ * QUANT_ACT_Q8_32, the K-quants QUANT_ACT_Q8_K. */
 typedef struct q8_act {
+    int act;                /* QUANT_ACT_* */
     int8_t *q;              /* (T, n_in) */
-    float *d;               /* (T, n_in / 32) */
+    float *d;               /* (T, n_in / dblock) */
+    int16_t *s;             /* (T, n_in / sblock): sums, for the types other than Q8_0 */
     int8_t *t;              /* T >= OPS_Q8_TT: (T / 4 rounded up, n_in / 32, 8 groups, 4 rows, 4) */
     float *td;              /* T >= OPS_Q8_TT: (T / 4 rounded up, n_in / 32, 4 rows) */
 } q8_act;
 
-/* Quantize activation row t of x (T, n_in) into xa. The scale is rounded
- * through f16 so the products equal llama.cpp's q8_0 x q8_0 dot. */
+/* Quantize activation row t of x (T, n_in) into xa. Q8_0's scale is
+ * rounded through f16 so its products equal llama.cpp's q8_0 x q8_0 dot. */
 static void q8_act_row(const q8_act *xa, const float *x, int64_t n_in, int t) {
-    const int64_t nb = n_in / GGUF_Q8_0_BLOCK;
-    for (int64_t b = 0; b < nb; b++) {
-        size_t at = (size_t)t * (size_t)n_in + (size_t)b * GGUF_Q8_0_BLOCK;
-        float d = q8_block_quantize(xa->q + at, x + at);
-        xa->d[(size_t)t * (size_t)nb + (size_t)b] = ops_f16_to_f32(ops_f32_to_f16(d));
-    }
+    const size_t nd = (size_t)(n_in / quant_act_dblock(xa->act)), ns = (size_t)(n_in / quant_act_sblock(xa->act));
+    quant_act_row(xa->act, xa->q + (size_t)t * (size_t)n_in, xa->d + (size_t)t * nd,
+                  xa->s ? xa->s + (size_t)t * ns : NULL, x + (size_t)t * (size_t)n_in, n_in);
 }
 
 #ifdef OPS_AVX2
@@ -686,9 +652,16 @@ static void q8_act_tile(const q8_act *xa, int64_t n_in, int T, int tt) {
 }
 #endif
 
+static void rows_quant(float *y, int64_t ldy, int T, const ops_mat *w, const q8_act *xa, int64_t o0, int64_t o1,
+                       quant_dot_fn *dot);
+
 /* Scalar rows [o0, o1): the reference, and the decode path without AVX2. */
 static void rows_scalar(float *y, int64_t ldy, const float *x, int T, const ops_mat *w,
                         const q8_act *xa, int64_t o0, int64_t o1) {
+    if (w->type != GGUF_TT_Q8_0 && xa->act != QUANT_ACT_NONE) {
+        rows_quant(y, ldy, T, w, xa, o0, o1, quant_dot_scalar(w->type));
+        return;
+    }
     const int64_t n = w->n_in, nb = n / GGUF_Q8_0_BLOCK;
     const size_t rb = row_bytes(w);
     for (int64_t o = o0; o < o1; o++) {
@@ -719,6 +692,25 @@ static void rows_scalar(float *y, int64_t ldy, const float *x, int T, const ops_
             }
             for (int c = 0; c < nc; c++)
                 y[(size_t)(t0 + c) * (size_t)ldy + (size_t)o] = acc[c];
+        }
+    }
+}
+
+/* Rows [o0, o1) of a quantized type other than Q8_0 by its kernel dot
+ * (quant.h): each row against the activations QUANT_MAX_C at a time, so
+ * every weight block is unpacked once per QUANT_MAX_C tokens, and the row
+ * (a few hundred bytes) stays in L1 for the next group. */
+static void rows_quant(float *y, int64_t ldy, int T, const ops_mat *w, const q8_act *xa, int64_t o0, int64_t o1,
+                       quant_dot_fn *dot) {
+    const int64_t n = w->n_in, nb = n / gguf_type_block(w->type);
+    const int64_t nd = n / quant_act_dblock(xa->act), ns = n / quant_act_sblock(xa->act);
+    const size_t rb = row_bytes(w);
+    for (int64_t o = o0; o < o1; o++) {
+        const uint8_t *row = (const uint8_t *)w->data + (size_t)o * rb;
+        for (int t = 0; t < T; t += QUANT_MAX_C) {
+            const quant_acts a = {xa->q + (size_t)t * (size_t)n, xa->d + (size_t)t * (size_t)nd,
+                                  xa->s + (size_t)t * (size_t)ns, n};
+            dot(y + (size_t)t * (size_t)ldy + (size_t)o, ldy, row, nb, &a, T - t < QUANT_MAX_C ? T - t : QUANT_MAX_C);
         }
     }
 }
@@ -1033,7 +1025,7 @@ static ALWAYS_INLINE void tile_q8w(float *y, int64_t ldy, int tv, const int8_t *
 /* Eight Q8_0 rows (rb bytes apart) regrouped for tile_q8w: per block an
  * 8x8 transpose of 32-bit groups of quants (wg, 256 bytes) and the 8
  * scales as floats (dw). Once per 8 rows, however many activation tiles
- * then pass over them, or once at load (ops_q8_regroup). */
+ * then pass over them. */
 static void q8_rows8(int8_t *wg, float *dw, const uint8_t *row, size_t rb, int64_t nb) {
     for (int64_t b = 0; b < nb; b++) {
         __m256i r[8], u[8], v[8];
@@ -1079,8 +1071,8 @@ static void q8_rows8(int8_t *wg, float *dw, const uint8_t *row, size_t rb, int64
  * from four streams a quarter of the range apart (as rows_float does),
  * against one or two activations per pass (tile_q8_s, prefetching). With
  * them (xa->t, which matmul_team made in tiles of OPS_Q8_TT rows), the
- * weight rows are taken eight at a time, regrouped once into group (or
- * read from w->q8g, regrouped at load), and every activation tile passes
+ * weight rows are taken eight at a time, regrouped once into group, and
+ * every activation tile passes
  * over them while they sit in L1 (tile_q8w). Leftover rows take tile_q8.
  * group: this thread's Q8_GROUP_BYTES * n_in / 32 bytes, 64-byte aligned. */
 static void rows_q8(float *y, int64_t ldy, int T, const ops_mat *w, const q8_act *xa, int64_t o0, int64_t o1,
@@ -1114,14 +1106,10 @@ static void rows_q8(float *y, int64_t ldy, int T, const ops_mat *w, const q8_act
     } else {
         for (; o + 8 <= o1; o += 8) {
             /* o0 is a multiple of OPS_ROW_BLOCK, so o starts a group of 8 */
-            const uint8_t *g = group;
-            if (w->q8g)
-                g = (const uint8_t *)w->q8g + (size_t)(o / 8) * (size_t)nb * Q8_GROUP_BYTES;
-            else
-                q8_rows8((int8_t *)group, (float *)(group + 256 * (size_t)nb),
-                         (const uint8_t *)w->data + (size_t)o * rb, rb, nb);
-            const int8_t *wg = (const int8_t *)g;
-            const float *dw = (const float *)(g + 256 * (size_t)nb);
+            q8_rows8((int8_t *)group, (float *)(group + 256 * (size_t)nb),
+                     (const uint8_t *)w->data + (size_t)o * rb, rb, nb);
+            const int8_t *wg = (const int8_t *)group;
+            const float *dw = (const float *)(group + 256 * (size_t)nb);
             for (int tt = 0; tt * OPS_Q8_TT < T; tt++) {
                 const int t = tt * OPS_Q8_TT, tv = T - t < OPS_Q8_TT ? T - t : OPS_Q8_TT;
                 tile_q8w(y + (size_t)t * (size_t)ldy + (size_t)o, ldy, tv, wg, dw, nb,
@@ -1138,35 +1126,6 @@ static void rows_q8(float *y, int64_t ldy, int T, const ops_mat *w, const q8_act
             Q8_AT(1, 1);
     }
 #undef Q8_AT
-}
-
-size_t ops_q8_regroup_bytes(const ops_mat *w) {
-    if (w->type != GGUF_TT_Q8_0)
-        return 0;
-    return (size_t)(w->n_out / 8) * (size_t)(w->n_in / GGUF_Q8_0_BLOCK) * Q8_GROUP_BYTES;
-}
-
-void ops_q8_regroup(void *out, const ops_mat *w) {
-    const int64_t nb = w->n_in / GGUF_Q8_0_BLOCK;
-    const size_t rb = row_bytes(w);
-    assert(((uintptr_t)out & 63) == 0);
-    for (int64_t g = 0; g < w->n_out / 8; g++) {
-        uint8_t *o = (uint8_t *)out + (size_t)g * (size_t)nb * Q8_GROUP_BYTES;
-        q8_rows8((int8_t *)o, (float *)(o + 256 * (size_t)nb), (const uint8_t *)w->data + (size_t)g * 8 * rb, rb,
-                 nb);
-    }
-}
-
-#else
-
-size_t ops_q8_regroup_bytes(const ops_mat *w) {
-    (void)w;
-    return 0;
-}
-
-void ops_q8_regroup(void *out, const ops_mat *w) {
-    (void)out;
-    (void)w;
 }
 
 #endif /* OPS_AVX2 */
@@ -1219,6 +1178,7 @@ enum {
     MM_SCALAR,              /* rows_scalar: the reference, and a build without AVX2 at small T */
     MM_STREAM,              /* the vector decode kernels: each weight row streamed once */
     MM_SGEMM,               /* OpenBLAS sgemm on tiles of OPS_TILE_ROWS rows */
+    MM_QUANT,               /* the other quantized types: quant_dot's kernel, at every T */
 };
 
 /* One call: up to OPS_MATMUL_MAX products of the same activations, or one
@@ -1241,6 +1201,8 @@ typedef struct mm_call {
 static int mm_method(const ops_mat *w, int T, int ref) {
     if (ref)
         return MM_SCALAR;
+    if (w->type != GGUF_TT_Q8_0 && quant_act_format(w->type) != QUANT_ACT_NONE)
+        return MM_QUANT;
     if (w->type != GGUF_TT_Q8_0 && T > (w->type == GGUF_TT_F32 ? OPS_SMALL_T_F32 : OPS_SMALL_T_HALF))
         return MM_SGEMM;
 #ifdef OPS_AVX2
@@ -1270,6 +1232,9 @@ static void product_rows(const mm_call *c, float *y, int64_t ldy, const ops_mat 
     switch (c->method) {
     case MM_SGEMM:
         sgemm_rows(y, ldy, c->x, c->T, w, o0, o1, s);
+        return;
+    case MM_QUANT:
+        rows_quant(y, ldy, c->T, w, xa, o0, o1, quant_dot(w->type));
         return;
 #ifdef OPS_AVX2
     case MM_STREAM:
@@ -1301,14 +1266,16 @@ static void run_item(const mm_call *c, int i, int64_t o0, int64_t o1, const q8_a
 static void matmul_team(const mm_call *c, const ops_scratch *s) {
     const int nt = omp_get_num_threads(), id = omp_get_thread_num();
     const int64_t n_in = c->w[0]->n_in;
-    q8_act xa = {s->xq, s->xd, NULL, NULL};
-    if (c->w[0]->type == GGUF_TT_Q8_0) {
-        const int tiled = c->method == MM_STREAM && c->T >= OPS_Q8_TILED_T;
+    const int act = quant_act_format(c->w[0]->type), sums = c->w[0]->type != GGUF_TT_Q8_0;
+    q8_act xa = {act, s->xq, s->xd, sums ? s->xs : NULL, NULL, NULL};
+    if (act != QUANT_ACT_NONE) {
+        const int tiled = c->w[0]->type == GGUF_TT_Q8_0 && c->method == MM_STREAM && c->T >= OPS_Q8_TILED_T;
         const int n_tiles = (c->T + OPS_Q8_TT - 1) / OPS_Q8_TT;
         if (c->T <= OPS_Q8_OWN_T) {
             const size_t qo = (size_t)id * OPS_Q8_OWN_T * (size_t)s->max_n_in;
             const size_t dof = (size_t)id * OPS_Q8_OWN_T * (size_t)(s->max_n_in / GGUF_Q8_0_BLOCK);
-            xa = (q8_act){s->xq_own + qo, s->xd_own + dof, NULL, NULL};
+            const size_t so = (size_t)id * OPS_Q8_OWN_T * (size_t)(s->max_n_in / 16);
+            xa = (q8_act){act, s->xq_own + qo, s->xd_own + dof, sums ? s->xs_own + so : NULL, NULL, NULL};
             for (int t = 0; t < c->T; t++)
                 q8_act_row(&xa, c->x, n_in, t);
         } else {
@@ -1458,9 +1425,13 @@ void ops_matmul_swiglu(float *h, float *u, int64_t ldh, const float *x, int T, c
 }
 
 int ops_mat_supported(const ops_mat *w) {
-    if (w->type != GGUF_TT_F32 && w->type != GGUF_TT_F16 && w->type != GGUF_TT_BF16 && w->type != GGUF_TT_Q8_0)
+    const int block = gguf_type_block(w->type);
+    /* ops.c's own kernels: the float types and Q8_0; the rest are quant.h's */
+    const int own = w->type == GGUF_TT_F32 || w->type == GGUF_TT_F16 || w->type == GGUF_TT_BF16 ||
+                    w->type == GGUF_TT_Q8_0;
+    if (!own && (block <= 1 || !quant_dot(w->type)))
         return 0;
-    if (w->type == GGUF_TT_Q8_0 && w->n_in % GGUF_Q8_0_BLOCK)
+    if (w->n_in % (block > 1 ? block : 1))
         return 0;
     return w->n_out > 0 && w->n_in > 0 && w->n_out < INT32_MAX && w->n_in < INT32_MAX; /* BLAS ints */
 }

@@ -3,8 +3,10 @@
  * memory, output first, no allocation, shapes in comments.
  *
  * The one heavy kernel is ops_matmul: Y = X W^T for a weight W stored in
- * GGUF's row-major layout (n_out rows of n_in elements) in F32, F16, BF16 or
- * Q8_0. It picks its method by the number of activation rows T:
+ * GGUF's row-major layout (n_out rows of n_in elements) in F32, F16, BF16,
+ * Q8_0 or one of the quantized types of quant.h (Q4_0..Q5_1, IQ4_NL, the
+ * K-quants, IQ4_XS), always in the file's own layout: the weights are never
+ * copied. It picks its method by the number of activation rows T:
  *   - small T (decode, T <= 16 for the float types): every weight row is
  *     streamed from memory once and applied to all T activation vectors
  *     (AVX2/FMA/F16C; Q8_0 by int8 dot products against activations
@@ -12,7 +14,10 @@
  *   - large T (prefill): F32/F16/BF16 go through OpenBLAS sgemm (F16/BF16
  *     dequantized a tile of rows at a time into per-thread scratch); Q8_0
  *     stays on its int8 kernel at every T, so a token's results do not
- *     depend on what else is in the batch.
+ *     depend on what else is in the batch;
+ *   - the other quantized types run quant.h's integer kernels at every T
+ *     for the same reason, each weight row against QUANT_MAX_C activation
+ *     rows per pass, the activations quantized once per call.
  * ops_matmul_n runs several products of the same activations (q, k, v) and
  * ops_matmul_swiglu the gated pair of a llama FFN as one call: one list of
  * work items, one quantization of the activations, one barrier. Weights of
@@ -44,14 +49,9 @@
 /* A weight matrix in place (usually inside the GGUF mapping). */
 typedef struct ops_mat {
     const void *data;       /* (n_out, n_in) row-major, of type */
-    uint32_t type;          /* GGUF_TT_F32 | F16 | BF16 | Q8_0 */
+    uint32_t type;          /* GGUF_TT_* */
     int64_t n_out;          /* rows */
-    int64_t n_in;           /* row length; multiple of 32 for Q8_0 */
-    const void *q8g;        /* Q8_0 only, optional: the rows regrouped by
-                             * ops_q8_regroup, which decode batches of 6 or
-                             * more rows (OPS_Q8_TILED_T in ops.c) read
-                             * instead of regrouping per call; NULL: regroup
-                             * per call */
+    int64_t n_in;           /* row length; a whole number of the type's blocks */
 } ops_mat;
 
 /* Scratch for ops_matmul, sized once for the largest call (no allocation in
@@ -90,8 +90,9 @@ void ops_matmul_n(int n, float *const *y, const int64_t *ldy, const float *x, in
 void ops_matmul_swiglu(float *h, float *u, int64_t ldh, const float *x, int T, const ops_mat *wg,
                        const ops_mat *wu, ops_scratch *s);
 
-/* 1 when the kernels can multiply by w: F32, F16, BF16, or Q8_0 with rows
- * of whole blocks, each dimension positive and within a BLAS int. Every
+/* 1 when the kernels can multiply by w: a float type, or a quantized type
+ * with a kernel on this CPU (quant_dot) and rows of whole blocks; each
+ * dimension positive and within a BLAS int. Every
  * matrix a kernel (or ops_dequant_row) is given must pass: the model loader
  * asks this of each one, so a file cannot bring the kernels a matrix they
  * do not run. */
@@ -101,20 +102,6 @@ int ops_mat_supported(const ops_mat *w);
  * what a build without AVX2 runs for small T, and the reference the tests
  * hold the vector kernels against. Same contract as ops_matmul. */
 void ops_matmul_ref(float *y, int64_t ldy, const float *x, int T, const ops_mat *w, ops_scratch *s);
-
-/* Bytes ops_q8_regroup writes for w: 0 where it has nothing to write (not
- * Q8_0, fewer than 8 rows, or a build without AVX2, whose kernels never
- * read a regrouped copy). */
-size_t ops_q8_regroup_bytes(const ops_mat *w);
-/* Write w's rows, 8 at a time, in the layout the batched Q8_0 kernel reads
- * (per 8 rows and block of 32: the quants as 8x8 transposed groups of 4,
- * then the 8 scales as floats; 288 bytes) into out
- * (64-byte aligned, ops_q8_regroup_bytes(w)). Results with w->q8g = out
- * are bit for bit those without: the same bytes, made once at load instead
- * of once per call (at T = 16 the per-call regrouping takes ~20% of the
- * product). The caller owns out and must keep it while w->q8g points to
- * it. */
-void ops_q8_regroup(void *out, const ops_mat *w);
 
 /* Dequantize row r of w into out (n_in floats). Used for embeddings. */
 void ops_dequant_row(float *out, const ops_mat *w, int64_t r);

@@ -1,0 +1,30 @@
+/*
+ * quant_int.h - what quant.c reads from the two files of block formats:
+ * quant_legacy.c (the 32-element types) and quant_k.c (the 256-element
+ * K-quants and IQ4_XS). Each lists its types in one table.
+ */
+#ifndef TS_QUANT_INT_H
+#define TS_QUANT_INT_H
+
+#include "quant.h"
+
+typedef struct quant_kind {
+    uint32_t type;                  /* GGUF_TT_* */
+    int act;                        /* QUANT_ACT_* its dot product reads */
+    /* out (nb * block floats) from nb blocks at w */
+    void (*dequant)(float *out, const void *w, int64_t nb);
+    /* nb blocks into out from x (nb * block floats) */
+    void (*quantize)(void *out, const float *x, int64_t nb);
+    quant_dot_fn *dot_scalar;
+    quant_dot_fn *dot_avx2;         /* NULL in a build without x86-64 */
+} quant_kind;
+
+extern const quant_kind quant_legacy_kinds[];
+extern const int quant_legacy_n;
+extern const quant_kind quant_k_kinds[];
+extern const int quant_k_n;
+
+/* The f16 at p (any alignment) as a float: every block's scales. */
+float quant_f16_at(const void *p);
+
+#endif
