@@ -167,6 +167,11 @@ static int generate(const gen_args *a, const model *m, const tok *t) {
         } else {
             printf("\n");
         }
+        /* The weights are read in the file's layout, never copied: what is
+         * resident is the mapping's pages (and the norms made f32). */
+        fprintf(stderr, "generate: weights %.1f MiB resident (%.1f MiB of matrices read per token), KV pool %.1f MiB\n",
+                (double)model_resident_bytes(m) / 1048576.0, (double)m->weight_bytes / 1048576.0,
+                (double)eo.kv_pool_bytes / 1048576.0);
     }
     if (r.dump && fclose(r.dump) != 0) status = 1;
 out_smp:

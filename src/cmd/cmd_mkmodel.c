@@ -14,16 +14,19 @@
 
 static void usage(FILE *f) {
     fprintf(f,
-            "usage: tessera mkmodel OUT.gguf [--preset tiny|15m|110m] [--type f32|f16|bf16|q8_0]\n"
+            "usage: tessera mkmodel OUT.gguf [--preset tiny|15m|20m|110m] [--type TYPE]\n"
             "                       [--tensor-type PATTERN=TYPE]... [--arch llama|qwen2] [--dims N]\n"
             "                       [--layers N] [--heads N] [--kv-heads N] [--ffn N] [--vocab N]\n"
             "                       [--ctx N] [--tied] [--seed N]\n"
             "Writes a deterministic llama-architecture GGUF with random weights and a real\n"
             "SentencePiece byte-fallback vocabulary. Its text is gibberish: it exists so the\n"
             "demo, tests and benchmarks run anywhere. Any llama/qwen2 GGUF works in its place.\n"
-            "Presets: tiny (dim 64, 2 layers), 15m (dim 288, 6 layers), 110m (dim 768, 12 layers).\n"
-            "  --type         the type of every weight matrix (default f32); norms and\n"
-            "                 biases are always f32\n"
+            "Presets: tiny (dim 64, 2 layers), 15m (dim 288, 6 layers), 20m (dim 256, 6 layers,\n"
+            "rows whole K-quant blocks), 110m (dim 768, 12 layers).\n"
+            "  --type         the type of every weight matrix (default f32): f32, f16, bf16,\n"
+            "                 q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl (rows a multiple of 32),\n"
+            "                 q2_K, q3_K, q4_K, q5_K, q6_K, iq4_xs (rows a multiple of 256);\n"
+            "                 norms and biases are always f32\n"
             "  --tensor-type  give the matrices PATTERN names their own TYPE, as quantized\n"
             "                 checkpoints mix types (Q4_K_M keeps attn_v apart). PATTERN is a\n"
             "                 shell glob on the full tensor name (blk.0.attn_v.weight, blk.1.*)\n"
@@ -31,7 +34,8 @@ static void usage(FILE *f) {
             "                 ffn_*, output, token_embd). Repeatable, at most %d; the last\n"
             "                 matching one wins; one that matches no matrix is an error.\n"
             "                 The same seed draws the same weights whatever the types, e.g.\n"
-            "                 --type q8_0 --tensor-type attn_v=f16 --tensor-type output=bf16\n",
+            "                 --type q4_K --tensor-type attn_v=q6_K --tensor-type output=q6_K\n"
+            "                 (the mix of llama.cpp's Q4_K_M)\n",
             MKMODEL_MAX_OVERRIDES);
 }
 
@@ -71,7 +75,7 @@ int cmd_mkmodel(int argc, char **argv) {
      * any order, so find --preset first. */
     for (int i = 1; i + 1 < argc; i++)
         if (strcmp(argv[i], "--preset") == 0 && mkmodel_preset(argv[i + 1], &s)) {
-            fprintf(stderr, "mkmodel: unknown preset '%s' (tiny, 15m, 110m)\n", argv[i + 1]);
+            fprintf(stderr, "mkmodel: unknown preset '%s' (tiny, 15m, 20m, 110m)\n", argv[i + 1]);
             return 2;
         }
     s.overrides = ov;

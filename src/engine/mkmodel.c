@@ -18,6 +18,7 @@
 #include "err.h"
 #include "gguf.h"
 #include "ops.h"
+#include "quant.h"
 #include "rng.h"
 #include "vocab.h"
 
@@ -34,6 +35,9 @@ int mkmodel_preset(const char *name, mkmodel_spec *o) {
         o->vocab = 512; o->ctx_len = 512;
     } else if (strcmp(name, "15m") == 0) {
         o->dim = 288; o->n_layers = 6; o->n_heads = 6; o->n_kv_heads = 6; o->ffn_dim = 768;
+    } else if (strcmp(name, "20m") == 0) {
+        /* 15m's shape with every row a whole K-quant super-block of 256 */
+        o->dim = 256; o->n_layers = 6; o->n_heads = 8; o->n_kv_heads = 8; o->ffn_dim = 768;
     } else if (strcmp(name, "110m") == 0) {
         o->dim = 768; o->n_layers = 12; o->n_heads = 12; o->n_kv_heads = 12; o->ffn_dim = 2048;
     } else {
@@ -77,7 +81,8 @@ static float uniform(uint64_t *st) {
     return (float)((double)(rng_splitmix64(st) >> 11) * (2.0 / 9007199254740992.0) - 1.0);
 }
 
-/* Encode n f32 values as type into a fresh buffer; frees src. */
+/* Encode n f32 values as type into a fresh buffer (NULL when out of
+ * memory or the type has no quantizer); frees src. */
 static void *encode(float *src, uint64_t n, uint32_t type, uint64_t *nbytes) {
     if (type == GGUF_TT_F32) {
         *nbytes = n * 4;
@@ -85,14 +90,15 @@ static void *encode(float *src, uint64_t n, uint32_t type, uint64_t *nbytes) {
     }
     *nbytes = gguf_row_bytes(type, n);
     void *dst = malloc(*nbytes ? *nbytes : 1);
-    if (dst) {
-        if (type == GGUF_TT_Q8_0) {
-            ops_quantize_q8_0(dst, src, (int64_t)n);
-        } else {
-            uint16_t *h = dst;
-            for (uint64_t i = 0; i < n; i++)
-                h[i] = type == GGUF_TT_F16 ? ops_f32_to_f16(src[i]) : ops_f32_to_bf16(src[i]);
-        }
+    if (dst && (type == GGUF_TT_F16 || type == GGUF_TT_BF16)) {
+        uint16_t *h = dst;
+        for (uint64_t i = 0; i < n; i++)
+            h[i] = type == GGUF_TT_F16 ? ops_f32_to_f16(src[i]) : ops_f32_to_bf16(src[i]);
+    } else if (dst && type == GGUF_TT_Q8_0) {
+        ops_quantize_q8_0(dst, src, (int64_t)n);
+    } else if (dst && quant_quantize(dst, src, type, (int64_t)n)) {
+        free(dst);
+        dst = NULL;
     }
     free(src);
     return dst;
@@ -144,14 +150,17 @@ static uint32_t matrix_type(mk_ctx *c, const char *name) {
 static int add_tensor(mk_ctx *c, const char *name, int rows, int cols, float center, float scale) {
     uint32_t type = rows ? matrix_type(c, name) : GGUF_TT_F32;
     if (!gguf_row_bytes(type, (uint64_t)cols))
-        return err_set(c->err, c->errlen, TS_ERR_INVAL, "%s: rows of %d elements cannot be %s (blocks of %d)",
-                       name, cols, gguf_type_name(type), GGUF_Q8_0_BLOCK);
+        return err_set(c->err, c->errlen, TS_ERR_INVAL,
+                       "%s: rows of %d elements cannot be %s (blocks of %d; the 20m preset's rows fit the "
+                       "K-quants)",
+                       name, cols, gguf_type_name(type), gguf_type_block(type));
     uint64_t n = (uint64_t)(rows ? rows : 1) * (uint64_t)cols, nbytes;
     float *v = malloc(n * sizeof(float));
     if (!v) return err_set(c->err, c->errlen, TS_ERR_NOMEM, "out of memory for %s", name);
     for (uint64_t i = 0; i < n; i++) v[i] = center + scale * uniform(&c->st);
     void *data = encode(v, n, type, &nbytes);
-    if (!data) return err_set(c->err, c->errlen, TS_ERR_NOMEM, "out of memory for %s", name);
+    if (!data) return err_set(c->err, c->errlen, TS_ERR_NOMEM, "out of memory (or no %s writer) for %s",
+                              gguf_type_name(type), name);
     uint64_t ne[2] = {(uint64_t)cols, (uint64_t)rows};
     int rc = gguf_writer_take_tensor(c->w, name, type, rows ? 2 : 1, ne, data, nbytes);
     return rc ? err_set(c->err, c->errlen, rc, "adding %s: %s", name, err_str(rc)) : 0;

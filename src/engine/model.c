@@ -6,6 +6,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "err.h"
 
@@ -185,7 +187,8 @@ static int bind_all(model *m, char *err, size_t errlen) {
     /* Norms and biases are at most (2 + 2 per layer) * dim + 3 * qd per layer. */
     size_t qd = (size_t)c->n_heads * c->head_dim;
     size_t pool_n = (size_t)c->dim * (1 + 2 * (size_t)c->n_layers) + 3 * qd * (size_t)c->n_layers;
-    m->f32_owned = malloc(pool_n * sizeof(float));
+    m->f32_owned_bytes = pool_n * sizeof(float);
+    m->f32_owned = malloc(m->f32_owned_bytes);
     m->layers = calloc((size_t)c->n_layers, sizeof(*m->layers));
     if (!m->f32_owned || !m->layers) return err_set(err, errlen, TS_ERR_NOMEM, "out of memory");
     float *pool = m->f32_owned;
@@ -238,6 +241,27 @@ void model_free(model *m) {
     free(m->layers);
     free(m->f32_owned);
     free(m);
+}
+
+/* Pages of [p, p + n) in memory, by mincore: the file's pages in the page
+ * cache (mapped here or not, they are the copy this process reads). */
+static uint64_t resident_in(const void *p, uint64_t n) {
+    const uint64_t pg = (uint64_t)sysconf(_SC_PAGESIZE);
+    const uintptr_t a = (uintptr_t)p / pg * pg, e = (uintptr_t)p + n;
+    const size_t pages = (size_t)((e - a + pg - 1) / pg);
+    unsigned char vec[4096];
+    uint64_t in = 0;
+    for (size_t at = 0; at < pages; at += sizeof vec) {
+        size_t k = pages - at < sizeof vec ? pages - at : sizeof vec;
+        if (mincore((void *)(a + at * pg), k * pg, vec)) return 0;  /* not a mapping: a caller's buffer */
+        for (size_t i = 0; i < k; i++) in += vec[i] & 1;
+    }
+    in *= pg;
+    return in < n ? in : n;
+}
+
+uint64_t model_resident_bytes(const model *m) {
+    return resident_in(m->gguf->map, m->gguf->size) + m->f32_owned_bytes;
 }
 
 size_t model_kv_bytes_per_token(const model_config *c) {

@@ -63,6 +63,7 @@ typedef struct model {
     ops_mat output;         /* (vocab, dim); the embedding when tied */
     model_layer *layers;    /* (n_layers) */
     float *f32_owned;       /* norms and biases converted to f32 when stored otherwise */
+    size_t f32_owned_bytes;
     uint64_t weight_bytes;  /* bytes of all matrices read per token (roofline) */
 } model;
 
@@ -72,6 +73,13 @@ int model_load(const char *path, model **out, char *err, size_t errlen);
 /* The same over an already opened GGUF; takes ownership of g (also on error). */
 int model_from_gguf(gguf_ctx *g, model **out, char *err, size_t errlen);
 void model_free(model *m);
+
+/* Bytes of the model's weights in memory now: the pages of its file that
+ * are resident (mincore; the kernels read the file's layout, so this is the
+ * only copy) and the norms converted to f32. At most the file's size plus
+ * those norms; less while pages have not been read yet or after the kernel
+ * dropped them. */
+uint64_t model_resident_bytes(const model *m);
 
 /* Bytes one token of one sequence occupies in the KV cache at f32. */
 size_t model_kv_bytes_per_token(const model_config *c);

@@ -37,7 +37,8 @@ typedef struct obs_tenant {
 typedef struct obs_model {
     obs *o;
     int index;
-    met_series *step, *tokens, *kv_util, *busy, *busy_seconds, *jain;
+    met_series *step, *tokens, *kv_util, *busy, *busy_seconds, *jain, *resident;
+    const model *weights;   /* set once at start-up (obs_model_weights) */
     met_window *window;
     obs_tenant *tenant_state; /* (n_tenants) per-model cumulative trackers */
     double busy_ewma;
@@ -126,7 +127,9 @@ static int setup_models(obs *o, const char *const *names) {
     met_family *busy = met_gauge(o->reg, "tessera_busy_ratio", "Share of recent wall time spent in engine steps", ml, 1);
     met_family *busy_s = met_counter(o->reg, "tessera_engine_busy_seconds_total", "Wall time spent in engine steps", ml, 1);
     met_family *jain = met_gauge(o->reg, "tessera_fairness_jain", "Jain's index of weighted service among backlogged tenants, last minute", ml, 1);
-    if (!step || !toks || !kv || !busy || !busy_s || !jain) return -1;
+    met_family *res = met_gauge(o->reg, "tessera_model_weights_resident_bytes",
+                                "Bytes of the model's weights in memory (its file's resident pages; never copied)", ml, 1);
+    if (!step || !toks || !kv || !busy || !busy_s || !jain || !res) return -1;
     for (int m = 0; m < o->n_models; m++) {
         obs_model *om = &o->models[m];
         const char *v[] = {names[m]};
@@ -138,6 +141,7 @@ static int setup_models(obs *o, const char *const *names) {
         om->busy = met_series_get(busy, v);
         om->busy_seconds = met_series_get(busy_s, v);
         om->jain = met_series_get(jain, v);
+        om->resident = met_series_get(res, v);
         met_set(om->jain, 1.0);
         om->window = met_window_new(o->n_tenants);
         om->tenant_state = calloc((size_t)o->n_tenants + 1, sizeof(obs_tenant));
@@ -269,7 +273,13 @@ int obs_render(obs *o, char **buf, size_t *len) {
         met_set(o->tenants[i].running, (double)run);
         met_set(o->tenants[i].kv_blocks, (double)kv);
     }
+    for (int m = 0; m < o->n_models; m++)
+        if (o->models[m].weights) met_set(o->models[m].resident, (double)model_resident_bytes(o->models[m].weights));
     return met_render(o->reg, buf, len);
+}
+
+void obs_model_weights(obs *o, int m, const model *mdl) {
+    o->models[m].weights = mdl;
 }
 
 /* ---- worker hooks (engine thread of one model) ------------------------------ */

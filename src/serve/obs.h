@@ -19,6 +19,7 @@
 #include <stdint.h>
 
 #include "metrics.h"
+#include "model.h"
 #include "sched.h"
 #include "worker.h"
 
@@ -95,5 +96,8 @@ void obs_reject(obs *o, int tenant, const char *reason);
 
 /* Prometheus text; malloc'd, caller frees. */
 int obs_render(obs *o, char **buf, size_t *len);
+/* Model m's weights, whose resident bytes (model_resident_bytes) each
+ * render reports; the model must outlive o's renders. */
+void obs_model_weights(obs *o, int m, const model *mdl);
 
 #endif

@@ -994,6 +994,7 @@ static int start_workers(srv *s, char *err, size_t errlen) {
         rc = wk_new(&o, &s->models[m].w, inner, sizeof(inner));
         if (rc) snprintf(err, errlen, "model '%s': %s", cm->name, inner);
         else rc = setup_chat(&s->models[m]);
+        if (!rc) obs_model_weights(s->obs, m, wk_model(s->models[m].w));
     }
     free(tc);
     return rc;
