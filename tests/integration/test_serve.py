@@ -28,14 +28,15 @@ from harness import (Env, Model, RawStream, Server, Tenant, get_metrics, log, ma
 ENV = Env("serve_test")
 S = None                # the main server
 SLOW_PATH = None
+TINY_PATH = None
 COMP = "/v1/completions"
 CHAT = "/v1/chat/completions"
 TENANTS = ("gold-a", "silver-b", "bronze-c", "dc")   # unlimited tenants
 
 
 def setUpModule():
-    global S, SLOW_PATH
-    tiny = make_model(ENV)
+    global S, SLOW_PATH, TINY_PATH
+    tiny = TINY_PATH = make_model(ENV)
     SLOW_PATH = make_model(ENV, "slow.gguf", preset="15m")
     tenants = [Tenant(ENV, "gold-a", "gold"), Tenant(ENV, "silver-b", "silver"),
                Tenant(ENV, "bronze-c", "bronze"), Tenant(ENV, "dc", "silver"),
@@ -549,6 +550,13 @@ class Routes(OaiAsserts):
                     "tessera_running_requests", "tessera_queue_depth", "tessera_step_seconds"):
             self.assertIn("# HELP %s " % fam, text)
             self.assertIn("# TYPE %s " % fam, text)
+        # Each model's weights are resident once: at most its file (the
+        # kernels read the mapping's layout, never a copy) plus its norms
+        # made f32, and not nothing once it has answered.
+        for name, path in (("tiny", TINY_PATH), ("slow", SLOW_PATH)):
+            res = metric_value(m, "tessera_model_weights_resident_bytes", model=name)
+            self.assertGreater(res, 0)
+            self.assertLessEqual(res, os.path.getsize(path) * 1.1, name)
         # Histogram buckets are cumulative.
         buckets = [(l["le"], v) for n, l, v in m if n == "tessera_ttft_seconds_bucket" and l["tenant"] == "bronze-c"]
         vals = [v for _, v in buckets]
