@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Independent numerical reference check of the llama forward pass.
 #
-# For each weight type (f32, f16, q8_0, and bf16 when mkmodel offers it), for
+# For each weight type (f32, f16, q8_0, bf16, and the quantized types
+# q4_0 .. iq4_xs and a Q4_K_M-like mix, each when mkmodel offers it), for
 # qwen2 with tied output (f32, q8_0), and for one file mixing four types
 # across the fused groups (q/k q8_0 beside v f16, gate f32 beside up q8_0,
 # output bf16, as quantized checkpoints mix them), this makes a tiny GQA
@@ -50,6 +51,31 @@ if grep -q -- '--tensor-type' <<<"$mk_help"; then
     cases+=("llama-mixed q8_0 --tensor-type attn_v=f16 --tensor-type ffn_gate=f32 --tensor-type output=bf16")
 else
     echo "ref_forward: mkmodel does not list --tensor-type; skipping the mixed-type file"
+fi
+# The quantized types mkmodel writes (its own quantizer, so these are files
+# tessera wrote; tests/quant_ref.sh covers files it did not). The reference
+# dequantizes them bit-exactly as ggml does (tests/ref/quants.py); the
+# engine's int8 activations are what compare.py's per-type tolerance covers.
+# The 256-element types need rows of whole super-blocks: dim 256, ffn 512.
+for t in q4_0 q4_1 q5_0 q5_1 iq4_nl; do
+    if grep -qw -- "$t" <<<"$mk_help"; then
+        cases+=("llama-$t $t")
+    else
+        echo "ref_forward: mkmodel does not list $t; skipping it"
+    fi
+done
+for t in q2_K q3_K q4_K q5_K q6_K iq4_xs; do
+    if grep -qw -- "$t" <<<"$mk_help"; then
+        cases+=("llama-$t $t --dims 256 --ffn 512")
+    else
+        echo "ref_forward: mkmodel does not list $t; skipping it"
+    fi
+done
+# llama.cpp's Q4_K_M recipe as mkmodel can state it (held to q4_K's tolerance).
+if grep -qw -- "q6_K" <<<"$mk_help" && grep -q -- '--tensor-type' <<<"$mk_help"; then
+    q4km="--tensor-type attn_v=q6_K --tensor-type ffn_down=q6_K --tensor-type output=q6_K"
+    q4km+=" --tensor-type token_embd=q5_0"
+    cases+=("llama-q4_K_M q4_K --dims 256 --ffn 512 $q4km")
 fi
 if grep -qiw 'qwen2' <<<"$mk_help"; then
     cases+=("qwen2-tied-f32 f32 --arch qwen2 --tied" "qwen2-tied-q8_0 q8_0 --arch qwen2 --tied")

@@ -31,6 +31,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import gguf_read as gr  # noqa: E402
+import quants as qz  # noqa: E402
 from llama_ref import LlamaRef, apply_rope, rmsnorm  # noqa: E402
 
 
@@ -68,8 +69,21 @@ def quantize_q8_0(x):
     return out.tobytes(), (d.astype(np.float16).astype(np.float64) * q).reshape(np.shape(x))
 
 
+class RawTensor:
+    """A tensor given as already-encoded bytes (e.g. quants.random_blocks)
+    with its shape and the values a correct reader must return."""
+
+    def __init__(self, data, shape, values):
+        self.data = bytes(data)
+        self.shape = tuple(shape)
+        self.values = np.asarray(values, dtype=np.float64).reshape(self.shape)
+        self.ndim = len(self.shape)
+
+
 def encode_tensor(x, ttype):
     """(bytes, the float64 values a correct reader must return)."""
+    if isinstance(x, RawTensor):
+        return x.data, x.values
     x = np.asarray(x, dtype=np.float64)
     if ttype == gr.GGML_F32:
         v = x.astype("<f4")
@@ -97,7 +111,8 @@ def write_gguf(path, metadata, tensors, alignment=32):
         kv += _str(key) + struct.pack("<I", vtype) + _value(vtype, value)
     infos, blobs, expected, off = b"", [], {}, 0
     for name, arr, ttype in tensors:
-        arr = np.asarray(arr)
+        if not isinstance(arr, RawTensor):
+            arr = np.asarray(arr)
         data, exp = encode_tensor(arr, ttype)
         expected[name] = exp.reshape(arr.shape)
         ne = list(reversed(arr.shape))
@@ -427,6 +442,358 @@ def test_compare_fake_engine(tmp):
     assert rc == 1, out
 
 
+# ------------------------------------------------- quants.py self-tests
+
+F32 = np.float32
+
+
+def _kv(i):
+    return F32(int(qz.KVALUES_IQ4NL[i]))
+
+
+def _h(b, off):
+    return F32(np.frombuffer(bytes(b[off:off + 2]), dtype="<f2")[0])
+
+
+def literal_dequant(blk, t):
+    """One block, transcribed loop by loop from ggml's dequantize_row_* with
+    float32 scalars (every operation rounds to float32, as in C)."""
+    b = bytes(blk)
+    y = []
+    if t in (qz.Q4_0, qz.Q4_1, qz.Q5_0, qz.Q5_1, qz.IQ4_NL):
+        d = _h(b, 0)
+        m = _h(b, 2) if t in (qz.Q4_1, qz.Q5_1) else None
+        qh = struct.unpack("<I", b[4:8] if t == qz.Q5_1 else b[2:6])[0] if t in (qz.Q5_0, qz.Q5_1) else 0
+        qs = b[{qz.Q4_0: 2, qz.Q4_1: 4, qz.Q5_0: 6, qz.Q5_1: 8, qz.IQ4_NL: 2}[t]:][:16]
+        y = [None] * 32
+        for j in range(16):
+            x0, x1 = qs[j] & 0x0F, qs[j] >> 4
+            if t in (qz.Q5_0, qz.Q5_1):
+                x0 |= ((qh >> j) << 4) & 0x10
+                x1 |= (qh >> (j + 12)) & 0x10
+            if t == qz.Q4_0:
+                y[j], y[j + 16] = F32(x0 - 8) * d, F32(x1 - 8) * d
+            elif t == qz.Q5_0:
+                y[j], y[j + 16] = F32(x0 - 16) * d, F32(x1 - 16) * d
+            elif t == qz.IQ4_NL:
+                y[j], y[j + 16] = d * _kv(x0), d * _kv(x1)
+            else:
+                y[j], y[j + 16] = F32(x0) * d + m, F32(x1) * d + m
+        return y
+    if t == qz.Q8_0:
+        d = _h(b, 0)
+        return [F32(v) * d for v in np.frombuffer(b[2:34], dtype=np.int8)]
+    if t == qz.Q2_K:
+        sc, q = b[0:16], b[16:80]
+        d, mn = _h(b, 80), _h(b, 82)
+        isc, qo = 0, 0
+        for n in range(0, 256, 128):
+            shift = 0
+            for j in range(4):
+                for half in (0, 16):
+                    s = sc[isc]
+                    isc += 1
+                    dl, ml = d * F32(s & 0xF), mn * F32(s >> 4)
+                    for l in range(16):
+                        y.append(dl * F32((q[qo + l + half] >> shift) & 3) - ml)
+                shift += 2
+            qo += 32
+        return y
+    if t == qz.Q3_K:
+        hm, q, scb = b[0:32], b[32:96], b[96:108]
+        d_all = _h(b, 108)
+        aux = list(struct.unpack("<3I", scb)) + [0]
+        k1, k2 = 0x03030303, 0x0F0F0F0F
+        tmp = aux[2]
+        aux[2] = ((aux[0] >> 4) & k2) | (((tmp >> 4) & k1) << 4)
+        aux[3] = ((aux[1] >> 4) & k2) | (((tmp >> 6) & k1) << 4)
+        aux[0] = (aux[0] & k2) | (((tmp >> 0) & k1) << 4)
+        aux[1] = (aux[1] & k2) | (((tmp >> 2) & k1) << 4)
+        scales = np.frombuffer(struct.pack("<4I", *aux), dtype=np.int8)
+        isc, qo, m = 0, 0, 1
+        for n in range(0, 256, 128):
+            shift = 0
+            for j in range(4):
+                for half in (0, 16):
+                    dl = d_all * F32(int(scales[isc]) - 32)
+                    isc += 1
+                    for l in range(16):
+                        v = ((q[qo + l + half] >> shift) & 3) - (0 if hm[l + half] & m else 4)
+                        y.append(dl * F32(v))
+                shift += 2
+                m <<= 1
+            qo += 32
+        return y
+    if t in (qz.Q4_K, qz.Q5_K):
+        d, mn = _h(b, 0), _h(b, 2)
+        scb = b[4:16]
+        qh = b[16:48] if t == qz.Q5_K else None
+        ql = b[48:176] if t == qz.Q5_K else b[16:144]
+
+        def gsm(j):
+            if j < 4:
+                return scb[j] & 63, scb[j + 4] & 63
+            return (scb[j + 4] & 0xF) | ((scb[j - 4] >> 6) << 4), (scb[j + 4] >> 4) | ((scb[j] >> 6) << 4)
+        isc, qo, u1, u2 = 0, 0, 1, 2
+        for j in range(0, 256, 64):
+            sc, m = gsm(isc)
+            d1, m1 = d * F32(sc), mn * F32(m)
+            sc, m = gsm(isc + 1)
+            d2, m2 = d * F32(sc), mn * F32(m)
+            for l in range(32):
+                v = (ql[qo + l] & 0xF) + ((16 if qh[l] & u1 else 0) if qh else 0)
+                y.append(d1 * F32(v) - m1)
+            for l in range(32):
+                v = (ql[qo + l] >> 4) + ((16 if qh[l] & u2 else 0) if qh else 0)
+                y.append(d2 * F32(v) - m2)
+            qo += 32
+            isc += 2
+            u1 <<= 2
+            u2 <<= 2
+        return y
+    if t == qz.Q6_K:
+        ql, qh = b[0:128], b[128:192]
+        sc = np.frombuffer(b[192:208], dtype=np.int8)
+        d = _h(b, 208)
+        y = [None] * 256
+        for n in range(0, 256, 128):
+            lo, ho, so = n // 2, n // 4, n // 16
+            for l in range(32):
+                is_ = l // 16
+                q1 = ((ql[lo + l] & 0xF) | (((qh[ho + l] >> 0) & 3) << 4)) - 32
+                q2 = ((ql[lo + l + 32] & 0xF) | (((qh[ho + l] >> 2) & 3) << 4)) - 32
+                q3 = ((ql[lo + l] >> 4) | (((qh[ho + l] >> 4) & 3) << 4)) - 32
+                q4 = ((ql[lo + l + 32] >> 4) | (((qh[ho + l] >> 6) & 3) << 4)) - 32
+                y[n + l] = d * F32(int(sc[so + is_ + 0])) * F32(q1)
+                y[n + l + 32] = d * F32(int(sc[so + is_ + 2])) * F32(q2)
+                y[n + l + 64] = d * F32(int(sc[so + is_ + 4])) * F32(q3)
+                y[n + l + 96] = d * F32(int(sc[so + is_ + 6])) * F32(q4)
+        return y
+    if t == qz.IQ4_XS:
+        d = _h(b, 0)
+        sh = struct.unpack("<H", b[2:4])[0]
+        sl, qs = b[4:8], b[8:136]
+        y = [None] * 256
+        for ib in range(8):
+            ls = ((sl[ib // 2] >> 4 * (ib % 2)) & 0xF) | (((sh >> 2 * ib) & 3) << 4)
+            dl = d * F32(ls - 32)
+            for j in range(16):
+                y[32 * ib + j] = dl * _kv(qs[16 * ib + j] & 0xF)
+                y[32 * ib + j + 16] = dl * _kv(qs[16 * ib + j] >> 4)
+        return y
+    raise ValueError(t)
+
+
+def _put_f16(b, off, v):
+    b[off:off + 2] = np.float16(v).tobytes()
+
+
+def hand_blocks():
+    """(type, block bytes, {element: value}) worked out by hand from the
+    layouts in quants.py's docstring; every other byte is zero."""
+    out = []
+    # Q4_0: d 0.5, qs[j] = j | (15 - j) << 4: y[j] = (j - 8) / 2, y[16 + j] = (7 - j) / 2
+    b = bytearray(18)
+    _put_f16(b, 0, 0.5)
+    for j in range(16):
+        b[2 + j] = j | ((15 - j) << 4)
+    exp = {j: (j - 8) / 2 for j in range(16)}
+    exp.update({16 + j: (7 - j) / 2 for j in range(16)})
+    out.append((qz.Q4_0, b, exp))
+    # Q4_1: d 0.25, m -1; qs[0] = 0x3A: y[0] = 10/4 - 1, y[16] = 3/4 - 1; others m
+    b = bytearray(20)
+    _put_f16(b, 0, 0.25)
+    _put_f16(b, 2, -1.0)
+    b[4] = 0x3A
+    out.append((qz.Q4_1, b, {0: 1.5, 16: -0.25, 1: -1.0, 31: -1.0}))
+    # Q5_0: d 1, qh bits 1 and 16 set, qs 0: y[1] = y[16] = 0, others -16
+    b = bytearray(22)
+    _put_f16(b, 0, 1.0)
+    b[2:6] = struct.pack("<I", (1 << 1) | (1 << 16))
+    out.append((qz.Q5_0, b, {0: -16.0, 1: 0.0, 16: 0.0, 17: -16.0}))
+    # Q5_1: d 2, m 0.5, qh bit 31, qs[15] = 0xF0: y[31] = 31 * 2 + .5, y[15] = .5
+    b = bytearray(24)
+    _put_f16(b, 0, 2.0)
+    _put_f16(b, 2, 0.5)
+    b[4:8] = struct.pack("<I", 1 << 31)
+    b[8 + 15] = 0xF0
+    out.append((qz.Q5_1, b, {31: 62.5, 15: 0.5, 30: 0.5}))
+    # Q8_0: d 0.125, q = -128 .. -97
+    b = bytearray(34)
+    _put_f16(b, 0, 0.125)
+    b[2:34] = np.arange(-128, -96, dtype=np.int8).tobytes()
+    out.append((qz.Q8_0, b, {j: (j - 128) / 8 for j in range(32)}))
+    # Q2_K: d 1, dmin .5; scales[5] = 3 | 2 << 4 (sub-block 5 = elements 80..95);
+    # qs[20] = 0b11100100: element 32 j + 20 has q = j; element 84 (j = 2) is
+    # in sub-block 5: 3 * 2 - .5 * 2 = 5; element 20 is in sub-block 1 (0, 0): 0
+    b = bytearray(84)
+    b[5] = 3 | (2 << 4)
+    b[16 + 20] = 0b11100100
+    _put_f16(b, 80, 1.0)
+    _put_f16(b, 82, 0.5)
+    out.append((qz.Q2_K, b, {84: 5.0, 80: -1.0, 20: 0.0, 116: 0.0}))
+    # Q3_K: d 1; scale 9 = 37 (low nibble 5 in the high nibble of scales[1],
+    # high bits 2 at bits 4..5 of scales[9]): sub-block 9 = elements 144..159
+    # = h 1, j 0, l 16..31. Element 150: qs[32 + 22] = 1, hmask[22] bit 4
+    # set: (37 - 32) * 1 = 5. Element 151: qs[55] = 2, bit clear: 5 * -2.
+    # Element 0: scale 0 -> -32, q 0 - 4: 128.
+    b = bytearray(110)
+    b[96 + 1] = 5 << 4
+    b[96 + 9] = 2 << 4
+    b[32 + 54] = 1
+    b[32 + 55] = 2
+    b[22] = 1 << 4
+    _put_f16(b, 108, 1.0)
+    out.append((qz.Q3_K, b, {150: 5.0, 151: -10.0, 0: 128.0}))
+    # Q4_K: d 1, dmin .25; sub-block 5: sc 19 = 3 | 1 << 4 (scales[9] low
+    # nibble, scales[1] bits 6..7), m 50 = 2 | 3 << 4 (scales[9] high nibble,
+    # scales[5] bits 6..7). Element 165 = high nibble of qs[64 + 5] = 7:
+    # 19 * 7 - .25 * 50 = 120.5; element 133 (sub-block 4: sc 0, m 0): 0.
+    b = bytearray(144)
+    _put_f16(b, 0, 1.0)
+    _put_f16(b, 2, 0.25)
+    b[4 + 9] = 0x23
+    b[4 + 1] = 0x40
+    b[4 + 5] = 0xC0
+    b[16 + 69] = 0x70
+    out.append((qz.Q4_K, b, {165: 120.5, 133: 0.0, 160: -12.5}))
+    # Q5_K: the same plus qh[5] bit 5 (element 165 = 32 * 5 + 5): q = 23:
+    # 19 * 23 - 12.5 = 424.5
+    b = bytearray(176)
+    _put_f16(b, 0, 1.0)
+    _put_f16(b, 2, 0.25)
+    b[4 + 9] = 0x23
+    b[4 + 1] = 0x40
+    b[4 + 5] = 0xC0
+    b[16 + 5] = 1 << 5
+    b[48 + 69] = 0x70
+    out.append((qz.Q5_K, b, {165: 424.5, 133: 0.0, 160: -12.5}))
+    # Q6_K: d .5, scales[13] = -3 (elements 208..223 = h 1, k 2, l 16..31).
+    # Element 210: high nibble of ql[64 + 18] = 5, bits 4..5 of qh[32 + 18]
+    # = 2: q = 37 - 32 = 5: .5 * -3 * 5 = -7.5. Element 146 (k 0): low
+    # nibble of ql[82] = 0, bits 0..1 of qh[50] = 0: q = -32, scale 9 = 0: -0.
+    b = bytearray(210)
+    b[192 + 13] = 0xFD
+    b[64 + 18] = 0x50
+    b[128 + 50] = 2 << 4
+    _put_f16(b, 208, 0.5)
+    out.append((qz.Q6_K, b, {210: -7.5, 211: 0.5 * -3 * -32}))
+    # IQ4_NL: d 2, qs[3] = 9: y[3] = 2 * 13, y[19] = 2 * -127
+    b = bytearray(18)
+    _put_f16(b, 0, 2.0)
+    b[2 + 3] = 0x09
+    out.append((qz.IQ4_NL, b, {3: 26.0, 19: -254.0, 0: -254.0}))
+    # IQ4_XS: d .5; sub-block 5: ls = 39 (scales_l[2] high nibble 7,
+    # scales_h bits 10..11 = 2): 7. qs[16 * 5 + 4] = 0xF0: element 164 (low
+    # nibble 0) = .5 * 7 * -127, element 180 (high nibble 15) = .5 * 7 * 113.
+    # Element 0: ls 0 -> -32: .5 * -32 * -127.
+    b = bytearray(136)
+    _put_f16(b, 0, 0.5)
+    b[2:4] = struct.pack("<H", 2 << 10)
+    b[4 + 2] = 0x70
+    b[8 + 84] = 0xF0
+    out.append((qz.IQ4_XS, b, {164: -444.5, 180: 395.5, 0: 2032.0}))
+    return out
+
+
+def test_quants(tmp):
+    # block sizes as ggml defines them
+    sizes = {2: 18, 3: 20, 6: 22, 7: 24, 8: 34, 10: 84, 11: 110, 12: 144, 13: 176, 14: 210, 20: 18, 23: 136}
+    assert {t: qz.BLOCK[t][1] for t in qz.TYPES} == sizes
+    assert sorted(qz.TYPES) == sorted(sizes)
+    # hand-built blocks
+    seen = set()
+    for t, blk, exp in hand_blocks():
+        assert len(blk) == qz.BLOCK[t][1], qz.NAMES[t]
+        y = qz.dequantize(bytes(blk), t, qz.BLOCK[t][0])
+        lit = literal_dequant(blk, t)
+        for e, v in exp.items():
+            assert y[e] == v and lit[e] == v, (qz.NAMES[t], e, v, y[e], lit[e])
+        seen.add(t)
+    assert seen == set(qz.TYPES)
+    # random blocks: vectorized == literal, bit for bit (NaN-free: finite scales)
+    rng = np.random.default_rng(9)
+    for t in qz.TYPES:
+        qk, size = qz.BLOCK[t]
+        raw = qz.random_blocks(t, 3 * qk, rng)
+        y = qz.dequantize(raw, t, 3 * qk)
+        lit = np.array([v for i in range(3) for v in literal_dequant(raw[i * size:(i + 1) * size], t)],
+                       dtype=np.float32)
+        assert y.dtype == np.float32 and np.array_equal(y.view(np.uint32), lit.view(np.uint32)), qz.NAMES[t]
+        # every nibble / sub-scale pattern reaches distinct values: not all equal
+        assert len(np.unique(y)) > qk // 2, qz.NAMES[t]
+    # Q8_0: quants.py equals the reader's own path
+    x = rng.standard_normal((4, 96)) * 3
+    data, exp = encode_tensor(x, gr.GGML_Q8_0)
+    assert np.array_equal(qz.dequantize(data, qz.Q8_0, x.size).astype(np.float64).reshape(x.shape), exp)
+    # every type round-trips through a GGUF file, shapes and all
+    tensors, want = [], {}
+    for t in qz.TYPES:
+        qk = qz.BLOCK[t][0]
+        shape = (3, 2 * max(qk, 32))
+        raw = qz.random_blocks(t, shape[0] * shape[1], rng)
+        vals = qz.dequantize(raw, t, shape[0] * shape[1]).reshape(shape)
+        tensors.append(("t%d" % t, RawTensor(raw, shape, vals), t))
+        want["t%d" % t] = vals
+    path = os.path.join(tmp, "quants.gguf")
+    write_gguf(path, [], tensors)
+    g = gr.GGUFFile(path)
+    for name, v in want.items():
+        got = g.tensor(name)
+        assert got.dtype == np.float64 and got.shape == v.shape and np.array_equal(got, v), name
+    # random_weight_blocks gives centred values of the asked spread
+    for t in qz.TYPES:
+        raw, vals = qz.random_weight_blocks(t, (8, 512), rng, 0.05)
+        assert abs(vals.std() / 0.05 - 1) < 0.05, (qz.NAMES[t], vals.std())
+        assert abs(vals.mean()) < 0.01, (qz.NAMES[t], vals.mean())
+
+
+def test_compare_quant(tmp):
+    """On a Q4_K_M-like file: compare.py passes a fake engine that rounds its
+    activations as cpu/quant.h says (act_quant_sim.py) at the q4_k tolerance
+    and with --act-sim-tol 1e-3, and the act-sim check fails the exact
+    reference's rows (which the loose tolerance alone would pass)."""
+    import contextlib
+    import io
+    import compare
+    import gguf_quant_write as gw
+    from act_quant_sim import quantize_acts
+    rng = np.random.default_rng(12)
+    meta, w = random_model(rng, dim=32, heads=4, kv_heads=2, vocab=256)
+    tok = os.path.join(tmp, "tok.gguf")
+    save_model(tok, meta, w)
+    path = os.path.join(tmp, "q4km.gguf")
+    gw.write_model(path, tok, "q4_k_m", seed=5)
+    m = LlamaRef(path)
+    prompt, n = [1, 17, 99, 5, 42, 7], 8
+    m.act_quant = quantize_acts
+    toks = list(prompt)
+    for _ in range(n):
+        toks.append(int(np.argmax(m.forward(toks)[-1])))
+    gen = toks[len(prompt):]
+    sim_rows = m.forward(toks[:-1])
+    m.act_quant = None
+    exact_rows = m.forward(toks[:-1])
+
+    def run(rows, extra):
+        ids = os.path.join(tmp, "qids.txt")
+        lg = os.path.join(tmp, "qlg.bin")
+        with open(ids, "w") as f:
+            f.write(" ".join(map(str, prompt)) + "\n" + " ".join(map(str, gen)) + "\n")
+        rows.astype("<f4").tofile(lg)
+        with contextlib.redirect_stdout(io.StringIO()) as out:
+            rc = compare.main(["--model", path, "--ids", ids, "--logits", lg, "--type", "q4_K",
+                               "--n", str(n)] + extra)
+        return rc, out.getvalue()
+
+    rc, out = run(sim_rows, ["--act-sim-tol", "1e-3"])
+    assert rc == 0, out
+    rc, out = run(exact_rows, [])
+    assert rc == 0, out
+    rc, out = run(exact_rows, ["--act-sim-tol", "1e-3"])
+    assert rc == 1 and "emulated-activation reference" in out, out
+
+
 def test_rmsnorm():
     x = np.array([[3.0, 4.0]])
     assert np.allclose(rmsnorm(x, np.array([1.0, 2.0]), 0.0), [[3 / math.sqrt(12.5), 8 / math.sqrt(12.5)]])
@@ -435,7 +802,7 @@ def test_rmsnorm():
 def main():
     tests = [test_metadata_roundtrip, test_tensor_roundtrip, test_rope_relative,
              test_permute_equivalence, test_gqa_equivalence, test_causal_and_slow,
-             test_compare_fake_engine]
+             test_compare_fake_engine, test_quants, test_compare_quant]
     with tempfile.TemporaryDirectory() as tmp:
         for t in tests:
             t(tmp)

@@ -158,6 +158,17 @@ class LlamaRef:
         self.out_w = g.tensor("output.weight") if g.has("output.weight") else self.tok_embd
         self.out_norm = g.tensor("output_norm.weight")
         self._check_shapes()
+        # Optional f(x, ggml_type) -> x applied to the input of every matmul
+        # with a weight of that type (None: exact). Only for measuring what
+        # an engine's activation quantization costs (act_quant_sim.py); the
+        # reference itself never sets it.
+        self.act_quant = None
+
+    def _lin(self, x, w, name):
+        """x @ W.T for the weight tensor `name` (already dequantized in w)."""
+        if self.act_quant is not None:
+            x = self.act_quant(x, self.g.tensors[name].type)
+        return x @ w.T
 
     def _check_shapes(self):
         D, H, Hkv, hd, F = self.dim, self.n_heads, self.n_kv_heads, self.head_dim, self.ffn
@@ -208,11 +219,12 @@ class LlamaRef:
         x = self.tok_embd[tokens].copy()                           # (T, D)
         for i in range(self.n_layers):
             w = self.layer_weights(i)
+            lin = lambda a, role: self._lin(a, w[role], "blk.%d.%s.weight" % (i, role))  # noqa: E731
             # --- attention block
             h = rmsnorm(x, w["attn_norm"], self.eps)
-            q = h @ w["attn_q"].T
-            k = h @ w["attn_k"].T
-            v = h @ w["attn_v"].T
+            q = lin(h, "attn_q")
+            k = lin(h, "attn_k")
+            v = lin(h, "attn_v")
             if w["attn_q_b"] is not None:
                 q = q + w["attn_q_b"]
             if w["attn_k_b"] is not None:
@@ -223,12 +235,13 @@ class LlamaRef:
             k = apply_rope(k.reshape(T, Hkv, hd), pos, self.n_rot, self.rope_base, mode, self.freq_factors)
             v = v.reshape(T, Hkv, hd)
             o = causal_attention(q, k, v, H, Hkv)                  # (T, H*hd)
-            x = x + o @ w["attn_output"].T
+            x = x + lin(o, "attn_output")
             # --- SwiGLU feed-forward block
             h = rmsnorm(x, w["ffn_norm"], self.eps)
-            x = x + (silu(h @ w["ffn_gate"].T) * (h @ w["ffn_up"].T)) @ w["ffn_down"].T
+            x = x + lin(silu(lin(h, "ffn_gate")) * lin(h, "ffn_up"), "ffn_down")
 
-        return rmsnorm(x, self.out_norm, self.eps) @ self.out_w.T  # (T, V)
+        out_name = "output.weight" if self.g.has("output.weight") else "token_embd.weight"
+        return self._lin(rmsnorm(x, self.out_norm, self.eps), self.out_w, out_name)  # (T, V)
 
 
 def main(argv):

@@ -274,7 +274,7 @@ def dequantize(raw, ggml_type, n_elements):
     array) holding n_elements of ggml_type, exactly as ggml computes it."""
     if ggml_type not in _DECODERS:
         raise ValueError("unsupported quantized ggml type %r" % (ggml_type,))
-    qk, size = BLOCK[ggml_type]
+    size = BLOCK[ggml_type][1]
     nbytes = n_bytes(ggml_type, n_elements)
     buf = np.frombuffer(raw, dtype=np.uint8) if isinstance(raw, (bytes, bytearray, memoryview)) \
         else np.asarray(raw, dtype=np.uint8).reshape(-1)
@@ -305,7 +305,7 @@ def random_blocks(ggml_type, n_elements, rng, scale_f16=None, min_f16=None):
     signs, magnitudes 1e-3 .. 1). Every other bit pattern of a block is a
     valid encoding, so random bytes exercise every quant and sub-scale value.
     Returns bytes."""
-    qk, size = BLOCK[ggml_type]
+    size = BLOCK[ggml_type][1]
     nb = n_bytes(ggml_type, n_elements) // size
     b = rng.integers(0, 256, (nb, size), dtype=np.uint8)
     fields = F16_FIELDS[ggml_type]
