@@ -36,12 +36,15 @@
  * quantizes its activations once per call, to one of two formats:
  *   QUANT_ACT_Q8_32: per 32 elements a float scale d (rounded through f16,
  *     as ggml's Q8_0 stores it) and int8 q = round(x / d), d = max|x| / 127,
- *     with the block's sum of q (for the types with a min, Q4_1 and Q5_1);
+ *     with the block's sum of q (the mins of Q4_1 and Q5_1, and the
+ *     offsets of Q4_0 and Q5_0, whose kernels multiply unsigned quants);
  *     read by Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 and IQ4_NL;
  *   QUANT_ACT_Q8_K: per 256 a float scale (not rounded), the same rule,
  *     with the sum of q of each 16 (for the mins of Q2_K, Q4_K, Q5_K and
  *     the offsets of Q3_K and Q6_K); read by the K-quants and IQ4_XS.
- * The dot products then sum integer products over a block exactly and
+ * Both give |q| <= 127, never -128: the kernels that multiply by a
+ * weight's sign (Q8_0, IQ4_NL) rely on it. The dot products then sum
+ * integer products over a block exactly and
  * apply the float scales per block, so their error against the float dot
  * of the dequantized weights is the activations' rounding alone.
  *
