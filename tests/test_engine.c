@@ -50,12 +50,25 @@ static const mkmodel_override MIXED[] = {
     {"attn_v", GGUF_TT_F16}, {"ffn_gate", GGUF_TT_F32}, {"output", GGUF_TT_BF16}};
 #define N_MIXED (int)(sizeof(MIXED) / sizeof(MIXED[0]))
 
+/* The mix of llama.cpp's Q4_K_M recipe, plus the legacy types on the
+ * fused products' partners: q4_K, with v and the output in q6_K, gate in
+ * q5_0 beside up in q4_K, down in q5_K and the embedding in q8_0. */
+static const mkmodel_override QKM[] = {{"attn_v", GGUF_TT_Q6_K},    {"output", GGUF_TT_Q6_K},
+                                       {"ffn_gate", GGUF_TT_Q5_0},  {"ffn_down", GGUF_TT_Q5_K},
+                                       {"token_embd", GGUF_TT_Q8_0}};
+#define N_QKM (int)(sizeof(QKM) / sizeof(QKM[0]))
+
 /* The tiny GQA model of seed 11 in type, with n_ov overrides (ov). The
- * weights drawn are the same for every type and override. */
+ * weights drawn are the same for every type and override. Types of
+ * 256-element blocks get rows of 256 (dim 256, ffn 512). */
 static model *make_model_ov(uint32_t type, const mkmodel_override *ov, int n_ov) {
     mkmodel_spec s;
     char path[512], err[256];
     mkmodel_preset("tiny", &s);
+    if (gguf_type_block(type) == 256) {
+        s.dim = 256;
+        s.ffn_dim = 512;
+    }
     s.type = type;
     s.overrides = ov;
     s.n_overrides = n_ov;
@@ -121,6 +134,15 @@ static int setup_f32(void **state) { return setup_model(state, make_model(GGUF_T
 static int setup_f16(void **state) { return setup_model(state, make_model(GGUF_TT_F16)); }
 static int setup_q8(void **state) { return setup_model(state, make_model(GGUF_TT_Q8_0)); }
 static int setup_mixed(void **state) { return setup_model(state, make_model_ov(GGUF_TT_Q8_0, MIXED, N_MIXED)); }
+static int setup_qkm(void **state) { return setup_model(state, make_model_ov(GGUF_TT_Q4_K, QKM, N_QKM)); }
+
+/* The quantized types of quant.h, one group each (a type without a kernel
+ * on this build fails the load, and so the group). */
+static const uint32_t QTYPES[] = {GGUF_TT_Q4_0, GGUF_TT_Q4_1, GGUF_TT_Q5_0, GGUF_TT_Q5_1, GGUF_TT_IQ4_NL,
+                                  GGUF_TT_Q2_K, GGUF_TT_Q3_K, GGUF_TT_Q4_K, GGUF_TT_Q5_K, GGUF_TT_Q6_K,
+                                  GGUF_TT_IQ4_XS};
+static uint32_t qtype_now;  /* the group running: cmocka's setups take no argument */
+static int setup_qtype(void **state) { return setup_model(state, make_model(qtype_now)); }
 
 static int teardown(void **state) {
     fixture *f = *state;
@@ -232,6 +254,12 @@ static void test_batch_equivalence_q8(void **state) { check_batched(state, 1e-5)
 /* A mixed model runs its fused groups per type; a token's results must
  * still not depend on the rest of its batch. */
 static void test_batch_equivalence_mixed(void **state) { check_batched(state, 1e-5); }
+
+/* The other quantized types run their integer kernels at every T, each
+ * token's activations quantized alone, and each activation row's sums in
+ * the same order whatever its place in the kernel's group: batched equals
+ * alone as closely as for the float types. */
+static void test_batch_equivalence_quant(void **state) { check_batched(state, 1e-5); }
 
 static void test_swap_roundtrip(void **state) {
     fixture *f = *state;
@@ -402,5 +430,13 @@ int main(void) {
     fails += cmocka_run_group_tests_name("engine_f16", f16, setup_f16, teardown);
     fails += cmocka_run_group_tests_name("engine_q8_0", q8, setup_q8, teardown);
     fails += cmocka_run_group_tests_name("engine_mixed", mixed, setup_mixed, teardown);
+    const struct CMUnitTest quant[] = {cmocka_unit_test(test_batch_equivalence_quant)};
+    fails += cmocka_run_group_tests_name("engine_q4_K_M", quant, setup_qkm, teardown);
+    for (size_t i = 0; i < sizeof(QTYPES) / sizeof(QTYPES[0]); i++) {
+        char name[32];
+        qtype_now = QTYPES[i];
+        snprintf(name, sizeof(name), "engine_%s", gguf_type_name(QTYPES[i]));
+        fails += _cmocka_run_group_tests(name, quant, 1, setup_qtype, teardown);
+    }
     return fails;
 }

@@ -27,6 +27,7 @@
 
 #include "gguf.h"
 #include "ops.h"
+#include "quant.h"
 
 /* ------------------------------------------------------------------------- */
 /* Helpers: seeded data and decoders written independently of ops.c          */
@@ -632,6 +633,72 @@ static void test_matmul_fused_and_team(void **state) {
  * alone, which runs the same kernels over the same work items; outside
  * one (where the team size follows the work) they match the double
  * products. Before the split they aborted on an assert. */
+/* The quantized types of quant.h through ops_matmul (their AVX2 kernels
+ * where the CPU has them), ops_matmul_ref (the scalar ones) and
+ * ops_dequant_row, on weights quantize writes from random floats. The
+ * reference is the double product of the dequantized weights with the
+ * activations as the kernel sees them (each row quantized in the type's
+ * activation format and decoded again): integer block sums are exact, so
+ * what is left is float rounding, held to 1e-5 of the sum of |terms| (the
+ * K-quants' scales are products of three floats). And a token's row must
+ * not depend on the batch: row t of a T = 16 call equals a T = 1 call on
+ * that row alone, bit for bit. */
+static void test_matmul_quant_types(void **state) {
+    static const uint32_t types[] = {GGUF_TT_Q4_0, GGUF_TT_Q4_1, GGUF_TT_Q5_0,  GGUF_TT_Q5_1,
+                                     GGUF_TT_IQ4_NL, GGUF_TT_Q2_K, GGUF_TT_Q3_K, GGUF_TT_Q4_K,
+                                     GGUF_TT_Q5_K, GGUF_TT_Q6_K, GGUF_TT_IQ4_XS};
+    enum { NI = 512, NO = 37, T = 16 };
+    ops_set_threads(2);
+    ops_scratch *s = ops_scratch_new(T, NI, 2);
+    float *wf = malloc((size_t)NO * NI * sizeof(float)), *wd = malloc((size_t)NO * NI * sizeof(float));
+    float *x = malloc((size_t)T * NI * sizeof(float)), *xd = malloc((size_t)T * NI * sizeof(float));
+    float *y = malloc((size_t)T * NO * sizeof(float)), *yr = malloc((size_t)T * NO * sizeof(float));
+    float *y1 = malloc((size_t)NO * sizeof(float)), *d = malloc(NI / 32 * sizeof(float));
+    int8_t *q = malloc(NI);
+    void *wq = malloc((size_t)gguf_row_bytes(GGUF_TT_Q8_0, (uint64_t)NO * NI));
+    assert_true(s && wf && wd && x && xd && y && yr && y1 && d && q && wq);
+    rng_seed(17);
+    for (size_t i = 0; i < (size_t)NO * NI; i++) wf[i] = rng_float() * 0.1f;
+    for (size_t i = 0; i < (size_t)T * NI; i++) x[i] = rng_float() * 2.0f;
+    for (size_t ti = 0; ti < sizeof types / sizeof *types; ti++) {
+        const uint32_t type = types[ti];
+        const int act = quant_act_format(type), db = quant_act_dblock(act);
+        if (quant_quantize(wq, wf, type, (int64_t)NO * NI))
+            fail_msg("no quantizer for %s", gguf_type_name(type));
+        const ops_mat w = {.data = wq, .type = type, .n_out = NO, .n_in = NI};
+        if (!ops_mat_supported(&w))
+            fail_msg("%s: no kernel", gguf_type_name(type));
+        for (int64_t o = 0; o < NO; o++) ops_dequant_row(wd + o * NI, &w, o);
+        for (int t = 0; t < T; t++) {
+            quant_act_row(act, q, d, NULL, x + (size_t)t * NI, NI);
+            for (int i = 0; i < NI; i++) xd[(size_t)t * NI + i] = d[i / db] * (float)q[i];
+        }
+        ops_matmul(y, NO, x, T, &w, s);
+        ops_matmul_ref(yr, NO, x, T, &w, s);
+        for (int t = 0; t < T; t++) {
+            ops_matmul(y1, NO, x + (size_t)t * NI, 1, &w, s);
+            if (memcmp(y1, y + (size_t)t * NO, NO * sizeof(float)))
+                fail_msg("%s: row %d of a batch of %d differs from the row alone", gguf_type_name(type), t, T);
+            for (int64_t o = 0; o < NO; o++) {
+                double sum = 0, mag = 0;
+                for (int i = 0; i < NI; i++) {
+                    const double p = (double)wd[o * NI + i] * (double)xd[(size_t)t * NI + i];
+                    sum += p;
+                    mag += fabs(p);
+                }
+                const double tol = 1e-5 * mag + 1e-30;
+                const double got = y[(size_t)t * NO + o], ref = yr[(size_t)t * NO + o];
+                if (!(fabs(got - sum) <= tol) || !(fabs(ref - sum) <= tol))
+                    fail_msg("%s T %d [%d][%ld]: kernel %.9g, scalar %.9g, want %.9g (mag %.3g)",
+                             gguf_type_name(type), T, t, (long)o, got, ref, sum, mag);
+            }
+        }
+    }
+    free(wf); free(wd); free(x); free(xd); free(y); free(yr); free(y1); free(d); free(q); free(wq);
+    ops_scratch_free(s);
+    ops_set_threads(0);
+}
+
 static void test_matmul_mixed_types(void **state) {
     (void)state;
     enum { NI = 96, NO = 67, TM = 40 };
@@ -916,6 +983,7 @@ int main(void) {
         cmocka_unit_test(test_matmul_scratch_threads),
         cmocka_unit_test(test_matmul_fused_and_team),
         cmocka_unit_test(test_matmul_mixed_types),
+        cmocka_unit_test(test_matmul_quant_types),
         cmocka_unit_test(test_rmsnorm),
         cmocka_unit_test(test_softmax),
         cmocka_unit_test(test_silu_mul),
