@@ -665,7 +665,7 @@ static void test_dot_scalar_ref(void **state) {
             acts_fill(&a, nb, trial % 2);
             const quant_acts v = acts_at(&a, 0);
             float y[T_ROWS];
-            dot(y, 1, w, nb, &v, T_ROWS);
+            dot(y, 1, w, 0, 1, nb, &v, T_ROWS);
             for (int r = 0; r < T_ROWS; r++) {
                 double mag;
                 const double want = ref_dot(&KT[t], w, nb, &a, r, &mag);
@@ -697,8 +697,8 @@ static void test_dot_avx2(void **state) {
                     acts_fill(&a, nb, raw);
                     const quant_acts v = acts_at(&a, 0);
                     float yv[T_ROWS * 3], yr[T_ROWS * 3];
-                    vec(yv, 3, w, nb, &v, C);
-                    ref(yr, 3, w, nb, &v, C);
+                    vec(yv, 3, w, 0, 1, nb, &v, C);
+                    ref(yr, 3, w, 0, 1, nb, &v, C);
                     for (int r = 0; r < C; r++) {
                         double mag;
                         ref_dot(&KT[t], w, nb, &a, r, &mag);
@@ -728,12 +728,12 @@ static void test_batch_invariance(void **state) {
                 acts_fill(&a, nb, (int)nb % 2);
                 const quant_acts all = acts_at(&a, 0);
                 float y4[T_ROWS];
-                dot(y4, 1, w, nb, &all, T_ROWS);
+                dot(y4, 1, w, 0, 1, nb, &all, T_ROWS);
                 for (int t0 = 0; t0 < T_ROWS; t0++)
                     for (int C = 1; t0 + C <= T_ROWS && C < T_ROWS; C++) {
                         const quant_acts v = acts_at(&a, t0);
                         float y[T_ROWS];
-                        dot(y, 1, w, nb, &v, C);
+                        dot(y, 1, w, 0, 1, nb, &v, C);
                         if (memcmp(y, y4 + t0, sizeof(float) * (size_t)C) != 0)
                             fail_msg("%s %s nb %ld: rows %d..%d alone differ from the group of 4", KT[t].name,
                                      k ? "avx2" : "scalar", (long)nb, t0, t0 + C - 1);
@@ -757,8 +757,8 @@ static void test_nonfinite_scales(void **state) {
         quant_dequant(y, w, KT[t].type, 2);
         acts_fill(&a, 2, 0);
         const quant_acts v = acts_at(&a, 0);
-        quant_dot_scalar(KT[t].type)(o, 1, w, 2, &v, T_ROWS);
-        if (quant_dot_avx2(KT[t].type)) quant_dot_avx2(KT[t].type)(o, 1, w, 2, &v, T_ROWS);
+        quant_dot_scalar(KT[t].type)(o, 1, w, 0, 1, 2, &v, T_ROWS);
+        if (quant_dot_avx2(KT[t].type)) quant_dot_avx2(KT[t].type)(o, 1, w, 0, 1, 2, &v, T_ROWS);
         assert_true(isnan(y[QUANT_K]));
     }
 }

@@ -456,7 +456,7 @@ static void test_dot_scalar(void **state) {
             random_blocks(t, w, nb, 1);
             acts_make(&x, 4, nb * 32, 1.0f);
             float y[4];
-            dot(y, 1, w, nb, &x.a, 4);
+            dot(y, 1, w, 0, 1, nb, &x.a, 4);
             for (int c = 0; c < 4; c++) {
                 double mag;
                 const double want = ref_dot(t, w, nb, &x, c, &mag);
@@ -491,8 +491,8 @@ static void test_dot_avx2(void **state) {
             acts_make(&x, 4, nb * 32, 2.0f);
             for (int C = 1; C <= 4; C++) {
                 float ys[4], yv[4];
-                ref(ys, 1, w, nb, &x.a, C);
-                vec(yv, 1, w, nb, &x.a, C);
+                ref(ys, 1, w, 0, 1, nb, &x.a, C);
+                vec(yv, 1, w, 0, 1, nb, &x.a, C);
                 for (int c = 0; c < C; c++) {
                     double mag;
                     (void)ref_dot(t, w, nb, &x, c, &mag);
@@ -516,14 +516,14 @@ static void check_invariance(const tcase *t, quant_dot_fn *dot, const uint8_t *w
     float alone[4], y[4 * LDY];
     for (int r = 0; r < 4; r++) {
         const quant_acts v = acts_view(x, r);
-        dot(&alone[r], 1, w, nb, &v, 1);
+        dot(&alone[r], 1, w, 0, 1, nb, &v, 1);
     }
     for (int first = 0; first < 4; first++) {
         for (int C = 1; first + C <= 4; C++) {
             const quant_acts v = acts_view(x, first);
             for (int i = 0; i < 4 * LDY; i++)
                 y[i] = -7.0f;
-            dot(y, LDY, w, nb, &v, C);
+            dot(y, LDY, w, 0, 1, nb, &v, C);
             for (int i = 0; i < 4 * LDY; i++) {
                 if (i % LDY == 0 && i / LDY < C) {
                     if (bits_of(y[i]) != bits_of(alone[first + i / LDY]))
@@ -576,8 +576,8 @@ static void test_random_bytes(void **state) {
             acts_make(&x, 4, nb * 32, 10.0f);
             quant_dequant(out, w, t->type, nb);
             float ys[4], yv[4];
-            ref(ys, 1, w, nb, &x.a, 4);
-            if (vec) vec(yv, 1, w, nb, &x.a, 4);
+            ref(ys, 1, w, 0, 1, nb, &x.a, 4);
+            if (vec) vec(yv, 1, w, 0, 1, nb, &x.a, 4);
             if (finite) {
                 for (int i = 0; i < nb * 32; i++)
                     assert_true(isfinite(out[i]));

@@ -311,7 +311,7 @@ static void run_kernel(quant_dot_fn *fn, const char *kname, const char *tname, c
     const uint32_t poison = 0x7fc0beefu;
     for (int i = 0; i < 3 * T_ROWS; i++)
         memcpy(&y4[i], &poison, 4);
-    fn(y4, 3, wrow, nb, xa, T_ROWS);
+    fn(y4, 3, wrow, 0, 1, nb, xa, T_ROWS);
     for (int i = 0; i < 3 * T_ROWS; i++)
         if (i % 3 && bits_of(y4[i]) != poison) {
             printf("  %s %s: C=%d, ldy 3 wrote y[%d]\n", tname, kname, T_ROWS, i);
@@ -322,7 +322,7 @@ static void run_kernel(quant_dot_fn *fn, const char *kname, const char *tname, c
         quant_acts one = {xa->q + t * n, xa->d + t * (n / db),
                           xa->s ? xa->s + t * (n / quant_act_sblock(act)) : NULL, n};
         float y1 = NAN;
-        fn(&y1, 1, wrow, nb, &one, 1);
+        fn(&y1, 1, wrow, 0, 1, nb, &one, 1);
         if (bits_of(y1) != bits_of(y4[3 * t])) st->c1_c4_same = 0;
 
         const float *xt = x + t * n;

@@ -697,21 +697,25 @@ static void rows_scalar(float *y, int64_t ldy, const float *x, int T, const ops_
 }
 
 /* Rows [o0, o1) of a quantized type other than Q8_0 by its kernel dot
- * (quant.h): each row against the activations QUANT_MAX_C at a time, so
- * every weight block is unpacked once per QUANT_MAX_C tokens, and the row
- * (a few hundred bytes) stays in L1 for the next group. */
+ * (quant.h): the rows against the activations QUANT_MAX_C at a time, so
+ * every weight block is unpacked once per QUANT_MAX_C tokens; an item's
+ * rows (tens of KB) stay in L2 for the next group. */
 static void rows_quant(float *y, int64_t ldy, int T, const ops_mat *w, const q8_act *xa, int64_t o0, int64_t o1,
                        quant_dot_fn *dot) {
     const int64_t n = w->n_in, nb = n / gguf_type_block(w->type);
     const int64_t nd = n / quant_act_dblock(xa->act), ns = n / quant_act_sblock(xa->act);
     const size_t rb = row_bytes(w);
-    for (int64_t o = o0; o < o1; o++) {
-        const uint8_t *row = (const uint8_t *)w->data + (size_t)o * rb;
-        for (int t = 0; t < T; t += QUANT_MAX_C) {
-            const quant_acts a = {xa->q + (size_t)t * (size_t)n, xa->d + (size_t)t * (size_t)nd,
-                                  xa->s + (size_t)t * (size_t)ns, n};
-            dot(y + (size_t)t * (size_t)ldy + (size_t)o, ldy, row, nb, &a, T - t < QUANT_MAX_C ? T - t : QUANT_MAX_C);
-        }
+    /* The kernels prefetch OPS_PREFETCH bytes ahead of where they read;
+     * an item starts a new stream, whose head nothing has fetched yet. */
+    const char *head = (const char *)w->data + (size_t)o0 * rb;
+    const size_t head_bytes = (size_t)(o1 - o0) * rb < OPS_PREFETCH ? (size_t)(o1 - o0) * rb : OPS_PREFETCH;
+    for (size_t b = 0; b < head_bytes; b += 64)
+        __builtin_prefetch(head + b);
+    for (int t = 0; t < T; t += QUANT_MAX_C) {
+        const quant_acts a = {xa->q + (size_t)t * (size_t)n, xa->d + (size_t)t * (size_t)nd,
+                              xa->s + (size_t)t * (size_t)ns, n};
+        dot(y + (size_t)t * (size_t)ldy + (size_t)o0, ldy, head, rb, (int)(o1 - o0), nb, &a,
+            T - t < QUANT_MAX_C ? T - t : QUANT_MAX_C);
     }
 }
 

@@ -19,6 +19,16 @@ typedef struct quant_kind {
     quant_dot_fn *dot_avx2;         /* NULL in a build without x86-64 */
 } quant_kind;
 
+/* A quant_dot_fn over R rows from a kernel of one row (same arguments
+ * without rb and R): the scalar kernels, where the set-up is not what
+ * costs. */
+#define QUANT_DOT_ROWS(name, row_fn)                                                                   \
+    static void name(float *y, int64_t ldy, const void *w, size_t rb, int R, int64_t nb,               \
+                     const quant_acts *xa, int C) {                                                   \
+        for (int r_ = 0; r_ < R; r_++)                                                                \
+            row_fn(y + r_, ldy, (const uint8_t *)w + (size_t)r_ * rb, nb, xa, C);                     \
+    }
+
 extern const quant_kind quant_legacy_kinds[];
 extern const int quant_legacy_n;
 extern const quant_kind quant_k_kinds[];

@@ -297,24 +297,30 @@ static void dot_generic(float *y, int64_t ldy, const uint8_t *w, int64_t nb, con
     }
 }
 
-static void dot_q2k_scalar(float *y, int64_t ldy, const void *w, int64_t nb, const quant_acts *xa, int C) {
+static void dot_q2k_scalar_row(float *y, int64_t ldy, const void *w, int64_t nb, const quant_acts *xa, int C) {
     dot_generic(y, ldy, w, nb, xa, C, Q2K_BYTES, unpack_q2k);
 }
-static void dot_q3k_scalar(float *y, int64_t ldy, const void *w, int64_t nb, const quant_acts *xa, int C) {
+static void dot_q3k_scalar_row(float *y, int64_t ldy, const void *w, int64_t nb, const quant_acts *xa, int C) {
     dot_generic(y, ldy, w, nb, xa, C, Q3K_BYTES, unpack_q3k);
 }
-static void dot_q4k_scalar(float *y, int64_t ldy, const void *w, int64_t nb, const quant_acts *xa, int C) {
+static void dot_q4k_scalar_row(float *y, int64_t ldy, const void *w, int64_t nb, const quant_acts *xa, int C) {
     dot_generic(y, ldy, w, nb, xa, C, Q4K_BYTES, unpack_q4k);
 }
-static void dot_q5k_scalar(float *y, int64_t ldy, const void *w, int64_t nb, const quant_acts *xa, int C) {
+static void dot_q5k_scalar_row(float *y, int64_t ldy, const void *w, int64_t nb, const quant_acts *xa, int C) {
     dot_generic(y, ldy, w, nb, xa, C, Q5K_BYTES, unpack_q5k);
 }
-static void dot_q6k_scalar(float *y, int64_t ldy, const void *w, int64_t nb, const quant_acts *xa, int C) {
+static void dot_q6k_scalar_row(float *y, int64_t ldy, const void *w, int64_t nb, const quant_acts *xa, int C) {
     dot_generic(y, ldy, w, nb, xa, C, Q6K_BYTES, unpack_q6k);
 }
-static void dot_iq4xs_scalar(float *y, int64_t ldy, const void *w, int64_t nb, const quant_acts *xa, int C) {
+static void dot_iq4xs_scalar_row(float *y, int64_t ldy, const void *w, int64_t nb, const quant_acts *xa, int C) {
     dot_generic(y, ldy, w, nb, xa, C, IQ4XS_BYTES, unpack_iq4xs);
 }
+QUANT_DOT_ROWS(dot_q2k_scalar, dot_q2k_scalar_row)
+QUANT_DOT_ROWS(dot_q3k_scalar, dot_q3k_scalar_row)
+QUANT_DOT_ROWS(dot_q4k_scalar, dot_q4k_scalar_row)
+QUANT_DOT_ROWS(dot_q5k_scalar, dot_q5k_scalar_row)
+QUANT_DOT_ROWS(dot_q6k_scalar, dot_q6k_scalar_row)
+QUANT_DOT_ROWS(dot_iq4xs_scalar, dot_iq4xs_scalar_row)
 
 /* ------------------------------------------------------------------------- */
 /* Quantizing                                                                */
@@ -917,19 +923,24 @@ QK_TARGET static ALWAYS_INLINE void iq4xs_avx2(float *y, int64_t ldy, const uint
         y[(size_t)c * (size_t)ldy] = khsum(acc[c]);
 }
 
-/* The quant_dot_fn of a kernel: C made a constant per call (1..4), and
- * C > 4 run as groups of 4, which gives each row the same result. */
-#define QK_DOT_AVX2(name, call)                                                                            \
-    QK_TARGET static void name(float *y, int64_t ldy, const void *w, int64_t nb, const quant_acts *xa, int C) { \
+/* The quant_dot_fn of a kernel: C made a constant per run of rows
+ * (1..4), and C > 4 run as groups of 4, which gives each row the same
+ * result. */
+#define QK_ROWS(call, C_)                                                                                    \
+    for (int r = 0; r < R; r++)                                                                              \
+        call(yp + r, ldy, wp + (size_t)r * rb, nb, ap, C_)
+#define QK_DOT_AVX2(name, call)                                                                              \
+    QK_TARGET static void name(float *y, int64_t ldy, const void *w, size_t rb, int R, int64_t nb,             \
+                               const quant_acts *xa, int C) {                                                \
         for (int c0 = 0; c0 < C; c0 += QUANT_MAX_C) {                                                        \
             const quant_acts ag = acts_from(xa, c0), *ap = &ag;                                              \
             const uint8_t *wp = (const uint8_t *)w;                                                          \
             float *yp = y + (size_t)c0 * (size_t)ldy;                                                        \
             switch (C - c0) {                                                                                \
-            case 1: call(yp, ldy, wp, nb, ap, 1); break;                                                     \
-            case 2: call(yp, ldy, wp, nb, ap, 2); break;                                                     \
-            case 3: call(yp, ldy, wp, nb, ap, 3); break;                                                     \
-            default: call(yp, ldy, wp, nb, ap, 4); break;                                                    \
+            case 1: QK_ROWS(call, 1); break;                                                                 \
+            case 2: QK_ROWS(call, 2); break;                                                                 \
+            case 3: QK_ROWS(call, 3); break;                                                                 \
+            default: QK_ROWS(call, 4); break;                                                                \
             }                                                                                                \
         }                                                                                                    \
     }

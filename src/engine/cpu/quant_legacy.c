@@ -377,24 +377,30 @@ static QL_INLINE void ql_dot_scalar(const int kind, float *y, int64_t ldy, const
         ql_dot_group(kind, y, ldy, w, nb, xa, c0, C - c0 < QUANT_MAX_C ? C - c0 : QUANT_MAX_C);
 }
 
-static void dot_q4_0_scalar(float *y, int64_t ldy, const void *w, int64_t nb, const quant_acts *xa, int C) {
+static void dot_q4_0_scalar_row(float *y, int64_t ldy, const void *w, int64_t nb, const quant_acts *xa, int C) {
     ql_dot_scalar(QL_Q4_0, y, ldy, w, nb, xa, C);
 }
-static void dot_q4_1_scalar(float *y, int64_t ldy, const void *w, int64_t nb, const quant_acts *xa, int C) {
+static void dot_q4_1_scalar_row(float *y, int64_t ldy, const void *w, int64_t nb, const quant_acts *xa, int C) {
     ql_dot_scalar(QL_Q4_1, y, ldy, w, nb, xa, C);
 }
-static void dot_q5_0_scalar(float *y, int64_t ldy, const void *w, int64_t nb, const quant_acts *xa, int C) {
+static void dot_q5_0_scalar_row(float *y, int64_t ldy, const void *w, int64_t nb, const quant_acts *xa, int C) {
     ql_dot_scalar(QL_Q5_0, y, ldy, w, nb, xa, C);
 }
-static void dot_q5_1_scalar(float *y, int64_t ldy, const void *w, int64_t nb, const quant_acts *xa, int C) {
+static void dot_q5_1_scalar_row(float *y, int64_t ldy, const void *w, int64_t nb, const quant_acts *xa, int C) {
     ql_dot_scalar(QL_Q5_1, y, ldy, w, nb, xa, C);
 }
-static void dot_q8_0_scalar(float *y, int64_t ldy, const void *w, int64_t nb, const quant_acts *xa, int C) {
+static void dot_q8_0_scalar_row(float *y, int64_t ldy, const void *w, int64_t nb, const quant_acts *xa, int C) {
     ql_dot_scalar(QL_Q8_0, y, ldy, w, nb, xa, C);
 }
-static void dot_iq4_nl_scalar(float *y, int64_t ldy, const void *w, int64_t nb, const quant_acts *xa, int C) {
+static void dot_iq4_nl_scalar_row(float *y, int64_t ldy, const void *w, int64_t nb, const quant_acts *xa, int C) {
     ql_dot_scalar(QL_IQ4_NL, y, ldy, w, nb, xa, C);
 }
+QUANT_DOT_ROWS(dot_q4_0_scalar, dot_q4_0_scalar_row)
+QUANT_DOT_ROWS(dot_q4_1_scalar, dot_q4_1_scalar_row)
+QUANT_DOT_ROWS(dot_q5_0_scalar, dot_q5_0_scalar_row)
+QUANT_DOT_ROWS(dot_q5_1_scalar, dot_q5_1_scalar_row)
+QUANT_DOT_ROWS(dot_q8_0_scalar, dot_q8_0_scalar_row)
+QUANT_DOT_ROWS(dot_iq4_nl_scalar, dot_iq4_nl_scalar_row)
 
 /* ------------------------------------------------------------------------- */
 /* AVX2 dot products                                                         */
@@ -586,10 +592,11 @@ QL_AVX2 static QL_INLINE void ql_dot8_c(const int kind, float *y, int64_t ldy, c
 /* Any C >= 1 in groups of QUANT_MAX_C; each group is a view of the
  * activations starting at its first row. The unsigned kinds need the
  * activations' sums; without them the scalar kernel runs. */
-QL_AVX2 static QL_INLINE void ql_dot8(const int kind, float *y, int64_t ldy, const void *w, int64_t nb,
+QL_AVX2 static QL_INLINE void ql_dot8(const int kind, float *y, int64_t ldy, const void *w, size_t rb, int R, int64_t nb,
                                       const quant_acts *xa, int C) {
     if (ql_unsigned(kind) && !xa->s) {
-        ql_dot_scalar(kind, y, ldy, w, nb, xa, C);
+        for (int r = 0; r < R; r++)
+            ql_dot_scalar(kind, y + r, ldy, (const uint8_t *)w + (size_t)r * rb, nb, xa, C);
         return;
     }
     for (int c0 = 0; c0 < C; c0 += QUANT_MAX_C) {
@@ -597,32 +604,41 @@ QL_AVX2 static QL_INLINE void ql_dot8(const int kind, float *y, int64_t ldy, con
         const quant_acts g = {xa->q + (size_t)c0 * (size_t)xa->n, xa->d + (size_t)c0 * ns,
                               xa->s ? xa->s + (size_t)c0 * ns : NULL, xa->n};
         float *yg = y + (size_t)c0 * (size_t)ldy;
+#define QL_ROWS(C_) \
+    for (int r = 0; r < R; r++) ql_dot8_c(kind, yg + r, ldy, (const uint8_t *)w + (size_t)r * rb, nb, &g, C_)
         switch (C - c0) {
-        case 1: ql_dot8_c(kind, yg, ldy, w, nb, &g, 1); break;
-        case 2: ql_dot8_c(kind, yg, ldy, w, nb, &g, 2); break;
-        case 3: ql_dot8_c(kind, yg, ldy, w, nb, &g, 3); break;
-        default: ql_dot8_c(kind, yg, ldy, w, nb, &g, 4); break;
+        case 1: QL_ROWS(1); break;
+        case 2: QL_ROWS(2); break;
+        case 3: QL_ROWS(3); break;
+        default: QL_ROWS(4); break;
         }
+#undef QL_ROWS
     }
 }
 
-QL_AVX2 static void dot_q4_0_avx2(float *y, int64_t ldy, const void *w, int64_t nb, const quant_acts *xa, int C) {
-    ql_dot8(QL_Q4_0, y, ldy, w, nb, xa, C);
+QL_AVX2 static void dot_q4_0_avx2(float *y, int64_t ldy, const void *w, size_t rb, int R, int64_t nb, const quant_acts *xa,
+                        int C) {
+    ql_dot8(QL_Q4_0, y, ldy, w, rb, R, nb, xa, C);
 }
-QL_AVX2 static void dot_q4_1_avx2(float *y, int64_t ldy, const void *w, int64_t nb, const quant_acts *xa, int C) {
-    ql_dot8(QL_Q4_1, y, ldy, w, nb, xa, C);
+QL_AVX2 static void dot_q4_1_avx2(float *y, int64_t ldy, const void *w, size_t rb, int R, int64_t nb, const quant_acts *xa,
+                        int C) {
+    ql_dot8(QL_Q4_1, y, ldy, w, rb, R, nb, xa, C);
 }
-QL_AVX2 static void dot_q5_0_avx2(float *y, int64_t ldy, const void *w, int64_t nb, const quant_acts *xa, int C) {
-    ql_dot8(QL_Q5_0, y, ldy, w, nb, xa, C);
+QL_AVX2 static void dot_q5_0_avx2(float *y, int64_t ldy, const void *w, size_t rb, int R, int64_t nb, const quant_acts *xa,
+                        int C) {
+    ql_dot8(QL_Q5_0, y, ldy, w, rb, R, nb, xa, C);
 }
-QL_AVX2 static void dot_q5_1_avx2(float *y, int64_t ldy, const void *w, int64_t nb, const quant_acts *xa, int C) {
-    ql_dot8(QL_Q5_1, y, ldy, w, nb, xa, C);
+QL_AVX2 static void dot_q5_1_avx2(float *y, int64_t ldy, const void *w, size_t rb, int R, int64_t nb, const quant_acts *xa,
+                        int C) {
+    ql_dot8(QL_Q5_1, y, ldy, w, rb, R, nb, xa, C);
 }
-QL_AVX2 static void dot_q8_0_avx2(float *y, int64_t ldy, const void *w, int64_t nb, const quant_acts *xa, int C) {
-    ql_dot8(QL_Q8_0, y, ldy, w, nb, xa, C);
+QL_AVX2 static void dot_q8_0_avx2(float *y, int64_t ldy, const void *w, size_t rb, int R, int64_t nb, const quant_acts *xa,
+                        int C) {
+    ql_dot8(QL_Q8_0, y, ldy, w, rb, R, nb, xa, C);
 }
-QL_AVX2 static void dot_iq4_nl_avx2(float *y, int64_t ldy, const void *w, int64_t nb, const quant_acts *xa, int C) {
-    ql_dot8(QL_IQ4_NL, y, ldy, w, nb, xa, C);
+QL_AVX2 static void dot_iq4_nl_avx2(float *y, int64_t ldy, const void *w, size_t rb, int R, int64_t nb, const quant_acts *xa,
+                        int C) {
+    ql_dot8(QL_IQ4_NL, y, ldy, w, rb, R, nb, xa, C);
 }
 #define QL_AVX2_FN(f) f
 #else
