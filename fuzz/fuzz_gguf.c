@@ -3,7 +3,8 @@
  * input, then what the server builds on top of it: the tokenizer from the
  * tokenizer.ggml.* keys (engine/tok.c), the chat family from the template
  * (serve/chat.c), and the model binding (engine/model.c: metadata, every
- * tensor's presence, type and shape, the f32 and Q8_0 copies).
+ * tensor's presence, type and shape, the norms made f32), and a few rows
+ * of its matrices decoded in their types (cpu/quant.c).
  *
  * gguf.h promises that after gguf_open succeeds every string, array and
  * tensor range it hands out lies inside the file. The target checks that by
@@ -138,6 +139,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (model_from_gguf(g, &m, err, sizeof err) == 0) {   /* takes g */
         FZ_CHECK(m->cfg.dim > 0 && m->cfg.n_layers > 0 && m->cfg.vocab > 0);
         (void)model_kv_bytes_per_token(&m->cfg);
+        /* Rows of whatever types the file gave, decoded from its bytes:
+         * the embedding's first and last and the classifier's first. */
+        float *row = malloc((size_t)m->cfg.dim * sizeof(float));
+        if (row) {
+            ops_dequant_row(row, &m->tok_embd, 0);
+            ops_dequant_row(row, &m->tok_embd, m->cfg.vocab - 1);
+            ops_dequant_row(row, &m->output, 0);
+            free(row);
+        }
         model_free(m);
     } else {
         FZ_CHECK(m == NULL);

@@ -31,11 +31,13 @@ static void write_bytes(const char *dir, const char *name, const void *p, size_t
     if (!f || fwrite(p, 1, n, f) != n || fclose(f) != 0) die(path, "cannot write");
 }
 
-/* A model as small as mkmodel allows: one layer, dim 32, vocab 300, Q8_0. */
-static void model_seed(const char *dir, const char *name, const char *arch, int tied) {
-    mkmodel_spec s = {.arch = arch, .dim = 32, .n_layers = 1, .n_heads = 2, .n_kv_heads = 1,
-                      .ffn_dim = 32, .vocab = 300, .ctx_len = 64, .rope_base = 10000.0f,
-                      .type = GGUF_TT_Q8_0, .tied = tied, .seed = 7};
+/* A model as small as mkmodel allows: one layer, vocab 300, dim 32 (256
+ * for the types of 256-element blocks). */
+static void model_seed(const char *dir, const char *name, const char *arch, int tied, uint32_t type) {
+    const int dim = gguf_type_block(type) == 256 ? 256 : 32;
+    mkmodel_spec s = {.arch = arch, .dim = dim, .n_layers = 1, .n_heads = 2, .n_kv_heads = 1,
+                      .ffn_dim = dim, .vocab = 300, .ctx_len = 64, .rope_base = 10000.0f,
+                      .type = type, .tied = tied, .seed = 7};
     char path[1024], err[256];
     snprintf(path, sizeof path, "%s/%s", dir, name);
     if (mkmodel_write(&s, path, err, sizeof err) < 0) die(path, err);
@@ -113,8 +115,11 @@ int main(int argc, char **argv) {
     char gg[1024], tk[1024];
     snprintf(gg, sizeof gg, "%s/gguf", argv[1]);
     snprintf(tk, sizeof tk, "%s/tok", argv[1]);
-    model_seed(gg, "model-llama-q8_0", "llama", 1);
-    model_seed(gg, "model-qwen2-q8_0", "qwen2", 1);
+    model_seed(gg, "model-llama-q8_0", "llama", 1, GGUF_TT_Q8_0);
+    model_seed(gg, "model-qwen2-q8_0", "qwen2", 1, GGUF_TT_Q8_0);
+    model_seed(gg, "model-llama-q4_0", "llama", 0, GGUF_TT_Q4_0);
+    model_seed(gg, "model-llama-q5_1", "llama", 1, GGUF_TT_Q5_1);
+    model_seed(gg, "model-llama-q4_K", "llama", 1, GGUF_TT_Q4_K);  /* 270 KB: K-quant rows are 256 */
     vocab_seed(gg, "vocab-spm", FZ_TOK_SPM, NULL);
     vocab_seed(gg, "vocab-spm-special", FZ_TOK_SPM_X,
                "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}");
