@@ -705,12 +705,7 @@ static void rows_quant(float *y, int64_t ldy, int T, const ops_mat *w, const q8_
     const int64_t n = w->n_in, nb = n / gguf_type_block(w->type);
     const int64_t nd = n / quant_act_dblock(xa->act), ns = n / quant_act_sblock(xa->act);
     const size_t rb = row_bytes(w);
-    /* The kernels prefetch OPS_PREFETCH bytes ahead of where they read;
-     * an item starts a new stream, whose head nothing has fetched yet. */
-    const char *head = (const char *)w->data + (size_t)o0 * rb;
-    const size_t head_bytes = (size_t)(o1 - o0) * rb < OPS_PREFETCH ? (size_t)(o1 - o0) * rb : OPS_PREFETCH;
-    for (size_t b = 0; b < head_bytes; b += 64)
-        __builtin_prefetch(head + b);
+    const uint8_t *head = (const uint8_t *)w->data + (size_t)o0 * rb;
     for (int t = 0; t < T; t += QUANT_MAX_C) {
         const quant_acts a = {xa->q + (size_t)t * (size_t)n, xa->d + (size_t)t * (size_t)nd,
                               xa->s + (size_t)t * (size_t)ns, n};
@@ -1230,9 +1225,22 @@ static int64_t item_rows(const ops_mat *w, int method, int nt) {
     return (r + OPS_ROW_BLOCK - 1) / OPS_ROW_BLOCK * OPS_ROW_BLOCK;
 }
 
+/* The first OPS_PREFETCH bytes of rows [o0, o1). The streaming kernels
+ * prefetch that far ahead of where they read, but a work item starts a
+ * new stream whose head nothing has fetched: with items of tens of KB
+ * that head stalled a tenth of each item on DRAM. */
+static void prefetch_head(const ops_mat *w, int64_t o0, int64_t o1) {
+    const size_t rb = row_bytes(w), n = (size_t)(o1 - o0) * rb < OPS_PREFETCH ? (size_t)(o1 - o0) * rb : OPS_PREFETCH;
+    const char *head = (const char *)w->data + (size_t)o0 * rb;
+    for (size_t b = 0; b < n; b += 64)
+        __builtin_prefetch(head + b);
+}
+
 /* Rows [o0, o1) of y = x w^T, (T, ldy), by the call's method. */
 static void product_rows(const mm_call *c, float *y, int64_t ldy, const ops_mat *w, int64_t o0, int64_t o1,
                          const q8_act *xa, const ops_scratch *s) {
+    if (c->method == MM_STREAM || c->method == MM_QUANT)
+        prefetch_head(w, o0, o1);
     switch (c->method) {
     case MM_SGEMM:
         sgemm_rows(y, ldy, c->x, c->T, w, o0, o1, s);
