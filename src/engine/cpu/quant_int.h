@@ -9,8 +9,8 @@
 #include "quant.h"
 
 typedef struct quant_kind {
-    uint32_t type;                  /* GGUF_TT_* */
-    int act;                        /* QUANT_ACT_* its dot product reads */
+    uint32_t type;                  /* GGUF_TT_*; its activation format follows
+                                     * from its block (quant_act_format) */
     /* out (nb * block floats) from nb blocks at w */
     void (*dequant)(float *out, const void *w, int64_t nb);
     /* nb blocks into out from x (nb * block floats) */
@@ -28,6 +28,11 @@ typedef struct quant_kind {
         for (int r_ = 0; r_ < R; r_++)                                                                \
             row_fn(y + r_, ldy, (const uint8_t *)w + (size_t)r_ * rb, nb, xa, C);                     \
     }
+
+/* Bytes ahead of the weight stream the AVX2 kernels prefetch, as ops.c's
+ * OPS_PREFETCH: unpacking costs them enough time per byte that the
+ * hardware prefetcher alone leaves them stalling on cold weights. */
+#define QUANT_PREFETCH 4096
 
 extern const quant_kind quant_legacy_kinds[];
 extern const int quant_legacy_n;

@@ -63,9 +63,6 @@
 #define Q6K_BYTES 210
 #define IQ4XS_BYTES 136
 
-/* Bytes ahead in the weight row that the AVX2 kernels prefetch: the
- * distance ops.c measured for its Q8_0 stream (OPS_PREFETCH). */
-#define QK_PREFETCH 4096
 
 /* ------------------------------------------------------------------------- */
 /* Block fields, and the scalar part: dequant, reference dot, quantize       */
@@ -641,11 +638,11 @@ QK_TARGET static ALWAYS_INLINE float khsum(__m256 v) {
     return _mm_cvtss_f32(s);
 }
 
-/* Each line of the block, QK_PREFETCH bytes ahead. */
+/* Each line of the block, QUANT_PREFETCH bytes ahead. */
 #define QK_PREFETCH_BLOCK(blk, bytes)                                                       \
     do {                                                                                    \
         for (int pf_ = 0; pf_ < (int)(bytes); pf_ += 64)                                      \
-            _mm_prefetch((const char *)(blk) + QK_PREFETCH + pf_, _MM_HINT_T0);             \
+            _mm_prefetch((const char *)(blk) + QUANT_PREFETCH + pf_, _MM_HINT_T0);             \
     } while (0)
 
 /* The per-row activation pointers of one call: row c's quants, scales and
@@ -966,11 +963,11 @@ QK_DOT_AVX2(dot_iq4xs_avx2, iq4xs_avx2)
 #endif
 
 const quant_kind quant_k_kinds[] = {
-    {GGUF_TT_Q2_K, QUANT_ACT_Q8_K, dequant_q2k, quantize_q2k, dot_q2k_scalar, dot_q2k_avx2},
-    {GGUF_TT_Q3_K, QUANT_ACT_Q8_K, dequant_q3k, quantize_q3k, dot_q3k_scalar, dot_q3k_avx2},
-    {GGUF_TT_Q4_K, QUANT_ACT_Q8_K, dequant_q4k, quantize_q4k, dot_q4k_scalar, dot_q4k_avx2},
-    {GGUF_TT_Q5_K, QUANT_ACT_Q8_K, dequant_q5k, quantize_q5k, dot_q5k_scalar, dot_q5k_avx2},
-    {GGUF_TT_Q6_K, QUANT_ACT_Q8_K, dequant_q6k, quantize_q6k, dot_q6k_scalar, dot_q6k_avx2},
-    {GGUF_TT_IQ4_XS, QUANT_ACT_Q8_K, dequant_iq4xs, quantize_iq4xs, dot_iq4xs_scalar, dot_iq4xs_avx2},
+    {GGUF_TT_Q2_K, dequant_q2k, quantize_q2k, dot_q2k_scalar, dot_q2k_avx2},
+    {GGUF_TT_Q3_K, dequant_q3k, quantize_q3k, dot_q3k_scalar, dot_q3k_avx2},
+    {GGUF_TT_Q4_K, dequant_q4k, quantize_q4k, dot_q4k_scalar, dot_q4k_avx2},
+    {GGUF_TT_Q5_K, dequant_q5k, quantize_q5k, dot_q5k_scalar, dot_q5k_avx2},
+    {GGUF_TT_Q6_K, dequant_q6k, quantize_q6k, dot_q6k_scalar, dot_q6k_avx2},
+    {GGUF_TT_IQ4_XS, dequant_iq4xs, quantize_iq4xs, dot_iq4xs_scalar, dot_iq4xs_avx2},
 };
 const int quant_k_n = (int)(sizeof quant_k_kinds / sizeof quant_k_kinds[0]);

@@ -47,10 +47,6 @@
 
 #define QL_INLINE inline __attribute__((always_inline))
 #define QL_BLOCK 32
-/* Bytes ahead of the weight stream the AVX2 kernels prefetch, as ops.c's
- * OPS_PREFETCH: the hardware prefetcher alone leaves the unpacking kernels
- * stalling on cold weights. */
-#define QL_PREFETCH 4096
 
 /* Keeps the compiler from fusing a product written to p[] with a sum that
  * reads it afterwards (an FMA rounds once where ggml rounds twice, so a
@@ -541,6 +537,26 @@ QL_AVX2 static QL_INLINE __m256 ql_load_sx8(const int16_t *p, int kg) {
     return _mm256_cvtepi32_ps(_mm256_cvtepi16_epi32(_mm_loadu_si128((const __m128i *)t)));
 }
 
+/* The blocks past the last whole group of 8 (a row of 9 blocks, as 288
+ * wide, has one), one at a time with scalar scales: gathering a short
+ * group's scales through memory (ql_scales8's kg < 8 path) stalled on
+ * store forwarding and made such rows 3x slower. offs: row c's offset
+ * term, apart from the groups' vector one. */
+QL_AVX2 static QL_INLINE void ql_tail(const int kind, __m256 *acc, float *offs, const uint8_t *blk, int64_t b,
+                                      const quant_acts *xa, const int C) {
+    const size_t n = (size_t)xa->n, ns = n / QL_BLOCK;
+    const float dw = quant_f16_at(blk), mw = ql_has_min(kind) ? quant_f16_at(blk + 2) : 0.0f;
+    float sc[QUANT_MAX_C][8];
+#pragma GCC unroll 4
+    for (int c = 0; c < C; c++) {
+        const float dx = xa->d[(size_t)c * ns + (size_t)b];
+        sc[c][0] = dw * dx;
+        if (ql_unsigned(kind))
+            offs[c] += (ql_has_min(kind) ? mw * dx : sc[c][0]) * (float)xa->s[(size_t)c * ns + (size_t)b];
+    }
+    ql_block8(kind, acc, blk, xa->q + (size_t)b * QL_BLOCK, n, (const float(*)[8])sc, 0, C);
+}
+
 /* C (1..QUANT_MAX_C, a constant after inlining) rows. Even and odd blocks
  * go to two sets of accumulators, so one row's FMAs are two independent
  * chains (at C = 1 a single chain would wait on the FMA latency every
@@ -549,14 +565,20 @@ QL_AVX2 static QL_INLINE void ql_dot8_c(const int kind, float *y, int64_t ldy, c
                                         const quant_acts *xa, const int C) {
     const size_t bb = ql_bytes(kind), n = (size_t)xa->n, ns = n / QL_BLOCK;
     __m256 acc0[QUANT_MAX_C], acc1[QUANT_MAX_C], off[QUANT_MAX_C];
+    float offs[QUANT_MAX_C];
 #pragma GCC unroll 4
-    for (int c = 0; c < C; c++)
+    for (int c = 0; c < C; c++) {
         acc0[c] = acc1[c] = off[c] = _mm256_setzero_ps();
-    for (int64_t b0 = 0; b0 < nb; b0 += 8) {
-        const int kg = nb - b0 < 8 ? (int)(nb - b0) : 8;
+        offs[c] = 0.0f;
+    }
+    const int64_t whole = nb / 8 * 8;
+    for (int64_t b = whole; b < nb; b++)
+        ql_tail(kind, (b - whole) % 2 ? acc1 : acc0, offs, w + (size_t)b * bb, b, xa, C);
+    for (int64_t b0 = 0; b0 < whole; b0 += 8) {
+        const int kg = 8;
         const uint8_t *g = w + (size_t)b0 * bb;
         for (size_t o = 0; o < 8 * bb; o += 64)
-            _mm_prefetch((const char *)g + QL_PREFETCH + o, _MM_HINT_T0);
+            _mm_prefetch((const char *)g + QUANT_PREFETCH + o, _MM_HINT_T0);
         __m256 mw = _mm256_setzero_ps();
         const __m256 dw = ql_scales8(kind, g, kg, &mw);
         float sc[QUANT_MAX_C][8] __attribute__((aligned(32)));
@@ -584,7 +606,7 @@ QL_AVX2 static QL_INLINE void ql_dot8_c(const int kind, float *y, int64_t ldy, c
 #pragma GCC unroll 4
     for (int c = 0; c < C; c++) {
         float s = ql_hsum8(_mm256_add_ps(acc0[c], acc1[c]));
-        if (ql_unsigned(kind)) s += of * ql_hsum8(off[c]);
+        if (ql_unsigned(kind)) s += of * (ql_hsum8(off[c]) + offs[c]);
         y[(size_t)c * (size_t)ldy] = s;
     }
 }
@@ -592,8 +614,8 @@ QL_AVX2 static QL_INLINE void ql_dot8_c(const int kind, float *y, int64_t ldy, c
 /* Any C >= 1 in groups of QUANT_MAX_C; each group is a view of the
  * activations starting at its first row. The unsigned kinds need the
  * activations' sums; without them the scalar kernel runs. */
-QL_AVX2 static QL_INLINE void ql_dot8(const int kind, float *y, int64_t ldy, const void *w, size_t rb, int R, int64_t nb,
-                                      const quant_acts *xa, int C) {
+QL_AVX2 static QL_INLINE void ql_dot8(const int kind, float *y, int64_t ldy, const void *w, size_t rb, int R,
+                                      int64_t nb, const quant_acts *xa, int C) {
     if (ql_unsigned(kind) && !xa->s) {
         for (int r = 0; r < R; r++)
             ql_dot_scalar(kind, y + r, ldy, (const uint8_t *)w + (size_t)r * rb, nb, xa, C);
@@ -616,28 +638,28 @@ QL_AVX2 static QL_INLINE void ql_dot8(const int kind, float *y, int64_t ldy, con
     }
 }
 
-QL_AVX2 static void dot_q4_0_avx2(float *y, int64_t ldy, const void *w, size_t rb, int R, int64_t nb, const quant_acts *xa,
-                        int C) {
+QL_AVX2 static void dot_q4_0_avx2(float *y, int64_t ldy, const void *w, size_t rb, int R, int64_t nb,
+                                   const quant_acts *xa, int C) {
     ql_dot8(QL_Q4_0, y, ldy, w, rb, R, nb, xa, C);
 }
-QL_AVX2 static void dot_q4_1_avx2(float *y, int64_t ldy, const void *w, size_t rb, int R, int64_t nb, const quant_acts *xa,
-                        int C) {
+QL_AVX2 static void dot_q4_1_avx2(float *y, int64_t ldy, const void *w, size_t rb, int R, int64_t nb,
+                                   const quant_acts *xa, int C) {
     ql_dot8(QL_Q4_1, y, ldy, w, rb, R, nb, xa, C);
 }
-QL_AVX2 static void dot_q5_0_avx2(float *y, int64_t ldy, const void *w, size_t rb, int R, int64_t nb, const quant_acts *xa,
-                        int C) {
+QL_AVX2 static void dot_q5_0_avx2(float *y, int64_t ldy, const void *w, size_t rb, int R, int64_t nb,
+                                   const quant_acts *xa, int C) {
     ql_dot8(QL_Q5_0, y, ldy, w, rb, R, nb, xa, C);
 }
-QL_AVX2 static void dot_q5_1_avx2(float *y, int64_t ldy, const void *w, size_t rb, int R, int64_t nb, const quant_acts *xa,
-                        int C) {
+QL_AVX2 static void dot_q5_1_avx2(float *y, int64_t ldy, const void *w, size_t rb, int R, int64_t nb,
+                                   const quant_acts *xa, int C) {
     ql_dot8(QL_Q5_1, y, ldy, w, rb, R, nb, xa, C);
 }
-QL_AVX2 static void dot_q8_0_avx2(float *y, int64_t ldy, const void *w, size_t rb, int R, int64_t nb, const quant_acts *xa,
-                        int C) {
+QL_AVX2 static void dot_q8_0_avx2(float *y, int64_t ldy, const void *w, size_t rb, int R, int64_t nb,
+                                   const quant_acts *xa, int C) {
     ql_dot8(QL_Q8_0, y, ldy, w, rb, R, nb, xa, C);
 }
-QL_AVX2 static void dot_iq4_nl_avx2(float *y, int64_t ldy, const void *w, size_t rb, int R, int64_t nb, const quant_acts *xa,
-                        int C) {
+QL_AVX2 static void dot_iq4_nl_avx2(float *y, int64_t ldy, const void *w, size_t rb, int R, int64_t nb,
+                                   const quant_acts *xa, int C) {
     ql_dot8(QL_IQ4_NL, y, ldy, w, rb, R, nb, xa, C);
 }
 #define QL_AVX2_FN(f) f
@@ -650,12 +672,12 @@ QL_AVX2 static void dot_iq4_nl_avx2(float *y, int64_t ldy, const void *w, size_t
 /* ------------------------------------------------------------------------- */
 
 const quant_kind quant_legacy_kinds[] = {
-    {GGUF_TT_Q4_0, QUANT_ACT_Q8_32, dequant_q4_0, quantize_q4_0, dot_q4_0_scalar, QL_AVX2_FN(dot_q4_0_avx2)},
-    {GGUF_TT_Q4_1, QUANT_ACT_Q8_32, dequant_q4_1, quantize_q4_1, dot_q4_1_scalar, QL_AVX2_FN(dot_q4_1_avx2)},
-    {GGUF_TT_Q5_0, QUANT_ACT_Q8_32, dequant_q5_0, quantize_q5_0, dot_q5_0_scalar, QL_AVX2_FN(dot_q5_0_avx2)},
-    {GGUF_TT_Q5_1, QUANT_ACT_Q8_32, dequant_q5_1, quantize_q5_1, dot_q5_1_scalar, QL_AVX2_FN(dot_q5_1_avx2)},
-    {GGUF_TT_Q8_0, QUANT_ACT_Q8_32, dequant_q8_0, quantize_q8_0, dot_q8_0_scalar, QL_AVX2_FN(dot_q8_0_avx2)},
-    {GGUF_TT_IQ4_NL, QUANT_ACT_Q8_32, dequant_iq4_nl, quantize_iq4_nl, dot_iq4_nl_scalar,
+    {GGUF_TT_Q4_0, dequant_q4_0, quantize_q4_0, dot_q4_0_scalar, QL_AVX2_FN(dot_q4_0_avx2)},
+    {GGUF_TT_Q4_1, dequant_q4_1, quantize_q4_1, dot_q4_1_scalar, QL_AVX2_FN(dot_q4_1_avx2)},
+    {GGUF_TT_Q5_0, dequant_q5_0, quantize_q5_0, dot_q5_0_scalar, QL_AVX2_FN(dot_q5_0_avx2)},
+    {GGUF_TT_Q5_1, dequant_q5_1, quantize_q5_1, dot_q5_1_scalar, QL_AVX2_FN(dot_q5_1_avx2)},
+    {GGUF_TT_Q8_0, dequant_q8_0, quantize_q8_0, dot_q8_0_scalar, QL_AVX2_FN(dot_q8_0_avx2)},
+    {GGUF_TT_IQ4_NL, dequant_iq4_nl, quantize_iq4_nl, dot_iq4_nl_scalar,
      QL_AVX2_FN(dot_iq4_nl_avx2)},
 };
 const int quant_legacy_n = (int)(sizeof quant_legacy_kinds / sizeof quant_legacy_kinds[0]);
