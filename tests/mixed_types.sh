@@ -3,7 +3,8 @@
 # (Q4_K_M keeps attn_v in Q6_K beside Q4_K q and k), end to end through the
 # tessera binary (issue 11: `tessera serve` listened, then died of SIGABRT
 # on the first request):
-#   1. `tessera generate` on a file mixing four types (q, k, attn_output, up,
+#   1. `tessera generate` reports the weights resident once (at most the
+#      file), and on a file mixing four types (q, k, attn_output, up,
 #      down and the embedding q8_0; v f16; gate f32; output bf16) decodes
 #      greedily the same tokens as the same weights all in f32 (mkmodel draws
 #      the same values for any type), every logits row within 5e-2 of the
@@ -39,7 +40,13 @@ mk mixed --type q8_0 --tensor-type attn_v=f16 --tensor-type ffn_gate=f32 --tenso
 # 1. generate, mixed against f32.
 for m in f32 mixed; do
     timeout 60 "$TS_TESSERA" generate --model "$W/$m.gguf" --prompt "$PROMPT" -n "$N" --temp 0 --ids \
-        --logits "$W/$m.logits" > "$W/$m.ids" || fail "generate on the $m model exited $?"
+        --logits "$W/$m.logits" > "$W/$m.ids" 2> "$W/$m.err" || fail "generate on the $m model exited $?"
+    # The weights are read in the file's layout, never copied: what is
+    # resident is at most the file (plus norms made f32, a few KB here).
+    res=$(sed -n 's/^generate: weights \([0-9.]*\) MiB resident.*/\1/p' "$W/$m.err")
+    [ -n "$res" ] || fail "generate did not report resident weights: $(cat "$W/$m.err")"
+    "$PY" -c 'import os, sys; r, f = float(sys.argv[1]) * 2**20, os.path.getsize(sys.argv[2]); sys.exit(0 if 0 < r <= f * 1.01 + 65536 else "resident %d of a %d-byte file" % (r, f))' \
+        "$res" "$W/$m.gguf" || fail "the $m model's weights are resident more than once"
 done
 "$PY" - "$W" "$N" <<'EOF' || fail "the mixed model does not decode as the f32 one"
 import array, sys
