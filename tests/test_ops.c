@@ -26,6 +26,7 @@
 #include <string.h>
 
 #include "gguf.h"
+#include "testutil.h"
 #include "ops.h"
 #include "quant.h"
 
@@ -33,19 +34,6 @@
 /* Helpers: seeded data and decoders written independently of ops.c          */
 /* ------------------------------------------------------------------------- */
 
-static uint64_t rng_state;
-
-static void rng_seed(uint64_t s) { rng_state = s * 0x9e3779b97f4a7c15ull + 1; }
-
-static uint64_t rng_next(void) {  /* xorshift64* */
-    rng_state ^= rng_state >> 12;
-    rng_state ^= rng_state << 25;
-    rng_state ^= rng_state >> 27;
-    return rng_state * 0x2545f4914f6cdd1dull;
-}
-
-/* Uniform in [-1, 1). */
-static float rng_float(void) { return (float)((double)(rng_next() >> 40) / (double)(1ull << 23) - 1.0); }
 
 static uint32_t bits_of(float f) {
     uint32_t u;
@@ -171,9 +159,9 @@ static void test_f16_midpoints(void **state) {
 /* Random float bit patterns: F16C and the bit path agree, NaNs included. */
 static void test_f16_random(void **state) {
     (void)state;
-    rng_seed(1);
+    tu_rng_seed(1);
     for (int i = 0; i < 1000000; i++) {
-        uint32_t u = (uint32_t)rng_next();
+        uint32_t u = (uint32_t)tu_rng_next();
         if (i & 1)  /* half the samples near f16 range, where the rounding happens */
             u = (u & 0x80ffffffu) | ((uint32_t)(0x30 + (u >> 24) % 0x18) << 24);
         const float f = float_of(u);
@@ -254,18 +242,18 @@ static void test_quantize_q8_0_known(void **state) {
 /* Random blocks, including exact halves after scaling, against ggml's rule. */
 static void test_quantize_q8_0_random(void **state) {
     (void)state;
-    rng_seed(2);
+    tu_rng_seed(2);
     enum { NB = 4096 };
     float *x = malloc(NB * 32 * sizeof(float));
     uint8_t *out = malloc(NB * GGUF_Q8_0_BYTES);
     assert_non_null(x);
     assert_non_null(out);
     for (int i = 0; i < NB * 32; i++) {
-        x[i] = rng_float() * (float)(1 + (i / 32) % 7);
+        x[i] = tu_rng_float() * (float)(1 + (i / 32) % 7);
         if (i % 32 == 0 && (i / 32) % 3 == 0)
             x[i] = 127.0f;  /* d = 1: the others below become exact halves */
         if ((i / 32) % 3 == 0 && i % 32 != 0)
-            x[i] = (float)((int)(rng_next() % 255) - 127) + 0.5f * (float)(rng_next() % 2);
+            x[i] = (float)((int)(tu_rng_next() % 255) - 127) + 0.5f * (float)(tu_rng_next() % 2);
     }
     ops_quantize_q8_0(out, x, NB * 32);
     for (int b = 0; b < NB; b++) {
@@ -310,7 +298,7 @@ static void test_mat_make(test_mat *t, uint32_t type, int64_t n_out, int64_t n_i
     assert_non_null(t->val);
     t->m = (ops_mat){.data = t->data, .type = type, .n_out = n_out, .n_in = n_in};
     for (size_t i = 0; i < ne; i++) {
-        const float f = rng_float();
+        const float f = tu_rng_float();
         switch (type) {
         case GGUF_TT_F32:
             ((float *)t->data)[i] = f;
@@ -332,11 +320,11 @@ static void test_mat_make(test_mat *t, uint32_t type, int64_t n_out, int64_t n_i
             uint8_t *blk = (uint8_t *)t->data + i / 32 * GGUF_Q8_0_BYTES;
             uint16_t d;
             if (i % 32 == 0) {
-                d = (uint16_t)(0x1c00 + rng_next() % 0x0c00);  /* about 0.004 .. 0.06 */
+                d = (uint16_t)(0x1c00 + tu_rng_next() % 0x0c00);  /* about 0.004 .. 0.06 */
                 memcpy(blk, &d, 2);
             }
             memcpy(&d, blk, 2);
-            const int8_t q = (int8_t)(rng_next() & 0xff);
+            const int8_t q = (int8_t)(tu_rng_next() & 0xff);
             blk[2 + i % 32] = (uint8_t)q;
             t->val[i] = half_value(d) * q;
             break;
@@ -419,7 +407,7 @@ static void matmul_grid(int threads) {
     assert_true(x && xs && ref && mag && y);
     double worst = 0;
 
-    rng_seed(3);
+    tu_rng_seed(3);
     for (size_t ti = 0; ti < sizeof k_types / sizeof *k_types; ti++)
         for (size_t ii = 0; ii < sizeof k_n_ins / sizeof *k_n_ins; ii++)
             for (size_t oi = 0; oi < sizeof k_n_outs / sizeof *k_n_outs; oi++) {
@@ -430,7 +418,7 @@ static void matmul_grid(int threads) {
                 test_mat w;
                 test_mat_make(&w, type, n_out, n_in);
                 for (size_t i = 0; i < (size_t)MAX_T * (size_t)n_in; i++)
-                    x[i] = rng_float() * 2.0f;
+                    x[i] = tu_rng_float() * 2.0f;
                 acts_as_seen(xs, x, MAX_T, n_in, type);
                 /* The reference for all MAX_T rows; each T uses a prefix. */
                 for (int t = 0; t < MAX_T; t++)
@@ -478,7 +466,7 @@ static void test_matmul_scratch_threads(void **state) {
     ops_set_threads(2);
     ops_scratch *s = ops_scratch_new(64, 256, 1);
     assert_non_null(s);
-    rng_seed(4);
+    tu_rng_seed(4);
     test_mat w;
     test_mat_make(&w, GGUF_TT_F16, 300, 256);
     float *x = malloc(64 * 256 * sizeof(float));
@@ -486,7 +474,7 @@ static void test_matmul_scratch_threads(void **state) {
     float *y = malloc(64 * (300 + LDY_PAD) * sizeof(float));
     assert_true(x && ref && mag && y);
     for (int i = 0; i < 64 * 256; i++)
-        x[i] = rng_float();
+        x[i] = tu_rng_float();
     for (int t = 0; t < 64; t++)
         for (int o = 0; o < 300; o++) {
             double sum = 0, a = 0;
@@ -561,7 +549,7 @@ static void test_matmul_fused_and_team(void **state) {
     ops_set_threads(2);
     ops_scratch *s = ops_scratch_new(TM, NI, 2);
     assert_non_null(s);
-    rng_seed(8);
+    tu_rng_seed(8);
     float *x = malloc(TM * NI * sizeof(float));
     double *xs = malloc(TM * NI * sizeof(double));
     float *y[3], *u = malloc(TM * NO0 * sizeof(float));
@@ -575,7 +563,7 @@ static void test_matmul_fused_and_team(void **state) {
         for (int i = 0; i < 3; i++)
             test_mat_make(&w[i], type, n_outs[i], NI);
         for (int i = 0; i < TM * NI; i++)
-            x[i] = rng_float() * 2.0f;
+            x[i] = tu_rng_float() * 2.0f;
         acts_as_seen(xs, x, TM, NI, type);
         const int Ts[3] = {3, 16, TM};
         for (int k = 0; k < 3; k++) {
@@ -657,9 +645,9 @@ static void test_matmul_quant_types(void **state) {
     int8_t *q = malloc(NI);
     void *wq = malloc((size_t)gguf_row_bytes(GGUF_TT_Q8_0, (uint64_t)NO * NI));
     assert_true(s && wf && wd && x && xd && y && yr && y1 && d && q && wq);
-    rng_seed(17);
-    for (size_t i = 0; i < (size_t)NO * NI; i++) wf[i] = rng_float() * 0.1f;
-    for (size_t i = 0; i < (size_t)T * NI; i++) x[i] = rng_float() * 2.0f;
+    tu_rng_seed(17);
+    for (size_t i = 0; i < (size_t)NO * NI; i++) wf[i] = tu_rng_float() * 0.1f;
+    for (size_t i = 0; i < (size_t)T * NI; i++) x[i] = tu_rng_float() * 2.0f;
     for (size_t ti = 0; ti < sizeof types / sizeof *types; ti++) {
         const uint32_t type = types[ti];
         const int act = quant_act_format(type), db = quant_act_dblock(act);
@@ -710,7 +698,7 @@ static void test_matmul_mixed_types(void **state) {
     static const int Ts[] = {1, 3, 16, TM};
     ops_set_threads(2);
     ops_scratch *s = ops_scratch_new(TM, NI, 2);
-    rng_seed(21);
+    tu_rng_seed(21);
     float *x = malloc(TM * NI * sizeof(float)), *y[3], *ref[3];
     double *xs_q8 = malloc(TM * NI * sizeof(double)), *xs = malloc(TM * NI * sizeof(double));
     for (int i = 0; i < 3; i++) {
@@ -720,7 +708,7 @@ static void test_matmul_mixed_types(void **state) {
     }
     assert_true(s && x && xs_q8 && xs);
     for (int i = 0; i < TM * NI; i++)
-        x[i] = rng_float() * 2.0f;
+        x[i] = tu_rng_float() * 2.0f;
     for (size_t mi = 0; mi < sizeof mixes / sizeof *mixes; mi++) {
         test_mat w[3];
         for (int i = 0; i < 3; i++)
@@ -770,7 +758,7 @@ static void test_matmul_mixed_types(void **state) {
 
 static void test_dequant_row(void **state) {
     (void)state;
-    rng_seed(5);
+    tu_rng_seed(5);
     for (size_t ti = 0; ti < sizeof k_types / sizeof *k_types; ti++) {
         test_mat w;
         test_mat_make(&w, k_types[ti], 5, 96);
@@ -856,12 +844,12 @@ static void test_silu_mul(void **state) {
  * double-precision softmax: the vector exp is good to a few ulp. */
 static void test_softmax_long(void **state) {
     (void)state;
-    rng_seed(9);
+    tu_rng_seed(9);
     for (int n = 1; n <= 300; n += (n < 20 ? 1 : 37)) {
         float v[300];
         double want[300], max = -INFINITY, sum = 0;
         for (int i = 0; i < n; i++) {
-            v[i] = rng_float() * 40.0f;
+            v[i] = tu_rng_float() * 40.0f;
             if (i % 7 == 3)
                 v[i] = -INFINITY;
             max = fmax(max, v[i]);
@@ -900,7 +888,7 @@ static void test_silu_long(void **state) {
  * head sizes with and without a multiple of 8, n across the 8-key groups. */
 static void test_attn(void **state) {
     (void)state;
-    rng_seed(10);
+    tu_rng_seed(10);
     static const int hds[] = {8, 12, 48, 64, 80, 128};
     enum { LD = 136, NMAX = 21 };
     float k[NMAX * LD], q[128], sc[NMAX], out[128], p[NMAX];
@@ -908,13 +896,13 @@ static void test_attn(void **state) {
         const int hd = hds[h];
         for (int n = 1; n <= NMAX; n++) {
             for (int i = 0; i < NMAX * LD; i++)
-                k[i] = rng_float();
+                k[i] = tu_rng_float();
             for (int i = 0; i < hd; i++) {
-                q[i] = rng_float();
-                out[i] = rng_float();
+                q[i] = tu_rng_float();
+                out[i] = tu_rng_float();
             }
             for (int j = 0; j < n; j++)
-                p[j] = rng_float();
+                p[j] = tu_rng_float();
             ops_attn_scores(sc, q, k + 3, LD, n, hd, 0.125f);
             for (int j = 0; j < n; j++) {
                 double d = 0, m = 0;
@@ -944,14 +932,14 @@ static void test_attn(void **state) {
 
 static void test_add_dot_axpy(void **state) {
     (void)state;
-    rng_seed(6);
+    tu_rng_seed(6);
     for (int n = 0; n <= 75; n++) {
         float a[75], b[75], y[75], want[75];
         double dot = 0;
         for (int i = 0; i < n; i++) {
-            a[i] = rng_float();
-            b[i] = rng_float();
-            y[i] = rng_float();
+            a[i] = tu_rng_float();
+            b[i] = tu_rng_float();
+            y[i] = tu_rng_float();
             dot += (double)a[i] * b[i];
         }
         assert_float_equal(ops_dot(a, b, n), dot, 1e-5);

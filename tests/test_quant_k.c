@@ -25,6 +25,7 @@
 #include <string.h>
 
 #include "gguf.h"
+#include "testutil.h"
 #include "ops.h"
 #include "quant.h"
 
@@ -37,25 +38,12 @@
 /* Helpers                                                                   */
 /* ------------------------------------------------------------------------- */
 
-static uint64_t rng_state;
-
-static void rng_seed(uint64_t s) { rng_state = s * 0x9e3779b97f4a7c15ull + 1; }
-
-static uint64_t rng_next(void) {  /* xorshift64* */
-    rng_state ^= rng_state >> 12;
-    rng_state ^= rng_state << 25;
-    rng_state ^= rng_state >> 27;
-    return rng_state * 0x2545f4914f6cdd1dull;
-}
-
-/* Uniform in [-1, 1). */
-static float rng_float(void) { return (float)((double)(rng_next() >> 40) / (double)(1ull << 23) - 1.0); }
 
 /* Log-uniform magnitude in [lo, hi], random sign. */
 static float rng_mag(float lo, float hi) {
-    const double u = (rng_float() + 1.0) / 2.0;
+    const double u = (tu_rng_float() + 1.0) / 2.0;
     const double m = exp(log(lo) + u * (log(hi) - log(lo)));
-    return (float)((rng_next() & 1) ? -m : m);
+    return (float)((tu_rng_next() & 1) ? -m : m);
 }
 
 typedef struct ktype {
@@ -88,7 +76,7 @@ static void random_blocks(uint8_t *w, const ktype *kt, int64_t nb) {
     for (int64_t b = 0; b < nb; b++) {
         uint8_t *blk = w + (size_t)b * (size_t)kt->bytes;
         for (int i = 0; i < kt->bytes; i++)
-            blk[i] = (uint8_t)rng_next();
+            blk[i] = (uint8_t)tu_rng_next();
         f2h(blk + kt->d_off, rng_mag(1e-3f, 1.0f));
         if (kt->dmin_off >= 0) f2h(blk + kt->dmin_off, rng_mag(1e-3f, 1.0f));
     }
@@ -251,7 +239,7 @@ static void test_table(void **state) {
  * decoders, bit for bit. */
 static void test_dequant_random(void **state) {
     (void)state;
-    rng_seed(1);
+    tu_rng_seed(1);
     enum { NB = 64 };
     uint8_t *w = malloc((size_t)NB * 210);
     float *got = malloc(sizeof(float) * NB * QUANT_K), want[QUANT_K];
@@ -514,7 +502,7 @@ static void check_roundtrip(const ktype *kt, const float *x, int64_t nb, const c
 
 static void test_quantize_bounds(void **state) {
     (void)state;
-    rng_seed(2);
+    tu_rng_seed(2);
     enum { NB = 24 };
     float *x = malloc(sizeof(float) * NB * QUANT_K);
     for (int t = 0; t < N_KT; t++) {
@@ -522,22 +510,22 @@ static void test_quantize_bounds(void **state) {
         for (int b = 0; b < NB; b++) {
             const float s = fabsf(rng_mag(1e-2f, 1e2f));
             for (int i = 0; i < QUANT_K; i++)
-                x[b * QUANT_K + i] = s * rng_float();
+                x[b * QUANT_K + i] = s * tu_rng_float();
         }
         check_roundtrip(&KT[t], x, NB, "uniform");
         /* All positive (mins unused), all negative, offset ones. */
         for (int b = 0; b < NB; b++) {
             const float off = (float)(b % 3) - 1.0f;
             for (int i = 0; i < QUANT_K; i++)
-                x[b * QUANT_K + i] = off * 2.0f + 0.5f * rng_float();
+                x[b * QUANT_K + i] = off * 2.0f + 0.5f * tu_rng_float();
         }
         check_roundtrip(&KT[t], x, NB, "offset");
         /* Heavy tails: mostly small with outliers, and sub-blocks whose
          * ranges differ by 10^4. */
         for (int b = 0; b < NB; b++)
             for (int i = 0; i < QUANT_K; i++) {
-                const float r = rng_float();
-                x[b * QUANT_K + i] = (rng_next() % 61 == 0 ? 30.0f : 0.1f) * r * (float)(1 + (i / 16) % 4 * 3000 * (b % 2));
+                const float r = tu_rng_float();
+                x[b * QUANT_K + i] = (tu_rng_next() % 61 == 0 ? 30.0f : 0.1f) * r * (float)(1 + (i / 16) % 4 * 3000 * (b % 2));
             }
         check_roundtrip(&KT[t], x, NB, "outliers");
     }
@@ -565,7 +553,7 @@ static void test_quantize_edges(void **state) {
         for (int i = 0; i < 2 * QUANT_K; i++)
             if (!isfinite(y[i])) fail_msg("%s: element %d of large input gives %g", KT[t].name, i, (double)y[i]);
         for (int i = 0; i < 2 * QUANT_K; i++)
-            x[i] = 1e-30f * rng_float();
+            x[i] = 1e-30f * tu_rng_float();
         quant_quantize(w, x, KT[t].type, 2 * QUANT_K);
         quant_dequant(y, w, KT[t].type, 2);
         for (int i = 0; i < 2 * QUANT_K; i++)
@@ -600,14 +588,14 @@ static void acts_fill(acts *a, int64_t nb, int raw) {
             float x[MAX_NB * QUANT_K];
             const float sc = fabsf(rng_mag(1e-2f, 10.0f));
             for (int64_t i = 0; i < a->n; i++)
-                x[i] = sc * rng_float();
+                x[i] = sc * tu_rng_float();
             quant_act_row(QUANT_ACT_Q8_K, q, d, s, x, a->n);
             continue;
         }
         for (int64_t i = 0; i < a->n; i++)
-            q[i] = (int8_t)((int)(rng_next() % 255) - 127);
+            q[i] = (int8_t)((int)(tu_rng_next() % 255) - 127);
         for (int64_t i = 0; i < a->n; i += 64)
-            q[i] = (rng_next() & 1) ? 127 : -127;
+            q[i] = (tu_rng_next() & 1) ? 127 : -127;
         for (int64_t b = 0; b < nb; b++)
             d[b] = fabsf(rng_mag(1e-4f, 1e-1f));
         for (int64_t k = 0; k < a->n / 16; k++) {
@@ -654,7 +642,7 @@ static double ref_dot(const ktype *kt, const uint8_t *w, int64_t nb, const acts 
  * covers 8 blocks with room. */
 static void test_dot_scalar_ref(void **state) {
     (void)state;
-    rng_seed(3);
+    tu_rng_seed(3);
     static acts a;
     uint8_t w[MAX_NB * 210];
     for (int t = 0; t < N_KT; t++) {
@@ -682,7 +670,7 @@ static void test_dot_scalar_ref(void **state) {
  * of the terms' magnitude (1e-6 of it). */
 static void test_dot_avx2(void **state) {
     (void)state;
-    rng_seed(4);
+    tu_rng_seed(4);
     static acts a;
     uint8_t w[MAX_NB * 210];
     int ran = 0;
@@ -716,7 +704,7 @@ static void test_dot_avx2(void **state) {
  * and the AVX2 kernel alike. */
 static void test_batch_invariance(void **state) {
     (void)state;
-    rng_seed(5);
+    tu_rng_seed(5);
     static acts a;
     uint8_t w[MAX_NB * 210];
     for (int t = 0; t < N_KT; t++)
@@ -746,7 +734,7 @@ static void test_batch_invariance(void **state) {
  * finite (or finite where the scale meets a zero quant sum). */
 static void test_nonfinite_scales(void **state) {
     (void)state;
-    rng_seed(6);
+    tu_rng_seed(6);
     static acts a;
     uint8_t w[2 * 210];
     float y[2 * QUANT_K], o[T_ROWS];

@@ -26,6 +26,7 @@
 #include <string.h>
 
 #include "gguf.h"
+#include "testutil.h"
 #include "ops.h"
 #include "quant.h"
 
@@ -33,22 +34,9 @@
 /* Helpers: seeded data and an independent decoder                           */
 /* ------------------------------------------------------------------------- */
 
-static uint64_t rng_state;
-
-static void rng_seed(uint64_t s) { rng_state = s * 0x9e3779b97f4a7c15ull + 1; }
-
-static uint64_t rng_next(void) {  /* xorshift64* */
-    rng_state ^= rng_state >> 12;
-    rng_state ^= rng_state << 25;
-    rng_state ^= rng_state >> 27;
-    return rng_state * 0x2545f4914f6cdd1dull;
-}
-
-/* Uniform in [-1, 1). */
-static float rng_float(void) { return (float)((double)(rng_next() >> 40) / (double)(1ull << 23) - 1.0); }
 
 /* Roughly normal: the sum of four uniforms. */
-static float rng_normal(void) { return (rng_float() + rng_float() + rng_float() + rng_float()) * 0.866f; }
+static float rng_normal(void) { return (tu_rng_float() + tu_rng_float() + tu_rng_float() + tu_rng_float()) * 0.866f; }
 
 typedef struct tcase {
     uint32_t type;
@@ -113,7 +101,7 @@ static void ref_dequant(const tcase *t, float *out, const uint8_t *w, int64_t nb
  * exponent's top bit clear) when finite, any 16 bits otherwise. */
 static void random_blocks(const tcase *t, uint8_t *w, int64_t nb, int finite) {
     for (int64_t i = 0; i < nb * t->bytes; i++)
-        w[i] = (uint8_t)rng_next();
+        w[i] = (uint8_t)tu_rng_next();
     if (!finite) return;
     for (int64_t b = 0; b < nb; b++) {
         w[b * t->bytes + 1] &= 0xBF;
@@ -282,7 +270,7 @@ static void test_dequant_known(void **state) {
  * same bits as the decoder's. */
 static void test_dequant_random(void **state) {
     (void)state;
-    rng_seed(1);
+    tu_rng_seed(1);
     const int64_t nb = 257;
     float *got = malloc(nb * 32 * sizeof *got), *want = malloc(nb * 32 * sizeof *want);
     uint8_t *w = malloc((size_t)nb * 34);
@@ -382,7 +370,7 @@ static void test_roundtrip_exact(void **state) {
 
 static void test_roundtrip_random(void **state) {
     (void)state;
-    rng_seed(2);
+    tu_rng_seed(2);
     const int64_t nb = 64, n = nb * 32;
     float *x = malloc(n * sizeof *x), *got = malloc(n * sizeof *got);
     uint8_t *w = malloc((size_t)nb * 34);
@@ -392,11 +380,11 @@ static void test_roundtrip_random(void **state) {
         for (int dist = 0; dist < 6; dist++) {
             for (int64_t i = 0; i < n; i++) {
                 switch (dist) {
-                case 0: x[i] = rng_float(); break;
+                case 0: x[i] = tu_rng_float(); break;
                 case 1: x[i] = rng_normal(); break;
                 case 2: x[i] = rng_normal() * 1e-3f; break;
                 case 3: x[i] = rng_normal() * 300.0f; break;
-                case 4: x[i] = 0.5f + 0.01f * rng_float(); break;      /* all one sign, Q4_1's case */
+                case 4: x[i] = 0.5f + 0.01f * tu_rng_float(); break;      /* all one sign, Q4_1's case */
                 default: x[i] = i % 97 == 0 ? 40.0f : rng_normal(); break;  /* outliers */
                 }
             }
@@ -445,7 +433,7 @@ static const int64_t NBS[] = {1, 2, 3, 5, 8, 24, 65};
  * terms: within (2 nb + 4) 2^-24 of sum |terms|. */
 static void test_dot_scalar(void **state) {
     (void)state;
-    rng_seed(3);
+    tu_rng_seed(3);
     for (int k = 0; k < N_CASES; k++) {
         const tcase *t = &CASES[k];
         quant_dot_fn *dot = quant_dot_scalar(t->type);
@@ -475,7 +463,7 @@ static void test_dot_scalar(void **state) {
  * exact block sums in different orders. */
 static void test_dot_avx2(void **state) {
     (void)state;
-    rng_seed(4);
+    tu_rng_seed(4);
     for (int k = 0; k < N_CASES; k++) {
         const tcase *t = &CASES[k];
         quant_dot_fn *ref = quant_dot_scalar(t->type), *vec = quant_dot_avx2(t->type);
@@ -540,7 +528,7 @@ static void check_invariance(const tcase *t, quant_dot_fn *dot, const uint8_t *w
 
 static void test_batch_invariance(void **state) {
     (void)state;
-    rng_seed(5);
+    tu_rng_seed(5);
     for (int k = 0; k < N_CASES; k++) {
         const tcase *t = &CASES[k];
         for (int z = 0; z < N_NBS; z++) {
@@ -562,7 +550,7 @@ static void test_batch_invariance(void **state) {
  * agree; with NaN and inf scales anything may come out. */
 static void test_random_bytes(void **state) {
     (void)state;
-    rng_seed(6);
+    tu_rng_seed(6);
     const int64_t nb = 7;
     float out[7 * 32];
     for (int k = 0; k < N_CASES; k++) {

@@ -37,3 +37,16 @@ int tu_write_file(const char *path, const void *buf, size_t len) {
     size_t w = fwrite(buf, 1, len, f);
     return (fclose(f) == 0 && w == len) ? 0 : -1;
 }
+
+static uint64_t tu_rng_state;
+
+void tu_rng_seed(uint64_t s) { tu_rng_state = s * 0x9e3779b97f4a7c15ull + 1; }
+
+uint64_t tu_rng_next(void) {
+    tu_rng_state ^= tu_rng_state >> 12;
+    tu_rng_state ^= tu_rng_state << 25;
+    tu_rng_state ^= tu_rng_state >> 27;
+    return tu_rng_state * 0x2545f4914f6cdd1dull;
+}
+
+float tu_rng_float(void) { return (float)((double)(tu_rng_next() >> 40) / (double)(1ull << 23) - 1.0); }
