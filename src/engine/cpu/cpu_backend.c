@@ -205,6 +205,20 @@ static void rope_and_store(cpu_state *s, const eng_batch *b, const model_layer *
     }
 }
 
+/* Prefetch the keys (which 0) or values (1) of kv heads [g0, g1) in the
+ * first n (at most bs) positions of a cache block: the next block of a
+ * sequence lies anywhere in the pool, where no hardware prefetcher looks,
+ * and a head's piece of a row is a few lines. */
+static void prefetch_block(cpu_state *s, int block, int layer, int which, int g0, int g1, int n) {
+    const int hd = s->m->cfg.head_dim;
+    const size_t kvd = (size_t)s->m->cfg.n_kv_heads * hd, bytes = (size_t)(g1 - g0) * hd * sizeof(float);
+    const char *p = (const char *)(kv_slot(s, block, layer, which, 0) + (size_t)g0 * hd);
+    if (n > s->bs) n = s->bs;
+    for (int r = 0; r < n; r++)
+        for (size_t b = 0; b < bytes; b += 64)
+            __builtin_prefetch(p + (size_t)r * kvd * sizeof(float) + b);
+}
+
 /* The query heads of kv heads [g0, g1) of one token over its sequence's
  * cached positions 0..p. A cache block holds bs consecutive positions,
  * rows kvd floats apart, every head side by side in a row: so the loops
@@ -224,6 +238,7 @@ static void attend_heads(cpu_state *s, const eng_seq *q, int layer, int p, const
     const float scale = 1.0f / sqrtf((float)hd);
     for (int j = 0; j < n; j += bs) {
         const float *kb = kv_slot(s, q->blocks[j / bs], layer, 0, 0);
+        if (j + bs < n) prefetch_block(s, q->blocks[j / bs + 1], layer, 0, g0, g1, n - j - bs);
         for (int h = h0; h < h1; h++)
             ops_attn_scores(sc + (size_t)(h - h0) * n + j, qt + (size_t)h * hd, kb + (size_t)(h / group) * hd,
                             (int64_t)kvd, n - j < bs ? n - j : bs, hd, scale);
@@ -234,6 +249,7 @@ static void attend_heads(cpu_state *s, const eng_seq *q, int layer, int p, const
     }
     for (int j = 0; j < n; j += bs) {
         const float *vb = kv_slot(s, q->blocks[j / bs], layer, 1, 0);
+        if (j + bs < n) prefetch_block(s, q->blocks[j / bs + 1], layer, 1, g0, g1, n - j - bs);
         for (int h = h0; h < h1; h++)
             ops_attn_mix(out + (size_t)h * hd, sc + (size_t)(h - h0) * n + j, vb + (size_t)(h / group) * hd,
                          (int64_t)kvd, n - j < bs ? n - j : bs, hd);

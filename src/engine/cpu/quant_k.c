@@ -129,8 +129,12 @@ static quant_acts acts_from(const quant_acts *xa, int c0) {
 /* ggml computes its dequantized values with separately rounded products and
  * differences; GNU C would otherwise contract d1 * q - m1 into an FMA. The
  * vector kernels further down use explicit FMAs and sit outside this. */
+#if defined(__clang__)
+#pragma clang fp contract(off)
+#else
 #pragma GCC push_options
 #pragma GCC optimize("fp-contract=off")
+#endif
 
 /* One super-block decoded: w[e] = (d * sc[e / 16]) * q[e] - dmin * m[e / 16],
  * which is each type's dequant formula term for term (for the types without
@@ -555,7 +559,11 @@ static void quantize_iq4xs(void *out, const float *x, int64_t nb) {
     }
 }
 
+#if defined(__clang__)
+#pragma clang fp contract(on)
+#else
 #pragma GCC pop_options
+#endif
 
 /* ------------------------------------------------------------------------- */
 /* AVX2 kernels                                                              */
