@@ -243,8 +243,10 @@ void model_free(model *m) {
     free(m);
 }
 
-/* Pages of [p, p + n) in memory, by mincore: the file's pages in the page
- * cache (mapped here or not, they are the copy this process reads). */
+/* Bytes of [p, p + n) in memory, by mincore: for a file mapping, the
+ * file's pages in the page cache (touched by this process or not: they are
+ * the one copy it reads). 0 when mincore fails (part of the range is not
+ * mapped). */
 static uint64_t resident_in(const void *p, uint64_t n) {
     const uint64_t pg = (uint64_t)sysconf(_SC_PAGESIZE);
     const uintptr_t a = (uintptr_t)p / pg * pg, e = (uintptr_t)p + n;
@@ -253,7 +255,7 @@ static uint64_t resident_in(const void *p, uint64_t n) {
     uint64_t in = 0;
     for (size_t at = 0; at < pages; at += sizeof vec) {
         size_t k = pages - at < sizeof vec ? pages - at : sizeof vec;
-        if (mincore((void *)(a + at * pg), k * pg, vec)) return 0;  /* not a mapping: a caller's buffer */
+        if (mincore((void *)(a + at * pg), k * pg, vec)) return 0;
         for (size_t i = 0; i < k; i++) in += vec[i] & 1;
     }
     in *= pg;

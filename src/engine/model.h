@@ -74,11 +74,13 @@ int model_load(const char *path, model **out, char *err, size_t errlen);
 int model_from_gguf(gguf_ctx *g, model **out, char *err, size_t errlen);
 void model_free(model *m);
 
-/* Bytes of the model's weights in memory now: the pages of its file that
- * are resident (mincore; the kernels read the file's layout, so this is the
- * only copy) and the norms converted to f32. At most the file's size plus
- * those norms; less while pages have not been read yet or after the kernel
- * dropped them. */
+/* Bytes of the model in memory now: the pages of its GGUF file resident in
+ * the page cache (mincore over the whole mapping, metadata and vocabulary
+ * included; the kernels read the file's layout, so this is the only copy
+ * of the weights) and the norms converted to f32. At most the file's size
+ * plus those norms; less while pages have not been read yet or after the
+ * kernel dropped them. It walks every page of the file: not for a hot
+ * path. */
 uint64_t model_resident_bytes(const model *m);
 
 /* Bytes one token of one sequence occupies in the KV cache at f32. */

@@ -39,6 +39,10 @@ typedef struct obs_model {
     int index;
     met_series *step, *tokens, *kv_util, *busy, *busy_seconds, *jain, *resident;
     const model *weights;   /* set once at start-up (obs_model_weights) */
+    /* model_resident_bytes walks the whole mapping (a 40 GB file is 10 M
+     * pages): renders share one reading for RESIDENT_EVERY_US */
+    atomic_int_fast64_t resident_us;
+    atomic_uint_fast64_t resident_bytes;
     met_window *window;
     obs_tenant *tenant_state; /* (n_tenants) per-model cumulative trackers */
     double busy_ewma;
@@ -128,7 +132,7 @@ static int setup_models(obs *o, const char *const *names) {
     met_family *busy_s = met_counter(o->reg, "tessera_engine_busy_seconds_total", "Wall time spent in engine steps", ml, 1);
     met_family *jain = met_gauge(o->reg, "tessera_fairness_jain", "Jain's index of weighted service among backlogged tenants, last minute", ml, 1);
     met_family *res = met_gauge(o->reg, "tessera_model_weights_resident_bytes",
-                                "Bytes of the model's weights in memory (its file's resident pages; never copied)", ml, 1);
+                                "Bytes of the model's GGUF file resident in the page cache, plus its norms made f32 (the weights are read in place)", ml, 1);
     if (!step || !toks || !kv || !busy || !busy_s || !jain || !res) return -1;
     for (int m = 0; m < o->n_models; m++) {
         obs_model *om = &o->models[m];
@@ -256,6 +260,20 @@ void obs_reject(obs *o, int tenant, const char *reason) {
         if (strcmp(reason, HTTP_REASONS[i]) == 0) met_inc(t->rejected[SCHED_R_COUNT + i], 1);
 }
 
+#define RESIDENT_EVERY_US 5000000
+
+/* Renders may run on several HTTP threads at once: the one that wins the
+ * exchange reads the mapping, the others show the reading before it. */
+static void refresh_resident(obs_model *om) {
+    if (!om->weights) return;
+    const int64_t now = wk_now_us();
+    int_fast64_t last = atomic_load(&om->resident_us);
+    if ((last == 0 || now - last >= RESIDENT_EVERY_US) &&
+        atomic_compare_exchange_strong(&om->resident_us, &last, now))
+        atomic_store(&om->resident_bytes, model_resident_bytes(om->weights));
+    met_set(om->resident, (double)atomic_load(&om->resident_bytes));
+}
+
 /* A tenant's queue, running and KV gauges add up its state on every model.
  * Each worker stores only its own model's values (on_step); summing here,
  * from the latest of each, means one model's step never hides another's
@@ -273,8 +291,7 @@ int obs_render(obs *o, char **buf, size_t *len) {
         met_set(o->tenants[i].running, (double)run);
         met_set(o->tenants[i].kv_blocks, (double)kv);
     }
-    for (int m = 0; m < o->n_models; m++)
-        if (o->models[m].weights) met_set(o->models[m].resident, (double)model_resident_bytes(o->models[m].weights));
+    for (int m = 0; m < o->n_models; m++) refresh_resident(&o->models[m]);
     return met_render(o->reg, buf, len);
 }
 

@@ -32,6 +32,11 @@
 #include "err.h"
 #include "ops.h"
 
+/* Bytes of attention scores one thread holds at most (unless one kv
+ * head's group over the whole context needs more): items take runs of kv
+ * heads so those heads share each cache block's rows, up to this. */
+#define ATT_SCORES_BYTES ((size_t)1 << 20)
+
 typedef struct cpu_state {
     const model *m;
     int bs;                 /* block size (positions) */
@@ -45,7 +50,9 @@ typedef struct cpu_state {
     float *x, *xb, *q, *k, *v, *att, *hb, *hb2;
     float *rope_cos, *rope_sin; /* (max_T, head_dim / 2) */
     float *inv_freq;        /* (head_dim / 2) */
-    float *scores;          /* (n_threads, n_heads, max_ctx) */
+    int att_kv_max;         /* most kv heads one attention item takes (their
+                             * scores fit ATT_SCORES_BYTES, or one kv head) */
+    float *scores;          /* (n_threads, att_kv_max * group, max_ctx) */
     int32_t *tok_seq;       /* (max_T) sequence index of each flattened token */
     int32_t *tok_pos;       /* (max_T) position of each flattened token */
     int32_t *out_tok;       /* (max_T) flattened token of each logits row */
@@ -98,7 +105,12 @@ static int cpu_create(const model *m, eng_opts *o, int n_blocks, void **out, cha
     s->rope_cos = xalloc(T * half * sizeof(float));
     s->rope_sin = xalloc(T * half * sizeof(float));
     s->inv_freq = xalloc(half * sizeof(float));
-    s->scores = xalloc((size_t)s->n_threads * (size_t)c->n_heads * (size_t)s->max_ctx * sizeof(float));
+    const int group = c->n_heads / c->n_kv_heads;
+    s->att_kv_max = (int)(ATT_SCORES_BYTES / sizeof(float) / (size_t)s->max_ctx / (size_t)group);
+    if (s->att_kv_max < 1) s->att_kv_max = 1;
+    if (s->att_kv_max > c->n_kv_heads) s->att_kv_max = c->n_kv_heads;
+    s->scores = xalloc((size_t)s->n_threads * (size_t)s->att_kv_max * (size_t)group * (size_t)s->max_ctx *
+                       sizeof(float));
     s->tok_seq = xalloc(T * sizeof(int32_t));
     s->tok_pos = xalloc(T * sizeof(int32_t));
     s->out_tok = xalloc(T * sizeof(int32_t));
@@ -266,10 +278,11 @@ static void attention(cpu_state *s, const eng_batch *b, int layer, int T) {
     const int nkv = c->n_kv_heads, nt = omp_get_num_threads();
     int per = (int)(((int64_t)nkv * T + 4 * nt - 1) / (4 * nt));
     if (per < 1) per = 1;
-    if (per > nkv) per = nkv;
+    if (per > s->att_kv_max) per = s->att_kv_max;
     const int runs = (nkv + per - 1) / per, items = T * runs;
     const size_t qd = (size_t)c->n_heads * c->head_dim;
-    float *sc = s->scores + (size_t)omp_get_thread_num() * (size_t)c->n_heads * (size_t)s->max_ctx;
+    float *sc = s->scores + (size_t)omp_get_thread_num() * (size_t)s->att_kv_max * (size_t)(c->n_heads / nkv) *
+                            (size_t)s->max_ctx;
     #pragma omp for schedule(dynamic, 1)
     for (int it = 0; it < items; it++) {
         const int t = it / runs, g0 = it % runs * per, g1 = g0 + per < nkv ? g0 + per : nkv;

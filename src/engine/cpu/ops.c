@@ -239,8 +239,11 @@ static void dequant_row(float *out, const ops_mat *w, int64_t r) {
         break;
     }
     default: {  /* model_load refuses a matrix ops_mat_supported rejects */
-        const int64_t nb = n / gguf_type_block(w->type);
-        quant_dequant(out, (const uint8_t *)w->data + (size_t)r * row_bytes(w), w->type, nb);
+        const int block = gguf_type_block(w->type);
+        if (block > 1)
+            quant_dequant(out, (const uint8_t *)w->data + (size_t)r * row_bytes(w), w->type, n / block);
+        else
+            memset(out, 0, (size_t)n * sizeof(float));
     }
     }
 }
@@ -600,14 +603,15 @@ static inline float w_elem(const uint8_t *row, int64_t i, uint32_t type) {
     }
 }
 
-/* The activations of the integer paths, quantized once per call in the
- * weight type's format (quant.h): Q8_0 and the other 32-element types read
- * QUANT_ACT_Q8_32, the K-quants QUANT_ACT_Q8_K. */
+/* The activations of the integer paths (Q8_0 and quant.h's types),
+ * quantized once per call in the weight type's format: the 32-element
+ * types read QUANT_ACT_Q8_32, the K-quants and IQ4_XS QUANT_ACT_Q8_K. */
 typedef struct q8_act {
     int act;                /* QUANT_ACT_* */
     int8_t *q;              /* (T, n_in) */
     float *d;               /* (T, n_in / dblock) */
-    int16_t *s;             /* (T, n_in / sblock): sums, for the types other than Q8_0 */
+    int16_t *s;             /* (T, n_in / sblock): sums, for quant.h's kernels (MM_QUANT); NULL
+                             * for ops.c's own Q8_0 kernels, which do not read them */
     int8_t *t;              /* T >= OPS_Q8_TT: (T / 4 rounded up, n_in / 32, 8 groups, 4 rows, 4) */
     float *td;              /* T >= OPS_Q8_TT: (T / 4 rounded up, n_in / 32, 4 rows) */
 } q8_act;
@@ -708,7 +712,7 @@ static void rows_quant(float *y, int64_t ldy, int T, const ops_mat *w, const q8_
     const uint8_t *head = (const uint8_t *)w->data + (size_t)o0 * rb;
     for (int t = 0; t < T; t += QUANT_MAX_C) {
         const quant_acts a = {xa->q + (size_t)t * (size_t)n, xa->d + (size_t)t * (size_t)nd,
-                              xa->s + (size_t)t * (size_t)ns, n};
+                              xa->s ? xa->s + (size_t)t * (size_t)ns : NULL, n};
         dot(y + (size_t)t * (size_t)ldy + (size_t)o0, ldy, head, rb, (int)(o1 - o0), nb, &a,
             T - t < QUANT_MAX_C ? T - t : QUANT_MAX_C);
     }
@@ -1194,14 +1198,20 @@ typedef struct mm_call {
     int method;                         /* MM_*, set by matmul_run */
 } mm_call;
 
-/* sgemm pays once T is large enough to beat streaming; Q8_0 keeps its int8
- * kernel at every T so a token's logits do not depend on what else is in
- * the batch. ref asks for the scalar path at every T. */
+/* sgemm pays once T is large enough to beat streaming; the quantized
+ * types keep their integer kernels at every T so a token's logits do not
+ * depend on what else is in the batch. Q8_0 runs ops.c's own kernels where
+ * the build has them (OPS_AVX2), else quant.h's, which pick AVX2 by the
+ * CPU at run time. ref asks for the scalar path at every T. */
 static int mm_method(const ops_mat *w, int T, int ref) {
     if (ref)
         return MM_SCALAR;
     if (w->type != GGUF_TT_Q8_0 && quant_act_format(w->type) != QUANT_ACT_NONE)
         return MM_QUANT;
+#ifndef OPS_AVX2
+    if (w->type == GGUF_TT_Q8_0 && quant_dot_avx2(GGUF_TT_Q8_0))
+        return MM_QUANT;
+#endif
     if (w->type != GGUF_TT_Q8_0 && T > (w->type == GGUF_TT_F32 ? OPS_SMALL_T_F32 : OPS_SMALL_T_HALF))
         return MM_SGEMM;
 #ifdef OPS_AVX2
@@ -1271,14 +1281,14 @@ static void run_item(const mm_call *c, int i, int64_t o0, int64_t o1, const q8_a
 }
 
 /* The call as run by every thread of a team (or by one thread alone).
- * Q8_0 activations are quantized first: at small T every thread quantizes
- * them all into its own buffer, which costs less than the barrier that
- * sharing one copy needs. Then all items of all products form one list
+ * The integer paths' activations are quantized first: at small T every
+ * thread quantizes them all into its own buffer, which costs less than the
+ * barrier that sharing one copy needs. Then all items of all products form one list
  * that threads take from dynamically; the loop's barrier ends the call. */
 static void matmul_team(const mm_call *c, const ops_scratch *s) {
     const int nt = omp_get_num_threads(), id = omp_get_thread_num();
     const int64_t n_in = c->w[0]->n_in;
-    const int act = quant_act_format(c->w[0]->type), sums = c->w[0]->type != GGUF_TT_Q8_0;
+    const int act = quant_act_format(c->w[0]->type), sums = c->method == MM_QUANT || c->method == MM_SCALAR;
     q8_act xa = {act, s->xq, s->xd, sums ? s->xs : NULL, NULL, NULL};
     if (act != QUANT_ACT_NONE) {
         const int tiled = c->w[0]->type == GGUF_TT_Q8_0 && c->method == MM_STREAM && c->T >= OPS_Q8_TILED_T;

@@ -5,8 +5,10 @@
  * The one heavy kernel is ops_matmul: Y = X W^T for a weight W stored in
  * GGUF's row-major layout (n_out rows of n_in elements) in F32, F16, BF16,
  * Q8_0 or one of the quantized types of quant.h (Q4_0..Q5_1, IQ4_NL, the
- * K-quants, IQ4_XS), always in the file's own layout: the weights are never
- * copied. It picks its method by the number of activation rows T:
+ * K-quants, IQ4_XS), always in the file's own layout: no second copy of
+ * the weights is kept (Q8_0's batched kernel regroups 8 rows at a time
+ * into per-thread scratch, and F16/BF16 prefill dequantizes tiles of rows
+ * there). It picks its method by the number of activation rows T:
  *   - small T (decode, T <= 16 for the float types): every weight row is
  *     streamed from memory once and applied to all T activation vectors
  *     (AVX2/FMA/F16C; Q8_0 by int8 dot products against activations

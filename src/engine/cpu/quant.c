@@ -8,6 +8,9 @@
 
 #include <math.h>
 #include <string.h>
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
 
 #include "gguf.h"
 #include "ops.h"
@@ -53,12 +56,14 @@ int quant_act_sblock(int act) {
     return act == QUANT_ACT_Q8_K ? 16 : 32;
 }
 
-/* The CPU's features, read once by the compiler's runtime (no state of
- * ours): the AVX2 kernels also use FMA and F16C. Every x86 CPU with AVX2
- * has F16C (Intel since Ivy Bridge, AMD since Piledriver, both before
- * their AVX2), and clang's builtin does not name F16C. */
+/* The CPU's features (the compiler's runtime reads them once; no state of
+ * ours): the AVX2 kernels also use FMA and F16C. F16C comes from CPUID
+ * leaf 1 directly, since clang's builtin does not name it; real CPUs with
+ * AVX2 all have it, but a hypervisor's CPU model may mask it. */
 static int cpu_has_avx2(void) {
 #if defined(__x86_64__) || defined(__i386__)
+    unsigned a, b, c, d;
+    if (!__get_cpuid(1, &a, &b, &c, &d) || !(c & bit_F16C)) return 0;
     return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
 #else
     return 0;

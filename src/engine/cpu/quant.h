@@ -91,7 +91,8 @@ typedef struct quant_acts {
 } quant_acts;
 
 /* Quantize one row x (n, a multiple of the format's dblock) into q, d and
- * s (s may be NULL when no reader needs the sums). The same bytes on every
+ * s (s may be NULL when no reader needs the sums: ops.c's own Q8_0
+ * kernels; every quant_dot_fn reads them). The same bytes on every
  * CPU: the AVX2 path rounds halves away from zero as roundf does. */
 void quant_act_row(int act, int8_t *q, float *d, int16_t *s, const float *x, int64_t n);
 
@@ -104,7 +105,7 @@ void quant_act_row(int act, int8_t *q, float *d, int16_t *s, const float *x, int
 typedef void quant_dot_fn(float *y, int64_t ldy, const void *w, size_t rb, int R, int64_t nb, const quant_acts *xa,
                           int C);
 
-/* The kernel ops.c runs for a type: AVX2+FMA where this CPU has them, the
+/* The kernel ops.c runs for a type: AVX2+FMA+F16C where this CPU has them, the
  * scalar one otherwise; NULL for a type with no integer kernel (the float
  * types). */
 quant_dot_fn *quant_dot(uint32_t type);

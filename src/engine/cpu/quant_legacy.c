@@ -612,15 +612,10 @@ QL_AVX2 static QL_INLINE void ql_dot8_c(const int kind, float *y, int64_t ldy, c
 }
 
 /* Any C >= 1 in groups of QUANT_MAX_C; each group is a view of the
- * activations starting at its first row. The unsigned kinds need the
- * activations' sums; without them the scalar kernel runs. */
+ * activations starting at its first row (sums included: quant.h's kernels
+ * all read them). */
 QL_AVX2 static QL_INLINE void ql_dot8(const int kind, float *y, int64_t ldy, const void *w, size_t rb, int R,
                                       int64_t nb, const quant_acts *xa, int C) {
-    if (ql_unsigned(kind) && !xa->s) {
-        for (int r = 0; r < R; r++)
-            ql_dot_scalar(kind, y + r, ldy, (const uint8_t *)w + (size_t)r * rb, nb, xa, C);
-        return;
-    }
     for (int c0 = 0; c0 < C; c0 += QUANT_MAX_C) {
         const size_t ns = (size_t)(xa->n / QL_BLOCK);
         const quant_acts g = {xa->q + (size_t)c0 * (size_t)xa->n, xa->d + (size_t)c0 * ns,
