@@ -8,6 +8,23 @@
 
 #include "quant.h"
 
+#define QUANT_INLINE inline __attribute__((always_inline))
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+/* The AVX2 kernels are compiled for AVX2+FMA+F16C whatever -march says;
+ * quant.c hands them out only on a CPU that has all three. */
+#define QUANT_AVX2 __attribute__((target("avx2,fma,f16c")))
+
+/* The sum of v's 8 lanes. */
+QUANT_AVX2 static QUANT_INLINE float quant_hsum8(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+#endif
+
 typedef struct quant_kind {
     uint32_t type;                  /* GGUF_TT_*; its activation format follows
                                      * from its block (quant_act_format) */

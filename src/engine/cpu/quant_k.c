@@ -46,14 +46,10 @@
 #include "ops.h"
 
 #if defined(__x86_64__)
-#include <immintrin.h>
 #define QK_AVX2 1
-/* The vector kernels are compiled for AVX2 whatever -march says; quant.c
- * only hands them out on a CPU that has it. */
-#define QK_TARGET __attribute__((target("avx2,fma,f16c")))
 #endif
-
-#define ALWAYS_INLINE inline __attribute__((always_inline))
+#define QK_TARGET QUANT_AVX2
+#define ALWAYS_INLINE QUANT_INLINE
 
 /* Bytes per super-block, as gguf.c's type table lists them. */
 #define Q2K_BYTES 84
@@ -639,13 +635,6 @@ QK_TARGET static ALWAYS_INLINE __m128i iq4xs_scales_v(const uint8_t *blk) {
     return _mm_sub_epi16(_mm_or_si128(_mm_cvtepu8_epi16(nib), _mm_slli_epi16(hi, 4)), _mm_set1_epi16(32));
 }
 
-QK_TARGET static ALWAYS_INLINE float khsum(__m256 v) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
-
 /* Each line of the block, QUANT_PREFETCH bytes ahead. */
 #define QK_PREFETCH_BLOCK(blk, bytes)                                                       \
     do {                                                                                    \
@@ -735,7 +724,7 @@ QK_TARGET static ALWAYS_INLINE void k45_avx2(float *y, int64_t ldy, const uint8_
     }
 #pragma GCC unroll 4
     for (int c = 0; c < C; c++)
-        y[(size_t)c * (size_t)ldy] = khsum(acc[c]);
+        y[(size_t)c * (size_t)ldy] = quant_hsum8(acc[c]);
 }
 
 /* Q6_K. Per half h (128 elements): ql[64 h ..] and ql[64 h + 32 ..] give
@@ -796,7 +785,7 @@ QK_TARGET static ALWAYS_INLINE void q6k_avx2(float *y, int64_t ldy, const uint8_
     }
 #pragma GCC unroll 4
     for (int c = 0; c < C; c++)
-        y[(size_t)c * (size_t)ldy] = khsum(acc[c]);
+        y[(size_t)c * (size_t)ldy] = quant_hsum8(acc[c]);
 }
 
 /* Q2_K and Q3_K: 2-bit fields, per half h run j (bits 2j..2j+1 of
@@ -874,7 +863,7 @@ QK_TARGET static ALWAYS_INLINE void k23_avx2(float *y, int64_t ldy, const uint8_
     }
 #pragma GCC unroll 4
     for (int c = 0; c < C; c++)
-        y[(size_t)c * (size_t)ldy] = khsum(acc[c]);
+        y[(size_t)c * (size_t)ldy] = quant_hsum8(acc[c]);
 }
 
 /* IQ4_XS. Per 64 elements m: the low nibbles of qs[32 m ..] are elements
@@ -925,7 +914,7 @@ QK_TARGET static ALWAYS_INLINE void iq4xs_avx2(float *y, int64_t ldy, const uint
     }
 #pragma GCC unroll 4
     for (int c = 0; c < C; c++)
-        y[(size_t)c * (size_t)ldy] = khsum(acc[c]);
+        y[(size_t)c * (size_t)ldy] = quant_hsum8(acc[c]);
 }
 
 /* The quant_dot_fn of a kernel: C made a constant per run of rows

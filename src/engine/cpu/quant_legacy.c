@@ -38,14 +38,10 @@
 #include "ops.h"
 
 #if defined(__x86_64__)
-#include <immintrin.h>
 #define QL_HAVE_AVX2 1
-/* The AVX2 kernels are compiled for AVX2+FMA+F16C whatever -march says;
- * quant.c calls them only on a CPU that has all three. */
-#define QL_AVX2 __attribute__((target("avx2,fma,f16c")))
+#define QL_AVX2 QUANT_AVX2
 #endif
-
-#define QL_INLINE inline __attribute__((always_inline))
+#define QL_INLINE QUANT_INLINE
 #define QL_BLOCK 32
 
 /* Keeps the compiler from fusing a product written to p[] with a sum that
@@ -468,13 +464,6 @@ QL_AVX2 static QL_INLINE __m256i ql_unpack8(const int kind, const uint8_t *blk, 
     return _mm256_sign_epi8(*s, *s);
 }
 
-QL_AVX2 static QL_INLINE float ql_hsum8(__m256 v) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
-
 /* The kg (1..8) blocks from g as 8 floats: their scales d, and their mins
  * in *m for the kinds with one; zeros past kg. */
 static QL_INLINE int ql_u16(const uint8_t *p) {
@@ -605,8 +594,8 @@ QL_AVX2 static QL_INLINE void ql_dot8_c(const int kind, float *y, int64_t ldy, c
     const float of = kind == QL_Q4_0 ? -8.0f : kind == QL_Q5_0 ? -16.0f : 1.0f;
 #pragma GCC unroll 4
     for (int c = 0; c < C; c++) {
-        float s = ql_hsum8(_mm256_add_ps(acc0[c], acc1[c]));
-        if (ql_unsigned(kind)) s += of * (ql_hsum8(off[c]) + offs[c]);
+        float s = quant_hsum8(_mm256_add_ps(acc0[c], acc1[c]));
+        if (ql_unsigned(kind)) s += of * (quant_hsum8(off[c]) + offs[c]);
         y[(size_t)c * (size_t)ldy] = s;
     }
 }
