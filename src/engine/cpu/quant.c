@@ -56,18 +56,26 @@ int quant_act_sblock(int act) {
     return act == QUANT_ACT_Q8_K ? 16 : 32;
 }
 
-/* The CPU's features (the compiler's runtime reads them once; no state of
- * ours): the AVX2 kernels also use FMA and F16C. F16C comes from CPUID
- * leaf 1 directly, since clang's builtin does not name it; real CPUs with
- * AVX2 all have it, but a hypervisor's CPU model may mask it. */
-static int cpu_has_avx2(void) {
+/* Whether this CPU runs the AVX2 kernels, which also use FMA and F16C.
+ * F16C comes from CPUID leaf 1 directly, since clang's builtin does not
+ * name it (real CPUs with AVX2 all have it; a hypervisor's CPU model may
+ * mask it). Read once before main, like the compiler's own
+ * __builtin_cpu_supports table, and never written again: CPUID traps to the
+ * hypervisor in a VM (9 us a call measured here), and quant_dot is asked
+ * per work item of every product. */
+static int cpu_avx2;
+
+__attribute__((constructor)) static void cpu_probe(void) {
 #if defined(__x86_64__) || defined(__i386__)
     unsigned a, b, c, d;
-    if (!__get_cpuid(1, &a, &b, &c, &d) || !(c & bit_F16C)) return 0;
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-#else
-    return 0;
+    __builtin_cpu_init();
+    cpu_avx2 = __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C) && __builtin_cpu_supports("avx2") &&
+               __builtin_cpu_supports("fma");
 #endif
+}
+
+static int cpu_has_avx2(void) {
+    return cpu_avx2;
 }
 
 quant_dot_fn *quant_dot_scalar(uint32_t type) {
