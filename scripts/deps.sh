@@ -13,6 +13,7 @@ set -euo pipefail
 SET=${1:-build}
 BUILD=(build-essential cmake pkg-config libopenblas-dev libcmocka-dev
        libmicrohttpd-dev libcjson-dev libyaml-dev libssl-dev libcurl4-openssl-dev
+       libpcre2-dev   # the tokenizers' pre-tokenizer regexes (UTF, JIT)
        gnuplot-nox    # tessera bench's plots
        curl)          # the requests make demo prints for pasting
 # The suite's independent references: NumPy (tests/ref: the model's
