@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
-# Independent numerical reference check of the llama forward pass.
+# Independent numerical reference check of the forward pass.
 #
 # For each weight type (f32, f16, q8_0, bf16, and the quantized types
 # q4_0 .. iq4_xs and a Q4_K_M-like mix, each when mkmodel offers it), for
-# qwen2 with tied output (f32, q8_0), and for one file mixing four types
+# qwen2 with tied output (f32, q8_0), for each further architecture (llama3
+# with rope_freqs and linear rope scaling, qwen3, gemma3, phi3: f32 and one
+# quantized type each, every feature of the arch exercised), and for one
+# file mixing four types
 # across the fused groups (q/k q8_0 beside v f16, gate f32 beside up q8_0,
 # output bf16, as quantized checkpoints mix them), this makes a tiny GQA
 # model, runs greedy generation with --ids/--logits, and compares every
@@ -82,6 +85,21 @@ if grep -qiw 'qwen2' <<<"$mk_help"; then
 else
     echo "ref_forward: mkmodel does not list --arch qwen2; skipping qwen2"
 fi
+
+# Further architectures, every feature exercised (mkmodel's --arch
+# defaults: qwen3/gemma3 heads of 2 * dims / heads, gemma3's window of 8
+# under the ~50-token sequence with 6 layers so layer 5 is global, rope
+# scale 8 there; phi3's fused tensors and rotary over 3/4 of each head;
+# llama3's rope_freqs, here with linear scaling too). compare.py checks
+# that the reference without each feature would differ (its self-checks).
+cases+=("llama3-scaled-f32 f32 --arch llama3 --rope-scale 4"
+        "llama3-q4_0 q4_0 --arch llama3"
+        "qwen3-tied-f32 f32 --arch qwen3 --tied"
+        "qwen3-tied-q8_0 q8_0 --arch qwen3 --tied"
+        "gemma3-f32 f32 --arch gemma3 --layers 6"
+        "gemma3-q5_0 q5_0 --arch gemma3 --layers 6"
+        "phi3-f32 f32 --arch phi3"
+        "phi3-q5_1 q5_1 --arch phi3")
 
 status=0
 summary=()

@@ -6,6 +6,10 @@
  * in (to other block ids). Bad batches are refused and change nothing.
  * A model whose fused products mix weight types (as quantized checkpoints
  * do) runs, batched as well as solo, and decodes as the same weights in f32.
+ * Every further architecture (llama3, qwen3, gemma3 with a sliding window
+ * shorter than the sequences, phi3) holds to the same batching equivalence,
+ * in f32 and a quantized type; files those archs' loader must refuse are
+ * refused with a message naming why.
  */
 #include <math.h>
 #include <setjmp.h>
@@ -86,6 +90,31 @@ static model *make_model_ov(uint32_t type, const mkmodel_override *ov, int n_ov)
 
 static model *make_model(uint32_t type) { return make_model_ov(type, NULL, 0); }
 
+/* The tiny GQA model of seed 11 in architecture arch (mkmodel's defaults
+ * for it: qwen3/gemma3 heads of 16 beside dim 64 / 8 heads, gemma3's window
+ * of 8 positions on layers 0..4 of 6, phi3's fused tensors and partial
+ * rotary, llama3's rope_freqs and context of 131072, of which the engine
+ * must not allocate more than its pool). */
+static model *make_arch_model(const char *arch, uint32_t type) {
+    mkmodel_spec s;
+    char path[512], err[256];
+    mkmodel_preset("tiny", &s);
+    assert_int_equal(mkmodel_arch(&s, arch), 0);
+    s.type = type;
+    s.n_heads = 8;
+    s.n_kv_heads = 2;
+    s.seed = 11;
+    if (strcmp(arch, "gemma3") == 0) s.n_layers = 6; /* layer 5 is global */
+    tu_path(path, sizeof(path), "engine_arch.gguf");
+    int rc = mkmodel_write(&s, path, err, sizeof(err));
+    if (rc) fail_msg("%s", err);
+    model *m;
+    rc = model_load(path, &m, err, sizeof(err));
+    if (rc) fail_msg("%s", err);
+    remove(path);
+    return m;
+}
+
 static eng *make_engine(const model *m, int n_blocks, int max_T) {
     eng_opts o = {.kv_pool_bytes = model_kv_bytes_per_token(&m->cfg) * BS * (size_t)n_blocks,
                   .block_size = BS, .max_batch_tokens = max_T, .max_seqs = 8, .n_threads = 2};
@@ -143,6 +172,18 @@ static const uint32_t QTYPES[] = {GGUF_TT_Q4_0, GGUF_TT_Q4_1, GGUF_TT_Q5_0, GGUF
                                   GGUF_TT_IQ4_XS};
 static uint32_t qtype_now;  /* the group running: cmocka's setups take no argument */
 static int setup_qtype(void **state) { return setup_model(state, make_model(qtype_now)); }
+
+/* The further architectures, each in f32 and one quantized type. */
+static const struct {
+    const char *arch;
+    uint32_t type;
+} ARCH_CASES[] = {{"llama3", GGUF_TT_F32}, {"llama3", GGUF_TT_Q4_0}, {"qwen3", GGUF_TT_F32},
+                  {"qwen3", GGUF_TT_Q8_0}, {"gemma3", GGUF_TT_F32}, {"gemma3", GGUF_TT_Q5_0},
+                  {"phi3", GGUF_TT_F32},   {"phi3", GGUF_TT_Q4_1}};
+static int arch_case_now;
+static int setup_arch(void **state) {
+    return setup_model(state, make_arch_model(ARCH_CASES[arch_case_now].arch, ARCH_CASES[arch_case_now].type));
+}
 
 static int teardown(void **state) {
     fixture *f = *state;
@@ -260,6 +301,51 @@ static void test_batch_equivalence_mixed(void **state) { check_batched(state, 1e
  * the same order whatever its place in the kernel's group: batched equals
  * alone as closely as for the float types. */
 static void test_batch_equivalence_quant(void **state) { check_batched(state, 1e-5); }
+
+/* Each architecture's features are per token (q/k norms, post norms, the
+ * GELU gate, the embedding scale) or per position (each layer's rope, the
+ * sliding window, which skips whole blocks and starts inside others): none
+ * may make a token's logits depend on its batch. */
+static void test_batch_equivalence_arch(void **state) { check_batched(state, 1e-5); }
+
+/* The architectures' configuration as the loader derived it. */
+static void test_arch_config(void **state) {
+    fixture *f = *state;
+    const model *m = f->m;
+    const model_config *c = &m->cfg;
+    const char *arch = ARCH_CASES[arch_case_now].arch;
+    if (strcmp(arch, "llama3") == 0) {
+        assert_int_equal(c->arch, MODEL_ARCH_LLAMA);
+        assert_non_null(m->rope_freqs);
+        assert_int_equal(c->ctx_len, 131072);
+        assert_float_equal(m->rope_freqs[c->n_rot / 2 - 1], 8.0f, 0);
+    } else if (strcmp(arch, "qwen3") == 0) {
+        assert_int_equal(c->arch, MODEL_ARCH_QWEN3);
+        assert_int_equal(c->head_dim, 16); /* 2 * 64 / 8 */
+        assert_non_null(m->layers[0].q_norm);
+        assert_null(m->layers[0].bq);
+    } else if (strcmp(arch, "gemma3") == 0) {
+        assert_int_equal(c->arch, MODEL_ARCH_GEMMA3);
+        assert_int_equal(c->swa_window, 8);
+        for (int l = 0; l < 6; l++) assert_int_equal(m->layers[l].swa, l != 5);
+        assert_float_equal(c->embd_scale, 8.0f, 0);
+        assert_float_equal(c->attn_scale, 0.25f, 0); /* 1 / sqrt(16) */
+        assert_float_equal(c->rope[MODEL_ROPE_GLOBAL].scale, 0.125f, 0);
+        assert_float_equal(c->rope[MODEL_ROPE_LOCAL].base, 10000.0f, 0);
+        assert_int_equal(c->ffn_act, MODEL_FFN_GELU_TANH);
+        assert_ptr_equal(m->output.data, m->tok_embd.data);
+    } else {
+        assert_int_equal(c->arch, MODEL_ARCH_PHI3);
+        assert_int_equal(c->n_rot, 6); /* 3/4 of a head of 8 */
+        /* the fused views: k right after q's rows, up after the gate's */
+        assert_ptr_equal((const char *)m->layers[0].wk.data,
+                         (const char *)m->layers[0].wq.data +
+                             m->layers[0].wq.n_out * gguf_row_bytes(m->layers[0].wq.type, (uint64_t)c->dim));
+        assert_int_equal(m->layers[0].w_up.n_out, c->ffn_dim);
+    }
+    /* the KV cache holds head_dim per kv head */
+    assert_int_equal(model_kv_bytes_per_token(c), 2 * (size_t)c->n_layers * 2 * (size_t)c->head_dim * 4);
+}
 
 static void test_swap_roundtrip(void **state) {
     fixture *f = *state;
@@ -415,6 +501,110 @@ static void test_engine_options(void **state) {
     assert_int_equal(eng_new(f->m, &o, &e, err, sizeof(err)), TS_ERR_INVAL);
 }
 
+/* ---- files the loader must refuse -------------------------------------- */
+
+/* A minimal file: metadata of arch (dims 64, 4 heads, 1 layer) plus keys
+ * and a token embedding; extra tensors by name (f32 vectors of n). */
+static int load_minimal(const char *arch, const char *const *kv_str, const char *const *kv_u32, const uint32_t *u32,
+                        const char *extra_tensor, uint64_t extra_n, char *err, size_t errlen) {
+    gguf_writer *w = gguf_writer_new();
+    char k[96], path[512];
+    gguf_writer_add_str(w, "general.architecture", arch);
+#define KEY(x) (snprintf(k, sizeof(k), "%s.%s", arch, x), k)
+    gguf_writer_add_u32(w, KEY("embedding_length"), 64);
+    gguf_writer_add_u32(w, KEY("block_count"), 1);
+    gguf_writer_add_u32(w, KEY("feed_forward_length"), 96);
+    gguf_writer_add_u32(w, KEY("attention.head_count"), 4);
+    for (int i = 0; kv_str && kv_str[i]; i += 2) gguf_writer_add_str(w, KEY(kv_str[i]), kv_str[i + 1]);
+    for (int i = 0; kv_u32 && kv_u32[i]; i++) gguf_writer_add_u32(w, KEY(kv_u32[i]), u32[i]);
+#undef KEY
+    uint64_t ne[2] = {64, 300};
+    assert_int_equal(gguf_writer_take_tensor(w, "token_embd.weight", GGUF_TT_F32, 2, ne,
+                                             calloc(64 * 300, 4), 64 * 300 * 4), 0);
+    if (extra_tensor) {
+        uint64_t n[1] = {extra_n};
+        assert_int_equal(gguf_writer_take_tensor(w, extra_tensor, GGUF_TT_F32, 1, n, calloc(extra_n, 4), extra_n * 4),
+                         0);
+    }
+    tu_path(path, sizeof(path), "refuse.gguf");
+    assert_int_equal(gguf_writer_write(w, path, err, errlen), 0);
+    gguf_writer_free(w);
+    model *m = NULL;
+    int rc = model_load(path, &m, err, errlen);
+    model_free(m);
+    remove(path);
+    return rc;
+}
+
+static void expect_msg(int rc, int want, const char *err, const char *needle) {
+    if (rc != want || !strstr(err, needle))
+        fail_msg("got %d '%s', want %d with '%s'", rc, err, want, needle);
+}
+
+static void test_arch_refusals(void **state) {
+    (void)state;
+    char err[512];
+    const char *yarn[] = {"rope.scaling.type", "yarn", NULL};
+    expect_msg(load_minimal("qwen3", yarn, NULL, NULL, NULL, 0, err, sizeof(err)), TS_ERR_MODEL_ARCH, err, "yarn");
+    expect_msg(load_minimal("phi3", NULL, NULL, NULL, "rope_factors_long.weight", 4, err, sizeof(err)),
+               TS_ERR_MODEL_ARCH, err, "rope_factors_long");
+    const char *kv[] = {"attention.key_length", "attention.value_length", NULL};
+    const uint32_t kv_bad[] = {32, 16}, odd[] = {15, 15}, big_rot[] = {16, 16, 18};
+    expect_msg(load_minimal("gemma3", NULL, kv, kv_bad, NULL, 0, err, sizeof(err)), TS_ERR_MODEL_DIMS, err,
+               "value_length");
+    expect_msg(load_minimal("qwen3", NULL, kv, odd, NULL, 0, err, sizeof(err)), TS_ERR_MODEL_DIMS, err, "head size");
+    const char *rot[] = {"attention.key_length", "attention.value_length", "rope.dimension_count", NULL};
+    expect_msg(load_minimal("qwen3", NULL, rot, big_rot, NULL, 0, err, sizeof(err)), TS_ERR_MODEL_DIMS, err,
+               "rope.dimension_count");
+    /* a gemma3 file without its q/k norms: the layer's first missing tensor
+     * is named (here attn_q, before any norm) */
+    expect_msg(load_minimal("gemma3", NULL, NULL, NULL, NULL, 0, err, sizeof(err)), TS_ERR_MODEL_TENSOR, err,
+               "blk.0.attn_q.weight");
+    expect_msg(load_minimal("phi3", NULL, NULL, NULL, NULL, 0, err, sizeof(err)), TS_ERR_MODEL_TENSOR, err,
+               "blk.0.attn_q.weight");
+}
+
+/* A qwen2 file relabelled qwen3 (same-length name, every key renamed with
+ * it) has no q/k norms: refused, naming the norm. And a llama3 file whose
+ * rope_freqs has a zero divisor is refused. */
+static void test_arch_missing_norm(void **state) {
+    (void)state;
+    mkmodel_spec s;
+    char path[512], err[512];
+    mkmodel_preset("tiny", &s);
+    s.arch = "qwen2";
+    tu_path(path, sizeof(path), "relabel.gguf");
+    assert_int_equal(mkmodel_write(&s, path, err, sizeof(err)), 0);
+    size_t len;
+    unsigned char *buf = tu_read_file(path, &len);
+    assert_non_null(buf);
+    for (size_t i = 0; i + 5 <= len; i++)
+        if (memcmp(buf + i, "qwen2", 5) == 0) buf[i + 4] = '3';
+    assert_int_equal(tu_write_file(path, buf, len), 0);
+    model *m = NULL;
+    int rc = model_load(path, &m, err, sizeof(err));
+    model_free(m);
+    expect_msg(rc, TS_ERR_MODEL_TENSOR, err, "attn_q_norm");
+    free(buf);
+
+    assert_int_equal(mkmodel_arch(&s, "llama3"), 0);
+    assert_int_equal(mkmodel_write(&s, path, err, sizeof(err)), 0);
+    buf = tu_read_file(path, &len);
+    assert_non_null(buf);
+    gguf_ctx *g;
+    assert_int_equal(gguf_open_buffer(buf, len, &g, err, sizeof(err)), 0);
+    const gguf_tensor *t = gguf_find_tensor(g, "rope_freqs.weight");
+    assert_non_null(t);
+    memset((unsigned char *)buf + ((const unsigned char *)t->data - (const unsigned char *)g->map), 0, 4);
+    gguf_close(g);
+    assert_int_equal(tu_write_file(path, buf, len), 0);
+    rc = model_load(path, &m, err, sizeof(err));
+    model_free(m);
+    expect_msg(rc, TS_ERR_MODEL_DIMS, err, "rope_freqs");
+    free(buf);
+    remove(path);
+}
+
 int main(void) {
     const struct CMUnitTest f32[] = {
         cmocka_unit_test(test_batch_equivalence_f32),
@@ -438,5 +628,15 @@ int main(void) {
         snprintf(name, sizeof(name), "engine_%s", gguf_type_name(QTYPES[i]));
         fails += _cmocka_run_group_tests(name, quant, 1, setup_qtype, teardown);
     }
+    const struct CMUnitTest arch[] = {cmocka_unit_test(test_batch_equivalence_arch), cmocka_unit_test(test_arch_config),
+                                      cmocka_unit_test(test_swap_roundtrip)};
+    for (int i = 0; i < (int)(sizeof(ARCH_CASES) / sizeof(ARCH_CASES[0])); i++) {
+        char name[48];
+        arch_case_now = i;
+        snprintf(name, sizeof(name), "engine_%s_%s", ARCH_CASES[i].arch, gguf_type_name(ARCH_CASES[i].type));
+        fails += _cmocka_run_group_tests(name, arch, 3, setup_arch, teardown);
+    }
+    const struct CMUnitTest refuse[] = {cmocka_unit_test(test_arch_refusals), cmocka_unit_test(test_arch_missing_norm)};
+    fails += cmocka_run_group_tests_name("engine_arch_refusals", refuse, NULL, NULL);
     return fails;
 }

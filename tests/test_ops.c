@@ -517,8 +517,20 @@ static void check_product(const char *what, const float *y, int64_t ldy, const t
 
 /* h (T, n_out) = silu(x Wg^T) * (x Wu^T) against doubles, the activations
  * as each kernel sees them (xg for wg's type, xu for wu's). */
-static void check_swiglu(const char *what, const float *h, const test_mat *wg, const double *xg, const test_mat *wu,
-                         const double *xu, int T) {
+/* GELU-tanh in double: 0.5 z (1 + tanh(u)), u = sqrt(2/pi) (z + 0.044715 z^3),
+ * written as z / (1 + e^(-2u)) (the same function) because 1 + tanh(u)
+ * cancels to 0 in double below z = -9, where the value is still ~1e-28. */
+static double gelu_tanh_ref(double z) {
+    const double u = sqrt(2.0 / M_PI) * (z + 0.044715 * z * z * z);
+    if (fabs(z) < 5) /* the textbook form where it has no cancellation */
+        return 0.5 * z * (1.0 + tanh(u));
+    return z / (1.0 + exp(-2.0 * u));
+}
+
+/* h = act(x Wg^T) * (x Wu^T) against double products; act silu, or
+ * gelu_tanh when gelu is set. */
+static void check_gated(const char *what, const float *h, const test_mat *wg, const double *xg, const test_mat *wu,
+                        const double *xu, int T, int gelu) {
     const int64_t ni = wg->m.n_in, no = wg->m.n_out;
     for (int t = 0; t < T; t++)
         for (int64_t o = 0; o < no; o++) {
@@ -529,14 +541,20 @@ static void check_swiglu(const char *what, const float *h, const test_mat *wg, c
                 mg += fabs(wg->val[o * ni + j] * xg[t * ni + j]);
                 mu += fabs(wu->val[o * ni + j] * xu[t * ni + j]);
             }
-            const double want = g / (1.0 + exp(-g)) * up;
-            /* the tolerances of both sums, carried through silu (slope <= 1.1) */
-            const double tol = 1.1 * 2e-6 * mg * fabs(up) + 2e-6 * mu * (fabs(g) + 1) + 1e-6 * fabs(want) + 1e-30;
+            const double want = (gelu ? gelu_tanh_ref(g) : g / (1.0 + exp(-g))) * up;
+            /* the tolerances of both sums, carried through silu (slope <= 1.1)
+             * or gelu_tanh (slope <= 1.13) */
+            const double tol = 1.13 * 2e-6 * mg * fabs(up) + 2e-6 * mu * (fabs(g) + 1) + 1e-6 * fabs(want) + 1e-30;
             const double got = h[t * no + o];
             if (!(fabs(got - want) <= tol))
                 fail_msg("%s types %u/%u T %d [%d][%ld]: %.9g, want %.9g", what, wg->m.type, wu->m.type, T, t,
                          (long)o, got, want);
         }
+}
+
+static void check_swiglu(const char *what, const float *h, const test_mat *wg, const double *xg, const test_mat *wu,
+                         const double *xu, int T) {
+    check_gated(what, h, wg, xg, wu, xu, T, 0);
 }
 
 /* ops_matmul_n, ops_matmul_swiglu and ops_matmul called from inside a
@@ -599,6 +617,14 @@ static void test_matmul_fused_and_team(void **state) {
                     ops_matmul_swiglu(y[0], u, NO0, x, T, &w[0].m, &wu.m, s);
                 }
                 check_swiglu(team ? "swiglu in a team" : "swiglu", y[0], &w[0], xs, &wu, xs, T);
+                /* GeGLU (gemma3): the same products, a GELU-tanh gate */
+                if (team) {
+#pragma omp parallel num_threads(2)
+                    ops_matmul_geglu(y[0], u, NO0, x, T, &w[0].m, &wu.m, s);
+                } else {
+                    ops_matmul_geglu(y[0], u, NO0, x, T, &w[0].m, &wu.m, s);
+                }
+                check_gated(team ? "geglu in a team" : "geglu", y[0], &w[0], xs, &wu, xs, T, 1);
             }
             test_mat_free(&wu);
         }
@@ -741,6 +767,9 @@ static void test_matmul_mixed_types(void **state) {
             ops_matmul_swiglu(y[0], y[1], NO, x, T, wp[1], wp[2], s);
             check_swiglu("mixed swiglu", y[0], &w[1], w[1].m.type == GGUF_TT_Q8_0 ? xs_q8 : xs, &w[2],
                          w[2].m.type == GGUF_TT_Q8_0 ? xs_q8 : xs, T);
+            ops_matmul_geglu(y[0], y[1], NO, x, T, wp[1], wp[2], s);
+            check_gated("mixed geglu", y[0], &w[1], w[1].m.type == GGUF_TT_Q8_0 ? xs_q8 : xs, &w[2],
+                        w[2].m.type == GGUF_TT_Q8_0 ? xs_q8 : xs, T, 1);
         }
         for (int i = 0; i < 3; i++)
             test_mat_free(&w[i]);
@@ -884,6 +913,80 @@ static void test_silu_long(void **state) {
             fail_msg("silu [%d]: %.9g, want %.9g", i, (double)g[i], want[i]);
 }
 
+/* gelu_tanh(g) * up against the double formula 0.5 g (1 + tanh(...)),
+ * across the range (vector body and tail), including the tails where
+ * e^(-2u) overflows (gelu is -0 there) or vanishes (gelu is g). */
+static void test_gelu_tanh(void **state) {
+    (void)state;
+    float g[403], up[403];
+    double want[403];
+    for (int i = 0; i < 403; i++) {
+        g[i] = -100.0f + 0.5f * (float)i;
+        up[i] = 1.0f + (float)(i % 5);
+        want[i] = gelu_tanh_ref(g[i]) * up[i];
+    }
+    double arg[403];
+    for (int i = 0; i < 403; i++)
+        arg[i] = 2.0 * sqrt(2.0 / M_PI) * fabs(g[i] + 0.044715 * g[i] * g[i] * g[i]);
+    ops_gelu_tanh_mul(g, up, 403);
+    /* the exponent is computed in float: its rounding (~1.2e-7 of it,
+     * relative) moves e^x by that much times |x| */
+    for (int i = 0; i < 403; i++)
+        if (!(fabs(g[i] - want[i]) <= (2e-6 + 2.4e-7 * fmin(arg[i], 100)) * fabs(want[i]) + 1e-30))
+            fail_msg("gelu_tanh [%d]: %.9g, want %.9g", i, (double)g[i], want[i]);
+    /* known values: gelu_tanh(1) = 0.8411920, (-1) = -0.1588080, (0) = 0 */
+    float k[3] = {1, -1, 0};
+    const float ones[3] = {1, 1, 1};
+    ops_gelu_tanh_mul(k, ones, 3);
+    assert_float_equal(k[0], 0.8411920f, 1e-6);
+    assert_float_equal(k[1], -0.1588080f, 1e-6);
+    assert_float_equal(k[2], 0.0f, 0);
+    /* small arguments, where the curve is z/2 + z^2 / sqrt(2 pi) */
+    for (int i = 0; i < 64; i++) {
+        float z = (float)(i - 32) * 1e-3f, one = 1.0f;
+        ops_gelu_tanh_mul(&z, &one, 1);
+        double w = gelu_tanh_ref((double)(i - 32) * 1e-3);
+        if (!(fabs(z - w) <= 1e-6 * fabs(w) + 1e-12))
+            fail_msg("gelu_tanh small [%d]: %.9g, want %.9g", i, (double)z, w);
+    }
+}
+
+/* Per-head RMSNorm: each head normalized alone (a head of large values
+ * next to one of small ones keeps its own scale), all with one weight. */
+static void test_rmsnorm_heads(void **state) {
+    (void)state;
+    enum { NH = 5, HD = 12 };
+    float x[NH * HD], w[HD];
+    tu_rng_seed(31);
+    for (int i = 0; i < NH * HD; i++)
+        x[i] = tu_rng_float() * (float)(1 + 100 * (i / HD % 2));
+    for (int i = 0; i < HD; i++)
+        w[i] = 1.0f + 0.3f * tu_rng_float();
+    double want[NH * HD];
+    for (int h = 0; h < NH; h++) {
+        double ss = 0;
+        for (int i = 0; i < HD; i++)
+            ss += (double)x[h * HD + i] * x[h * HD + i];
+        for (int i = 0; i < HD; i++)
+            want[h * HD + i] = x[h * HD + i] / sqrt(ss / HD + 1e-6) * w[i];
+    }
+    ops_rmsnorm_heads(x, w, NH, HD, 1e-6f);
+    for (int i = 0; i < NH * HD; i++)
+        if (!(fabs(x[i] - want[i]) <= 1e-5 * fabs(want[i]) + 1e-6))
+            fail_msg("rmsnorm_heads [%d]: %.9g, want %.9g", i, (double)x[i], want[i]);
+}
+
+static void test_softcap(void **state) {
+    (void)state;
+    float x[5] = {0, 1, -1, 300, -1e30f};
+    ops_softcap(x, 5, 30.0f);
+    assert_float_equal(x[0], 0.0f, 0);
+    assert_float_equal(x[1], (float)(30 * tanh(1.0 / 30)), 1e-6);
+    assert_float_equal(x[2], (float)(-30 * tanh(1.0 / 30)), 1e-6);
+    assert_float_equal(x[3], (float)(30 * tanh(10.0)), 1e-5);
+    assert_float_equal(x[4], -30.0f, 0);
+}
+
 /* Attention scores and mixing over strided rows (a cache block's layout),
  * head sizes with and without a multiple of 8, n across the 8-key groups. */
 static void test_attn(void **state) {
@@ -977,6 +1080,9 @@ int main(void) {
         cmocka_unit_test(test_silu_mul),
         cmocka_unit_test(test_softmax_long),
         cmocka_unit_test(test_silu_long),
+        cmocka_unit_test(test_gelu_tanh),
+        cmocka_unit_test(test_rmsnorm_heads),
+        cmocka_unit_test(test_softcap),
         cmocka_unit_test(test_attn),
         cmocka_unit_test(test_add_dot_axpy),
     };

@@ -74,7 +74,10 @@ no KV cache) and yields the same P + G - 1 rows. Checks:
     run with the other rope pairing and (b) the reference shifted by one row
     must show an error > max(1e-2, tol), i.e. the row check above would have
     flagged it; otherwise this comparison could not detect such bugs and the
-    test fails.
+    test fails. (c) The same for the reference with each architecture
+    feature the model exercises switched off (llama_ref.features(): the
+    sliding window, q/k norms, rope_freqs, rope scaling, ...), enforced for
+    the float types (tolerance 1e-4), reported for the quantized ones.
 
 Exit status 0 when everything passes, 1 otherwise.
 """
@@ -251,6 +254,19 @@ def main(argv=None):
               % (tag, e_shift, teeth))
         if not e_shift > teeth:
             fail("self-check: an off-by-one row is not detected (err %.3e)" % e_shift)
+
+    # Each architecture feature the model exercises (llama_ref.features():
+    # sliding window, q/k norms, rope_freqs, ...) switched off in the
+    # reference must be detected too. Enforced at the float types' teeth;
+    # at a quantized type's looser tolerance a small feature may hide in
+    # it, so there it is only reported (the float cases enforce it).
+    for feat in ref.features():
+        e_feat = float(row_rel_err(c, ref.forward(tokens, ablate=(feat,))).max())
+        enforced = tol <= 1e-4
+        print("%s self-check: vs reference without %s: worst rel err %.3e (must be > %.2g%s)"
+              % (tag, feat, e_feat, teeth, "" if enforced else ", reported only"))
+        if enforced and not e_feat > teeth:
+            fail("self-check: an engine without %s would not be detected (err %.3e)" % (feat, e_feat))
 
     if failures:
         print("%s %d failure(s)" % (tag, len(failures)))

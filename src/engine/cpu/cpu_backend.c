@@ -1,18 +1,23 @@
 /*
- * cpu_backend.c - the reference backend: the llama forward pass on the CPU,
- * over a paged KV cache in host memory.
+ * cpu_backend.c - the reference backend: the forward pass of every model.h
+ * architecture on the CPU, over a paged KV cache in host memory.
  *
- * One step, for T tokens flattened across the batch's sequences:
- *   x = embed(tokens)                                          (T, dim)
+ * One step, for T tokens flattened across the batch's sequences (the
+ * bracketed parts are those of some architectures only):
+ *   x = embed(tokens) [* sqrt(dim): gemma3]                    (T, dim)
  *   per layer:
  *     h = rmsnorm(x) * attn_norm
  *     q, k, v = h Wq^T (+bq), h Wk^T (+bk), h Wv^T (+bv)       (T, qd), (T, kvd) x2
- *     rotate q, k by position; store k, v into each sequence's blocks
- *     att = per token, per head: softmax(q . K[0..pos] / sqrt(hd)) V
- *     x += att Wo^T
+ *     [q, k = per-head rmsnorm(q) * q_norm, (k) * k_norm: qwen3, gemma3]
+ *     rotate q, k by position (the layer's rope: gemma3's sliding-window
+ *     layers have their own); store k, v into each sequence's blocks
+ *     att = per token, per head: softmax(q . K[lo..pos] * attn_scale) V,
+ *           lo = 0, or pos - window + 1 on a sliding-window layer
+ *     a = att Wo^T  [a = rmsnorm(a) * attn_post_norm: gemma3];  x += a
  *     h = rmsnorm(x) * ffn_norm
- *     x += (silu(h Wgate^T) * h Wup^T) Wdown^T
- *   logits = rmsnorm(x[rows wanted]) * out_norm  Wout^T
+ *     f = (act(h Wgate^T) * h Wup^T) Wdown^T, act silu or gelu_tanh
+ *     [f = rmsnorm(f) * ffn_post_norm: gemma3];  x += f
+ *   logits = rmsnorm(x[rows wanted]) * out_norm  Wout^T  [softcapped: gemma3]
  * The dense products see all T tokens at once (that is what batching buys);
  * attention is the only per-sequence part. K/V of a step's tokens are stored
  * before attention runs, so a prefill chunk attends causally to itself.
@@ -48,8 +53,10 @@ typedef struct cpu_state {
     float *kv;              /* (n_blocks, n_layers, 2, bs, kvd) */
     /* activations, (max_T, width) each */
     float *x, *xb, *q, *k, *v, *att, *hb, *hb2;
-    float *rope_cos, *rope_sin; /* (max_T, head_dim / 2) */
-    float *inv_freq;        /* (head_dim / 2) */
+    int n_rope;             /* rope settings in use: 1, or 2 with sliding-window layers */
+    float *rope_cos, *rope_sin; /* (n_rope, max_T, n_rot / 2) */
+    double *inv_freq;       /* (n_rope, n_rot / 2): angle per position, scaling
+                             * and rope_freqs divisors folded in */
     int att_kv_max;         /* most kv heads one attention item takes (their
                              * scores fit ATT_SCORES_BYTES, or one kv head) */
     float *scores;          /* (n_threads, att_kv_max * group, max_ctx) */
@@ -77,6 +84,21 @@ static void cpu_destroy(void *st) {
     free(s);
 }
 
+/* theta_i = base^(-2i / n_rot) * scale [/ rope_freqs[i]] per position, in
+ * double: at position 128k a float frequency's last-bit error alone moves
+ * the angle by ~1e-2 rad. Only the global setting takes the rope_freqs
+ * divisors (llama's; gemma3, the one arch with a local setting, has none). */
+static void rope_inv_freq(cpu_state *s) {
+    const model_config *c = &s->m->cfg;
+    const int half = c->n_rot / 2;
+    for (int r = 0; r < s->n_rope; r++)
+        for (int i = 0; i < half; i++) {
+            double f = pow((double)c->rope[r].base, -2.0 * (double)i / (double)c->n_rot) * (double)c->rope[r].scale;
+            if (r == MODEL_ROPE_GLOBAL && s->m->rope_freqs) f /= (double)s->m->rope_freqs[i];
+            s->inv_freq[(size_t)r * half + i] = f;
+        }
+}
+
 static int cpu_create(const model *m, eng_opts *o, int n_blocks, void **out, char *err, size_t errlen) {
     const model_config *c = &m->cfg;
     cpu_state *s = calloc(1, sizeof(*s));
@@ -90,7 +112,8 @@ static int cpu_create(const model *m, eng_opts *o, int n_blocks, void **out, cha
     int64_t cap = (int64_t)n_blocks * s->bs;
     s->max_ctx = cap < c->ctx_len ? (int)cap : c->ctx_len;
     size_t T = (size_t)s->max_T, qd = (size_t)c->n_heads * c->head_dim;
-    size_t kvd = (size_t)c->n_kv_heads * c->head_dim, half = (size_t)c->head_dim / 2;
+    size_t kvd = (size_t)c->n_kv_heads * c->head_dim, half = (size_t)c->n_rot / 2;
+    s->n_rope = c->swa_window > 0 ? MODEL_ROPE_N : 1;
     s->block_floats = (size_t)c->n_layers * 2 * (size_t)s->bs * kvd;
     s->kv = xalloc((size_t)n_blocks * s->block_floats * sizeof(float));
     s->x = xalloc(T * c->dim * sizeof(float));
@@ -102,9 +125,9 @@ static int cpu_create(const model *m, eng_opts *o, int n_blocks, void **out, cha
     /* hb also takes the final norms of the logits rows: (max_T, dim). */
     s->hb = xalloc(T * (size_t)(c->ffn_dim > c->dim ? c->ffn_dim : c->dim) * sizeof(float));
     s->hb2 = xalloc(T * c->ffn_dim * sizeof(float));
-    s->rope_cos = xalloc(T * half * sizeof(float));
-    s->rope_sin = xalloc(T * half * sizeof(float));
-    s->inv_freq = xalloc(half * sizeof(float));
+    s->rope_cos = xalloc((size_t)s->n_rope * T * half * sizeof(float));
+    s->rope_sin = xalloc((size_t)s->n_rope * T * half * sizeof(float));
+    s->inv_freq = xalloc((size_t)s->n_rope * half * sizeof(double));
     const int group = c->n_heads / c->n_kv_heads;
     s->att_kv_max = (int)(ATT_SCORES_BYTES / sizeof(float) / (size_t)s->max_ctx / (size_t)group);
     if (s->att_kv_max < 1) s->att_kv_max = 1;
@@ -124,8 +147,7 @@ static int cpu_create(const model *m, eng_opts *o, int n_blocks, void **out, cha
     /* Fresh cache memory is zeroed so a block read before it is written
      * (which validation prevents) could at worst give zeros, not garbage. */
     memset(s->kv, 0, (size_t)n_blocks * s->block_floats * sizeof(float));
-    for (size_t i = 0; i < half; i++)
-        s->inv_freq[i] = (float)pow((double)c->rope_base, -2.0 * (double)i / (double)c->head_dim);
+    rope_inv_freq(s);
     *out = s;
     return 0;
 err:
@@ -157,30 +179,37 @@ static int flatten(cpu_state *s, const eng_batch *b, int *n_rows) {
  * the sine needs. Worksharing without a barrier: the first use is layers
  * later. */
 static void rope_tables(cpu_state *s, int T) {
-    int half = s->m->cfg.head_dim / 2;
+    const int half = s->m->cfg.n_rot / 2;
+    const size_t plane = (size_t)s->max_T * half;
     #pragma omp for schedule(static) nowait
     for (int t = 0; t < T; t++)
-        for (int i = 0; i < half; i++) {
-            double a = (double)s->tok_pos[t] * (double)s->inv_freq[i];
-            s->rope_cos[(size_t)t * half + i] = (float)cos(a);
-            s->rope_sin[(size_t)t * half + i] = (float)sin(a);
-        }
+        for (int r = 0; r < s->n_rope; r++)
+            for (int i = 0; i < half; i++) {
+                double a = (double)s->tok_pos[t] * s->inv_freq[(size_t)r * half + i];
+                s->rope_cos[r * plane + (size_t)t * half + i] = (float)cos(a);
+                s->rope_sin[r * plane + (size_t)t * half + i] = (float)sin(a);
+            }
 }
 
 static void embed(cpu_state *s, const eng_batch *b, int T) {
-    int dim = s->m->cfg.dim;
+    const int dim = s->m->cfg.dim;
+    const float scale = s->m->cfg.embd_scale;
     #pragma omp for schedule(static)
     for (int t = 0; t < T; t++) {
         const eng_seq *q = &b->seqs[s->tok_seq[t]];
-        ops_dequant_row(s->x + (size_t)t * dim, &s->m->tok_embd, q->tokens[s->tok_pos[t] - q->pos]);
+        float *x = s->x + (size_t)t * dim;
+        ops_dequant_row(x, &s->m->tok_embd, q->tokens[s->tok_pos[t] - q->pos]);
+        if (scale != 1.0f)
+            for (int i = 0; i < dim; i++) x[i] *= scale;
     }
 }
 
-/* Rotate one head vector in place. llama-arch GGUF files pair adjacent
+/* Rotate the first n_rot elements of one head vector in place (the rest,
+ * under partial rotary, stay). llama-arch GGUF files pair adjacent
  * elements (2i, 2i+1) because the converter permutes Wq/Wk; NeoX-style
- * models (qwen2) pair i with i + head_dim/2. */
-static void rope_head(float *v, const float *cs, const float *sn, int hd, int neox) {
-    int half = hd / 2;
+ * models (qwen2/3, gemma3, phi3) pair i with i + n_rot/2. */
+static void rope_head(float *v, const float *cs, const float *sn, int n_rot, int neox) {
+    int half = n_rot / 2;
     for (int i = 0; i < half; i++) {
         int a = neox ? i : 2 * i, bi = neox ? i + half : 2 * i + 1;
         float x0 = v[a], x1 = v[bi];
@@ -195,21 +224,25 @@ static float *kv_slot(cpu_state *s, int block, int layer, int which, int slot) {
            (((size_t)layer * 2 + (size_t)which) * (size_t)s->bs + (size_t)slot) * kvd;
 }
 
-/* Add the q/k/v biases (qwen2), rotate q and k, then store k and v at each
+/* Add the q/k/v biases (qwen2), normalize each head of q and k (qwen3,
+ * gemma3), rotate q and k by the layer's rope, then store k and v at each
  * token's cache slot. */
 static void rope_and_store(cpu_state *s, const eng_batch *b, const model_layer *L, int layer, int T) {
     const model_config *c = &s->m->cfg;
-    int hd = c->head_dim, half = hd / 2;
-    size_t qd = (size_t)c->n_heads * hd, kvd = (size_t)c->n_kv_heads * hd;
+    const int hd = c->head_dim, half = c->n_rot / 2;
+    const size_t qd = (size_t)c->n_heads * hd, kvd = (size_t)c->n_kv_heads * hd;
+    const size_t plane = (L->swa ? MODEL_ROPE_LOCAL : MODEL_ROPE_GLOBAL) * (size_t)s->max_T * half;
     #pragma omp for schedule(static)
     for (int t = 0; t < T; t++) {
         float *q = s->q + t * qd, *k = s->k + t * kvd, *v = s->v + t * kvd;
         if (L->bq) ops_add(q, L->bq, (int)qd);
         if (L->bk) ops_add(k, L->bk, (int)kvd);
         if (L->bv) ops_add(v, L->bv, (int)kvd);
-        const float *cs = s->rope_cos + (size_t)t * half, *sn = s->rope_sin + (size_t)t * half;
-        for (int h = 0; h < c->n_heads; h++) rope_head(q + (size_t)h * hd, cs, sn, hd, c->rope_neox);
-        for (int h = 0; h < c->n_kv_heads; h++) rope_head(k + (size_t)h * hd, cs, sn, hd, c->rope_neox);
+        if (L->q_norm) ops_rmsnorm_heads(q, L->q_norm, c->n_heads, hd, c->rms_eps);
+        if (L->k_norm) ops_rmsnorm_heads(k, L->k_norm, c->n_kv_heads, hd, c->rms_eps);
+        const float *cs = s->rope_cos + plane + (size_t)t * half, *sn = s->rope_sin + plane + (size_t)t * half;
+        for (int h = 0; h < c->n_heads; h++) rope_head(q + (size_t)h * hd, cs, sn, c->n_rot, c->rope_neox);
+        for (int h = 0; h < c->n_kv_heads; h++) rope_head(k + (size_t)h * hd, cs, sn, c->n_rot, c->rope_neox);
         const eng_seq *sq = &b->seqs[s->tok_seq[t]];
         int p = s->tok_pos[t], blk = sq->blocks[p / s->bs], slot = p % s->bs;
         memcpy(kv_slot(s, blk, layer, 0, slot), k, kvd * sizeof(float));
@@ -232,7 +265,11 @@ static void prefetch_block(cpu_state *s, int block, int layer, int which, int g0
 }
 
 /* The query heads of kv heads [g0, g1) of one token over its sequence's
- * cached positions 0..p. A cache block holds bs consecutive positions,
+ * cached positions lo..p: lo = 0, or on a sliding-window layer the first
+ * position inside the window (p - window + 1). The positions before lo are
+ * masked by not being read: their blocks stay in the table (the scheduler
+ * accounts for them as before), and a softmax over lo..p is the softmax of
+ * the masked row. A cache block holds bs consecutive positions,
  * rows kvd floats apart, every head side by side in a row: so the loops
  * run block by block with the heads inside, and the heads read one block's
  * rows while the first of them has brought them into cache, where a head
@@ -244,27 +281,33 @@ static void prefetch_block(cpu_state *s, int block, int layer, int which, int g0
 static void attend_heads(cpu_state *s, const eng_seq *q, int layer, int p, const float *qt, int g0, int g1,
                          float *out, float *sc) {
     const model_config *c = &s->m->cfg;
-    const int hd = c->head_dim, bs = s->bs, n = p + 1, group = c->n_heads / c->n_kv_heads;
+    const int hd = c->head_dim, bs = s->bs, group = c->n_heads / c->n_kv_heads;
+    const int lo = s->m->layers[layer].swa && p >= c->swa_window ? p - c->swa_window + 1 : 0, n = p + 1 - lo;
     const int h0 = g0 * group, h1 = g1 * group;
     const size_t kvd = (size_t)c->n_kv_heads * hd;
-    const float scale = 1.0f / sqrtf((float)hd);
-    for (int j = 0; j < n; j += bs) {
-        const float *kb = kv_slot(s, q->blocks[j / bs], layer, 0, 0);
-        if (j + bs < n) prefetch_block(s, q->blocks[j / bs + 1], layer, 0, g0, g1, n - j - bs);
+    const float scale = c->attn_scale;
+    /* chunks of positions [j, j + len) within one block each, from lo */
+    for (int j = lo, len; j <= p; j += len) {
+        const int off = j % bs;
+        len = bs - off < p + 1 - j ? bs - off : p + 1 - j;
+        const float *kb = kv_slot(s, q->blocks[j / bs], layer, 0, off);
+        if (j + len <= p) prefetch_block(s, q->blocks[j / bs + 1], layer, 0, g0, g1, p + 1 - j - len);
         for (int h = h0; h < h1; h++)
-            ops_attn_scores(sc + (size_t)(h - h0) * n + j, qt + (size_t)h * hd, kb + (size_t)(h / group) * hd,
-                            (int64_t)kvd, n - j < bs ? n - j : bs, hd, scale);
+            ops_attn_scores(sc + (size_t)(h - h0) * n + (j - lo), qt + (size_t)h * hd, kb + (size_t)(h / group) * hd,
+                            (int64_t)kvd, len, hd, scale);
     }
     for (int h = h0; h < h1; h++) {
         ops_softmax(sc + (size_t)(h - h0) * n, n);
         memset(out + (size_t)h * hd, 0, (size_t)hd * sizeof(float));
     }
-    for (int j = 0; j < n; j += bs) {
-        const float *vb = kv_slot(s, q->blocks[j / bs], layer, 1, 0);
-        if (j + bs < n) prefetch_block(s, q->blocks[j / bs + 1], layer, 1, g0, g1, n - j - bs);
+    for (int j = lo, len; j <= p; j += len) {
+        const int off = j % bs;
+        len = bs - off < p + 1 - j ? bs - off : p + 1 - j;
+        const float *vb = kv_slot(s, q->blocks[j / bs], layer, 1, off);
+        if (j + len <= p) prefetch_block(s, q->blocks[j / bs + 1], layer, 1, g0, g1, p + 1 - j - len);
         for (int h = h0; h < h1; h++)
-            ops_attn_mix(out + (size_t)h * hd, sc + (size_t)(h - h0) * n + j, vb + (size_t)(h / group) * hd,
-                         (int64_t)kvd, n - j < bs ? n - j : bs, hd);
+            ops_attn_mix(out + (size_t)h * hd, sc + (size_t)(h - h0) * n + (j - lo), vb + (size_t)(h / group) * hd,
+                         (int64_t)kvd, len, hd);
     }
 }
 
@@ -291,26 +334,31 @@ static void attention(cpu_state *s, const eng_batch *b, int layer, int T) {
 }
 
 /* xb = rmsnorm(x) * w per token, first adding a pending residual (xb, the
- * output of the previous product) into x when add is set. */
-static void residual_norm(cpu_state *s, const float *w, int T, int add) {
-    int dim = s->m->cfg.dim;
+ * output of the previous product) into x when add is set; gemma3 first
+ * normalizes that pending output by post (its post-attention or post-FFN
+ * norm). */
+static void residual_norm(cpu_state *s, const float *post, const float *w, int T, int add) {
+    const int dim = s->m->cfg.dim;
+    const float eps = s->m->cfg.rms_eps;
     #pragma omp for schedule(static)
     for (int t = 0; t < T; t++) {
         float *x = s->x + (size_t)t * dim, *xb = s->xb + (size_t)t * dim;
+        if (add && post) ops_rmsnorm(xb, xb, post, dim, eps);
         if (add) ops_add(x, xb, dim);
-        ops_rmsnorm(xb, x, w, dim, s->m->cfg.rms_eps);
+        ops_rmsnorm(xb, x, w, dim, eps);
     }
 }
 
 /* One layer, run by every thread of the forward's team; each phase ends
  * with the barrier of its worksharing loop. On return xb holds the FFN
- * output, still to be added into x (the next phase does it). */
+ * output, still to be normalized by the layer's ffn_post_norm (gemma3) and
+ * added into x (the next phase does both). */
 static void layer_forward(cpu_state *s, const eng_batch *b, int l, int T) {
     const model_config *c = &s->m->cfg;
     const model_layer *L = &s->m->layers[l];
     int64_t dim = c->dim, ffn = c->ffn_dim;
     int64_t qd = (int64_t)c->n_heads * c->head_dim, kvd = (int64_t)c->n_kv_heads * c->head_dim;
-    residual_norm(s, L->attn_norm, T, l > 0);
+    residual_norm(s, l > 0 ? s->m->layers[l - 1].ffn_post_norm : NULL, L->attn_norm, T, l > 0);
     float *qkv[3] = {s->q, s->k, s->v};
     const int64_t ld[3] = {qd, kvd, kvd};
     const ops_mat *w[3] = {&L->wq, &L->wk, &L->wv};
@@ -318,22 +366,35 @@ static void layer_forward(cpu_state *s, const eng_batch *b, int l, int T) {
     rope_and_store(s, b, L, l, T);
     attention(s, b, l, T);
     ops_matmul(s->xb, dim, s->att, T, &L->wo, s->mm);
-    residual_norm(s, L->ffn_norm, T, 1);
-    ops_matmul_swiglu(s->hb, s->hb2, ffn, s->xb, T, &L->w_gate, &L->w_up, s->mm);
+    residual_norm(s, L->attn_post_norm, L->ffn_norm, T, 1);
+    if (c->ffn_act == MODEL_FFN_GELU_TANH)
+        ops_matmul_geglu(s->hb, s->hb2, ffn, s->xb, T, &L->w_gate, &L->w_up, s->mm);
+    else
+        ops_matmul_swiglu(s->hb, s->hb2, ffn, s->xb, T, &L->w_gate, &L->w_up, s->mm);
     ops_matmul(s->xb, dim, s->hb, T, &L->w_down, s->mm);
 }
 
-/* The last residual, the final norm over just the rows whose logits were
- * asked for (gathered into hb), then one product with the output matrix. */
+/* The last residual (after the last layer's post-FFN norm), the final norm
+ * over just the rows whose logits were asked for (gathered into hb), then
+ * one product with the output matrix, and gemma3's soft cap when set. */
 static void output_logits(cpu_state *s, int T, int rows, float *logits) {
     const model_config *c = &s->m->cfg;
+    const float *post = s->m->layers[c->n_layers - 1].ffn_post_norm;
     int dim = c->dim;
     #pragma omp for schedule(static)
-    for (int t = 0; t < T; t++) ops_add(s->x + (size_t)t * dim, s->xb + (size_t)t * dim, dim);
+    for (int t = 0; t < T; t++) {
+        float *xb = s->xb + (size_t)t * dim;
+        if (post) ops_rmsnorm(xb, xb, post, dim, c->rms_eps);
+        ops_add(s->x + (size_t)t * dim, xb, dim);
+    }
     #pragma omp for schedule(static)
     for (int r = 0; r < rows; r++)
         ops_rmsnorm(s->hb + (size_t)r * dim, s->x + (size_t)s->out_tok[r] * dim, s->m->out_norm, dim, c->rms_eps);
     if (rows) ops_matmul(logits, c->vocab, s->hb, rows, &s->m->output, s->mm);
+    if (rows && c->logit_softcap > 0) {
+        #pragma omp for schedule(static)
+        for (int r = 0; r < rows; r++) ops_softcap(logits + (size_t)r * c->vocab, c->vocab, c->logit_softcap);
+    }
 }
 
 /* The whole step is one parallel region: the kernels share out each phase

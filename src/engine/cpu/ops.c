@@ -404,6 +404,39 @@ void ops_silu_mul(float *gate, const float *up, int n) {
     }
 }
 
+/* z / (1 + e^(-2u)) with u = sqrt(2/pi) (z + 0.044715 z^3): since
+ * (1 + tanh(u)) / 2 = 1 / (1 + e^(-2u)), this is gelu_tanh exactly, and it
+ * shares silu's form, so the same exp serves. Where e^(-2u) overflows
+ * (z below about -10) the result is z / inf = -0, as it should be. */
+#define GELU_K2 1.5957691216057308f /* 2 sqrt(2/pi) */
+void ops_gelu_tanh_mul(float *gate, const float *up, int n) {
+    int i = 0;
+#ifdef OPS_AVX2
+    const __m256 one = _mm256_set1_ps(1.0f), k = _mm256_set1_ps(-GELU_K2), c = _mm256_set1_ps(0.044715f);
+    for (; i + 8 <= n; i += 8) {
+        const __m256 g = _mm256_loadu_ps(gate + i);
+        const __m256 inner = _mm256_fmadd_ps(_mm256_mul_ps(c, g), _mm256_mul_ps(g, g), g);
+        const __m256 e = exp8(_mm256_mul_ps(k, inner));
+        _mm256_storeu_ps(gate + i, _mm256_mul_ps(_mm256_div_ps(g, _mm256_add_ps(one, e)), _mm256_loadu_ps(up + i)));
+    }
+#endif
+    for (; i < n; i++) {
+        const float g = gate[i];
+        gate[i] = g / (1.0f + expf(-GELU_K2 * (g + 0.044715f * g * g * g))) * up[i];
+    }
+}
+
+void ops_rmsnorm_heads(float *x, const float *w, int n_heads, int hd, float eps) {
+    for (int h = 0; h < n_heads; h++)
+        ops_rmsnorm(x + (size_t)h * (size_t)hd, x + (size_t)h * (size_t)hd, w, hd, eps);
+}
+
+void ops_softcap(float *x, int n, float cap) {
+    const float inv = 1.0f / cap;
+    for (int i = 0; i < n; i++)
+        x[i] = cap * tanhf(x[i] * inv);
+}
+
 /* Scores of one query against n keys: 8 keys at a time, each with its own
  * accumulator (8 independent FMA chains), reduced together at the end. */
 void ops_attn_scores(float *sc, const float *q, const float *k, int64_t ldk, int n, int hd, float scale) {
@@ -1191,8 +1224,9 @@ typedef struct mm_call {
     float *y[OPS_MATMUL_MAX];           /* (T, ldy[i]) each */
     int64_t ldy[OPS_MATMUL_MAX];
     const ops_mat *w[OPS_MATMUL_MAX];
-    float *y2;                          /* SwiGLU only: (T, ldy[0]) */
-    const ops_mat *w2;                  /* SwiGLU only: the up projection */
+    float *y2;                          /* gated only: (T, ldy[0]) */
+    const ops_mat *w2;                  /* gated only: the up projection */
+    int gelu;                           /* gated only: 1 GELU-tanh gate, 0 silu */
     const float *x;                     /* (T, n_in) */
     int T;
     int method;                         /* MM_*, set by matmul_run */
@@ -1275,9 +1309,10 @@ static void run_item(const mm_call *c, int i, int64_t o0, int64_t o1, const q8_a
     if (!c->w2)
         return;
     product_rows(c, c->y2, c->ldy[i], c->w2, o0, o1, xa, s);
+    void (*gate)(float *, const float *, int) = c->gelu ? ops_gelu_tanh_mul : ops_silu_mul;
     for (int t = 0; t < c->T; t++)
-        ops_silu_mul(c->y[i] + (size_t)t * (size_t)c->ldy[i] + (size_t)o0,
-                     c->y2 + (size_t)t * (size_t)c->ldy[i] + (size_t)o0, (int)(o1 - o0));
+        gate(c->y[i] + (size_t)t * (size_t)c->ldy[i] + (size_t)o0, c->y2 + (size_t)t * (size_t)c->ldy[i] + (size_t)o0,
+             (int)(o1 - o0));
 }
 
 /* The call as run by every thread of a team (or by one thread alone).
@@ -1423,27 +1458,37 @@ void ops_matmul_n(int n, float *const *y, const int64_t *ldy, const float *x, in
     }
 }
 
-/* h = silu(h) * u over T rows of n columns, ld apart, shared among the team
+/* h = act(h) * u over T rows of n columns, ld apart, shared among the team
  * like the matmuls (one thread alone outside a parallel region). */
-static void silu_mul_rows(float *h, const float *u, int64_t ld, int T, int64_t n) {
+static void gate_rows(float *h, const float *u, int64_t ld, int T, int64_t n, int gelu) {
 #pragma omp for schedule(static)
     for (int t = 0; t < T; t++)
-        ops_silu_mul(h + (size_t)t * (size_t)ld, u + (size_t)t * (size_t)ld, (int)n);
+        (gelu ? ops_gelu_tanh_mul : ops_silu_mul)(h + (size_t)t * (size_t)ld, u + (size_t)t * (size_t)ld, (int)n);
 }
 
 /* Gate and up of one type are one call that applies the gate to each item
  * while its columns are in cache. Of two types, they are two calls and a
  * pass over the result: slower, and only mixed files pay it. */
-void ops_matmul_swiglu(float *h, float *u, int64_t ldh, const float *x, int T, const ops_mat *wg,
-                       const ops_mat *wu, ops_scratch *s) {
+static void matmul_gated(float *h, float *u, int64_t ldh, const float *x, int T, const ops_mat *wg,
+                         const ops_mat *wu, int gelu, ops_scratch *s) {
     if (wg->type != wu->type) {
         ops_matmul(h, ldh, x, T, wg, s);
         ops_matmul(u, ldh, x, T, wu, s);
-        silu_mul_rows(h, u, ldh, T, wg->n_out);
+        gate_rows(h, u, ldh, T, wg->n_out, gelu);
         return;
     }
-    mm_call c = {.n = 1, .y = {h}, .ldy = {ldh}, .w = {wg}, .y2 = u, .w2 = wu, .x = x, .T = T};
+    mm_call c = {.n = 1, .y = {h}, .ldy = {ldh}, .w = {wg}, .y2 = u, .w2 = wu, .gelu = gelu, .x = x, .T = T};
     matmul_run(&c, 0, s);
+}
+
+void ops_matmul_swiglu(float *h, float *u, int64_t ldh, const float *x, int T, const ops_mat *wg,
+                       const ops_mat *wu, ops_scratch *s) {
+    matmul_gated(h, u, ldh, x, T, wg, wu, 0, s);
+}
+
+void ops_matmul_geglu(float *h, float *u, int64_t ldh, const float *x, int T, const ops_mat *wg,
+                      const ops_mat *wu, ops_scratch *s) {
+    matmul_gated(h, u, ldh, x, T, wg, wu, 1, s);
 }
 
 int ops_mat_supported(const ops_mat *w) {

@@ -21,8 +21,9 @@
  *     for the same reason, each weight row against QUANT_MAX_C activation
  *     rows per pass, the activations quantized once per call.
  * ops_matmul_n runs several products of the same activations (q, k, v) and
- * ops_matmul_swiglu the gated pair of a llama FFN as one call: one list of
- * work items, one quantization of the activations, one barrier. Weights of
+ * ops_matmul_swiglu (ops_matmul_geglu) the gated pair of a llama (gemma) FFN
+ * as one call: one list of work items, one quantization of the activations,
+ * one barrier. Weights of
  * different types (quantized files mix them there) split the call by type.
  *
  * Threads come from OpenMP; OpenBLAS itself is kept single-threaded and
@@ -92,6 +93,11 @@ void ops_matmul_n(int n, float *const *y, const int64_t *ldy, const float *x, in
 void ops_matmul_swiglu(float *h, float *u, int64_t ldh, const float *x, int T, const ops_mat *wg,
                        const ops_mat *wu, ops_scratch *s);
 
+/* The same with a GELU gate (Gemma's GeGLU): h = gelu_tanh(x Wg^T) * (x Wu^T),
+ * gelu_tanh as ops_gelu_tanh_mul. Same contract as ops_matmul_swiglu. */
+void ops_matmul_geglu(float *h, float *u, int64_t ldh, const float *x, int T, const ops_mat *wg,
+                      const ops_mat *wu, ops_scratch *s);
+
 /* 1 when the kernels can multiply by w: a float type, or a quantized type
  * with a kernel on this CPU (quant_dot) and rows of whole blocks; each
  * dimension positive and within a BLAS int. Every
@@ -128,6 +134,17 @@ void ops_rmsnorm(float *out, const float *x, const float *w, int n, float eps);
 void ops_softmax(float *x, int n);
 /* gate = silu(gate) * up, (n) each. */
 void ops_silu_mul(float *gate, const float *up, int n);
+/* gate = gelu_tanh(gate) * up, (n) each, with the tanh approximation of
+ * GELU (PyTorch's gelu(approximate="tanh"), Gemma's gelu_pytorch_tanh):
+ * gelu_tanh(z) = z/2 (1 + tanh(sqrt(2/pi) (z + 0.044715 z^3))), computed
+ * as z / (1 + e^(-2 sqrt(2/pi) (z + 0.044715 z^3))), the same function. */
+void ops_gelu_tanh_mul(float *gate, const float *up, int n);
+/* RMSNorm of each of n_heads consecutive vectors of hd floats in place,
+ * each times the same w: x_h = x_h / sqrt(mean(x_h^2) + eps) * w (the
+ * q/k norms of qwen3 and gemma3). x: (n_heads, hd); w: (hd). */
+void ops_rmsnorm_heads(float *x, const float *w, int n_heads, int hd, float eps);
+/* x = cap * tanh(x / cap), (n): Gemma's final logit soft-capping. */
+void ops_softcap(float *x, int n, float cap);
 /* y += x, (n) each. */
 void ops_add(float *y, const float *x, int n);
 /* dot product of n floats. */
