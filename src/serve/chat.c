@@ -6,11 +6,14 @@
  * segments exact: nothing has to be re-parsed afterwards. */
 #include "chat.h"
 
+#include <cjson/cJSON.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "err.h"
+#include "jinja.h"
 #include "strbuf.h"
 
 enum { R_SYSTEM, R_USER, R_ASSISTANT, R_TOOL, R_BAD };
@@ -349,14 +352,12 @@ int chat_render(chat_family f, const chat_msg *msgs, int n,
     return chat_render_segs(f, msgs, n, out, len, add_bos, NULL, NULL);
 }
 
-int chat_tokenize(chat_family f, const chat_msg *msgs, int n, const tok *t, const tks_set *specials,
-                  tks_ids *ids) {
-    char *text = NULL;
-    size_t len = 0, n_segs = 0;
-    int add_bos = 0;
-    chat_seg *segs = NULL;
-    int rc = chat_render_segs(f, msgs, n, &text, &len, &add_bos, &segs, &n_segs);
-    if (!rc && add_bos && tok_add_bos(t)) rc = tks_encode_text(t, "", 0, 1, ids);
+/* text tokenized into ids: the segments through the special tokens, the
+ * rest as plain text, BOS first when add_bos and the vocabulary wants it. */
+static int encode_segs(const char *text, size_t len, const chat_seg *segs, size_t n_segs,
+                       int add_bos, const tok *t, const tks_set *specials, tks_ids *ids) {
+    int rc = 0;
+    if (add_bos && tok_add_bos(t)) rc = tks_encode_text(t, "", 0, 1, ids);
     size_t at = 0;
     for (size_t k = 0; !rc && k <= n_segs; k++) {
         size_t seg_off = k < n_segs ? segs[k].off : len;
@@ -364,7 +365,148 @@ int chat_tokenize(chat_family f, const chat_msg *msgs, int n, const tok *t, cons
         if (!rc && k < n_segs) rc = tks_encode_template(specials, text + segs[k].off, segs[k].len, ids);
         if (k < n_segs) at = segs[k].off + segs[k].len;
     }
+    return rc;
+}
+
+int chat_tokenize(chat_family f, const chat_msg *msgs, int n, const tok *t, const tks_set *specials,
+                  tks_ids *ids) {
+    char *text = NULL;
+    size_t len = 0, n_segs = 0;
+    int add_bos = 0;
+    chat_seg *segs = NULL;
+    int rc = chat_render_segs(f, msgs, n, &text, &len, &add_bos, &segs, &n_segs);
+    if (!rc) rc = encode_segs(text, len, segs, n_segs, add_bos, t, specials, ids);
     free(text);
     free(segs);
     return rc;
+}
+
+/* ---- compiled templates -------------------------------------------------- */
+
+struct chat_tpl {
+    jj_tpl *jj;
+    char *bos, *eos;            /* NULL when the model has none */
+};
+
+int chat_tpl_new(const char *jinja, size_t len, const char *bos_token, const char *eos_token,
+                 chat_tpl **out, char *err, size_t errlen) {
+    *out = NULL;
+    if (!jinja || !len) return err_set(err, errlen, TS_ERR_INVAL, "empty chat template");
+    chat_tpl *t = calloc(1, sizeof *t);
+    if (!t) return err_set(err, errlen, TS_ERR_NOMEM, "out of memory");
+    int rc = jj_parse(jinja, len, &t->jj, err, errlen);
+    if (rc) goto err;
+    rc = TS_ERR_NOMEM;
+    if (bos_token && !(t->bos = strdup(bos_token))) goto err;
+    if (eos_token && !(t->eos = strdup(eos_token))) goto err;
+    *out = t;
+    return 0;
+err:
+    if (rc == TS_ERR_NOMEM) err_set(err, errlen, rc, "out of memory");
+    chat_tpl_free(t);
+    return rc;
+}
+
+void chat_tpl_free(chat_tpl *t) {
+    if (!t) return;
+    jj_free(t->jj);
+    free(t->bos);
+    free(t->eos);
+    free(t);
+}
+
+int chat_tpl_has_bos(const chat_tpl *t, const char *text, size_t len) {
+    size_t n = t && t->bos ? strlen(t->bos) : 0;
+    return n > 0 && len >= n && memcmp(text, t->bos, n) == 0;
+}
+
+/* The messages as the interpreter takes them; "developer" speaks as
+ * "system", since no published template knows the newer name. */
+static int tpl_msgs(const chat_msg *msgs, int n, jj_msg **out, char *err, size_t errlen) {
+    *out = NULL;
+    if (n == 0) return 0;
+    jj_msg *m = malloc((size_t)n * sizeof *m);
+    if (!m) return err_set(err, errlen, TS_ERR_NOMEM, "out of memory");
+    for (int i = 0; i < n; i++) {
+        int r = role_of(msgs[i].role);
+        if (r == R_BAD || (!msgs[i].content && msgs[i].content_len > 0)) {
+            free(m);
+            return err_set(err, errlen, TS_ERR_INVAL, "message %d: bad role or content", i);
+        }
+        m[i] = (jj_msg){r == R_SYSTEM ? "system" : msgs[i].role, msgs[i].content,
+                        msgs[i].content_len};
+    }
+    *out = m;
+    return 0;
+}
+
+int chat_tpl_render_req(const chat_tpl *t, const chat_tpl_req *req, char **out, size_t *len,
+                        int *add_bos, chat_seg **segs, size_t *n_segs, char *err, size_t errlen) {
+    *out = NULL;
+    *len = 0;
+    if (add_bos) *add_bos = 0;
+    if (segs) *segs = NULL;
+    if (n_segs) *n_segs = 0;
+    int vars_msgs = req->vars && cJSON_GetObjectItemCaseSensitive(req->vars, "messages");
+    if (!t || (!vars_msgs && (!req->msgs || req->n < 1)) || req->n < 0)
+        return err_set(err, errlen, TS_ERR_INVAL, "no messages");
+    jj_msg *m = NULL;
+    int rc = tpl_msgs(req->msgs, req->msgs ? req->n : 0, &m, err, errlen);
+    if (rc) return rc;
+    const char *trusted[5] = {NULL}, **tp = trusted;
+    if (t->bos) { *tp++ = "bos_token"; *tp++ = t->bos; }
+    if (t->eos) { *tp++ = "eos_token"; *tp++ = t->eos; }
+    jj_input in = {.msgs = m, .n_msgs = m ? req->n : 0, .data = req->vars,
+                   .add_generation_prompt = req->add_generation_prompt, .trusted = trusted,
+                   .now = req->now};
+    jj_span *sp = NULL;
+    size_t ns = 0;
+    rc = jj_render(t->jj, &in, out, len, segs ? &sp : NULL, &ns, err, errlen);
+    free(m);
+    if (!rc && segs && ns) {
+        chat_seg *cs = malloc(ns * sizeof *cs);
+        if (!cs) {
+            free(*out);
+            *out = NULL;
+            *len = 0;
+            rc = err_set(err, errlen, TS_ERR_NOMEM, "out of memory");
+        } else {
+            for (size_t i = 0; i < ns; i++) cs[i] = (chat_seg){sp[i].off, sp[i].len};
+            *segs = cs;
+            *n_segs = ns;
+        }
+    }
+    free(sp);
+    if (!rc && add_bos) *add_bos = !chat_tpl_has_bos(t, *out, *len);
+    return rc;
+}
+
+int chat_tpl_render(const chat_tpl *t, const chat_msg *msgs, int n, int add_generation_prompt,
+                    char **out, size_t *len, chat_seg **segs, size_t *n_segs, char *err,
+                    size_t errlen) {
+    chat_tpl_req req = {msgs, n, add_generation_prompt, (int64_t)time(NULL), NULL};
+    return chat_tpl_render_req(t, &req, out, len, NULL, segs, n_segs, err, errlen);
+}
+
+int chat_tpl_tokenize_req(const chat_tpl *t, const chat_tpl_req *req, const tok *tk,
+                          const tks_set *specials, tks_ids *ids, char *err, size_t errlen) {
+    char *text = NULL;
+    size_t len = 0, n_segs = 0;
+    int add_bos = 0;
+    chat_seg *segs = NULL;
+    int rc = chat_tpl_render_req(t, req, &text, &len, &add_bos, &segs, &n_segs, err, errlen);
+    if (!rc) {
+        rc = encode_segs(text, len, segs, n_segs, add_bos, tk, specials, ids);
+        if (rc) err_set(err, errlen, rc, "tokenizing the rendered chat: %s", err_str(rc));
+    }
+    free(text);
+    free(segs);
+    return rc;
+}
+
+int chat_tpl_tokenize(const chat_tpl *t, const chat_msg *msgs, int n, int add_generation_prompt,
+                      const tok *tk, const tks_set *specials, tks_ids *ids, char *err,
+                      size_t errlen) {
+    chat_tpl_req req = {msgs, n, add_generation_prompt, (int64_t)time(NULL), NULL};
+    return chat_tpl_tokenize_req(t, &req, tk, specials, ids, err, errlen);
 }

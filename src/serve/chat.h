@@ -2,11 +2,29 @@
  * chat.h - OpenAI chat messages to a prompt string, in the format the model
  * was trained on.
  *
- * GGUF files carry the model's chat format as a Jinja template
- * (tokenizer.chat_template). tessera does not run Jinja: chat_detect picks
- * one of a few known families from markers that only that family's template
- * contains, and chat_render writes that family's format by hand. Detection
- * order and markers:
+ * Two ways, one output contract (the text, plus the byte ranges of it that
+ * are template text, for chat_tokenize / chat_tpl_tokenize):
+ *
+ * 1. Compiled templates (chat_tpl_*). GGUF files carry the model's chat
+ *    format as a Jinja template (tokenizer.chat_template). chat_tpl_new
+ *    compiles it once, at model load, with jinja.h's interpreter (a Jinja2
+ *    subset covering the published templates of Llama 3.x, Qwen 2.5/3,
+ *    Gemma 3, Phi-3, Mistral and ChatML models; an unsupported construct
+ *    is an error that names it, at load). chat_tpl_render runs it per
+ *    request, the way transformers' apply_chat_template does: variables
+ *    messages, add_generation_prompt, bos_token, eos_token, strftime_now,
+ *    plus any request variables the caller passes (tools, enable_thinking).
+ *    The template decides everything: system prompts, trimming, roles it
+ *    refuses (its raise_exception becomes an error carrying its message).
+ *    Which bytes are template text is tracked through every operation
+ *    (jinja.h, "Provenance"): message content stays content even after
+ *    trim, slicing or concatenation.
+ *
+ * 2. Hand-written families (chat_detect, chat_render), for models whose
+ *    GGUF has no template, and for callers not yet on chat_tpl: chat_detect
+ *    picks one of a few known families from markers that only that family's
+ *    template contains, and chat_render writes that family's format by hand.
+ *    Detection order and markers:
  *     "<|im_start|>"           CHAT_CHATML   (Qwen, SmolLM, Hermes, Yi, ...)
  *                              unless "<|im_sep|>" (Phi-4's variant): default
  *     "<|start_header_id|>"    CHAT_LLAMA3   (Llama 3, 3.1, 3.2, 3.3)
@@ -16,9 +34,12 @@
  *     "<|user|>" and "<|end|>" CHAT_PHI3     (Phi-3, Phi-3.5)
  *     "<|user|>"               CHAT_ZEPHYR   (Zephyr, TinyLlama chat)
  *     anything else, or none   CHAT_DEFAULT
- * CHAT_DEFAULT is not any model's format: it is a plain role-prefixed
- * transcript ("system: ...\nuser: ...\nassistant:") that any model can
- * continue, used when the template is absent or unrecognised.
+ *    CHAT_DEFAULT is not any model's format: it is a plain role-prefixed
+ *    transcript ("system: ...\nuser: ...\nassistant:") that any model can
+ *    continue, used when the template is absent or unrecognised.
+ *
+ * Family rendering in detail follows; the compiled path renders whatever
+ * the model's template says.
  *
  * What each family renders (S system, U user, A assistant, T tool; "BOS" in
  * the table means the family's BOS token text appears in the output):
@@ -68,7 +89,8 @@
  * from text at all, so without such a split the markers would be encoded as
  * ordinary characters.)
  *
- * Known limits: per-model variations inside a family are not reproduced
+ * Known limits of the families (the compiled path has none of these):
+ * per-model variations inside a family are not reproduced
  * (Mistral v0.3 writes "[/INST]" without the leading space and puts the
  * system prompt in the last user turn; Llama 3.1 adds a "Cutting Knowledge
  * Date" system header; Gemma 1 and 2 refuse a system message where we fold
@@ -76,12 +98,24 @@
  * Unicode whitespace. Tool calls and multimodal content parts are the
  * caller's to flatten into content strings.
  *
- * Pure: no I/O, no globals, no clock. chat_render allocates only its output.
+ * BOS with compiled templates: the template writes bos_token where the
+ * model wants it. chat_tpl_tokenize prepends a BOS (when the vocabulary adds
+ * one) only if the rendered text does not start with the bos_token text
+ * (chat_tpl_has_bos), so a template that writes it never gets two.
+ * Role names with compiled templates: the same five are accepted;
+ * "developer" reaches the template as "system", since no published template
+ * knows the newer name.
+ *
+ * No I/O and no globals. The family functions and the _req forms read no
+ * clock; chat_tpl_render and chat_tpl_tokenize read time() once, for the
+ * template's strftime_now. A chat_tpl is read-only after chat_tpl_new:
+ * threads may render it at once.
  */
 #ifndef TS_CHAT_H
 #define TS_CHAT_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "tok.h"
 #include "tokspecial.h"
@@ -153,5 +187,68 @@ int chat_render_segs(chat_family f, const chat_msg *msgs, int n,
  */
 int chat_tokenize(chat_family f, const chat_msg *msgs, int n, const tok *t, const tks_set *specials,
                   tks_ids *ids);
+
+/* ---- compiled templates --------------------------------------------------- */
+
+typedef struct chat_tpl chat_tpl;
+
+/*
+ * Compile a chat template (len bytes of Jinja) with the model's BOS and EOS
+ * texts (NULL when the model has none: the variable is then undefined).
+ * OUT out: the template, freed with chat_tpl_free.
+ * Returns 0; TS_ERR_INVAL with "line:col: message" in err for a template
+ * that does not parse or uses something unsupported; TS_ERR_NOMEM.
+ */
+int chat_tpl_new(const char *jinja, size_t len, const char *bos_token, const char *eos_token,
+                 chat_tpl **out, char *err, size_t errlen);
+void chat_tpl_free(chat_tpl *t);
+
+/* One render's inputs beyond the template. */
+typedef struct chat_tpl_req {
+    const chat_msg *msgs;           /* n messages, bound as "messages"; may be
+                                     * NULL when vars holds "messages" */
+    int n;
+    int add_generation_prompt;
+    int64_t now;                    /* strftime_now's clock, seconds since
+                                     * the epoch, formatted as UTC */
+    const struct cJSON *vars;       /* NULL or a JSON object of more request
+                                     * variables (tools, enable_thinking, or
+                                     * "messages" with tool_calls); all data */
+} chat_tpl_req;
+
+/*
+ * Render req with t.
+ * OUT out, len: malloc'd NUL-terminated text and its length.
+ * OUT add_bos (may be NULL): 1 = prepend BOS if the vocabulary wants one;
+ *     0 = the text starts with bos_token, never prepend.
+ * OUT segs, n_segs (segs may be NULL): the template-text ranges, in order,
+ *     non-empty, adjacent ones merged, as chat_render_segs.
+ * Returns 0; TS_ERR_INVAL with a message for no messages, a bad role, a
+ * render error (the template's raise_exception: "template error: <its
+ * message>") or a limit exceeded; TS_ERR_NOMEM. On failure *out and *segs
+ * are NULL and the counts 0.
+ */
+int chat_tpl_render_req(const chat_tpl *t, const chat_tpl_req *req, char **out, size_t *len,
+                        int *add_bos, chat_seg **segs, size_t *n_segs, char *err, size_t errlen);
+
+/* chat_tpl_render_req with just messages, and now = time(NULL). */
+int chat_tpl_render(const chat_tpl *t, const chat_msg *msgs, int n, int add_generation_prompt,
+                    char **out, size_t *len, chat_seg **segs, size_t *n_segs, char *err,
+                    size_t errlen);
+
+/* 1 when text (len bytes) starts with t's bos_token text. */
+int chat_tpl_has_bos(const chat_tpl *t, const char *text, size_t len);
+
+/*
+ * The chat rendered with t and tokenized with tk into *ids (appended), as
+ * chat_tokenize: template ranges through specials, content as plain text,
+ * BOS first when add_bos (above) and the vocabulary adds one. Returns 0 or a
+ * TS_ERR_* code with a message; *ids may then hold part of the chat.
+ */
+int chat_tpl_tokenize_req(const chat_tpl *t, const chat_tpl_req *req, const tok *tk,
+                          const tks_set *specials, tks_ids *ids, char *err, size_t errlen);
+int chat_tpl_tokenize(const chat_tpl *t, const chat_msg *msgs, int n, int add_generation_prompt,
+                      const tok *tk, const tks_set *specials, tks_ids *ids, char *err,
+                      size_t errlen);
 
 #endif
