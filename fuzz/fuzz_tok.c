@@ -9,7 +9,10 @@
  * vocabulary, (selector / 3) % 4 the mode, (selector / 12) % 2 add_bos:
  *   0 encode  the payload is text. Checks tok.h's promises: every id in
  *             range, no control token from text, the count query and the
- *             short-buffer error agree, and decoding gives the input back.
+ *             short-buffer error agree, and decoding gives the input back
+ *             (for SPM with each typed U+2581 as a space); and every
+ *             pre-tokenizer of pretok.c cuts the text into pieces that
+ *             tile it.
  *   1 decode  the payload is ids (2 bytes each, mostly in range, some
  *             not): tok_decode_seq equals the pieces of tok_decode joined,
  *             and a short buffer gives the size needed.
@@ -28,6 +31,7 @@
 #include "common.h"
 #include "detok.h"
 #include "err.h"
+#include "pretok.h"
 #include "tok.h"
 #include "tokspecial.h"
 
@@ -68,9 +72,48 @@ static void fz_encode(const tok *t, const char *text, size_t len, int add_bos) {
     FZ_CHECK(back != NULL);
     rc = tok_decode_seq(t, ids, (size_t)got, 1, back, cap, &n);
     FZ_CHECK(rc == 0);
-    FZ_CHECK(n == len && memcmp(back, text, len) == 0);
+    /* SPM normalizes a typed U+2581 to a space, as sentencepiece does, so
+     * the text comes back with spaces there. (Every 0xE2 byte starts a
+     * character for the encoder too: it is never a continuation byte.) */
+    char *want = malloc(len + 1);
+    FZ_CHECK(want != NULL);
+    size_t wn = 0;
+    for (size_t i = 0; i < len;) {
+        if (tok_model(t) == TOK_MODEL_SPM && i + 3 <= len && memcmp(text + i, "\xe2\x96\x81", 3) == 0) {
+            want[wn++] = ' ';
+            i += 3;
+        } else {
+            want[wn++] = text[i++];
+        }
+    }
+    FZ_CHECK(n == wn && memcmp(back, want, wn) == 0);
+    free(want);
     free(back);
     free(ids);
+}
+
+/* Every pre-tokenizer on the same text: the pieces are non-empty and tile
+ * it exactly, in order (pretok.h), whatever the bytes. */
+static int fz_piece(void *ctx, size_t off, size_t len) {
+    size_t *at = ctx;
+    FZ_CHECK(len > 0 && off == *at);
+    *at = off + len;
+    return 0;
+}
+
+static void fz_pretok(const char *text, size_t len) {
+    static pretok *all[64];
+    static int n = -1;
+    if (n < 0) {
+        n = 0;
+        for (const char *const *name = pretok_names(); *name && n < 64; name++)
+            FZ_CHECK(pretok_new(*name, &all[n++], NULL, 0) == 0);
+    }
+    for (int i = 0; i < n; i++) {
+        size_t at = 0;
+        FZ_CHECK(pretok_split(all[i], text, len, fz_piece, &at) == 0);
+        FZ_CHECK(at == len);
+    }
 }
 
 /* ---- 1: decode ---------------------------------------------------------- */
@@ -284,7 +327,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     const char *text = (const char *)data + 1;
     size_t len = size - 1;
     switch (mode) {
-    case 0: fz_encode(t, text, len, add_bos); break;
+    case 0:
+        fz_encode(t, text, len, add_bos);
+        fz_pretok(text, len);
+        break;
     case 1: fz_decode(t, data + 1, len); break;
     case 2: fz_special(which, text, len); break;
     default: fz_detok(t, data + 1, len); break;

@@ -32,7 +32,7 @@ static tok *byte_vocab(void) {
         types[3 + b] = TOK_TYPE_BYTE;
     }
     for (int i = 0; i < 259; i++) scores[i] = 0;
-    tok_spec s = {TOK_MODEL_SPM, 259, tokens, NULL, scores, types, NULL, NULL, 0, 1, 2, 0, 1, 1};
+    tok_spec s = {TOK_MODEL_SPM, 259, tokens, NULL, scores, types, NULL, NULL, 0, 1, 2, 0, 1, 1, NULL};
     tok *t;
     char err[128];
     assert_int_equal(tok_new(&s, &t, err, sizeof(err)), 0);

@@ -23,8 +23,10 @@
 
 #include "err.h"
 #include "gguf.h"
+#include "pretok.h"
 #include "testutil.h"
 #include "tok.h"
+#include "tokspecial.h"
 #include "vocab.h"
 
 #define SP "\xe2\x96\x81"   /* U+2581 */
@@ -95,6 +97,19 @@ static void check_roundtrip(const tok *t, const char *s, size_t n) {
         assert_false(tok_is_control(t, ids[i]));
     }
     int prefix = tok_model(t) == TOK_MODEL_SPM && tok_add_space_prefix(t) && n > 0;
+    /* SPM normalizes a typed U+2581 to a space: expect that back. */
+    if (tok_model(t) == TOK_MODEL_SPM) {
+        size_t k = 0;
+        for (size_t i = 0; i < n;) {
+            if (i + 3 <= n && memcmp(s + i, SP, 3) == 0) {
+                in[k++] = ' ';
+                i += 3;
+            } else {
+                in[k++] = s[i++];
+            }
+        }
+        n = k;
+    }
     size_t cap = (size_t)cnt * tok_piece_max(t) + 1;
     char *buf = malloc(cap);
     assert_non_null(buf);
@@ -278,8 +293,10 @@ static void test_spm_byte_fallback(void **state) {
     EXPECT(t, "\xc3\xa9", 0, BYTE(0xC3), BYTE(0xA9));
     EXPECT(t, "\xff" "a", 0, BYTE(0xFF), H_A);  /* invalid byte: one character */
     EXPECT(t, "\xc3" "a", 0, BYTE(0xC3), H_A);  /* truncated sequence: same */
-    /* A literal U+2581 stays three bytes so it decodes to itself. */
-    EXPECT(t, SP "a", 0, BYTE(0xE2), BYTE(0x96), BYTE(0x81), H_A);
+    /* A typed U+2581 is normalized text like a space, as in sentencepiece
+     * and llama.cpp: it merges into the "\u2581a" piece. */
+    EXPECT(t, SP "a", 0, 266);
+    EXPECT(t, " a", 0, 266);
     const char nul[] = {'a', 0, 'b'};
     int cnt;
     int32_t *ids = encode_all(t, nul, 3, 0, &cnt);
@@ -293,13 +310,21 @@ static void test_spm_byte_fallback(void **state) {
     assert_int_equal(c, 'A');
     tok_free(t);
 
-    /* Without a U+2581 token a space falls back to <0x20>, which decodes to a
-     * space, rather than to the three bytes of U+2581. */
+    /* Without a U+2581 token a space falls back to the bytes of the
+     * normalized text, U+2581's three, not to <0x20> (sentencepiece and
+     * llama.cpp agree); they decode to U+2581. */
     hand_init(&h);
     int32_t a = hand_add(&h, "a", -1);
     t = hand_tok(&h, 1);
-    EXPECT(t, "a a", 0, BYTE(' '), a, BYTE(' '), a);
-    check_roundtrip_str(t, "a a  b");
+    EXPECT(t, "a a", 0, BYTE(0xE2), BYTE(0x96), BYTE(0x81), a, BYTE(0xE2), BYTE(0x96), BYTE(0x81), a);
+    {
+        const int32_t fb[] = {BYTE(0xE2), BYTE(0x96), BYTE(0x81), a};
+        char out[8];
+        size_t got;
+        assert_int_equal(tok_decode_seq(t, fb, 4, 1, out, sizeof out, &got), 0);
+        assert_int_equal(got, 4);
+        assert_memory_equal(out, SP "a", 4);
+    }
     tok_free(t);
     /* ...but a token that starts with U+2581 still absorbs it. */
     hand_init(&h);
@@ -672,6 +697,416 @@ static void test_bpe_roundtrip(void **state) {
     tok_free(t);
 }
 
+
+/* ---- pre-tokenizers --------------------------------------------------------- */
+
+/* Tricky texts: contractions in mixed case, CR LF and tab runs, digit runs,
+ * punctuation runs, CJK, emoji with modifiers and ZWJ, mixed-case words. */
+static const char *const PRETOK_TEXTS[] = {
+    "Hello world's 'S 'LL we'RE",
+    "a  b\r\n\tc  \n",
+    "1234567 x12345 3.14",
+    "!!! ...?? --> === (a)",
+    "你好世界 日本語カタカナ 한국어",
+    "emoji 😀👍🏽 👨\xe2\x80\x8d""👩\xe2\x80\x8d""👧!",
+    "CamelCaseWORDSxyz Ünïcödé",
+    "\n\n  x\r\n",
+};
+
+/* Expected pieces joined by '|', computed by the published pre_tokenizer of
+ * each family (JS regexes, Sequence of Isolated Splits; see
+ * tests/ref/tok_ref.mjs) and pinned here. */
+static const struct {
+    const char *pre;
+    int text;
+    const char *pieces;
+} PRETOK_CASES[] = {
+    {"gpt-2", 0, "Hello| world|'s| '|S| '|LL| we|'|RE"},
+    {"gpt-2", 1, "a| | b|\r\n|\t|c|  \n"},
+    {"gpt-2", 2, "1234567| x|12345| 3|.|14"},
+    {"gpt-2", 3, "!!!| ...??| -->| ===| (|a|)"},
+    {"gpt-2", 4, "你好世界| 日本語カタカナ| 한국어"},
+    {"gpt-2", 5, "emoji| 😀👍🏽| 👨\xe2\x80\x8d""👩\xe2\x80\x8d""👧!"},
+    {"gpt-2", 6, "CamelCaseWORDSxyz| Ünïcödé"},
+    {"gpt-2", 7, "\n\n | x|\r\n"},
+    {"llama-bpe", 0, "Hello| world|'s| '|S| '|LL| we|'RE"},
+    {"llama-bpe", 1, "a| | b|\r\n|\tc|  \n"},
+    {"llama-bpe", 2, "123|456|7| x|123|45| |3|.|14"},
+    {"llama-bpe", 3, "!!!| ...??| -->| ===| (|a|)"},
+    {"llama-bpe", 4, "你好世界| 日本語カタカナ| 한국어"},
+    {"llama-bpe", 5, "emoji| 😀👍🏽| 👨\xe2\x80\x8d""👩\xe2\x80\x8d""👧!"},
+    {"llama-bpe", 6, "CamelCaseWORDSxyz| Ünïcödé"},
+    {"llama-bpe", 7, "\n\n| | x|\r\n"},
+    {"qwen2", 0, "Hello| world|'s| '|S| '|LL| we|'RE"},
+    {"qwen2", 1, "a| | b|\r\n|\tc|  \n"},
+    {"qwen2", 2, "1|2|3|4|5|6|7| x|1|2|3|4|5| |3|.|1|4"},
+    {"qwen2", 3, "!!!| ...??| -->| ===| (|a|)"},
+    {"qwen2", 4, "你好世界| 日本語カタカナ| 한국어"},
+    {"qwen2", 5, "emoji| 😀👍🏽| 👨\xe2\x80\x8d""👩\xe2\x80\x8d""👧!"},
+    {"qwen2", 6, "CamelCaseWORDSxyz| Ünïcödé"},
+    {"qwen2", 7, "\n\n| | x|\r\n"},
+    {"deepseek-llm", 0, "Hello| world|'|s| '|S| '|LL| we|'|RE"},
+    {"deepseek-llm", 1, "a| | b|\r|\n|\tc|  |\n"},
+    {"deepseek-llm", 2, "1234567| x|12345| |3|.|14"},
+    {"deepseek-llm", 3, "!!!| ...??| -->| ===| (|a|)"},
+    {"deepseek-llm", 4, "你好世界| |日本語カタカナ| |한국어"},
+    {"deepseek-llm", 5, "emoji| 😀👍🏽 👨|\xe2\x80\x8d""|👩|\xe2\x80\x8d""|👧|!"},
+    {"deepseek-llm", 6, "CamelCaseWORDSxyz| Ü|n|ï|c|ö|d|é"},
+    {"deepseek-llm", 7, "\n|\n| | x|\r|\n"},
+    {"deepseek-coder", 0, "Hello| world|'|s| '|S| '|LL| we|'|RE"},
+    {"deepseek-coder", 1, "a| | b|\r|\n|\tc|  |\n"},
+    {"deepseek-coder", 2, "1|2|3|4|5|6|7| x|1|2|3|4|5| |3|.|1|4"},
+    {"deepseek-coder", 3, "!!!| ...??| --|> ===| (|a|)"},
+    {"deepseek-coder", 4, "你好世界| |日本語カタカナ| |한국어"},
+    {"deepseek-coder", 5, "emoji| 😀👍🏽 👨|\xe2\x80\x8d""|👩|\xe2\x80\x8d""|👧|!"},
+    {"deepseek-coder", 6, "CamelCaseWORDSxyz| Ünïcödé"},
+    {"deepseek-coder", 7, "\n|\n| | x|\r|\n"},
+    {"deepseek-v3", 0, "Hello| world|'s| '|S| '|LL| we|'RE"},
+    {"deepseek-v3", 1, "a| | b|\r\n|\tc|  \n"},
+    {"deepseek-v3", 2, "123|456|7| x|123|45| |3|.|14"},
+    {"deepseek-v3", 3, "!!!| ...??| -->| ===| (|a|)"},
+    {"deepseek-v3", 4, "你好世界| |日本語カタカナ| 한국어"},
+    {"deepseek-v3", 5, "emoji| 😀👍🏽| 👨|\xe2\x80\x8d""|👩|\xe2\x80\x8d""|👧!"},
+    {"deepseek-v3", 6, "CamelCaseWORDSxyz| Ünïcödé"},
+    {"deepseek-v3", 7, "\n\n| | x|\r\n"},
+    {"falcon", 0, "Hello| world|'|s| |'|S| |'|LL| we|'|RE"},
+    {"falcon", 1, "a| | b|\r\n|\t|c|  \n"},
+    {"falcon", 2, "123|456|7| x|123|45| |3|.|14"},
+    {"falcon", 3, "!!!| |...??| |-->| |===| |(|a|)"},
+    {"falcon", 4, "你好世界| 日本語カタカナ| 한국어"},
+    {"falcon", 5, "emoji| 😀👍🏽| 👨\xe2\x80\x8d""👩\xe2\x80\x8d""👧|!"},
+    {"falcon", 6, "CamelCaseWORDSxyz| Ünïcödé"},
+    {"falcon", 7, "\n\n | x|\r\n"},
+    {"starcoder", 0, "Hello| world|'s| '|S| '|LL| we|'|RE"},
+    {"starcoder", 1, "a| | b|\r\n|\t|c|  \n"},
+    {"starcoder", 2, "1|2|3|4|5|6|7| x|1|2|3|4|5| |3|.|1|4"},
+    {"starcoder", 3, "!!!| ...??| -->| ===| (|a|)"},
+    {"starcoder", 4, "你好世界| 日本語カタカナ| 한국어"},
+    {"starcoder", 5, "emoji| 😀👍🏽| 👨\xe2\x80\x8d""👩\xe2\x80\x8d""👧!"},
+    {"starcoder", 6, "CamelCaseWORDSxyz| Ünïcödé"},
+    {"starcoder", 7, "\n\n | x|\r\n"},
+    {"gpt-4o", 0, "Hello| world's| '|S| '|LL| we'RE"},
+    {"gpt-4o", 1, "a| | b|\r\n|\tc|  \n"},
+    {"gpt-4o", 2, "123|456|7| x|123|45| |3|.|14"},
+    {"gpt-4o", 3, "!!!| ...??| -->| ===| (|a|)"},
+    {"gpt-4o", 4, "你好世界| 日本語カタカナ| 한국어"},
+    {"gpt-4o", 5, "emoji| 😀👍🏽| 👨\xe2\x80\x8d""👩\xe2\x80\x8d""👧!"},
+    {"gpt-4o", 6, "Camel|Case|WORDSxyz| Ünïcödé"},
+    {"gpt-4o", 7, "\n\n| | x|\r\n"},
+    {"tekken", 0, "Hello| world|'s| '|S| '|LL| we|'RE"},
+    {"tekken", 1, "a| | b|\r\n|\tc|  \n"},
+    {"tekken", 2, "1|2|3|4|5|6|7| x|1|2|3|4|5| |3|.|1|4"},
+    {"tekken", 3, "!!!| ...??| -->| ===| (|a|)"},
+    {"tekken", 4, "你好世界| 日本語カタカナ| 한국어"},
+    {"tekken", 5, "emoji| 😀👍🏽| 👨\xe2\x80\x8d""👩\xe2\x80\x8d""👧!"},
+    {"tekken", 6, "Camel|Case|WORDSxyz| Ünïcödé"},
+    {"tekken", 7, "\n\n| | x|\r\n"},
+};
+
+static int join_piece(void *ctx, size_t off, size_t len) {
+    char **bufs = ctx;      /* [0] text, [1] output cursor */
+    if (bufs[1][-1] != 0) *bufs[1]++ = '|';
+    memcpy(bufs[1], bufs[0] + off, len);
+    bufs[1] += len;
+    *bufs[1] = 0;
+    return 0;
+}
+
+/* The pieces of text under p, joined by '|' into out. */
+static void split_join(const pretok *p, const char *text, char *out, size_t cap) {
+    assert_true(2 * strlen(text) + 2 < cap);
+    out[0] = 0;
+    out[1] = 0;
+    char *bufs[2] = {(char *)text, out + 1};
+    assert_int_equal(pretok_split(p, text, strlen(text), join_piece, bufs), 0);
+    memmove(out, out + 1, strlen(out + 1) + 1);
+}
+
+static void test_pretok_families(void **state) {
+    (void)state;
+    char out[512], err[256];
+    for (size_t i = 0; i < sizeof PRETOK_CASES / sizeof PRETOK_CASES[0]; i++) {
+        pretok *p = NULL;
+        if (pretok_new(PRETOK_CASES[i].pre, &p, err, sizeof err)) fail_msg("%s: %s", PRETOK_CASES[i].pre, err);
+        split_join(p, PRETOK_TEXTS[PRETOK_CASES[i].text], out, sizeof out);
+        if (strcmp(out, PRETOK_CASES[i].pieces) != 0)
+            fail_msg("%s on text %d:\n  got  %s\n  want %s", PRETOK_CASES[i].pre, PRETOK_CASES[i].text, out,
+                     PRETOK_CASES[i].pieces);
+        pretok_free(p);
+    }
+}
+
+static void test_pretok_names(void **state) {
+    (void)state;
+    char err[256];
+    pretok *p = NULL;
+    /* Aliases land on their family; a missing name is GPT-2's. */
+    const char *alias[][2] = {{NULL, "gpt-2"}, {"", "gpt-2"}, {"default", "gpt-2"}, {"gpt2", "gpt-2"},
+                              {"mpt", "gpt-2"}, {"olmo", "gpt-2"}, {"llama3", "llama-bpe"},
+                              {"smollm", "starcoder"}, {"command-r", "starcoder"}, {"qwen2", "qwen2"}};
+    for (size_t i = 0; i < sizeof alias / sizeof alias[0]; i++) {
+        assert_int_equal(pretok_new(alias[i][0], &p, err, sizeof err), 0);
+        assert_string_equal(pretok_name(p), alias[i][1]);
+        pretok_free(p);
+    }
+    for (const char *const *n = pretok_names(); *n; n++) {
+        assert_int_equal(pretok_new(*n, &p, err, sizeof err), 0);
+        pretok_free(p);
+    }
+    assert_int_equal(pretok_new("llama-bpe", &p, err, sizeof err), 0);
+    assert_int_equal(pretok_ignore_merges(p), 1);
+    pretok_free(p);
+    assert_int_equal(pretok_new("no-such-pre", &p, err, sizeof err), TS_ERR_TOK_MODEL);
+    assert_null(p);
+    assert_non_null(strstr(err, "no-such-pre"));
+}
+
+/* Invalid UTF-8 never matches a pattern item: it is cut out as its own
+ * piece, and the pieces still tile the input exactly. */
+static void test_pretok_invalid_utf8(void **state) {
+    (void)state;
+    char err[256], out[512];
+    for (const char *const *n = pretok_names(); *n; n++) {
+        pretok *p = NULL;
+        assert_int_equal(pretok_new(*n, &p, err, sizeof err), 0);
+        split_join(p, "ab\xff" "cd \xc3 x\xed\xa0\x80y", out, sizeof out);
+        size_t k = 0;
+        for (size_t i = 0; out[i]; i++)
+            if (out[i] != '|') out[k++] = out[i];
+        out[k] = 0;
+        assert_string_equal(out, "ab\xff" "cd \xc3 x\xed\xa0\x80y");
+        pretok_free(p);
+    }
+    pretok *p = NULL;
+    assert_int_equal(pretok_new("gpt-2", &p, err, sizeof err), 0);
+    split_join(p, "ab\xff" "cd", out, sizeof out);
+    assert_string_equal(out, "ab|\xff|cd");
+    pretok_free(p);
+}
+
+/* The BPE vocabulary above under another pre-tokenizer: Llama 3 keeps a
+ * space in front of punctuation and splits digits in threes; an unknown
+ * name is refused with its name in the message. */
+static void test_bpe_pre_choice(void **state) {
+    (void)state;
+    bpe_hand h;
+    bpe_hand_init(&h);
+    int32_t types[300];
+    tok_spec s = bpe_spec(&h, types);
+    char err[256];
+    tok *t = NULL;
+    s.pre = "no-such-pre";
+    assert_int_equal(tok_new(&s, &t, err, sizeof err), TS_ERR_TOK_MODEL);
+    assert_null(t);
+    assert_non_null(strstr(err, "no-such-pre"));
+    s.pre = "llama-bpe";
+    assert_int_equal(tok_new(&s, &t, err, sizeof err), 0);
+    assert_string_equal(tok_pre(t), "llama-bpe");
+    /* ignore_merges: "hello" is a token, taken whole. */
+    EXPECT(t, "hello world", 0, 261, 266);
+    /* "\n\n" after a word is one piece (\s*[\r\n]+), then merges. */
+    EXPECT(t, "a\n\nb", 0, 'a', 270, 'b');
+    /* Contractions of either case split off. */
+    EXPECT(t, "I'T", 0, 'I', '\'', 'T');
+    EXPECT(t, "x'LL", 0, 'x', '\'', 'L', 'L');
+    tok_free(t);
+    s.pre = NULL;
+    assert_int_equal(tok_new(&s, &t, err, sizeof err), 0);
+    assert_string_equal(tok_pre(t), "gpt-2");
+    tok_free(t);
+}
+
+/* ---- added tokens ----------------------------------------------------------- */
+
+static void test_added_tokens(void **state) {
+    (void)state;
+    bpe_hand h;
+    bpe_hand_init(&h);
+    h.text[h.n++] = "<think>";          /* 273, user-defined */
+    h.text[h.n++] = "<th";              /* 274, user-defined: shorter, loses */
+    h.text[h.n++] = "<|im_start|>";     /* 275, control */
+    int32_t types[300];
+    tok_spec s = bpe_spec(&h, types);
+    types[272] = TOK_TYPE_CONTROL;
+    types[273] = TOK_TYPE_USER;
+    types[274] = TOK_TYPE_USER;
+    types[275] = TOK_TYPE_CONTROL;
+    tok *t = NULL;
+    char err[256];
+    assert_int_equal(tok_new(&s, &t, err, sizeof err), 0);
+    /* User-defined tokens match in plain text, longest first; the text on
+     * either side is encoded on its own. */
+    EXPECT(t, "hello<think>hello", 0, 261, 273, 261);
+    EXPECT(t, "<thhello", 0, 274, 261);
+    /* Control tokens stay text unless asked for. */
+    int32_t ids[64];
+    int n;
+    assert_int_equal(tok_encode_ex(t, "<|im_start|>hello", 17, 0, ids, 64, &n), 0);
+    assert_true(n > 2);
+    for (int i = 0; i < n; i++) assert_true(ids[i] != 275);
+    assert_int_equal(tok_encode_ex(t, "<|im_start|>hello", 17, TOK_ENC_PARSE_SPECIAL, ids, 64, &n), 0);
+    assert_int_equal(n, 2);
+    assert_int_equal(ids[0], 275);
+    assert_int_equal(ids[1], 261);
+    assert_int_equal(tok_encode_ex(t, "hello", 5, TOK_ENC_PARSE_SPECIAL | TOK_ENC_ADD_BOS, ids, 64, &n), 0);
+    assert_int_equal(n, 2);
+    assert_int_equal(ids[0], tok_bos(t));
+    /* A user-defined token decodes to its raw text. */
+    char buf[16];
+    assert_int_equal(tok_decode(t, 273, buf, sizeof buf), 7);
+    assert_memory_equal(buf, "<think>", 7);
+    /* tokspecial is the same matcher. */
+    tks_set *ts;
+    assert_int_equal(tks_set_new(t, &ts), 0);
+    tks_ids got = {0};
+    assert_int_equal(tks_encode_template(ts, "<|im_start|>hello<think>", 24, &got), 0);
+    assert_int_equal(got.n, 3);
+    assert_int_equal(got.p[0], 275);
+    assert_int_equal(got.p[2], 273);
+    free(got.p);
+    tks_set_free(ts);
+    tok_free(t);
+}
+
+/* SPM: each fragment between added tokens gets its own space prefix, as in
+ * llama.cpp (and HF, which normalizes each split on its own). */
+static void test_spm_added_prefix(void **state) {
+    (void)state;
+    hand h;
+    hand_pieces(&h);
+    int32_t user = hand_add(&h, "<u>", 0);
+    h.type[user] = TOK_TYPE_USER;
+    tok *t = hand_tok(&h, 1);
+    int32_t a[32], b[32];
+    int na, nb;
+    assert_int_equal(tok_encode(t, "a", 1, 0, a, 32, &na), 0);
+    assert_int_equal(tok_encode(t, "a<u>a", 5, 0, b, 32, &nb), 0);
+    assert_int_equal(nb, 2 * na + 1);
+    assert_memory_equal(b, a, (size_t)na * sizeof *a);
+    assert_int_equal(b[na], user);
+    assert_memory_equal(b + na + 1, a, (size_t)na * sizeof *a);
+    tok_free(t);
+}
+
+/* ---- WordPiece ------------------------------------------------------------ */
+
+enum { W_PAD, W_UNK, W_CLS, W_SEP, W_HELLO, W_WORLD, W_UN, W_AFF, W_ABLE, W_COMMA, W_BANG,
+       W_CAFE, W_ZH1, W_ZH2, W_A, W_S, W_N };
+
+static tok *wpm_tok(int cased) {
+    static const char *text[W_N] = {
+        "[PAD]", "[UNK]", "[CLS]", "[SEP]", SP "hello", SP "world", SP "un", "aff", "able",
+        SP ",", SP "!", SP "cafe", SP "\xe4\xbd\xa0", SP "\xe5\xa5\xbd", SP "a", "s",
+    };
+    const char *tx[W_N + 1];
+    int32_t types[W_N + 1];
+    for (int i = 0; i < W_N; i++) {
+        tx[i] = text[i];
+        types[i] = i <= W_SEP ? TOK_TYPE_CONTROL : TOK_TYPE_NORMAL;
+    }
+    int n = W_N;
+    if (cased) {
+        tx[n] = SP "Hello";
+        types[n++] = TOK_TYPE_NORMAL;
+    }
+    tok_spec s;
+    memset(&s, 0, sizeof s);
+    s.model = TOK_MODEL_WPM;
+    s.n_vocab = (uint32_t)n;
+    s.tokens = tx;
+    s.types = types;
+    s.bos = W_CLS;
+    s.eos = W_SEP;
+    s.unk = W_UNK;
+    s.add_bos = 1;
+    tok *t = NULL;
+    char err[256];
+    if (tok_new(&s, &t, err, sizeof err)) fail_msg("tok_new: %s", err);
+    return t;
+}
+
+static void test_wordpiece(void **state) {
+    (void)state;
+    tok *t = wpm_tok(0);
+    assert_int_equal(tok_model(t), TOK_MODEL_WPM);
+    EXPECT(t, "hello world", 0, W_HELLO, W_WORLD);
+    EXPECT(t, "hello world", 1, W_CLS, W_HELLO, W_WORLD, W_SEP);
+    /* Uncased: lowercase, accents stripped, punctuation split off. */
+    EXPECT(t, "HeLLo, Café!", 0, W_HELLO, W_COMMA, W_CAFE, W_BANG);
+    /* Greedy longest match with continuations. */
+    EXPECT(t, "unaffable", 0, W_UN, W_AFF, W_ABLE);
+    /* A word that cannot be split completely is one [UNK]. */
+    EXPECT(t, "unaffablex hello", 0, W_UNK, W_HELLO);
+    /* CJK ideographs are words of their own, even without spaces. */
+    EXPECT(t, "\xe4\xbd\xa0\xe5\xa5\xbd", 0, W_ZH1, W_ZH2);
+    /* Whitespace of any kind separates; control characters and NUL vanish. */
+    EXPECT(t, "\thello\r\n\xe3\x80\x80world\x01", 0, W_HELLO, W_WORLD);
+    /* Longer than 100 characters: [UNK]; exactly 100 is split. */
+    char w[256];
+    memset(w, 'a', 101);
+    w[101] = 0;
+    EXPECT(t, w, 0, W_UNK);
+    memcpy(w, "a", 1);
+    memset(w + 1, 's', 99);
+    w[100] = 0;
+    int n;
+    int32_t *ids = encode_all(t, w, 100, 0, &n);
+    assert_int_equal(n, 100);
+    assert_int_equal(ids[0], W_A);
+    assert_int_equal(ids[99], W_S);
+    free(ids);
+    /* [SEP] in text is text unless special tokens are parsed. */
+    int32_t out[16];
+    assert_int_equal(tok_encode_ex(t, "a[SEP]", 6, TOK_ENC_PARSE_SPECIAL, out, 16, &n), 0);
+    assert_int_equal(n, 2);
+    assert_int_equal(out[1], W_SEP);
+    /* Invalid UTF-8 is dropped like U+FFFD (as llama.cpp), never a crash. */
+    EXPECT(t, "hel\xff" "lo", 0, W_HELLO);
+    EXPECT(t, "\xc3", 0);
+    /* Word starts decode with a space; the first one can be stripped. */
+    const int32_t seq[] = {W_CLS, W_UN, W_AFF, W_ABLE, W_BANG, W_SEP};
+    char buf[64];
+    size_t got;
+    assert_int_equal(tok_decode_seq(t, seq, 6, 1, buf, sizeof buf, &got), 0);
+    assert_int_equal(got, 11);
+    assert_memory_equal(buf, "unaffable !", 11);
+    tok_free(t);
+
+    /* A vocabulary with capitals is cased: no lowercasing. */
+    t = wpm_tok(1);
+    EXPECT(t, "Hello hello", 0, W_N, W_HELLO);
+    tok_free(t);
+}
+
+static void test_wordpiece_rejects(void **state) {
+    (void)state;
+    const char *tx[] = {"[UNK]", SP "a"};
+    tok_spec s;
+    memset(&s, 0, sizeof s);
+    s.model = TOK_MODEL_WPM;
+    s.n_vocab = 2;
+    s.tokens = tx;
+    s.bos = s.eos = -1;
+    s.unk = -1;
+    tok *t = NULL;
+    char err[256];
+    assert_int_equal(tok_new(&s, &t, err, sizeof err), TS_ERR_TOK_VOCAB);
+    s.unk = 0;
+    s.bos = 0;
+    s.add_bos = 1;
+    assert_int_equal(tok_new(&s, &t, err, sizeof err), TS_ERR_TOK_VOCAB);   /* no [SEP] */
+    s.add_bos = 0;
+    assert_int_equal(tok_new(&s, &t, err, sizeof err), 0);
+    /* Asking for [CLS] ... [SEP] without a [SEP] is refused per call too. */
+    int32_t ids[8];
+    int n;
+    assert_int_equal(tok_encode(t, "a", 1, 1, ids, 8, &n), TS_ERR_INVAL);
+    assert_int_equal(tok_encode(t, "a", 1, 0, ids, 8, &n), 0);
+    assert_int_equal(n, 1);
+    assert_int_equal(ids[0], 1);
+    tok_free(t);
+}
+
 /* ---- API contracts -------------------------------------------------------- */
 
 static void test_encode_cap(void **state) {
@@ -957,7 +1392,7 @@ static int gguf_bad(int which, char *err, size_t errlen) {
     assert_int_equal(vocab_synth(400, &v), 0);
     gguf_writer *w = gguf_writer_new();
     assert_non_null(w);
-    const char *model = which == BAD_MODEL ? "bert" : which == BAD_GPT2_NO_MERGES ? "gpt2" : "llama";
+    const char *model = which == BAD_MODEL ? "rwkv" : which == BAD_GPT2_NO_MERGES ? "gpt2" : "llama";
     if (which != BAD_NO_MODEL) gguf_writer_add_str(w, "tokenizer.ggml.model", model);
     if (which != BAD_NO_TOKENS)
         gguf_writer_add_arr_str(w, "tokenizer.ggml.tokens", (const char *const *)v.tokens, v.n);
@@ -1066,6 +1501,14 @@ int main(void) {
         cmocka_unit_test(test_spm_word_split_equivalence),
         cmocka_unit_test(test_bpe_expected_ids),
         cmocka_unit_test(test_bpe_roundtrip),
+        cmocka_unit_test(test_pretok_families),
+        cmocka_unit_test(test_pretok_names),
+        cmocka_unit_test(test_pretok_invalid_utf8),
+        cmocka_unit_test(test_bpe_pre_choice),
+        cmocka_unit_test(test_added_tokens),
+        cmocka_unit_test(test_spm_added_prefix),
+        cmocka_unit_test(test_wordpiece),
+        cmocka_unit_test(test_wordpiece_rejects),
         cmocka_unit_test(test_encode_cap),
         cmocka_unit_test(test_decode_contract),
         cmocka_unit_test(test_tok_new_rejects),

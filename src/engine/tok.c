@@ -1,12 +1,13 @@
 /*
- * tok.c - SPM and GPT-2 BPE tokenizers over one shared vocabulary store.
+ * tok.c - SPM, byte-level BPE and WordPiece tokenizers over one shared
+ * vocabulary store.
  *
- * Both models reduce to the same loop: split the input into initial symbols,
- * keep a doubly linked list of symbols over one contiguous byte buffer, and
- * repeatedly merge the best adjacent pair taken from a binary heap. SPM ranks
- * a pair by the score of the token its concatenation spells (higher first);
- * BPE ranks it by the index of the merge rule (lower first). Ties go to the
- * leftmost pair, which is also what llama.cpp does, so results are
+ * The two merge-based models reduce to the same loop: split the input into
+ * initial symbols, keep a doubly linked list of symbols over one contiguous
+ * byte buffer, and repeatedly merge the best adjacent pair taken from a
+ * binary heap. SPM ranks a pair by the score of the token its concatenation
+ * spells (higher first); BPE ranks it by the index of the merge rule (lower
+ * first). Ties go to the leftmost pair, which is also what llama.cpp does, so results are
  * deterministic. Each merge pushes at most two new pairs, so an input of n
  * symbols costs O(n log n).
  *
@@ -26,6 +27,14 @@
  * once. The heaps then stay small and in cache. SentencePiece vocabularies
  * trained with whitespace splitting (llama's) qualify; others take the
  * whole-text path.
+ *
+ * BPE merges within the pieces of the pre-tokenizer (pretok.c) only, as the
+ * reference implementations do. WordPiece is greedy rather than merge-based
+ * and lives in wpm.c, which sees the vocabulary through a lookup callback.
+ * Before any model runs, added tokens are cut out of the text by exact match
+ * (a first-byte index of their lengths keeps that to a few hash lookups at
+ * the positions where one could start), and each stretch between them is
+ * encoded on its own.
  */
 #include "tok.h"
 
@@ -38,6 +47,8 @@
 #include "err.h"
 #include "hash.h"
 #include "heap.h"
+#include "pretok.h"
+#include "wpm.h"
 
 /* One slot of the token-text hash table. */
 typedef struct tok_slot {
@@ -73,6 +84,16 @@ struct tok {
     size_t piece_max;           /* bytes */
     size_t text_max;            /* bytes of the longest mergeable token text */
     int split_words;            /* SPM: no merge can cross a word start */
+    pretok *pre;                /* BPE: the pre-tokenizer; NULL otherwise */
+    int ignore_merges;          /* BPE: a piece that is a token is that token */
+    uint32_t b2u[256];          /* BPE: bytes_to_unicode */
+    int uncased;                /* WPM: lowercase and strip accents */
+    /* Added tokens (user-defined and control) matched by text before the
+     * model runs: for each first byte b, the distinct text lengths of such
+     * tokens starting with b, longest first, are add_len[add_at[b] ..
+     * add_at[b + 1]). */
+    uint16_t *add_len;
+    uint32_t add_at[257];
 };
 
 /* ---- small helpers ---------------------------------------------------- */
@@ -219,6 +240,8 @@ void tok_free(tok *t) {
     free(t->mergeable);
     free(t->ht);
     free(t->mt);
+    free(t->add_len);
+    pretok_free(t->pre);
     free(t);
 }
 
@@ -336,11 +359,12 @@ static int build_pieces(tok *t, const int16_t *byte_of, const int16_t *u2b) {
         } else if (ty == TOK_TYPE_UNKNOWN) {
             memcpy(p, UNK_MARK, 3);
             k = 3;
-        } else if (t->model == TOK_MODEL_SPM || ty == TOK_TYPE_USER) {
-            /* SPM text with U+2581 as space; BPE user-defined tokens are
-             * stored as raw text, as llama.cpp prints them. */
+        } else if (t->model != TOK_MODEL_BPE || ty == TOK_TYPE_USER) {
+            /* SPM and WordPiece text with U+2581 as space; BPE
+             * user-defined tokens are stored as raw text, as llama.cpp
+             * prints them. */
             for (size_t i = 0; i < n;) {
-                if (t->model == TOK_MODEL_SPM && i + SPACE_MARK_LEN <= n &&
+                if (t->model != TOK_MODEL_BPE && i + SPACE_MARK_LEN <= n &&
                     memcmp(s + i, SPACE_MARK, SPACE_MARK_LEN) == 0) {
                     p[k++] = ' ';
                     i += SPACE_MARK_LEN;
@@ -387,6 +411,64 @@ static int spm_split_words(const tok *t) {
     return 1;
 }
 
+/* WordPiece: a vocabulary is uncased (BERT's basic tokenizer lowercases
+ * and strips accents) unless a normal token holds an ASCII capital. GGUF has
+ * no key for it; llama.cpp always lowercases, which breaks cased BERTs. */
+static int vocab_uncased(const tok *t) {
+    for (int32_t id = 0; id < t->n_vocab; id++) {
+        if (t->types[id] != TOK_TYPE_NORMAL && t->types[id] != TOK_TYPE_UNDEFINED) continue;
+        const char *s = t->text + t->text_off[id];
+        for (size_t i = 0; i < tok_len_of(t, id); i++)
+            if (s[i] >= 'A' && s[i] <= 'Z') return 0;
+    }
+    return 1;
+}
+
+/* Added tokens are the user-defined and control ones with a text. */
+static int is_added(const tok *t, int32_t id) {
+    int ty = t->types[id];
+    return (ty == TOK_TYPE_USER || ty == TOK_TYPE_CONTROL) && tok_len_of(t, id) > 0;
+}
+
+static int cmp_u32_desc(const void *a, const void *b) {
+    uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+    return x < y ? 1 : x > y ? -1 : 0;
+}
+
+/* The first-byte index of added-token lengths (see struct tok): a bucket
+ * sort by first byte, then each bucket's lengths longest first, without
+ * repeats. */
+static int build_added(tok *t) {
+    uint32_t count[256] = {0};
+    for (int32_t id = 0; id < t->n_vocab; id++)
+        if (is_added(t, id)) count[(unsigned char)t->text[t->text_off[id]]]++;
+    size_t total = 0;
+    for (int b = 0; b < 256; b++) total += count[b];
+    uint32_t *keys = malloc((total ? total : 1) * sizeof *keys);
+    t->add_len = malloc((total ? total : 1) * sizeof *t->add_len);
+    if (!keys || !t->add_len) {
+        free(keys);
+        return TS_ERR_NOMEM;
+    }
+    uint32_t at[257];
+    at[0] = 0;
+    for (int b = 0; b < 256; b++) at[b + 1] = at[b] + count[b];
+    uint32_t fill[256];
+    memcpy(fill, at, sizeof fill);
+    for (int32_t id = 0; id < t->n_vocab; id++)
+        if (is_added(t, id)) keys[fill[(unsigned char)t->text[t->text_off[id]]]++] = (uint32_t)tok_len_of(t, id);
+    uint32_t out = 0;
+    for (int b = 0; b < 256; b++) {
+        t->add_at[b] = out;
+        qsort(keys + at[b], count[b], sizeof *keys, cmp_u32_desc);
+        for (uint32_t i = at[b]; i < at[b + 1]; i++)
+            if (i == at[b] || keys[i] != keys[i - 1]) t->add_len[out++] = (uint16_t)keys[i];
+    }
+    t->add_at[256] = out;
+    free(keys);
+    return 0;
+}
+
 /* Parse "left right" (split at the first space after the first byte, as
  * llama.cpp does) and insert it unless it cannot fire. */
 static int add_merge(tok *t, uint32_t rank, const char *s, size_t n,
@@ -424,7 +506,7 @@ int tok_new(const tok_spec *spec, tok **out, char *err, size_t errlen) {
     err_set(err, errlen, 0, "ok");
     if (!spec || !out)
         return err_set(err, errlen, TS_ERR_INVAL, "tok_new: NULL argument");
-    if (spec->model != TOK_MODEL_SPM && spec->model != TOK_MODEL_BPE)
+    if (spec->model != TOK_MODEL_SPM && spec->model != TOK_MODEL_BPE && spec->model != TOK_MODEL_WPM)
         return err_set(err, errlen, TS_ERR_TOK_MODEL, "unknown tokenizer model %d", spec->model);
     if (spec->n_vocab == 0 || spec->n_vocab > (uint32_t)INT32_MAX - 1 || !spec->tokens)
         return err_set(err, errlen, TS_ERR_TOK_VOCAB, "vocabulary has no tokens or too many (%u)",
@@ -444,6 +526,10 @@ int tok_new(const tok_spec *spec, tok **out, char *err, size_t errlen) {
     }
     if (spec->add_bos && spec->bos < 0)
         return err_set(err, errlen, TS_ERR_TOK_VOCAB, "vocabulary asks for BOS but has no bos id");
+    if (spec->model == TOK_MODEL_WPM && spec->unk < 0)
+        return err_set(err, errlen, TS_ERR_TOK_VOCAB, "WordPiece vocabulary has no unknown token");
+    if (spec->model == TOK_MODEL_WPM && spec->add_bos && spec->eos < 0)
+        return err_set(err, errlen, TS_ERR_TOK_VOCAB, "WordPiece vocabulary asks for [CLS] but has no [SEP] (eos)");
 
     t = calloc(1, sizeof *t);
     if (!t) goto nomem;
@@ -500,12 +586,15 @@ int tok_new(const tok_spec *spec, tok **out, char *err, size_t errlen) {
     uint32_t b2u[256];
     int16_t u2b[B2U_LIMIT];
     gpt2_tables(b2u, u2b);
+    memcpy(t->b2u, b2u, sizeof b2u);
     if (t->model == TOK_MODEL_SPM) {
         byte_of = malloc((size_t)n * sizeof *byte_of);
         if (!byte_of) goto nomem;
         if ((rc = spm_bytes(t, byte_of, err, errlen)) < 0) goto err;
-    } else {
+    } else if (t->model == TOK_MODEL_BPE) {
         if ((rc = bpe_bytes(t, b2u, err, errlen)) < 0) goto err;
+        if ((rc = pretok_new(spec->pre, &t->pre, err, errlen)) < 0) goto err;
+        t->ignore_merges = pretok_ignore_merges(t->pre);
     }
 
     /* Which tokens user text may turn into. Control, unknown, unused and byte
@@ -523,7 +612,9 @@ int tok_new(const tok_spec *spec, tok **out, char *err, size_t errlen) {
     }
 
     if (t->model == TOK_MODEL_SPM) t->split_words = spm_split_words(t);
+    if (t->model == TOK_MODEL_WPM) t->uncased = vocab_uncased(t);
     if ((rc = build_pieces(t, byte_of, u2b)) < 0) goto err;
+    if ((rc = build_added(t)) < 0) goto nomem;
 
     if (t->model == TOK_MODEL_BPE) {
         size_t cap = hash_slots((size_t)spec->n_merges * 2);
@@ -634,6 +725,11 @@ static int gguf_flag(const gguf_ctx *g, const char *key, int def, int *out,
 }
 
 int tok_new_from_gguf(const gguf_ctx *g, tok **out, char *err, size_t errlen) {
+    return tok_new_from_gguf_ex(g, NULL, out, err, errlen);
+}
+
+int tok_new_from_gguf_ex(const gguf_ctx *g, const char *pre_override, tok **out, char *err,
+                         size_t errlen) {
     int rc;
     gguf_str model;
     gguf_str *strs = NULL, *mstrs = NULL;
@@ -652,12 +748,31 @@ int tok_new_from_gguf(const gguf_ctx *g, tok **out, char *err, size_t errlen) {
         spec.model = TOK_MODEL_SPM;
     } else if (gguf_str_eq(model, "gpt2")) {
         spec.model = TOK_MODEL_BPE;
+    } else if (gguf_str_eq(model, "bert")) {
+        spec.model = TOK_MODEL_WPM;
     } else {
         int shown = model.len > 40 ? 40 : (int)model.len;
         return err_set(err, errlen, TS_ERR_TOK_MODEL,
-                       "tokenizer model \"%.*s\" is not supported (llama, gpt2)", shown, model.ptr);
+                       "tokenizer model \"%.*s\" is not supported (llama, gpt2, bert)", shown, model.ptr);
     }
-    int spm = spec.model == TOK_MODEL_SPM;
+    int spm = spec.model == TOK_MODEL_SPM, wpm = spec.model == TOK_MODEL_WPM;
+
+    /* The pre-tokenizer's name: the override, else tokenizer.ggml.pre, else
+     * "default" (as llama.cpp). Copied, since spec wants a C string. */
+    char pre[64] = "";
+    if (pre_override) {
+        snprintf(pre, sizeof pre, "%s", pre_override);
+    } else if (gguf_find_kv(g, "tokenizer.ggml.pre")) {
+        gguf_str ps;
+        if (gguf_get_str(g, "tokenizer.ggml.pre", &ps) < 0)
+            return err_set(err, errlen, TS_ERR_TOK_VOCAB, "tokenizer.ggml.pre is not a string");
+        if (ps.len >= sizeof pre || memchr(ps.ptr, 0, ps.len))
+            return err_set(err, errlen, TS_ERR_TOK_MODEL, "unknown pre-tokenizer \"%.40s...\" (tokenizer.ggml.pre)",
+                           ps.ptr);
+        memcpy(pre, ps.ptr, ps.len);
+        pre[ps.len] = 0;
+    }
+    spec.pre = pre;
 
     const gguf_kv *kt, *ks, *ky, *km;
     if ((rc = gguf_str_arr(g, "tokenizer.ggml.tokens", &kt, err, errlen)) < 0) return rc;
@@ -669,7 +784,7 @@ int tok_new_from_gguf(const gguf_ctx *g, tok **out, char *err, size_t errlen) {
     if ((rc = gguf_str_arr(g, "tokenizer.ggml.merges", &km, err, errlen)) < 0) return rc;
     if (spm && !ks)
         return err_set(err, errlen, TS_ERR_TOK_VOCAB, "tokenizer.ggml.scores missing (SPM needs scores)");
-    if (!spm && !km)
+    if (spec.model == TOK_MODEL_BPE && !km)
         return err_set(err, errlen, TS_ERR_TOK_VOCAB, "tokenizer.ggml.merges missing (gpt2 needs merges)");
     if (km && km->arr_n > (uint64_t)INT32_MAX)
         return err_set(err, errlen, TS_ERR_TOK_VOCAB, "tokenizer.ggml.merges too long");
@@ -727,13 +842,23 @@ int tok_new_from_gguf(const gguf_ctx *g, tok **out, char *err, size_t errlen) {
     if ((rc = gguf_id(g, "tokenizer.ggml.bos_token_id", spm ? 1 : -1, &spec.bos, err, errlen)) < 0 ||
         (rc = gguf_id(g, "tokenizer.ggml.eos_token_id", spm ? 2 : -1, &spec.eos, err, errlen)) < 0 ||
         (rc = gguf_id(g, "tokenizer.ggml.unknown_token_id", spm ? 0 : -1, &spec.unk, err, errlen)) < 0 ||
-        (rc = gguf_flag(g, "tokenizer.ggml.add_bos_token", spm, &spec.add_bos, err, errlen)) < 0 ||
+        (rc = gguf_flag(g, "tokenizer.ggml.add_bos_token", spm || wpm, &spec.add_bos, err, errlen)) < 0 ||
         (rc = gguf_flag(g, "tokenizer.ggml.add_space_prefix", spm, &spec.add_space_prefix, err, errlen)) < 0)
         goto err;
     /* The llama defaults only apply where the vocabulary is big enough to
      * hold them; a stated id is checked by tok_new. */
     if (spm && !gguf_find_kv(g, "tokenizer.ggml.unknown_token_id") && spec.unk >= (int32_t)n)
         spec.unk = -1;
+    /* WordPiece wraps a sequence in [CLS] ... [SEP]: they stand in for BOS
+     * and EOS (convert_hf_to_gguf.py writes cls_token_id and, so spelled,
+     * seperator_token_id). */
+    if (wpm) {
+        if ((gguf_find_kv(g, "tokenizer.ggml.cls_token_id") &&
+             (rc = gguf_id(g, "tokenizer.ggml.cls_token_id", -1, &spec.bos, err, errlen)) < 0) ||
+            (gguf_find_kv(g, "tokenizer.ggml.seperator_token_id") &&
+             (rc = gguf_id(g, "tokenizer.ggml.seperator_token_id", -1, &spec.eos, err, errlen)) < 0))
+            goto err;
+    }
 
     rc = tok_new(&spec, out, err, errlen);
     goto done;
@@ -756,8 +881,7 @@ done:
 /* ---- encoding --------------------------------------------------------- */
 
 enum {
-    SYM_NOMERGE = 1,            /* literal U+2581: always emitted as bytes */
-    SYM_SPACE = 2,              /* a U+2581 standing for a space */
+    SYM_SPACE = 1,              /* a U+2581, typed or standing for a space */
 };
 
 /* One symbol of the working list; its bytes are buf[off .. off + n). */
@@ -786,6 +910,7 @@ typedef struct work {
     int32_t *out;               /* caller's buffer */
     int cap;
     size_t need;                /* ids produced so far */
+    char *scratch;              /* BPE ignore_merges: a piece as token text */
 } work;
 
 /* The heap's order: smaller key first, then the leftmost pair. Two entries
@@ -825,7 +950,6 @@ static int try_pair(work *w, int32_t l, int32_t r) {
     p.left = l;
     p.size = a->n + b->n;
     if (t->model == TOK_MODEL_SPM) {
-        if ((a->flags | b->flags) & SYM_NOMERGE) return 0;
         if (p.size > t->text_max) return 0;
         int32_t id = lookup(t, (const char *)w->buf + a->off, p.size);
         if (id < 0 || !t->mergeable[id]) return 0;
@@ -864,55 +988,56 @@ static int merge_all(work *w, int32_t first, int32_t n) {
     return 0;
 }
 
+/*
+ * SPM on one fragment of text (the input, or a stretch between added
+ * tokens). The text is normalized as SentencePiece does: every space
+ * becomes U+2581 and, with add_space_prefix, one U+2581 goes in front; a
+ * U+2581 typed by the user is then the same as a space. What no token
+ * covers after merging falls back to the byte tokens of its normalized
+ * bytes, so an uncovered space is <0xE2><0x96><0x81>, not <0x20>.
+ */
 static int encode_spm(work *w, const unsigned char *text, size_t len) {
     const tok *t = w->t;
     /* Worst case: every byte a space (3 bytes each) plus the prefix. */
     unsigned char *buf = malloc(3 * len + SPACE_MARK_LEN);
-    w->sy = malloc((len + 1) * sizeof *w->sy);
-    if (!buf || !w->sy) {
+    sym *sy = malloc((len + 1) * sizeof *sy);
+    if (!buf || !sy) {
         free(buf);
+        free(sy);
         return TS_ERR_NOMEM;
     }
     w->buf = buf;
+    w->sy = sy;
     size_t at = 0;
     int32_t ns = 0;
-    int32_t space_id = lookup(t, SPACE_MARK, SPACE_MARK_LEN);
-    if (space_id >= 0 && !t->mergeable[space_id]) space_id = -1;
 
     /* Split into characters, writing the normalized text as we go. The
-     * prefix is one more space-derived symbol in front of the text. */
+     * prefix is one more space symbol in front of the text. */
     int prefix = t->add_space_prefix;
     for (size_t i = 0; prefix || i < len;) {
-        sym *s = &w->sy[ns];
+        sym *s = &sy[ns];
         s->off = at;
         s->prev = ns - 1;
         s->next = ns + 1;
         s->flags = 0;
-        if (prefix || text[i] == ' ') {
+        uint32_t cp = 0;
+        size_t cl = prefix ? 0 : text[i] == ' ' ? 1 : utf8_char(text + i, len - i, &cp);
+        if (prefix || text[i] == ' ' || cp == 0x2581) {
             memcpy(buf + at, SPACE_MARK, SPACE_MARK_LEN);
             s->n = SPACE_MARK_LEN;
             s->flags = SYM_SPACE;
-            s->id = space_id;
-            if (prefix) prefix = 0;
-            else i++;
+            prefix = 0;
         } else {
-            uint32_t cp;
-            size_t cl = utf8_char(text + i, len - i, &cp);
             memcpy(buf + at, text + i, cl);
             s->n = (uint32_t)cl;
-            if (cp == 0x2581) {
-                s->flags = SYM_NOMERGE;
-                s->id = -1;
-            } else {
-                int32_t id = lookup(t, (const char *)text + i, cl);
-                s->id = (id >= 0 && t->mergeable[id]) ? id : -1;
-            }
-            i += cl;
         }
+        i += cl;
+        int32_t id = lookup(t, (const char *)buf + at, s->n);
+        s->id = (id >= 0 && t->mergeable[id]) ? id : -1;
         at += s->n;
         ns++;
     }
-    w->sy[ns - 1].next = -1;
+    sy[ns - 1].next = -1;
 
     /* Merge chunk by chunk: words when the vocabulary allows, else all. */
     int rc = 0;
@@ -921,115 +1046,114 @@ static int encode_spm(work *w, const unsigned char *text, size_t len) {
         if (t->split_words) {
             /* A word ends before a space that follows something else. */
             for (end = first + 1; end < ns; end++)
-                if ((w->sy[end].flags & SYM_SPACE) &&
-                    !(w->sy[end - 1].flags & (SYM_SPACE | SYM_NOMERGE)))
-                    break;
-            w->sy[first].prev = -1;
-            w->sy[end - 1].next = -1;
+                if ((sy[end].flags & SYM_SPACE) && !(sy[end - 1].flags & SYM_SPACE)) break;
+            sy[first].prev = -1;
+            sy[end - 1].next = -1;
         }
         rc = merge_all(w, first, end - first);
-        for (int32_t k = first; rc == 0 && k >= 0; k = w->sy[k].next) {
-            const sym *s = &w->sy[k];
+        for (int32_t k = first; rc == 0 && k >= 0; k = sy[k].next) {
+            const sym *s = &sy[k];
             if (s->id >= 0) {
                 emit(w, s->id);
-            } else if (s->flags & SYM_SPACE) {
-                emit(w, t->byte_tok[' ']);
             } else {
                 for (uint32_t j = 0; j < s->n; j++) emit(w, t->byte_tok[buf[s->off + j]]);
             }
         }
     }
     free(buf);
+    free(sy);
+    w->sy = NULL;
     return rc;
 }
 
-/* ---- GPT-2 pre-tokenizer ---------------------------------------------- */
-
-enum { CL_LETTER, CL_DIGIT, CL_SPACE, CL_OTHER };
-
-/* Class of the character at s[i] and its length. ASCII follows the C locale;
- * everything else (and every invalid byte) is a letter, see tok.h. */
-static int gpt2_class(const unsigned char *s, size_t n, size_t i, size_t *cl) {
-    unsigned c = s[i];
-    if (c >= 0x80) {
-        uint32_t cp;
-        *cl = utf8_char(s + i, n - i, &cp);
-        return CL_LETTER;
-    }
-    *cl = 1;
-    if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z')) return CL_LETTER;
-    if (c >= '0' && c <= '9') return CL_DIGIT;
-    if (c == ' ' || (c >= '\t' && c <= '\r')) return CL_SPACE;
-    return CL_OTHER;
+/* The token whose text is the byte-level spelling of piece, or -1. */
+static int32_t bpe_whole(work *w, const unsigned char *piece, size_t n) {
+    const tok *t = w->t;
+    size_t k = 0;
+    if (2 * n > TOK_MAX_TOKEN_BYTES) return -1;
+    for (size_t i = 0; i < n; i++) k += utf8_put(t->b2u[piece[i]], w->scratch + k);
+    int32_t id = lookup(t, w->scratch, k);
+    return id >= 0 && t->mergeable[id] ? id : -1;
 }
 
-static size_t gpt2_run(const unsigned char *s, size_t n, size_t i, int cls) {
-    size_t cl;
-    while (i < n && gpt2_class(s, n, i, &cl) == cls) i += cl;
-    return i;
-}
-
-/*
- * End of the pre-token starting at s[i], following the alternatives of
- * 's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
- * in order, which is how the regex engine picks among them.
- */
-static size_t gpt2_next(const unsigned char *s, size_t n, size_t i) {
-    size_t cl;
-    if (s[i] == '\'' && i + 1 < n) {
-        unsigned c1 = s[i + 1];
-        if (c1 == 's' || c1 == 't' || c1 == 'm' || c1 == 'd') return i + 2;
-        if (i + 2 < n) {
-            unsigned c2 = s[i + 2];
-            if ((c1 == 'r' && c2 == 'e') || (c1 == 'v' && c2 == 'e') ||
-                (c1 == 'l' && c2 == 'l'))
-                return i + 3;
+/* pretok_split's callback: BPE on one piece, the bytes buf[off, off + n). */
+static int bpe_piece(void *ctx, size_t off, size_t n) {
+    work *w = ctx;
+    const tok *t = w->t;
+    if (t->ignore_merges) {
+        int32_t id = bpe_whole(w, w->buf + off, n);
+        if (id >= 0) {
+            emit(w, id);
+            return 0;
         }
     }
-    size_t j = i;
-    if (s[i] == ' ' && i + 1 < n) j = i + 1;    /* the optional leading space */
-    int c = gpt2_class(s, n, j, &cl);
-    if (c != CL_SPACE) return gpt2_run(s, n, j, c);
-    /* A whitespace run: the alternatives left are \s+(?!\S) and \s+. */
-    size_t e = gpt2_run(s, n, i, CL_SPACE);
-    if (e == n) return e;
-    /* \s+(?!\S) backs off one so the last space can lead the next word;
-     * a single whitespace before a non-space is taken whole by \s+. */
-    return e - i >= 2 ? e - 1 : e;
+    int32_t first = (int32_t)off, ns = (int32_t)n;
+    for (int32_t k = 0; k < ns; k++) {
+        sym *s = &w->sy[first + k];
+        s->off = off + (size_t)k;
+        s->n = 1;
+        s->prev = k > 0 ? first + k - 1 : -1;
+        s->next = k + 1 < ns ? first + k + 1 : -1;
+        s->id = t->byte_tok[w->buf[off + (size_t)k]];
+        s->flags = 0;
+    }
+    int rc = merge_all(w, first, ns);
+    for (int32_t k = first; rc == 0 && k >= 0; k = w->sy[k].next) emit(w, w->sy[k].id);
+    return rc;
 }
 
+/* Byte-level BPE on one fragment: pre-tokenize, then merge each piece. */
 static int encode_bpe(work *w, const unsigned char *text, size_t len) {
-    const tok *t = w->t;
     w->buf = text;
     w->sy = malloc(len * sizeof *w->sy);
     if (!w->sy) return TS_ERR_NOMEM;
-    int rc = 0;
-    for (size_t i = 0; i < len && rc == 0;) {
-        size_t e = gpt2_next(text, len, i);
-        int32_t ns = (int32_t)(e - i), first = (int32_t)i;
-        for (int32_t k = 0; k < ns; k++) {
-            sym *s = &w->sy[first + k];
-            s->off = i + (size_t)k;
-            s->n = 1;
-            s->prev = k > 0 ? first + k - 1 : -1;
-            s->next = k + 1 < ns ? first + k + 1 : -1;
-            s->id = t->byte_tok[text[i + (size_t)k]];
-            s->flags = 0;
-        }
-        rc = merge_all(w, first, ns);
-        for (int32_t k = first; rc == 0 && k >= 0; k = w->sy[k].next) emit(w, w->sy[k].id);
-        i = e;
-    }
+    int rc = pretok_split(w->t->pre, (const char *)text, len, bpe_piece, w);
+    free(w->sy);
+    w->sy = NULL;
     return rc;
 }
 
-int tok_encode(const tok *t, const char *text, size_t len, int add_bos,
-               int32_t *out, int cap, int *n_out) {
+/* wpm_encode's callbacks: token lookup, and emission. */
+static int32_t wpm_lookup(const void *ctx, const char *s, size_t n) {
+    const tok *t = ctx;
+    int32_t id = lookup(t, s, n);
+    return id >= 0 && t->mergeable[id] ? id : -1;
+}
+
+static void wpm_emit(void *ctx, int32_t id) { emit(ctx, id); }
+
+static int encode_fragment(work *w, const unsigned char *text, size_t len) {
+    if (len == 0) return 0;
+    const tok *t = w->t;
+    if (t->model == TOK_MODEL_SPM) return encode_spm(w, text, len);
+    if (t->model == TOK_MODEL_BPE) return encode_bpe(w, text, len);
+    return wpm_encode((const char *)text, len, t->uncased, wpm_lookup, t, t->unk, wpm_emit, w);
+}
+
+/* The added token whose text starts s (avail bytes), the longest if
+ * several do; control tokens only when parse_special. -1 if none. */
+static int32_t added_at(const tok *t, const unsigned char *s, size_t avail, int parse_special,
+                        size_t *len) {
+    for (uint32_t k = t->add_at[s[0]]; k < t->add_at[s[0] + 1]; k++) {
+        size_t n = t->add_len[k];
+        if (n > avail) continue;
+        int32_t id = lookup(t, (const char *)s, n);
+        if (id < 0 || !is_added(t, id)) continue;
+        if (t->types[id] == TOK_TYPE_CONTROL && !parse_special) continue;
+        *len = n;
+        return id;
+    }
+    return -1;
+}
+
+int tok_encode_ex(const tok *t, const char *text, size_t len, unsigned flags,
+                  int32_t *out, int cap, int *n_out) {
     if (n_out) *n_out = 0;
     if (!t || !n_out || (len > 0 && !text) || cap < 0 || (cap > 0 && !out))
         return TS_ERR_INVAL;
     if (len > TOK_MAX_INPUT_BYTES) return TS_ERR_INVAL;
-    if (add_bos && t->bos < 0) return TS_ERR_INVAL;
+    int add_bos = (flags & TOK_ENC_ADD_BOS) != 0;
+    if (add_bos && (t->bos < 0 || (t->model == TOK_MODEL_WPM && t->eos < 0))) return TS_ERR_INVAL;
     work w;
     memset(&w, 0, sizeof w);
     w.t = t;
@@ -1037,14 +1161,32 @@ int tok_encode(const tok *t, const char *text, size_t len, int add_bos,
     w.cap = cap;
     int rc = heap_init(&w.pairs, &PAIR_HEAP, 0, HEAP_GROW);
     if (rc < 0) return rc;
-    if (add_bos) emit(&w, t->bos);
-    if (len > 0) {
-        if (t->model == TOK_MODEL_SPM)
-            rc = encode_spm(&w, (const unsigned char *)text, len);
-        else
-            rc = encode_bpe(&w, (const unsigned char *)text, len);
+    if (t->model == TOK_MODEL_BPE && t->ignore_merges && !(w.scratch = malloc(TOK_MAX_TOKEN_BYTES))) {
+        heap_deinit(&w.pairs);
+        return TS_ERR_NOMEM;
     }
-    free(w.sy);
+    if (add_bos) emit(&w, t->bos);
+    /* Added tokens cut the text into fragments, each encoded on its own
+     * (so each SPM fragment gets its own space prefix, as in llama.cpp and
+     * in HF tokenizers, which normalize each split separately). */
+    const unsigned char *s = (const unsigned char *)text;
+    int parse_special = (flags & TOK_ENC_PARSE_SPECIAL) != 0;
+    size_t start = 0;
+    for (size_t i = 0; i < len && rc == 0;) {
+        size_t n;
+        int32_t id = added_at(t, s + i, len - i, parse_special, &n);
+        if (id < 0) {
+            i++;
+            continue;
+        }
+        rc = encode_fragment(&w, s + start, i - start);
+        emit(&w, id);
+        i += n;
+        start = i;
+    }
+    if (rc == 0) rc = encode_fragment(&w, s + start, len - start);
+    if (add_bos && t->model == TOK_MODEL_WPM) emit(&w, t->eos);
+    free(w.scratch);
     heap_deinit(&w.pairs);
     if (rc < 0) return rc;
     /* At most 3 ids per input byte plus BOS, and the input is capped, so the
@@ -1053,6 +1195,10 @@ int tok_encode(const tok *t, const char *text, size_t len, int add_bos,
     return w.need > (size_t)cap ? TS_ERR_INVAL : 0;
 }
 
+int tok_encode(const tok *t, const char *text, size_t len, int add_bos,
+               int32_t *out, int cap, int *n_out) {
+    return tok_encode_ex(t, text, len, add_bos ? TOK_ENC_ADD_BOS : 0, out, cap, n_out);
+}
 /* ---- decoding and accessors ------------------------------------------- */
 
 int tok_decode(const tok *t, int32_t id, char *buf, size_t cap) {
@@ -1068,7 +1214,7 @@ int tok_decode_seq(const tok *t, const int32_t *ids, size_t n, int strip_prefix,
                    char *buf, size_t cap, size_t *n_out) {
     if (n_out) *n_out = 0;
     if (!t || !n_out || (n > 0 && !ids) || (cap > 0 && !buf)) return TS_ERR_INVAL;
-    int strip = strip_prefix && t->model == TOK_MODEL_SPM && t->add_space_prefix;
+    int strip = strip_prefix && ((t->model == TOK_MODEL_SPM && t->add_space_prefix) || t->model == TOK_MODEL_WPM);
     size_t need = 0;
     for (size_t i = 0; i < n; i++) {
         int32_t id = ids[i];
@@ -1083,7 +1229,7 @@ int tok_decode_seq(const tok *t, const int32_t *ids, size_t n, int strip_prefix,
             }
             strip = 0;
         }
-        if (need + pn <= cap) memcpy(buf + need, p, pn);
+        if (pn > 0 && need + pn <= cap) memcpy(buf + need, p, pn);
         need += pn;
     }
     *n_out = need;
@@ -1098,6 +1244,7 @@ int tok_model(const tok *t) { return t->model; }
 int tok_add_bos(const tok *t) { return t->add_bos; }
 int tok_add_space_prefix(const tok *t) { return t->add_space_prefix; }
 size_t tok_piece_max(const tok *t) { return t->piece_max; }
+const char *tok_pre(const tok *t) { return t->pre ? pretok_name(t->pre) : NULL; }
 
 int tok_is_control(const tok *t, int32_t id) {
     return id >= 0 && id < t->n_vocab && t->types[id] == TOK_TYPE_CONTROL;

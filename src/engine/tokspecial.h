@@ -2,17 +2,17 @@
  * tokspecial.h - encoding text in which a vocabulary's special tokens may
  * appear by their exact text, as in a rendered chat template.
  *
- * tok_encode never produces control or user-defined tokens from text (so a
- * user typing "<|im_end|>" gets text, not a turn boundary). Template text is
- * different: its "<|im_start|>" means the control token. A tks_set holds the
- * vocabulary's control and user-defined tokens, longest first, and
- * tks_encode_template matches them by exact text at every position (longest
- * wins, then the lower id) and encodes what lies between as ordinary text.
+ * Plain text (tks_encode_text, tok_encode) gets user-defined tokens matched
+ * by text but never control tokens (so a user typing "<|im_end|>" gets text,
+ * not a turn boundary). Template text is different: its "<|im_start|>"
+ * means the control token. tks_encode_template is tok_encode_ex with
+ * TOK_ENC_PARSE_SPECIAL: control and user-defined tokens are matched by
+ * exact text at every position (longest wins) and what lies between is
+ * encoded as ordinary text. A tks_set only remembers the tok; it is kept
+ * so callers need not change, and must not outlive the tok.
  *
- * The set points into the tok's token texts: it must not outlive the tok.
- * It is read-only after tks_set_new, so threads may share it. Ids are
- * appended to a tks_ids, a growable array the caller owns and frees with
- * free(ids.p).
+ * Ids are appended to a tks_ids, a growable array the caller owns and frees
+ * with free(ids.p).
  */
 #ifndef TS_TOKSPECIAL_H
 #define TS_TOKSPECIAL_H
@@ -34,8 +34,9 @@ typedef struct tks_ids {
 int tks_set_new(const tok *t, tks_set **out);
 void tks_set_free(tks_set *s);
 
-/* Append the encoding of len bytes of plain text (tok_encode: no special
- * tokens) to ids. add_bos as tok_encode. Returns 0 or a negative code. */
+/* Append the encoding of len bytes of plain text (tok_encode: no control
+ * tokens from text) to ids. add_bos as tok_encode. Returns 0 or a negative
+ * code. */
 int tks_encode_text(const tok *t, const char *text, size_t len, int add_bos, tks_ids *ids);
 
 /* Append the encoding of len bytes of template text: special tokens by
