@@ -18,6 +18,7 @@ static const subcommand COMMANDS[] = {
     {"mkmodel", cmd_mkmodel, "write a deterministic random-weight llama GGUF model"},
     {"generate", cmd_generate, "generate text from a GGUF model"},
     {"tokenize", cmd_tokenize, "text to token ids (and back) with a GGUF model's tokenizer"},
+    {"embed", cmd_embed, "embeddings of token-id sequences from a BERT-family GGUF encoder"},
     {"serve", cmd_serve, "run the OpenAI-compatible multi-tenant server"},
     {"keygen", cmd_keygen, "print a new API key and the SHA-256 the config stores"},
     {"bench", cmd_bench, "open-loop multi-tenant load against a server; isolation and fairness report"},
