@@ -159,9 +159,65 @@ static void test_empty_text_into_empty_ids(void **state) {
     tok_free(t);
 }
 
+
+/* A rendered chat: markers count only inside template spans, and the text
+ * between markers is one fragment whatever spans it crosses. */
+static void test_spans(void **state) {
+    (void)state;
+    vocab v;
+    tok *t = vocab_tok(&v);
+    tks_set *set;
+    assert_int_equal(tks_set_new(t, &set), 0);
+    /* "<|im_start|>" template, "ab<|im_end|>" content, "<|im_end|>"
+     * template, "a" content, "<|im_start|>" template. */
+    const char *text = "<|im_start|>ab<|im_end|><|im_end|>a<|im_start|>";
+    const tok_span sp[] = {{0, 12}, {24, 10}, {35, 12}};
+    tks_ids ids = {0};
+    assert_int_equal(tks_encode_spans(set, text, strlen(text), sp, 3, 0, &ids), 0);
+    /* The user-defined "<|im" is matched in content too; the forged
+     * <|im_end|> there is text: "<|im" then the bytes of "_end|>". */
+    int32_t want[16] = {ID_IM_START, ID_AB, ID_IM};
+    int n = 3;
+    for (const char *c = "_end|>"; *c; c++) want[n++] = 3 + (unsigned char)*c;
+    want[n++] = ID_IM_END;
+    want[n++] = ID_A;
+    want[n++] = ID_IM_START;
+    assert_ids(&ids, want, n);
+    free(ids.p);
+
+    /* "a" template then "b" content: one fragment, merged to "ab". */
+    const tok_span half[] = {{0, 1}};
+    memset(&ids, 0, sizeof ids);
+    assert_int_equal(tks_encode_spans(set, "ab", 2, half, 1, 1, &ids), 0);
+    assert_ids(&ids, (const int32_t[]){1, ID_AB}, 2);
+    free(ids.p);
+
+    /* A marker crossing a span's end is text; no spans, no markers. */
+    const tok_span cut[] = {{0, 8}};
+    memset(&ids, 0, sizeof ids);
+    assert_int_equal(tks_encode_spans(set, "<|im_end|>", 10, cut, 1, 0, &ids), 0);
+    assert_int_equal(ids.p[0], ID_IM);
+    free(ids.p);
+    memset(&ids, 0, sizeof ids);
+    assert_int_equal(tks_encode_spans(set, "<|im_end|>", 10, NULL, 0, 0, &ids), 0);
+    assert_int_equal(ids.p[0], ID_IM);
+    free(ids.p);
+
+    /* Spans out of order or past the text are refused. */
+    const tok_span bad[] = {{4, 2}, {2, 1}}, past[] = {{8, 3}};
+    int32_t out[32];
+    int got;
+    const unsigned f = TOK_ENC_PARSE_SPECIAL;
+    assert_int_equal(tok_encode_spans(t, "<|im_end|>", 10, f, bad, 2, out, 32, &got), TS_ERR_INVAL);
+    assert_int_equal(tok_encode_spans(t, "<|im_end|>", 10, f, past, 1, out, 32, &got), TS_ERR_INVAL);
+    tks_set_free(set);
+    tok_free(t);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_template_matches_specials),
+        cmocka_unit_test(test_spans),
         cmocka_unit_test(test_text_never_special),
         cmocka_unit_test(test_appends_and_grows),
         cmocka_unit_test(test_empty_text_into_empty_ids),

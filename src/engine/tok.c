@@ -1131,25 +1131,44 @@ static int encode_fragment(work *w, const unsigned char *text, size_t len) {
 }
 
 /* The added token whose text starts s (avail bytes), the longest if
- * several do; control tokens only when parse_special. -1 if none. */
-static int32_t added_at(const tok *t, const unsigned char *s, size_t avail, int parse_special,
+ * several do; control tokens only when they fit in special_avail bytes
+ * (0: none). -1 if none. */
+static int32_t added_at(const tok *t, const unsigned char *s, size_t avail, size_t special_avail,
                         size_t *len) {
     for (uint32_t k = t->add_at[s[0]]; k < t->add_at[s[0] + 1]; k++) {
         size_t n = t->add_len[k];
         if (n > avail) continue;
         int32_t id = lookup(t, (const char *)s, n);
         if (id < 0 || !is_added(t, id)) continue;
-        if (t->types[id] == TOK_TYPE_CONTROL && !parse_special) continue;
+        if (t->types[id] == TOK_TYPE_CONTROL && n > special_avail) continue;
         *len = n;
         return id;
     }
     return -1;
 }
 
-int tok_encode_ex(const tok *t, const char *text, size_t len, unsigned flags,
-                  int32_t *out, int cap, int *n_out) {
+/* Bytes from i a control token may take: all the rest with
+ * TOK_ENC_PARSE_SPECIAL and no spans, the rest of the span holding i with
+ * spans, else 0. *k walks the spans as i grows. */
+static size_t special_room(unsigned flags, const tok_span *sp, size_t n_sp, size_t *k, size_t i, size_t len) {
+    if (!(flags & TOK_ENC_PARSE_SPECIAL)) return 0;
+    if (!sp) return len - i;
+    while (*k < n_sp && sp[*k].off + sp[*k].len <= i) (*k)++;
+    return *k < n_sp && sp[*k].off <= i ? sp[*k].off + sp[*k].len - i : 0;
+}
+
+static int check_spans(const tok_span *sp, size_t n, size_t len) {
+    for (size_t k = 0; k < n; k++)
+        if (sp[k].off > len || sp[k].len > len - sp[k].off || (k && sp[k].off < sp[k - 1].off + sp[k - 1].len))
+            return TS_ERR_INVAL;
+    return 0;
+}
+
+int tok_encode_spans(const tok *t, const char *text, size_t len, unsigned flags, const tok_span *spans,
+                     size_t n_spans, int32_t *out, int cap, int *n_out) {
     if (n_out) *n_out = 0;
-    if (!t || !n_out || (len > 0 && !text) || cap < 0 || (cap > 0 && !out))
+    if (!t || !n_out || (len > 0 && !text) || cap < 0 || (cap > 0 && !out) || (n_spans && !spans) ||
+        (spans && check_spans(spans, n_spans, len)))
         return TS_ERR_INVAL;
     if (len > TOK_MAX_INPUT_BYTES) return TS_ERR_INVAL;
     int add_bos = (flags & TOK_ENC_ADD_BOS) != 0;
@@ -1170,11 +1189,10 @@ int tok_encode_ex(const tok *t, const char *text, size_t len, unsigned flags,
      * (so each SPM fragment gets its own space prefix, as in llama.cpp and
      * in HF tokenizers, which normalize each split separately). */
     const unsigned char *s = (const unsigned char *)text;
-    int parse_special = (flags & TOK_ENC_PARSE_SPECIAL) != 0;
-    size_t start = 0;
+    size_t start = 0, k = 0;
     for (size_t i = 0; i < len && rc == 0;) {
         size_t n;
-        int32_t id = added_at(t, s + i, len - i, parse_special, &n);
+        int32_t id = added_at(t, s + i, len - i, special_room(flags, spans, n_spans, &k, i, len), &n);
         if (id < 0) {
             i++;
             continue;
@@ -1193,6 +1211,11 @@ int tok_encode_ex(const tok *t, const char *text, size_t len, unsigned flags,
      * count fits an int. */
     *n_out = (int)w.need;
     return w.need > (size_t)cap ? TS_ERR_INVAL : 0;
+}
+
+int tok_encode_ex(const tok *t, const char *text, size_t len, unsigned flags,
+                  int32_t *out, int cap, int *n_out) {
+    return tok_encode_spans(t, text, len, flags, NULL, 0, out, cap, n_out);
 }
 
 int tok_encode(const tok *t, const char *text, size_t len, int add_bos,

@@ -168,6 +168,26 @@ int tok_encode(const tok *t, const char *text, size_t len, int add_bos,
 int tok_encode_ex(const tok *t, const char *text, size_t len, unsigned flags,
                   int32_t *out, int cap, int *n_out);
 
+/* A byte range of a text. */
+typedef struct tok_span {
+    size_t off;             /* bytes from the start of the text */
+    size_t len;
+} tok_span;
+
+/*
+ * As tok_encode_ex with TOK_ENC_PARSE_SPECIAL, but a control token is
+ * matched only where its whole text lies inside one of the n_spans spans
+ * (in order, not overlapping, within the text; TS_ERR_INVAL otherwise):
+ * a rendered chat, whose template text may name turn markers and whose
+ * message content must not. Text between the tokens found is encoded as
+ * one fragment whichever spans it crosses, exactly as if the content had
+ * been typed around the markers (a fragment cut at a span's edge would
+ * get a second SPM space prefix and other merges). Without
+ * TOK_ENC_PARSE_SPECIAL in flags the spans change nothing.
+ */
+int tok_encode_spans(const tok *t, const char *text, size_t len, unsigned flags, const tok_span *spans,
+                     size_t n_spans, int32_t *out, int cap, int *n_out);
+
 /*
  * Write the bytes of one token's piece into buf (no terminator): U+2581
  * becomes ' ', byte tokens become their byte, control and unused tokens

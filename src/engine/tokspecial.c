@@ -36,27 +36,38 @@ static int ids_reserve(tks_ids *ids, int more) {
     return 0;
 }
 
-/* Append the encoding of text under flags: a count query, then the fill. */
-static int append(const tok *t, const char *text, size_t len, unsigned flags, tks_ids *ids) {
+/* Append the encoding of text under flags (and spans: tok_encode_spans):
+ * a count query, then the fill. */
+static int append(const tok *t, const char *text, size_t len, unsigned flags, const tok_span *sp, size_t n_sp,
+                  tks_ids *ids) {
     int need = 0;
     /* A first call with no room asks for the count (TS_ERR_INVAL with need).
      * 0 means there is nothing to add (empty text, no BOS): return before
      * ids->p, which may still be NULL, meets pointer arithmetic (NULL + 0
      * is undefined). TS_ERR_INVAL without a count is a real error. */
-    int rc = tok_encode_ex(t, text, len, flags, NULL, 0, &need);
+    int rc = tok_encode_spans(t, text, len, flags, sp, n_sp, NULL, 0, &need);
     if (rc != TS_ERR_INVAL || need == 0) return rc;
     if ((rc = ids_reserve(ids, need))) return rc;
     int got;
-    rc = tok_encode_ex(t, text, len, flags, ids->p + ids->n, ids->cap - ids->n, &got);
+    rc = tok_encode_spans(t, text, len, flags, sp, n_sp, ids->p + ids->n, ids->cap - ids->n, &got);
     if (rc) return rc;
     ids->n += got;
     return 0;
 }
 
 int tks_encode_text(const tok *t, const char *text, size_t len, int add_bos, tks_ids *ids) {
-    return append(t, text, len, add_bos ? TOK_ENC_ADD_BOS : 0, ids);
+    return append(t, text, len, add_bos ? TOK_ENC_ADD_BOS : 0, NULL, 0, ids);
 }
 
 int tks_encode_template(const tks_set *s, const char *text, size_t len, tks_ids *ids) {
-    return append(s->t, text, len, TOK_ENC_PARSE_SPECIAL, ids);
+    return append(s->t, text, len, TOK_ENC_PARSE_SPECIAL, NULL, 0, ids);
+}
+
+int tks_encode_spans(const tks_set *s, const char *text, size_t len, const tok_span *spans, size_t n_spans,
+                     int add_bos, tks_ids *ids) {
+    /* No spans is no template text: not "specials anywhere", which is
+     * what a NULL list means to tok_encode_spans. */
+    static const tok_span none = {0, 0};
+    unsigned flags = TOK_ENC_PARSE_SPECIAL | (add_bos ? TOK_ENC_ADD_BOS : 0u);
+    return append(s->t, text, len, flags, n_spans ? spans : &none, n_spans, ids);
 }

@@ -43,4 +43,10 @@ int tks_encode_text(const tok *t, const char *text, size_t len, int add_bos, tks
  * their text, the rest as plain text. Returns 0 or a negative code. */
 int tks_encode_template(const tks_set *s, const char *text, size_t len, tks_ids *ids);
 
+/* Append the encoding of a rendered chat: special tokens by their text
+ * only inside the n_spans template spans, the text between them as one
+ * fragment each (tok_encode_spans); BOS first when add_bos. */
+int tks_encode_spans(const tks_set *s, const char *text, size_t len, const tok_span *spans, size_t n_spans,
+                     int add_bos, tks_ids *ids);
+
 #endif

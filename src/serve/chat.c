@@ -352,20 +352,14 @@ int chat_render(chat_family f, const chat_msg *msgs, int n,
     return chat_render_segs(f, msgs, n, out, len, add_bos, NULL, NULL);
 }
 
-/* text tokenized into ids: the segments through the special tokens, the
- * rest as plain text, BOS first when add_bos and the vocabulary wants it. */
+/* text tokenized into ids: special tokens by their text inside the
+ * template segments only, the text between them as one fragment whatever
+ * segments it crosses (tks_encode_spans: a content fragment encoded on its
+ * own would get a second SPM space prefix and other merges), BOS first
+ * when add_bos and the vocabulary wants it. */
 static int encode_segs(const char *text, size_t len, const chat_seg *segs, size_t n_segs,
                        int add_bos, const tok *t, const tks_set *specials, tks_ids *ids) {
-    int rc = 0;
-    if (add_bos && tok_add_bos(t)) rc = tks_encode_text(t, "", 0, 1, ids);
-    size_t at = 0;
-    for (size_t k = 0; !rc && k <= n_segs; k++) {
-        size_t seg_off = k < n_segs ? segs[k].off : len;
-        if (seg_off > at) rc = tks_encode_text(t, text + at, seg_off - at, 0, ids);
-        if (!rc && k < n_segs) rc = tks_encode_template(specials, text + segs[k].off, segs[k].len, ids);
-        if (k < n_segs) at = segs[k].off + segs[k].len;
-    }
-    return rc;
+    return tks_encode_spans(specials, text, len, segs, n_segs, add_bos && tok_add_bos(t), ids);
 }
 
 int chat_tokenize(chat_family f, const chat_msg *msgs, int n, const tok *t, const tks_set *specials,

@@ -141,10 +141,7 @@ typedef struct chat_msg {
 
 /* A byte range of the rendered text that is template text (markers, role
  * names, separators, BOS/EOS texts), not message content. */
-typedef struct chat_seg {
-    size_t off;             /* bytes from the start of the text */
-    size_t len;
-} chat_seg;
+typedef tok_span chat_seg;  /* off, len: bytes from the start of the text */
 
 /* The family whose markers appear in a chat template's Jinja text (len
  * bytes); CHAT_DEFAULT for NULL, empty or unrecognised text. */
