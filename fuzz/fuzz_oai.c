@@ -218,9 +218,46 @@ static void one(oai_kind kind, const uint8_t *data, size_t size) {
     oai_request_free(&q);
 }
 
+/* Embeddings, tokenize, detokenize: a clean parse or a clean refusal, and
+ * the answers built from what was parsed are valid JSON. */
+static void other(oai_kind kind, const uint8_t *data, size_t size) {
+    oai_request q;
+    oai_error e;
+    const char *body = (const char *)data;
+    int rc = kind == OAI_EMBEDDINGS ? oai_parse_embeddings(body, size, &q, &e)
+             : kind == OAI_TOKENIZE ? oai_parse_tokenize(body, size, &q, &e)
+                                    : oai_parse_detokenize(body, size, &q, &e);
+    if (rc) {
+        static const oai_request zero;
+        FZ_CHECK((rc == TS_ERR_INVAL && e.status == 400) || (rc == TS_ERR_NOMEM && e.status == 503));
+        FZ_CHECK(memcmp(&q, &zero, sizeof q) == 0);
+        return;
+    }
+    FZ_CHECK(q.kind == kind);
+    if (kind == OAI_EMBEDDINGS) {
+        FZ_CHECK(q.n_inputs >= 1 && q.n_inputs <= OAI_MAX_INPUTS);
+        for (size_t i = 0; i < q.n_inputs; i++)
+            FZ_CHECK(!q.inputs[i].text != !q.inputs[i].tokens && (q.inputs[i].len || q.inputs[i].n_tokens));
+        float *v = calloc(q.n_inputs * 3, sizeof(float));
+        FZ_CHECK(v != NULL);
+        char *j = oai_embeddings_json(q.model, v, q.n_inputs, 3, q.base64, 1);
+        check_json(j, 0, NULL, NULL);
+        free(j);
+        free(v);
+    } else if (q.prompt_tokens) {
+        char *j = oai_tokenize_json(q.prompt_tokens, q.n_prompt_tokens, 64);
+        check_json(j, 0, NULL, NULL);
+        free(j);
+    }
+    oai_request_free(&q);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     one(OAI_COMPLETION, data, size);
     one(OAI_CHAT, data, size);
+    other(OAI_EMBEDDINGS, data, size);
+    other(OAI_TOKENIZE, data, size);
+    other(OAI_DETOKENIZE, data, size);
     /* The raw bytes as generated text: the answer is valid JSON anyway. */
     responses(OAI_COMPLETION, "m", (const char *)data, size);
     responses(OAI_CHAT, "m\xff", (const char *)data, size);

@@ -28,8 +28,11 @@
 static int parse_n(oai_kind kind, const char *body, size_t len, oai_request *r, oai_error *e) {
     char *copy = len ? malloc(len) : NULL;   /* exact size: no NUL after it */
     if (len) memcpy(copy, body, len);
-    int rc = kind == OAI_CHAT ? oai_parse_chat(copy, len, r, e)
-                              : oai_parse_completion(copy, len, r, e);
+    int rc = kind == OAI_CHAT         ? oai_parse_chat(copy, len, r, e)
+             : kind == OAI_EMBEDDINGS ? oai_parse_embeddings(copy, len, r, e)
+             : kind == OAI_TOKENIZE   ? oai_parse_tokenize(copy, len, r, e)
+             : kind == OAI_DETOKENIZE ? oai_parse_detokenize(copy, len, r, e)
+                                      : oai_parse_completion(copy, len, r, e);
     free(copy);
     return rc;
 }
@@ -1012,6 +1015,119 @@ static void test_mutations(void **st) {
     assert_true(refused > 100);
 }
 
+
+/* ---- embeddings, tokenize, detokenize -------------------------------------- */
+
+static void test_embeddings_parse(void **st) {
+    (void)st;
+    oai_request r;
+    ok(OAI_EMBEDDINGS, "{\"model\":\"e\",\"input\":\"hello\"}", &r);
+    assert_int_equal(r.n_inputs, 1);
+    assert_string_equal(r.inputs[0].text, "hello");
+    assert_false(r.base64);
+    assert_int_equal(r.dimensions, 0);
+    oai_request_free(&r);
+    ok(OAI_EMBEDDINGS, "{\"model\":\"e\",\"input\":[\"a\",\"bc\"],\"encoding_format\":\"base64\","
+                       "\"dimensions\":8,\"user\":\"u\"}", &r);
+    assert_int_equal(r.n_inputs, 2);
+    assert_int_equal(r.inputs[1].len, 2);
+    assert_true(r.base64);
+    assert_int_equal(r.dimensions, 8);
+    oai_request_free(&r);
+    ok(OAI_EMBEDDINGS, "{\"model\":\"e\",\"input\":[5,6,7]}", &r);   /* one list of ids */
+    assert_int_equal(r.n_inputs, 1);
+    assert_int_equal(r.inputs[0].n_tokens, 3);
+    assert_int_equal(r.inputs[0].tokens[2], 7);
+    oai_request_free(&r);
+    ok(OAI_EMBEDDINGS, "{\"model\":\"e\",\"input\":[[1],[2,3]],\"encoding_format\":null}", &r);
+    assert_int_equal(r.n_inputs, 2);
+    assert_int_equal(r.inputs[1].n_tokens, 2);
+    assert_null(r.inputs[1].text);
+    oai_request_free(&r);
+
+    bad(OAI_EMBEDDINGS, "{\"model\":\"e\"}", "input", "required");
+    bad(OAI_EMBEDDINGS, "{\"input\":\"x\"}", "model", "model");
+    bad(OAI_EMBEDDINGS, "{\"model\":\"e\",\"input\":\"\"}", "input", "empty");
+    bad(OAI_EMBEDDINGS, "{\"model\":\"e\",\"input\":[]}", "input", "empty");
+    bad(OAI_EMBEDDINGS, "{\"model\":\"e\",\"input\":{}}", "input", "must be a string");
+    bad(OAI_EMBEDDINGS, "{\"model\":\"e\",\"input\":[\"a\",3]}", "input[1]", "string or an array");
+    bad(OAI_EMBEDDINGS, "{\"model\":\"e\",\"input\":[\"a\",\"\"]}", "input[1]", "empty");
+    bad(OAI_EMBEDDINGS, "{\"model\":\"e\",\"input\":[[1],[-2]]}", "input[1][0]", "token id");
+    bad(OAI_EMBEDDINGS, "{\"model\":\"e\",\"input\":[1,\"x\"]}", "input[1]", "token id");
+    bad(OAI_EMBEDDINGS, "{\"model\":\"e\",\"input\":[[]]}", "input[0]", "empty");
+    bad(OAI_EMBEDDINGS, "{\"model\":\"e\",\"input\":\"x\",\"encoding_format\":\"int8\"}",
+        "encoding_format", "base64");
+    bad(OAI_EMBEDDINGS, "{\"model\":\"e\",\"input\":\"x\",\"dimensions\":0}", "dimensions", "between");
+    bad(OAI_EMBEDDINGS, "{\"model\":\"e\",\"input\":\"x\",\"dimensions\":1.5}", "dimensions", "integer");
+
+    /* OpenAI's cap on inputs per request. */
+    size_t n = OAI_MAX_INPUTS + 1, cap = 64 + 4 * n;
+    char *body = malloc(cap), *p = body;
+    p += sprintf(p, "{\"model\":\"e\",\"input\":[");
+    for (size_t i = 0; i < n; i++) p += sprintf(p, i ? ",\"a\"" : "\"a\"");
+    sprintf(p, "]}");
+    bad(OAI_EMBEDDINGS, body, "input", "at most");
+    free(body);
+}
+
+static void test_tokenize_parse(void **st) {
+    (void)st;
+    oai_request r;
+    ok(OAI_TOKENIZE, "{\"prompt\":\"hi\"}", &r);
+    assert_null(r.model);
+    assert_string_equal(r.prompt, "hi");
+    assert_false(r.has_messages);
+    assert_true(r.add_special_tokens);
+    assert_true(r.add_generation_prompt);
+    oai_request_free(&r);
+    ok(OAI_TOKENIZE, "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],"
+                     "\"add_generation_prompt\":false,\"add_special_tokens\":false}", &r);
+    assert_string_equal(r.model, "m");
+    assert_true(r.has_messages);
+    assert_int_equal(r.n_messages, 1);
+    assert_false(r.add_generation_prompt);
+    assert_false(r.add_special_tokens);
+    oai_request_free(&r);
+    bad(OAI_TOKENIZE, "{\"model\":\"m\"}", "prompt", "either");
+    bad(OAI_TOKENIZE, "{\"prompt\":\"a\",\"messages\":[]}", "messages", "either");
+    bad(OAI_TOKENIZE, "{\"prompt\":\"a\",\"add_special_tokens\":1}", "add_special_tokens", "boolean");
+    bad(OAI_TOKENIZE, "{\"model\":\"\",\"prompt\":\"a\"}", "model", "empty");
+
+    ok(OAI_DETOKENIZE, "{\"tokens\":[1,2,3]}", &r);
+    assert_int_equal(r.n_prompt_tokens, 3);
+    oai_request_free(&r);
+    bad(OAI_DETOKENIZE, "{}", "tokens", "required");
+    bad(OAI_DETOKENIZE, "{\"tokens\":[]}", "tokens", "empty");
+    bad(OAI_DETOKENIZE, "{\"tokens\":\"1 2\"}", "tokens", "array");
+    bad(OAI_DETOKENIZE, "{\"tokens\":[1,2.5]}", "tokens[1]", "token id");
+}
+
+static void test_embeddings_json(void **st) {
+    (void)st;
+    const float v[4] = {0.5f, -0.25f, 1.0f / 3.0f, 0.0f};
+    char *j = oai_embeddings_json("e", v, 2, 2, false, 7);
+    assert_non_null(j);
+    cJSON *root = cJSON_Parse(j);
+    assert_non_null(root);
+    const cJSON *data = cJSON_GetObjectItem(root, "data");
+    assert_int_equal(cJSON_GetArraySize(data), 2);
+    const cJSON *e1 = cJSON_GetObjectItem(cJSON_GetArrayItem(data, 1), "embedding");
+    assert_true((float)cJSON_GetArrayItem(e1, 0)->valuedouble == 1.0f / 3.0f);   /* %.9g round-trips */
+    assert_int_equal(cJSON_GetObjectItem(cJSON_GetObjectItem(root, "usage"), "total_tokens")->valueint, 7);
+    cJSON_Delete(root);
+    free(j);
+    /* base64 of the little-endian float32 bytes: 0.5f is 00 00 00 3f. */
+    j = oai_embeddings_json("e", v, 1, 1, true, 1);
+    assert_non_null(strstr(j, "\"embedding\":\"AAAAPw==\""));
+    free(j);
+    j = oai_tokenize_json((const int32_t[]){4, 5}, 2, 128);
+    assert_string_equal(j, "{\"count\":2,\"max_model_len\":128,\"tokens\":[4,5]}");
+    free(j);
+    j = oai_detokenize_json("a\"b", 3);
+    assert_string_equal(j, "{\"prompt\":\"a\\\"b\"}");
+    free(j);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_completion_minimal),
@@ -1040,6 +1156,9 @@ int main(void) {
         cmocka_unit_test(test_sse_framing),
         cmocka_unit_test(test_models),
         cmocka_unit_test(test_mutations),
+        cmocka_unit_test(test_embeddings_parse),
+        cmocka_unit_test(test_tokenize_parse),
+        cmocka_unit_test(test_embeddings_json),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -64,10 +64,14 @@ static void raise_fd_limit(uint32_t max_connections) {
                 (unsigned long long)rl.rlim_cur, max_connections);
 }
 
-static void banner(const cfg *c, uint16_t port, const char *new_key) {
+static void banner(const cfg *c, const srv *s, uint16_t port, const char *new_key) {
     printf("tessera: listening on http://%s:%u (policy %s)\n", c->host, (unsigned)port,
            c->policy == SCHED_POLICY_FCFS ? "fcfs" : "fair");
-    for (size_t i = 0; i < c->n_models; i++) printf("tessera: model %s from %s\n", c->models[i].name, c->models[i].path);
+    for (size_t i = 0; i < c->n_models; i++) {
+        char what[256];
+        srv_model_describe(s, (int)i, what, sizeof(what));
+        printf("tessera: model %s from %s: %s\n", c->models[i].name, c->models[i].path, what);
+    }
     for (size_t i = 0; i < c->n_tenants; i++)
         printf("tessera: tenant %s (tier %s, weight %g)\n", c->tenants[i].sched.name,
                c->tiers[c->tenants[i].sched.tier].name, c->tenants[i].sched.weight);
@@ -154,7 +158,7 @@ int cmd_serve(int argc, char **argv) {
         cfg_free(&c);
         return 1;
     }
-    banner(&c, srv_port(s), config ? NULL : key);
+    banner(&c, s, srv_port(s), config ? NULL : key);
     int sig = 0;
     sigwait(&sigs, &sig);
     printf("tessera: %s: draining (grace %u s)\n", sig == SIGINT ? "SIGINT" : "SIGTERM", c.limits.shutdown_grace_s);

@@ -656,3 +656,18 @@ int gguf_writer_write(gguf_writer *w, const char *path, char *err, size_t errlen
     }
     return 0;
 }
+
+uint64_t gguf_resident_bytes(const gguf_ctx *g) {
+    const uint64_t pg = (uint64_t)sysconf(_SC_PAGESIZE), n = g->size;
+    const uintptr_t a = (uintptr_t)g->map / pg * pg, e = (uintptr_t)g->map + n;
+    const size_t pages = (size_t)((e - a + pg - 1) / pg);
+    unsigned char vec[4096];
+    uint64_t in = 0;
+    for (size_t at = 0; at < pages; at += sizeof vec) {
+        size_t k = pages - at < sizeof vec ? pages - at : sizeof vec;
+        if (mincore((void *)(a + at * pg), k * pg, vec)) return 0;
+        for (size_t i = 0; i < k; i++) in += vec[i] & 1;
+    }
+    in *= pg;
+    return in < n ? in : n;
+}

@@ -98,6 +98,12 @@ int gguf_open(const char *path, gguf_ctx **out, char *err, size_t errlen);
 int gguf_open_buffer(const void *buf, size_t len, gguf_ctx **out, char *err, size_t errlen);
 void gguf_close(gguf_ctx *g);
 
+/* Bytes of the file's mapping resident in the page cache now (mincore over
+ * every page, touched by this process or not: for a model read in place they
+ * are the one copy of its weights). At most g->size; 0 when mincore fails.
+ * It walks every page: not for a hot path. */
+uint64_t gguf_resident_bytes(const gguf_ctx *g);
+
 /* Name of a tensor type ("q8_0") or NULL if tessera does not execute it. */
 const char *gguf_type_name(uint32_t type);
 /* The type of an executed type's name ("q8_0"): 0, or TS_ERR_INVAL when

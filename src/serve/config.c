@@ -14,6 +14,7 @@
  */
 #include "config.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -154,11 +155,57 @@ static char *resolve_path(const char *cfg_path, const char *p) {
     return r;
 }
 
+#define CHAT_TEMPLATE_MAX (1u << 20)   /* bytes of a chat template file */
+
+/* The whole of a small text file, NUL-terminated, or NULL with why. */
+static char *read_text_file(const char *path, const char **why) {
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        *why = strerror(errno);
+        return NULL;
+    }
+    char *buf = malloc(CHAT_TEMPLATE_MAX + 1);
+    size_t n = buf ? fread(buf, 1, CHAT_TEMPLATE_MAX + 1, f) : 0;
+    int bad = !buf || ferror(f) || n > CHAT_TEMPLATE_MAX || memchr(buf, 0, n);
+    *why = !buf ? "out of memory" : ferror(f) ? "read error" : n > CHAT_TEMPLATE_MAX ? "larger than 1 MiB"
+                                                                                   : "holds a NUL byte";
+    fclose(f);
+    if (bad) {
+        free(buf);
+        return NULL;
+    }
+    buf[n] = '\0';
+    return buf;
+}
+
+/* chat_template (inline) or chat_template_file; the template's syntax is
+ * checked when the server loads the model, where the interpreter lives. */
+static int parse_chat_template(const ydoc *d, const yaml_node_t *inl, const yaml_node_t *file, const char *ip,
+                               const char *fpth, cfg_model *m) {
+    const char *s = NULL;
+    int rc;
+    if (inl && file) return ydoc_fail(d, file, fpth, "give chat_template or chat_template_file, not both");
+    if (inl) {
+        if ((rc = ydoc_get_str(d, inl, ip, &s))) return rc;
+        m->chat_template = strdup(s);
+        m->chat_template_from = strdup("config");
+    } else if (file) {
+        if ((rc = ydoc_get_str(d, file, fpth, &s))) return rc;
+        if (!(m->chat_template_from = resolve_path(ydoc_name(d), s))) return ydoc_nomem(d);
+        const char *why = NULL;
+        if (!(m->chat_template = read_text_file(m->chat_template_from, &why)))
+            return ydoc_fail(d, file, fpth, "cannot read '%s': %s", m->chat_template_from, why);
+    } else {
+        return 0;
+    }
+    return m->chat_template && m->chat_template_from ? 0 : ydoc_nomem(d);
+}
+
 static int parse_model(const ydoc *d, const yaml_node_t *n, const char *path, cfg_model *m) {
-    enum { NAME, PATH, KV, SWAP, BS, SEQS, BMIN, BMAX, THREADS, NK };
+    enum { NAME, PATH, KV, SWAP, BS, SEQS, BMIN, BMAX, THREADS, TPL, TPLF, NK };
     static const char *const keys[NK] = {"name", "path", "kv_cache_bytes", "swap_bytes",
                                          "block_size", "max_seqs", "budget_min", "budget_max",
-                                         "threads"};
+                                         "threads", "chat_template", "chat_template_file"};
     const yaml_node_t *v[NK];
     char fp[YDOC_PATH_MAX];
     const char *p = NULL;
@@ -181,6 +228,7 @@ static int parse_model(const ydoc *d, const yaml_node_t *n, const char *path, cf
         return ydoc_fail(d, at, FP(BMIN), "budget_min %d is larger than budget_max %d", m->budget_min,
                          m->budget_max);
     }
+    if ((rc = parse_chat_template(d, v[TPL], v[TPLF], FP(TPL), FP(TPLF), m))) return rc;
 #undef FP
     m->path = resolve_path(ydoc_name(d), p);
     return m->path ? 0 : ydoc_nomem(d);
@@ -416,7 +464,11 @@ int cfg_load(const char *path, cfg *out, char *err, size_t errlen) {
 
 void cfg_free(cfg *c) {
     if (!c) return;
-    for (size_t i = 0; c->models && i < c->n_models; i++) free(c->models[i].path);
+    for (size_t i = 0; c->models && i < c->n_models; i++) {
+        free(c->models[i].path);
+        free(c->models[i].chat_template);
+        free(c->models[i].chat_template_from);
+    }
     free(c->models);
     for (size_t i = 0; c->tenants && i < c->n_tenants; i++) free(c->tenants[i].keys);
     free(c->tenants);

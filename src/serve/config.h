@@ -50,6 +50,12 @@
  *       budget_min: 64         tokens per step, 1..budget_max
  *       budget_max: 512        tokens per step, budget_min..1048576
  *       threads: 0             CPU threads, 0 = all cores, 0..4096
+ *       chat_template: "..."   optional Jinja text replacing the GGUF's
+ *                              tokenizer.chat_template (the model has none,
+ *                              or one the interpreter cannot run)
+ *       chat_template_file: t.jinja  the same, read from a file (relative
+ *                              to the config's folder, at most 1 MiB); not
+ *                              both
  *   tiers:                     optional, 1..SCHED_MAX_TIERS; default: gold,
  *                              silver, bronze as sched_tiers_default()
  *     - name: gold             required; [A-Za-z0-9._-]
@@ -111,6 +117,8 @@ typedef struct cfg_model {
     int max_seqs;                   /* sequences per step */
     int budget_min, budget_max;     /* tokens per step */
     int threads;                    /* 0 = all cores */
+    char *chat_template;            /* owned Jinja text overriding the GGUF's, or NULL */
+    char *chat_template_from;       /* owned: "config" or the file it was read from */
 } cfg_model;
 
 typedef struct cfg_tenant {

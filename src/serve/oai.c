@@ -2,6 +2,7 @@
 #include "oai.h"
 
 #include <cjson/cJSON.h>
+#include <openssl/evp.h>
 #include <inttypes.h>
 #include <math.h>
 #include <stdarg.h>
@@ -476,8 +477,10 @@ static int parse_model(const cJSON *root, oai_request *r, oai_error *e) {
     return 0;
 }
 
-/* An array of token ids: non-empty integers in 0..INT32_MAX. */
-static int parse_token_ids(const cJSON *arr, const char *name, oai_request *r, oai_error *e) {
+/* An array of token ids: non-empty integers in 0..INT32_MAX. OUT *out
+ * (malloc'd) and *n on success. */
+static int parse_token_ids(const cJSON *arr, const char *name, int32_t **out, size_t *n_out,
+                           oai_error *e) {
     int n = cJSON_GetArraySize(arr);
     if (n <= 0) return bad(e, name, NULL, "'%s' must not be empty", name);
     int32_t *t = malloc((size_t)n * sizeof *t);
@@ -494,8 +497,8 @@ static int parse_token_ids(const cJSON *arr, const char *name, oai_request *r, o
         }
         t[i] = (int32_t)d;
     }
-    r->prompt_tokens = t;
-    r->n_prompt_tokens = i;
+    *out = t;
+    *n_out = i;
     return 0;
 }
 
@@ -516,14 +519,15 @@ static int parse_prompt(const cJSON *root, oai_request *r, oai_error *e) {
     if (!cJSON_IsArray(v)) return bad(e, "prompt", NULL, "%s", shape);
     const cJSON *first = v->child;
     if (!first) return bad(e, "prompt", NULL, "'prompt' must not be empty");
-    if (cJSON_IsNumber(first)) return parse_token_ids(v, "prompt", r, e);
+    if (cJSON_IsNumber(first)) return parse_token_ids(v, "prompt", &r->prompt_tokens, &r->n_prompt_tokens, e);
     if (!cJSON_IsString(first) && !cJSON_IsArray(first))
         return bad(e, "prompt", NULL, "%s", shape);
     if (first->next)
         return bad(e, "prompt", C_UNSUPPORTED_VALUE,
                    "'prompt' holds more than one prompt; batched prompts are not "
                    "supported, send one request per prompt");
-    if (cJSON_IsArray(first)) return parse_token_ids(first, "prompt[0]", r, e);
+    if (cJSON_IsArray(first))
+        return parse_token_ids(first, "prompt[0]", &r->prompt_tokens, &r->n_prompt_tokens, e);
     r->prompt_len = strlen(first->valuestring);
     if (!(r->prompt = dup_n(first->valuestring, r->prompt_len))) return nomem(e);
     return 0;
@@ -871,6 +875,94 @@ static int parse_unsupported(const cJSON *root, oai_request *r, oai_error *e) {
     return 0;
 }
 
+/* ---- request parsing: embeddings, tokenize, detokenize -------------------- */
+
+/* One element of an embeddings input list: a non-empty string or a
+ * non-empty list of token ids. */
+static int parse_input_item(const cJSON *v, const char *name, oai_input *in, oai_error *e) {
+    if (cJSON_IsArray(v)) return parse_token_ids(v, name, &in->tokens, &in->n_tokens, e);
+    if (!cJSON_IsString(v))
+        return bad(e, name, NULL, "'%s' must be a string or an array of token ids", name);
+    if (!v->valuestring[0]) return bad(e, name, NULL, "'%s' must not be an empty string", name);
+    in->len = strlen(v->valuestring);
+    return (in->text = dup_n(v->valuestring, in->len)) ? 0 : nomem(e);
+}
+
+/* input: a string, token ids, or a list of either. */
+static int parse_inputs(const cJSON *root, oai_request *r, oai_error *e) {
+    const cJSON *v = field(root, "input");
+    if (!v) return bad(e, "input", NULL, "'input' is required");
+    bool one = cJSON_IsString(v) || (cJSON_IsArray(v) && cJSON_IsNumber(v->child));
+    int n = one ? 1 : cJSON_IsArray(v) ? cJSON_GetArraySize(v) : -1;
+    if (n < 0)
+        return bad(e, "input", NULL, "'input' must be a string, an array of strings, an array of "
+                   "token ids, or an array of arrays of token ids");
+    if (n == 0) return bad(e, "input", NULL, "'input' must not be empty");
+    if (n > OAI_MAX_INPUTS)
+        return bad(e, "input", NULL, "'input' holds %d items; at most %d are allowed", n, OAI_MAX_INPUTS);
+    if (!(r->inputs = calloc((size_t)n, sizeof *r->inputs))) return nomem(e);
+    r->n_inputs = (size_t)n;
+    if (one) return parse_input_item(v, "input", &r->inputs[0], e);
+    size_t i = 0;
+    for (const cJSON *c = v->child; c; c = c->next, i++) {
+        char p[OAI_ERR_PARAM_MAX];
+        snprintf(p, sizeof p, "input[%zu]", i);
+        int rc = parse_input_item(c, p, &r->inputs[i], e);
+        if (rc) return rc;
+    }
+    return 0;
+}
+
+static int parse_embeddings(const cJSON *root, oai_request *r, oai_error *e) {
+    int rc;
+    if ((rc = parse_model(root, r, e)) || (rc = parse_inputs(root, r, e))) return rc;
+    const cJSON *f = field(root, "encoding_format");
+    if (f) {
+        if (!cJSON_IsString(f) || (strcmp(f->valuestring, "float") && strcmp(f->valuestring, "base64")))
+            return bad(e, "encoding_format", NULL, "'encoding_format' must be \"float\" or \"base64\"");
+        r->base64 = strcmp(f->valuestring, "base64") == 0;
+    }
+    double d = 0;
+    bool has;
+    if ((rc = get_int(root, "dimensions", 1, 1 << 20, &d, &has, e))) return rc;
+    r->dimensions = has ? (uint32_t)d : 0;
+    return get_str(root, "user", &r->user, NULL, e);
+}
+
+/* model is optional for tokenize and detokenize (vLLM's shape). */
+static int parse_model_opt(const cJSON *root, oai_request *r, oai_error *e) {
+    return field(root, "model") ? parse_model(root, r, e) : 0;
+}
+
+static int parse_tokenize(const cJSON *root, oai_request *r, oai_error *e) {
+    int rc = parse_model_opt(root, r, e);
+    if (rc) return rc;
+    bool has_p = field(root, "prompt") != NULL, has_m = field(root, "messages") != NULL;
+    if (has_p == has_m) return bad(e, has_p ? "messages" : "prompt", NULL, "send either 'prompt' or 'messages'");
+    r->has_messages = has_m;
+    if ((rc = has_m ? parse_messages(root, r, e) : parse_prompt(root, r, e))) return rc;
+    if ((rc = get_bool(root, "add_special_tokens", &r->add_special_tokens, e))) return rc;
+    if ((rc = get_bool(root, "parse_special_tokens", &r->parse_special, e))) return rc;
+    return get_bool(root, "add_generation_prompt", &r->add_generation_prompt, e);
+}
+
+static int parse_detokenize(const cJSON *root, oai_request *r, oai_error *e) {
+    int rc = parse_model_opt(root, r, e);
+    if (rc) return rc;
+    const cJSON *v = field(root, "tokens");
+    if (!v) return bad(e, "tokens", NULL, "'tokens' is required");
+    if (!cJSON_IsArray(v)) return bad(e, "tokens", NULL, "'tokens' must be an array of token ids");
+    return parse_token_ids(v, "tokens", &r->prompt_tokens, &r->n_prompt_tokens, e);
+}
+
+static int parse_other(const cJSON *root, oai_request *r, oai_error *e) {
+    switch (r->kind) {
+    case OAI_EMBEDDINGS: return parse_embeddings(root, r, e);
+    case OAI_TOKENIZE: return parse_tokenize(root, r, e);
+    default: return parse_detokenize(root, r, e);
+    }
+}
+
 /* ---- request parsing: entry points --------------------------------------- */
 
 /* Fills out (defaults already set); the caller empties it on failure. */
@@ -910,6 +1002,10 @@ static int parse_body(oai_kind kind, const char *body, size_t len, oai_request *
 
     char path[128] = "";
     if ((rc = check_tree(root, path, 0, sizeof path, err))) goto out;
+    if (kind >= OAI_EMBEDDINGS) {
+        rc = parse_other(root, out, err);
+        goto out;
+    }
     if ((rc = parse_model(root, out, err))) goto out;
     rc = kind == OAI_CHAT ? parse_messages(root, out, err) : parse_prompt(root, out, err);
     if (rc) goto out;
@@ -918,6 +1014,7 @@ static int parse_body(oai_kind kind, const char *body, size_t len, oai_request *
     if ((rc = parse_stop(root, out, err))) goto out;
     if ((rc = parse_stream(root, out, err))) goto out;
     if ((rc = get_str(root, "user", &out->user, NULL, err))) goto out;
+    if (kind == OAI_COMPLETION && (rc = get_bool(root, "parse_special_tokens", &out->parse_special, err))) goto out;
     rc = parse_unsupported(root, out, err);
 out:
     cJSON_Delete(root);
@@ -937,6 +1034,8 @@ static int parse(oai_kind kind, const char *body, size_t len, oai_request *out,
     out->kind = kind;
     out->temperature = 1.0f;
     out->top_p = 1.0f;
+    out->add_special_tokens = true;
+    out->add_generation_prompt = true;
     int rc = parse_body(kind, body, len, out, err);
     if (rc) oai_request_free(out);
     return rc;
@@ -950,6 +1049,18 @@ int oai_parse_chat(const char *body, size_t len, oai_request *out, oai_error *er
     return parse(OAI_CHAT, body, len, out, err);
 }
 
+int oai_parse_embeddings(const char *body, size_t len, oai_request *out, oai_error *err) {
+    return parse(OAI_EMBEDDINGS, body, len, out, err);
+}
+
+int oai_parse_tokenize(const char *body, size_t len, oai_request *out, oai_error *err) {
+    return parse(OAI_TOKENIZE, body, len, out, err);
+}
+
+int oai_parse_detokenize(const char *body, size_t len, oai_request *out, oai_error *err) {
+    return parse(OAI_DETOKENIZE, body, len, out, err);
+}
+
 void oai_request_free(oai_request *r) {
     if (!r) return;
     free(r->model);
@@ -959,6 +1070,11 @@ void oai_request_free(oai_request *r) {
     free(r->messages);
     for (size_t i = 0; i < r->n_stop; i++) free(r->stop[i]);
     free(r->user);
+    for (size_t i = 0; i < r->n_inputs; i++) {
+        free(r->inputs[i].text);
+        free(r->inputs[i].tokens);
+    }
+    free(r->inputs);
     memset(r, 0, sizeof *r);
 }
 
@@ -1074,4 +1190,89 @@ const char *oai_role_name(oai_role r) {
     case OAI_ROLE_ASSISTANT: return "assistant";
     default: return "tool";
     }
+}
+
+char *oai_models_info_json(const oai_model_info *m, size_t n, int64_t created) {
+    if (n && !m) return NULL;
+    strbuf b = STRBUF_INIT;
+    strbuf_puts(&b, "{\"object\":\"list\",\"data\":[");
+    for (size_t i = 0; i < n; i++) {
+        strbuf_puts(&b, i ? ",{\"id\":" : "{\"id\":");
+        put_jcstr(&b, m[i].id);
+        strbuf_printf(&b, ",\"object\":\"model\",\"created\":%" PRId64 ",\"owned_by\":\"tessera\",\"kind\":",
+                      created);
+        put_jcstr(&b, m[i].kind);
+        strbuf_printf(&b, ",\"max_model_len\":%" PRId32 ",\"chat_template\":", m[i].max_model_len);
+        if (m[i].chat_template) put_jcstr(&b, m[i].chat_template);
+        else strbuf_puts(&b, "null");
+        strbuf_puts(&b, "}");
+    }
+    strbuf_puts(&b, "]}");
+    return strbuf_steal(&b, NULL);
+}
+
+/* One vector as base64 of its little-endian float32 bytes. */
+static void put_b64_floats(strbuf *b, const float *v, size_t dim) {
+    unsigned char *raw = malloc(dim * 4 + 1);
+    char *enc = malloc(4 * ((dim * 4 + 2) / 3) + 1);
+    if (!raw || !enc) {
+        free(raw);
+        free(enc);
+        b->failed = 1;      /* strbuf's sticky failure: the answer becomes NULL */
+        return;
+    }
+    for (size_t i = 0; i < dim; i++) {
+        uint32_t u;
+        memcpy(&u, &v[i], 4);
+        for (int k = 0; k < 4; k++) raw[4 * i + (size_t)k] = (unsigned char)(u >> (8 * k));
+    }
+    int n = EVP_EncodeBlock((unsigned char *)enc, raw, (int)(dim * 4));
+    strbuf_puts(b, "\"");
+    strbuf_put(b, enc, n > 0 ? (size_t)n : 0);
+    strbuf_puts(b, "\"");
+    free(raw);
+    free(enc);
+}
+
+/* %.9g round-trips a float; a non-finite value (which the encoder's
+ * normalisation never produces) is written as 0 to keep the JSON valid. */
+static void put_float_list(strbuf *b, const float *v, size_t dim) {
+    strbuf_puts(b, "[");
+    for (size_t i = 0; i < dim; i++) strbuf_printf(b, i ? ",%.9g" : "%.9g", isfinite(v[i]) ? (double)v[i] : 0.0);
+    strbuf_puts(b, "]");
+}
+
+char *oai_embeddings_json(const char *model, const float *emb, size_t n, size_t dim, bool base64,
+                          uint64_t prompt_tokens) {
+    if (n && !emb) return NULL;
+    strbuf b = STRBUF_INIT;
+    strbuf_puts(&b, "{\"object\":\"list\",\"data\":[");
+    for (size_t i = 0; i < n; i++) {
+        strbuf_printf(&b, "%s{\"object\":\"embedding\",\"index\":%zu,\"embedding\":", i ? "," : "", i);
+        if (base64) put_b64_floats(&b, emb + i * dim, dim);
+        else put_float_list(&b, emb + i * dim, dim);
+        strbuf_puts(&b, "}");
+    }
+    strbuf_puts(&b, "],\"model\":");
+    put_jcstr(&b, model);
+    strbuf_printf(&b, ",\"usage\":{\"prompt_tokens\":%" PRIu64 ",\"total_tokens\":%" PRIu64 "}}", prompt_tokens,
+                  prompt_tokens);
+    return strbuf_steal(&b, NULL);
+}
+
+char *oai_tokenize_json(const int32_t *ids, size_t n, int32_t max_model_len) {
+    if (n && !ids) return NULL;
+    strbuf b = STRBUF_INIT;
+    strbuf_printf(&b, "{\"count\":%zu,\"max_model_len\":%" PRId32 ",\"tokens\":[", n, max_model_len);
+    for (size_t i = 0; i < n; i++) strbuf_printf(&b, i ? ",%" PRId32 : "%" PRId32, ids[i]);
+    strbuf_puts(&b, "]}");
+    return strbuf_steal(&b, NULL);
+}
+
+char *oai_detokenize_json(const char *text, size_t len) {
+    strbuf b = STRBUF_INIT;
+    strbuf_puts(&b, "{\"prompt\":");
+    put_jstr(&b, text, len);
+    strbuf_puts(&b, "}");
+    return strbuf_steal(&b, NULL);
 }

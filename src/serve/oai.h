@@ -64,7 +64,12 @@
 typedef enum oai_kind {
     OAI_COMPLETION = 0,       /* POST /v1/completions */
     OAI_CHAT,                 /* POST /v1/chat/completions */
+    OAI_EMBEDDINGS,           /* POST /v1/embeddings */
+    OAI_TOKENIZE,             /* POST /tokenize (vLLM's shape) */
+    OAI_DETOKENIZE,           /* POST /detokenize (vLLM's shape) */
 } oai_kind;
+
+#define OAI_MAX_INPUTS      2048      /* inputs of one embeddings request (OpenAI's cap) */
 
 typedef enum oai_role {
     OAI_ROLE_SYSTEM = 0,      /* "system", and "developer" (its newer name) */
@@ -82,6 +87,14 @@ typedef struct oai_message {
                                  text parts concatenated; "" when null/empty */
     size_t content_len;       /* bytes, without the NUL */
 } oai_message;
+
+/* One input of an embeddings request: text, or token ids. */
+typedef struct oai_input {
+    char *text;               /* owned, non-empty, or NULL */
+    size_t len;               /* bytes of text */
+    int32_t *tokens;          /* (n_tokens) owned, or NULL */
+    size_t n_tokens;          /* >= 1 when tokens is set */
+} oai_input;
 
 /* A validated request. Text fields are owned, valid UTF-8, NUL-terminated
  * and hold no NUL byte inside. */
@@ -110,6 +123,24 @@ typedef struct oai_request {
     bool stream;              /* answer as SSE */
     bool include_usage;       /* stream_options.include_usage: end with a usage chunk */
     char *user;               /* end-user id for abuse tracking, or NULL */
+    bool parse_special;       /* "parse_special_tokens" (a tessera extension,
+                                 completions and tokenize): special tokens
+                                 written in the prompt text are special
+                                 tokens; by default they are plain text */
+
+    /* Embeddings: "input" as a list, whatever shape it came in. */
+    oai_input *inputs;        /* (n_inputs), 1..OAI_MAX_INPUTS */
+    size_t n_inputs;
+    bool base64;              /* encoding_format "base64" (else "float") */
+    uint32_t dimensions;      /* 0 = not given; else must equal the model's */
+
+    /* Tokenize: prompt (text or ids, as completions) or messages (as chat;
+     * has_messages says which); detokenize: prompt_tokens. model may be
+     * NULL for these two: the server's only model is meant. */
+    bool has_messages;
+    bool add_special_tokens;  /* default true: BOS for a prompt, the
+                                 template's specials for messages */
+    bool add_generation_prompt; /* default true (messages only) */
 } oai_request;
 
 /* An OpenAI-shaped error. A plain value: copy it, no free. */
@@ -133,6 +164,19 @@ int oai_parse_completion(const char *body, size_t len, oai_request *out, oai_err
 
 /* The same for a POST /v1/chat/completions body. */
 int oai_parse_chat(const char *body, size_t len, oai_request *out, oai_error *err);
+
+/* POST /v1/embeddings: model, input (a string, a list of strings, a list of
+ * token ids, or a list of lists of token ids; strings non-empty),
+ * encoding_format ("float" or "base64"), dimensions (a positive integer;
+ * the server refuses any value but the model's own), user. */
+int oai_parse_embeddings(const char *body, size_t len, oai_request *out, oai_error *err);
+
+/* POST /tokenize: model (optional), and prompt (a string or token ids) or
+ * messages (as chat), add_special_tokens, add_generation_prompt. */
+int oai_parse_tokenize(const char *body, size_t len, oai_request *out, oai_error *err);
+
+/* POST /detokenize: model (optional), tokens (token ids, non-empty). */
+int oai_parse_detokenize(const char *body, size_t len, oai_request *out, oai_error *err);
 
 /* Free what r owns and zero it. Safe on a zeroed request and twice. */
 void oai_request_free(oai_request *r);
@@ -206,5 +250,31 @@ char *oai_usage_sse(const oai_head *h, const oai_usage *usage);
 /* GET /v1/models: {object:"list", data:[{id, object:"model", created,
  * owned_by:"tessera"}...]} for n model ids (ids may be NULL when n is 0). */
 char *oai_models_json(const char *const *ids, size_t n, int64_t created);
+
+/* One entry of GET /v1/models, with what tessera adds to OpenAI's fields:
+ * the model's kind ("chat" or "embedding"), its context length, and
+ * whether it carries a chat template (and where it came from: "gguf",
+ * "config", or null for none). */
+typedef struct oai_model_info {
+    const char *id;
+    const char *kind;         /* "chat" | "embedding" */
+    int32_t max_model_len;
+    const char *chat_template; /* "gguf" | "config" | NULL */
+} oai_model_info;
+
+char *oai_models_info_json(const oai_model_info *m, size_t n, int64_t created);
+
+/* POST /v1/embeddings' answer: {object:"list", data:[{object:"embedding",
+ * index, embedding}], model, usage:{prompt_tokens, total_tokens}}. emb is
+ * (n, dim) floats; base64 writes each vector as the base64 of its
+ * little-endian float32 bytes, as OpenAI does for encoding_format base64. */
+char *oai_embeddings_json(const char *model, const float *emb, size_t n, size_t dim, bool base64,
+                          uint64_t prompt_tokens);
+
+/* POST /tokenize's answer: {count, max_model_len, tokens:[...]}. */
+char *oai_tokenize_json(const int32_t *ids, size_t n, int32_t max_model_len);
+
+/* POST /detokenize's answer: {prompt: text}. */
+char *oai_detokenize_json(const char *text, size_t len);
 
 #endif

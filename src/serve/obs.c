@@ -38,7 +38,8 @@ typedef struct obs_model {
     obs *o;
     int index;
     met_series *step, *tokens, *kv_util, *busy, *busy_seconds, *jain, *resident;
-    const model *weights;   /* set once at start-up (obs_model_weights) */
+    const gguf_ctx *weights; /* the model's file, set once at start-up (obs_model_weights) */
+    uint64_t owned_bytes;   /* and what it converted beside the mapping */
     /* model_resident_bytes walks the whole mapping (a 40 GB file is 10 M
      * pages): renders share one reading for RESIDENT_EVERY_US */
     atomic_int_fast64_t resident_us;
@@ -270,7 +271,7 @@ static void refresh_resident(obs_model *om) {
     int_fast64_t last = atomic_load(&om->resident_us);
     if ((last == 0 || now - last >= RESIDENT_EVERY_US) &&
         atomic_compare_exchange_strong(&om->resident_us, &last, now))
-        atomic_store(&om->resident_bytes, model_resident_bytes(om->weights));
+        atomic_store(&om->resident_bytes, gguf_resident_bytes(om->weights) + om->owned_bytes);
     met_set(om->resident, (double)atomic_load(&om->resident_bytes));
 }
 
@@ -295,8 +296,9 @@ int obs_render(obs *o, char **buf, size_t *len) {
     return met_render(o->reg, buf, len);
 }
 
-void obs_model_weights(obs *o, int m, const model *mdl) {
-    o->models[m].weights = mdl;
+void obs_model_weights(obs *o, int m, const gguf_ctx *g, uint64_t owned_bytes) {
+    o->models[m].weights = g;
+    o->models[m].owned_bytes = owned_bytes;
 }
 
 /* ---- worker hooks (engine thread of one model) ------------------------------ */

@@ -96,8 +96,9 @@ void obs_reject(obs *o, int tenant, const char *reason);
 
 /* Prometheus text; malloc'd, caller frees. */
 int obs_render(obs *o, char **buf, size_t *len);
-/* Model m's weights, whose resident bytes (model_resident_bytes) each
- * render reports; the model must outlive o's renders. */
-void obs_model_weights(obs *o, int m, const model *mdl);
+/* Model m's file, whose resident bytes (gguf_resident_bytes) plus
+ * owned_bytes (what the loader converted beside the mapping) each render
+ * reports; the file must outlive o's renders. */
+void obs_model_weights(obs *o, int m, const gguf_ctx *g, uint64_t owned_bytes);
 
 #endif

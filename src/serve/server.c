@@ -61,7 +61,10 @@
 
 typedef struct srv_model {
     wk_worker *w;
-    chat_family chat;
+    int embed;              /* an embedding model: /v1/embeddings only */
+    chat_tpl *tpl;          /* the model's chat template, compiled; or NULL: */
+    chat_family chat;       /* then the plain transcript (CHAT_DEFAULT) */
+    const char *template_src; /* "gguf", "config" or NULL: where the chat template came from */
     tks_set *specials;      /* control and user-defined tokens by text */
 } srv_model;
 
@@ -91,7 +94,8 @@ struct srv {
     int stop_watch;
 };
 
-enum { R_NONE, R_COMPLETIONS, R_CHAT, R_MODELS, R_HEALTH, R_METRICS, R_ADMIN, R_BAD_METHOD };
+enum { R_NONE, R_COMPLETIONS, R_CHAT, R_EMBEDDINGS, R_TOKENIZE, R_DETOKENIZE, R_MODELS, R_HEALTH, R_METRICS, R_ADMIN,
+       R_BAD_METHOD };
 
 typedef struct conn {
     srv *s;
@@ -114,7 +118,14 @@ typedef struct conn {
     uint8_t id[OAI_ID_BYTES];   /* random, from RAND_bytes */
     int64_t created;
     wk_req *req;
-    int suspended;          /* under req->mu */
+    int suspended;          /* under req->mu (embeddings: under emb_mu) */
+    /* embeddings: one request per input, answered when all are done */
+    wk_req **ereqs;         /* (n_ereqs) */
+    int n_ereqs;
+    atomic_int n_edone;     /* of them done; each counted once (wk_req.counted) */
+    pthread_mutex_t emb_mu; /* orders the last wake-up against the suspend */
+    int has_emb_mu;
+    int base64;
     uint64_t reserved;      /* tokens reserved with the tenant's limits */
     int lim_taken;
     int fd;                 /* the client's socket */
@@ -325,6 +336,11 @@ static void give_back_limits(conn *c) {
         used = (uint64_t)c->req->n_prompt + (uint64_t)c->req->n_generated;
         pthread_mutex_unlock(&c->req->mu);
     }
+    for (int i = 0; i < c->n_ereqs; i++) {   /* an input counts once embedded */
+        pthread_mutex_lock(&c->ereqs[i]->mu);
+        used += c->ereqs[i]->n_generated ? (uint64_t)c->ereqs[i]->n_prompt : 0;
+        pthread_mutex_unlock(&c->ereqs[i]->mu);
+    }
     pthread_mutex_lock(&c->s->lim_mu);
     lim_finish(&c->s->lims[c->tenant], c->reserved, used < c->reserved ? used : c->reserved, wk_now_us());
     pthread_mutex_unlock(&c->s->lim_mu);
@@ -333,23 +349,42 @@ static void give_back_limits(conn *c) {
 
 /* ---- tokenizing ------------------------------------------------------------- */
 
-/* The chat, rendered and tokenized (chat_tokenize). */
-static int tokenize_chat(const srv_model *m, const tok *t, const oai_request *q, tks_ids *ids) {
+/* The chat, rendered by the model's template (or as the plain transcript
+ * when it has none) and tokenized: template text with special tokens,
+ * message content as text. A template's own refusal (raise_exception, a
+ * role it does not take) is in err. */
+static int tokenize_chat(const srv_model *m, const tok *t, const oai_request *q, tks_ids *ids, char *err,
+                         size_t errlen) {
     chat_msg *msgs = calloc(q->n_messages, sizeof(chat_msg));
     if (!msgs) return TS_ERR_NOMEM;
     for (size_t i = 0; i < q->n_messages; i++)
         msgs[i] = (chat_msg){oai_role_name(q->messages[i].role), q->messages[i].content, q->messages[i].content_len};
-    int rc = chat_tokenize(m->chat, msgs, (int)q->n_messages, t, m->specials, ids);
+    int rc;
+    if (m->tpl) {
+        chat_tpl_req req = {msgs, (int)q->n_messages, q->add_generation_prompt, (int64_t)time(NULL), NULL};
+        rc = chat_tpl_tokenize_req(m->tpl, &req, t, m->specials, ids, err, errlen);
+    } else {
+        rc = chat_tokenize(m->chat, msgs, (int)q->n_messages, t, m->specials, ids);
+    }
     free(msgs);
     return rc;
 }
 
+/* Prompt text: plain text, or with the request's parse_special_tokens its
+ * special tokens by their text (tks_encode_template), after a BOS when
+ * add_bos. */
+static int encode_prompt(const srv_model *m, const tok *t, const oai_request *q, int add_bos, tks_ids *ids) {
+    if (!q->parse_special) return tks_encode_text(t, q->prompt, q->prompt_len, add_bos, ids);
+    int rc = add_bos ? tks_encode_text(t, "", 0, 1, ids) : 0;
+    return rc ? rc : tks_encode_template(m->specials, q->prompt, q->prompt_len, ids);
+}
+
 /* The prompt's token ids, appended to ids (empty on entry). */
-static int tokenize(conn *c, const oai_request *q, tks_ids *ids) {
+static int tokenize(conn *c, const oai_request *q, tks_ids *ids, char *err, size_t errlen) {
     const srv_model *m = &c->s->models[c->model];
     const tok *t = wk_tok(m->w);
-    if (q->kind == OAI_CHAT) return tokenize_chat(m, t, q, ids);
-    if (!q->prompt_tokens) return tks_encode_text(t, q->prompt, q->prompt_len, tok_add_bos(t), ids);
+    if (q->kind == OAI_CHAT) return tokenize_chat(m, t, q, ids, err, errlen);
+    if (!q->prompt_tokens) return encode_prompt(m, t, q, tok_add_bos(t), ids);
     ids->p = malloc(q->n_prompt_tokens * sizeof(int32_t));
     if (!ids->p) return TS_ERR_NOMEM;
     ids->cap = (int)q->n_prompt_tokens;
@@ -386,6 +421,13 @@ static void watch_remove(conn *c) {
         c->in_watch = 0;
     }
     pthread_mutex_unlock(&c->s->watch_mu);
+}
+
+/* The client left: cancel what the connection has in flight. */
+static void conn_cancel(conn *c) {
+    wk_worker *w = c->s->models[c->model].w;
+    if (c->req) wk_cancel(w, c->req);
+    for (int i = 0; i < c->n_ereqs; i++) wk_cancel(w, c->ereqs[i]);
 }
 
 static int hung_up(short revents) { return (revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0; }
@@ -425,12 +467,12 @@ static void *watch_loop(void *arg) {
             }
             if (n && poll(pfd, (nfds_t)n, 0) > 0)
                 for (int32_t i = 0; i < n; i++)
-                    if (hung_up(pfd[i].revents)) wk_cancel(s->models[pc[i]->model].w, pc[i]->req);
+                    if (hung_up(pfd[i].revents)) conn_cancel(pc[i]);
         } else {
             /* Out of memory for the arrays: one socket at a time. */
             for (conn *c = s->watched; c; c = c->wnext) {
                 struct pollfd p = {c->fd, POLLRDHUP, 0};
-                if (poll(&p, 1, 0) > 0 && hung_up(p.revents)) wk_cancel(s->models[c->model].w, c->req);
+                if (poll(&p, 1, 0) > 0 && hung_up(p.revents)) conn_cancel(c);
             }
         }
         pthread_mutex_unlock(&s->watch_mu);
@@ -489,6 +531,9 @@ static enum MHD_Result start_generation(conn *c, const oai_request *q) {
     if (m < 0) return reply_err(c, 404, "not_found_error", "model", "model_not_found", 0, "the model does not exist");
     c->model = m;
     snprintf(c->model_name, sizeof(c->model_name), "%s", q->model);
+    if (s->models[m].embed)
+        return reply_err(c, 400, "invalid_request_error", "model", "model_not_generative", 0,
+                         "this model makes embeddings; use /v1/embeddings");
     /* build_req copies stop strings into DTK_MAX_STOP_LEN bytes: a longer
      * one would be cut silently and stop the text at its prefix. */
     for (size_t i = 0; i < q->n_stop; i++)
@@ -499,13 +544,16 @@ static enum MHD_Result start_generation(conn *c, const oai_request *q) {
         }
     const model_config *mc = &wk_model(s->models[m].w)->cfg;
     tks_ids tk = {0};
-    int rc = tokenize(c, q, &tk);
+    char why[OAI_ERR_MSG_MAX] = "";
+    int rc = tokenize(c, q, &tk, why, sizeof(why));
     int32_t *ids = tk.p;
     int n = tk.n;
     if (rc || n < 1) {
         free(ids);
         return reply_err(c, 400, "invalid_request_error", q->kind == OAI_CHAT ? "messages" : "prompt", NULL, 0,
-                         rc == TS_ERR_TOK_RANGE ? "prompt token id out of range" : "the prompt is empty or cannot be tokenized");
+                         rc == TS_ERR_TOK_RANGE ? "prompt token id out of range"
+                         : why[0]               ? why
+                                                : "the prompt is empty or cannot be tokenized");
     }
     uint32_t max_new = q->max_tokens ? q->max_tokens : DEFAULT_MAX_TOKENS;
     if (!q->max_tokens && (int64_t)n + max_new > mc->ctx_len) max_new = (uint32_t)(mc->ctx_len > n ? mc->ctx_len - n : 0);
@@ -653,11 +701,15 @@ static enum MHD_Result continue_generation(conn *c) {
 /* ---- other routes ------------------------------------------------------------ */
 
 static enum MHD_Result route_models(conn *c) {
-    const char **ids = malloc((size_t)c->s->n_models * sizeof(char *));
-    if (!ids) return MHD_NO;
-    for (int i = 0; i < c->s->n_models; i++) ids[i] = c->s->c->models[i].name;
-    char *j = oai_models_json(ids, (size_t)c->s->n_models, (int64_t)time(NULL));
-    free(ids);
+    oai_model_info *mi = malloc((size_t)c->s->n_models * sizeof(*mi));
+    if (!mi) return MHD_NO;
+    for (int i = 0; i < c->s->n_models; i++) {
+        const srv_model *sm = &c->s->models[i];
+        mi[i] = (oai_model_info){c->s->c->models[i].name, sm->embed ? "embedding" : "chat", wk_ctx_len(sm->w),
+                                 sm->template_src};
+    }
+    char *j = oai_models_info_json(mi, (size_t)c->s->n_models, (int64_t)time(NULL));
+    free(mi);
     return j ? reply(c, 200, "application/json", j, strlen(j), 0) : MHD_NO;
 }
 
@@ -743,11 +795,257 @@ static enum MHD_Result route_generate(conn *c) {
     return res;
 }
 
+/* ---- tokenize, detokenize ---------------------------------------------------- */
+
+/* The model a request names, or the server's only model when it names
+ * none (tokenize and detokenize allow that, as vLLM does); -1 and the
+ * reply queued in *res otherwise. */
+static int model_named(conn *c, const char *name, enum MHD_Result *res) {
+    int m = name ? cfg_model_find(c->s->c, name) : c->s->n_models == 1 ? 0 : -1;
+    if (m >= 0) return m;
+    *res = name ? reply_err(c, 404, "not_found_error", "model", "model_not_found", 0, "the model does not exist")
+                : reply_err(c, 400, "invalid_request_error", "model", NULL, 0,
+                            "this server has several models: name one in 'model'");
+    return -1;
+}
+
+/* Token ids the client sent, checked against the vocabulary. */
+static int copy_ids(const tok *t, const int32_t *p, size_t n, tks_ids *ids) {
+    if (!(ids->p = malloc((n ? n : 1) * sizeof(int32_t)))) return TS_ERR_NOMEM;
+    ids->cap = (int)n;
+    for (size_t i = 0; i < n; i++) {
+        if (p[i] < 0 || p[i] >= tok_n_vocab(t)) return TS_ERR_TOK_RANGE;
+        ids->p[i] = p[i];
+    }
+    ids->n = (int)n;
+    return 0;
+}
+
+static enum MHD_Result answer_tokenize(conn *c, const oai_request *q, int m) {
+    const srv_model *sm = &c->s->models[m];
+    const tok *t = wk_tok(sm->w);
+    tks_ids ids = {0};
+    char why[OAI_ERR_MSG_MAX] = "";
+    int rc;
+    if (q->has_messages) rc = tokenize_chat(sm, t, q, &ids, why, sizeof(why));
+    else if (q->prompt_tokens) rc = copy_ids(t, q->prompt_tokens, q->n_prompt_tokens, &ids);
+    else rc = encode_prompt(sm, t, q, q->add_special_tokens && tok_add_bos(t), &ids);
+    char *j = rc ? NULL : oai_tokenize_json(ids.p, (size_t)ids.n, wk_ctx_len(sm->w));
+    free(ids.p);
+    if (rc == TS_ERR_TOK_RANGE)
+        return reply_err(c, 400, "invalid_request_error", "prompt", NULL, 0, "prompt token id out of range");
+    if (rc) return reply_err(c, 400, "invalid_request_error", q->has_messages ? "messages" : "prompt", NULL, 0,
+                             why[0] ? why : "the input cannot be tokenized");
+    return j ? reply(c, 200, "application/json", j, strlen(j), 0) : MHD_NO;
+}
+
+/* Control tokens decode to nothing and an SPM space prefix is dropped, as
+ * a completion's text is written. */
+static enum MHD_Result answer_detokenize(conn *c, const oai_request *q, int m) {
+    const tok *t = wk_tok(c->s->models[m].w);
+    size_t need = 0;
+    int rc = tok_decode_seq(t, q->prompt_tokens, q->n_prompt_tokens, 1, NULL, 0, &need);
+    char *buf = rc == TS_ERR_TOK_RANGE ? NULL : malloc(need + 1);
+    if (rc == TS_ERR_TOK_RANGE)
+        return reply_err(c, 400, "invalid_request_error", "tokens", NULL, 0, "token id out of range");
+    if (!buf) return MHD_NO;
+    rc = tok_decode_seq(t, q->prompt_tokens, q->n_prompt_tokens, 1, buf, need, &need);
+    char *j = rc ? NULL : oai_detokenize_json(buf, need);
+    free(buf);
+    return j ? reply(c, 200, "application/json", j, strlen(j), 0) : MHD_NO;
+}
+
+/* Any tenant's key or the admin key; nothing is charged (no engine work,
+ * and the body's size bounds the tokenizer's). */
+static enum MHD_Result route_tokenize(conn *c) {
+    if (c->who < 0 && c->who != AUTH_ADMIN)
+        return reply_err(c, 401, "authentication_error", NULL, "invalid_api_key", 0,
+                         "missing or invalid API key (Authorization: Bearer <key>)");
+    if (c->too_big) return reply_too_large(c);
+    oai_request q;
+    oai_error e;
+    int rc = c->route == R_TOKENIZE ? oai_parse_tokenize(c->body ? c->body : "", c->len, &q, &e)
+                                    : oai_parse_detokenize(c->body ? c->body : "", c->len, &q, &e);
+    if (rc) return reply_oai_err(c, &e);
+    enum MHD_Result res;
+    int m = model_named(c, q.model, &res);
+    if (m >= 0) res = c->route == R_TOKENIZE ? answer_tokenize(c, &q, m) : answer_detokenize(c, &q, m);
+    oai_request_free(&q);
+    return res;
+}
+
+/* ---- embeddings ---------------------------------------------------------------- */
+
+/* Called by the worker with r->mu held. An input's request is done exactly
+ * once (finalize or a refusal); the last one wakes the connection. The
+ * count moves before emb_mu is taken, and continue_embeddings reads it
+ * under emb_mu before it sleeps, so the last wake-up cannot be missed. */
+static void on_embed_outbox(wk_req *r) {
+    conn *c = r->user;
+    if (!c || r->phase != WK_DONE) return;
+    if (atomic_fetch_add(&c->n_edone, 1) + 1 < c->n_ereqs) return;
+    pthread_mutex_lock(&c->emb_mu);
+    if (c->suspended) {
+        c->suspended = 0;
+        MHD_resume_connection(c->mc);
+    }
+    pthread_mutex_unlock(&c->emb_mu);
+}
+
+/* The first failure among the inputs, or all the vectors. */
+static enum MHD_Result answer_embeddings(conn *c) {
+    uint64_t prompt = 0;
+    int32_t dim = wk_embed_dim(c->s->models[c->model].w);
+    float *all = malloc((size_t)c->n_ereqs * (size_t)dim * sizeof(float));
+    for (int i = 0; i < c->n_ereqs; i++) {
+        wk_req *r = c->ereqs[i];
+        pthread_mutex_lock(&r->mu);
+        if (r->status) {
+            char msg[sizeof(r->error)];
+            const char *type = r->error_type;
+            int status = r->status;
+            memcpy(msg, r->error, sizeof(msg));
+            settle(c, obs_outcome_of_req(r));
+            pthread_mutex_unlock(&r->mu);
+            free(all);
+            return reply_err(c, status, type, NULL, NULL, 0, msg);
+        }
+        if (all) memcpy(all + (size_t)i * (size_t)dim, r->embedding, (size_t)dim * sizeof(float));
+        prompt += (uint64_t)r->n_prompt;
+        pthread_mutex_unlock(&r->mu);
+    }
+    char *j = all ? oai_embeddings_json(c->model_name, all, (size_t)c->n_ereqs, (size_t)dim, c->base64, prompt)
+                  : NULL;
+    free(all);
+    if (!j) {
+        settle(c, OBS_FAIL_INTERNAL);
+        return reply_err(c, 503, "server_error", NULL, NULL, 0, "out of memory");
+    }
+    settle(c, OBS_COMPLETED);
+    return reply(c, 200, "application/json", j, strlen(j), 0);
+}
+
+/* Answer once every input is done, or sleep until on_embed_outbox. */
+static enum MHD_Result continue_embeddings(conn *c) {
+    pthread_mutex_lock(&c->emb_mu);
+    if (atomic_load(&c->n_edone) < c->n_ereqs) {
+        c->suspended = 1;
+        MHD_suspend_connection(c->mc);
+        pthread_mutex_unlock(&c->emb_mu);
+        return MHD_YES;
+    }
+    pthread_mutex_unlock(&c->emb_mu);
+    return answer_embeddings(c);
+}
+
+/* Every input's token ids, each within the model's context. On failure
+ * the reply is queued in *res. */
+static int embed_inputs(conn *c, const oai_request *q, const tok *t, int ctx, tks_ids *ids,
+                        uint64_t *total, enum MHD_Result *res) {
+    *total = 0;
+    for (size_t i = 0; i < q->n_inputs; i++) {
+        const oai_input *in = &q->inputs[i];
+        int rc = in->tokens ? copy_ids(t, in->tokens, in->n_tokens, &ids[i])
+                            : tks_encode_text(t, in->text, in->len, tok_add_bos(t), &ids[i]);
+        char param[32], msg[200];
+        snprintf(param, sizeof(param), q->n_inputs > 1 ? "input[%zu]" : "input", i);
+        if (rc || ids[i].n < 1) {
+            *res = reply_err(c, 400, "invalid_request_error", param, NULL, 0,
+                             rc == TS_ERR_TOK_RANGE ? "token id out of range" : "the input cannot be tokenized");
+            return -1;
+        }
+        if (ids[i].n > ctx) {
+            snprintf(msg, sizeof(msg), "this model's context length is %d tokens; %s has %d", ctx, param, ids[i].n);
+            *res = reply_err(c, 400, "invalid_request_error", param, "context_length_exceeded", 0, msg);
+            return -1;
+        }
+        *total += (uint64_t)ids[i].n;
+    }
+    return 0;
+}
+
+/* One request per input, each an embedding request of the tenant's:
+ * prefill-only work the fair scheduler orders like any other. */
+static enum MHD_Result submit_embeddings(conn *c, const oai_request *q, tks_ids *ids) {
+    wk_worker *w = c->s->models[c->model].w;
+    if (!(c->ereqs = calloc(q->n_inputs, sizeof(wk_req *))) || pthread_mutex_init(&c->emb_mu, NULL)) {
+        settle(c, OBS_FAIL_INTERNAL);
+        return reply_err(c, 503, "server_error", NULL, NULL, 0, "out of memory");
+    }
+    c->has_emb_mu = 1;
+    for (size_t i = 0; i < q->n_inputs; i++) {
+        wk_req *r = wk_req_new_embed(ids[i].n, wk_embed_dim(w));
+        if (!r) {
+            settle(c, OBS_FAIL_INTERNAL);
+            return reply_err(c, 503, "server_error", NULL, NULL, 0, "out of memory");
+        }
+        memcpy(r->tokens, ids[i].p, (size_t)ids[i].n * sizeof(int32_t));
+        r->tenant = c->tenant;
+        r->notify = on_embed_outbox;
+        r->user = c;
+        c->ereqs[c->n_ereqs++] = r;
+    }
+    for (int i = 0; i < c->n_ereqs; i++)
+        if (wk_submit(w, c->ereqs[i])) {
+            /* Draining: the ones already in are cancelled when the
+             * connection completes. */
+            return reply_err(c, 503, "server_error", NULL, "shutting_down", 0, "the server is shutting down");
+        }
+    watch_add(c);
+    return continue_embeddings(c);
+}
+
+static enum MHD_Result start_embeddings(conn *c, const oai_request *q) {
+    enum MHD_Result res;
+    int m = model_named(c, q->model, &res);
+    if (m < 0) return res;
+    const srv_model *sm = &c->s->models[m];
+    c->model = m;
+    snprintf(c->model_name, sizeof(c->model_name), "%s", q->model);
+    if (!sm->embed)
+        return reply_err(c, 400, "invalid_request_error", "model", "model_not_embedding", 0,
+                         "this model generates text; /v1/embeddings needs an embedding model");
+    int32_t dim = wk_embed_dim(sm->w);
+    if (q->dimensions && q->dimensions != (uint32_t)dim) {
+        char msg[160];
+        snprintf(msg, sizeof(msg), "this model's embeddings have %d dimensions; other values are not supported", dim);
+        return reply_err(c, 400, "invalid_request_error", "dimensions", NULL, 0, msg);
+    }
+    tks_ids *ids = calloc(q->n_inputs, sizeof(*ids));
+    if (!ids) return MHD_NO;
+    uint64_t total;
+    if (!embed_inputs(c, q, wk_tok(sm->w), wk_ctx_len(sm->w), ids, &total, &res) && !take_limits(c, total, &res)) {
+        c->base64 = q->base64;
+        res = submit_embeddings(c, q, ids);
+    }
+    for (size_t i = 0; i < q->n_inputs; i++) free(ids[i].p);
+    free(ids);
+    return res;
+}
+
+static enum MHD_Result route_embeddings(conn *c) {
+    if (c->who < 0)
+        return reply_err(c, 401, "authentication_error", NULL, "invalid_api_key", 0,
+                         c->who == AUTH_NONE ? "missing or invalid API key (Authorization: Bearer <key>)"
+                                             : "this key cannot embed; use a tenant key");
+    if (c->too_big) return reply_too_large(c);
+    if (atomic_load(&c->s->draining))
+        return reply_err(c, 503, "server_error", NULL, "shutting_down", 0, "the server is shutting down");
+    oai_request q;
+    oai_error e;
+    if (oai_parse_embeddings(c->body ? c->body : "", c->len, &q, &e)) return reply_oai_err(c, &e);
+    enum MHD_Result res = start_embeddings(c, &q);
+    oai_request_free(&q);
+    return res;
+}
+
 static int route_of(const char *method, const char *url, const char **allow) {
     static const struct { const char *method, *url; int route; } routes[] = {
         {"POST", "/v1/completions", R_COMPLETIONS}, {"POST", "/v1/chat/completions", R_CHAT},
         {"GET", "/v1/models", R_MODELS},           {"GET", "/health", R_HEALTH},
         {"GET", "/metrics", R_METRICS},            {"GET", "/admin/tenants", R_ADMIN},
+        {"POST", "/v1/embeddings", R_EMBEDDINGS},  {"POST", "/tokenize", R_TOKENIZE},
+        {"POST", "/detokenize", R_DETOKENIZE},
     };
     int path_known = 0;
     for (size_t i = 0; i < sizeof(routes) / sizeof(routes[0]); i++) {
@@ -765,6 +1063,9 @@ static enum MHD_Result act(conn *c) {
     switch (c->route) {
     case R_COMPLETIONS:
     case R_CHAT: return route_generate(c);
+    case R_EMBEDDINGS: return route_embeddings(c);
+    case R_TOKENIZE:
+    case R_DETOKENIZE: return route_tokenize(c);
     case R_HEALTH:
         return atomic_load(&c->s->draining) ? reply_text(c, 503, "application/json", "{\"status\":\"draining\"}")
                                             : reply_text(c, 200, "application/json", "{\"status\":\"ok\"}");
@@ -913,7 +1214,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *mc, const ch
         *data_size = 0;
         return MHD_YES;
     }
-    return c->acted && c->req ? continue_generation(c) : act(c);
+    if (c->acted && c->req) return continue_generation(c);
+    return c->acted && c->n_ereqs ? continue_embeddings(c) : act(c);
 }
 
 /* The outcome of a request that ended without one: cut off while it was
@@ -925,6 +1227,17 @@ static obs_outcome unsettled_outcome(const conn *c, enum MHD_RequestTerminationC
     return OBS_CANCELLED;
 }
 
+/* The connection stops listening to r: no notify reaches it any more, and
+ * work still in flight is cancelled. */
+static void let_go(wk_worker *w, wk_req *r) {
+    pthread_mutex_lock(&r->mu);
+    r->notify = NULL;
+    r->user = NULL;
+    int done = r->phase == WK_DONE;
+    pthread_mutex_unlock(&r->mu);
+    if (!done) wk_cancel(w, r);
+}
+
 static void on_completed(void *cls, struct MHD_Connection *mc, void **con_cls, enum MHD_RequestTerminationCode why) {
     (void)mc;
     conn *c = *con_cls;
@@ -934,18 +1247,15 @@ static void on_completed(void *cls, struct MHD_Connection *mc, void **con_cls, e
     /* The next request on this connection is due within the read timeout
      * from now (a closing connection ignores this). */
     conn_idle(c);
-    if (c->req) {
-        pthread_mutex_lock(&c->req->mu);
-        c->req->notify = NULL;
-        c->req->user = NULL;
-        int done = c->req->phase == WK_DONE;
-        pthread_mutex_unlock(&c->req->mu);
-        if (!done) wk_cancel(s->models[c->model].w, c->req);
-    }
+    if (c->req) let_go(s->models[c->model].w, c->req);
+    for (int i = 0; i < c->n_ereqs; i++) let_go(s->models[c->model].w, c->ereqs[i]);
     give_back_limits(c);
     if (!c->status) obs_request(s->obs, c->tenant, 499); /* left before any answer */
     settle(c, unsettled_outcome(c, why));
     wk_req_release(c->req);
+    for (int i = 0; i < c->n_ereqs; i++) wk_req_release(c->ereqs[i]);
+    free(c->ereqs);
+    if (c->has_emb_mu) pthread_mutex_destroy(&c->emb_mu);
     free(c->pend);
     free(c->body);
     free(c);
@@ -955,14 +1265,62 @@ static void on_completed(void *cls, struct MHD_Connection *mc, void **con_cls, e
 
 /* ---- lifecycle ----------------------------------------------------------------- */
 
-/* The chat family named by the GGUF's template, and the vocabulary's
- * special tokens that template text may spell out. */
-static int setup_chat(srv_model *sm) {
+/* A token's text as the template's bos_token/eos_token ("" for none). */
+static char *token_text(const tok *t, int32_t id) {
+    size_t n = 0;
+    const char *p = id >= 0 ? tok_text(t, id, &n) : NULL;
+    char *r = malloc(n + 1);
+    if (r) {
+        if (n) memcpy(r, p, n);
+        r[n] = '\0';
+    }
+    return r;
+}
+
+/* The model's chat template: the config's override, else the GGUF's
+ * tokenizer.chat_template, compiled once here. One the interpreter cannot
+ * run stops the start with the construct named, and the way out. Without
+ * any, chat requests get the plain transcript (CHAT_DEFAULT). */
+static int setup_template(srv_model *sm, const cfg_model *cm, const model *m, char *err, size_t errlen) {
+    gguf_str g = {0};
+    const char *text = cm->chat_template;
+    size_t len = text ? strlen(text) : 0;
+    if (text) sm->template_src = "config";
+    else if (gguf_get_str(m->gguf, "tokenizer.chat_template", &g) == 0 && g.len) {
+        text = g.ptr;
+        len = g.len;
+        sm->template_src = "gguf";
+    }
+    if (!text) return 0;
+    const tok *t = wk_tok(sm->w);
+    char *bos = token_text(t, tok_bos(t)), *eos = token_text(t, tok_eos(t)), inner[256];
+    int rc = bos && eos ? chat_tpl_new(text, len, bos, eos, &sm->tpl, inner, sizeof(inner)) : TS_ERR_NOMEM;
+    free(bos);
+    free(eos);
+    if (rc == TS_ERR_NOMEM) snprintf(err, errlen, "model '%s': out of memory for its chat template", cm->name);
+    else if (rc)
+        snprintf(err, errlen, "model '%s': the chat template from %s cannot be used: %s (give the model a "
+                 "chat_template or chat_template_file in the config)", cm->name,
+                 cm->chat_template ? cm->chat_template_from : "the GGUF file", inner);
+    return rc;
+}
+
+/* The model's kind, its chat template, and the vocabulary's special tokens
+ * that template text may spell out. */
+static int setup_chat(srv_model *sm, const cfg_model *cm, char *err, size_t errlen) {
     const model *m = wk_model(sm->w);
-    gguf_str tmpl;
-    sm->chat = gguf_get_str(m->gguf, "tokenizer.chat_template", &tmpl) == 0 ? chat_detect(tmpl.ptr, tmpl.len)
-                                                                            : CHAT_DEFAULT;
-    return tks_set_new(wk_tok(sm->w), &sm->specials);
+    sm->embed = m == NULL;
+    sm->chat = CHAT_DEFAULT;
+    int rc = tks_set_new(wk_tok(sm->w), &sm->specials);
+    if (rc) {
+        snprintf(err, errlen, "model '%s': out of memory", cm->name);
+        return rc;
+    }
+    if (sm->embed && cm->chat_template) {
+        snprintf(err, errlen, "model '%s' makes embeddings: a chat_template has nothing to do", cm->name);
+        return TS_ERR_INVAL;
+    }
+    return sm->embed ? 0 : setup_template(sm, cm, m, err, errlen);
 }
 
 static int start_workers(srv *s, char *err, size_t errlen) {
@@ -993,11 +1351,32 @@ static int start_workers(srv *s, char *err, size_t errlen) {
         char inner[384];
         rc = wk_new(&o, &s->models[m].w, inner, sizeof(inner));
         if (rc) snprintf(err, errlen, "model '%s': %s", cm->name, inner);
-        else rc = setup_chat(&s->models[m]);
-        if (!rc) obs_model_weights(s->obs, m, wk_model(s->models[m].w));
+        else rc = setup_chat(&s->models[m], cm, err, errlen);
+        if (!rc) {
+            const model *dm = wk_model(s->models[m].w);
+            const enc_model *em = wk_encoder(s->models[m].w);
+            if (dm) obs_model_weights(s->obs, m, dm->gguf, dm->f32_owned_bytes);
+            else obs_model_weights(s->obs, m, em->gguf, em->f32_owned_n * sizeof(float));
+        }
     }
     free(tc);
     return rc;
+}
+
+void srv_model_describe(const srv *s, int i, char *buf, size_t cap) {
+    const srv_model *sm = &s->models[i];
+    if (sm->embed) {
+        const enc_model *em = wk_encoder(sm->w);
+        snprintf(buf, cap, "embedding model, %d dimensions, %s pooling, context %d", enc_dim(em),
+                 enc_pool_name(enc_pool(em)), wk_ctx_len(sm->w));
+        return;
+    }
+    const cfg_model *cm = &s->c->models[i];
+    const char *from = !sm->template_src           ? "none (chats get a plain role-prefixed transcript)"
+                       : !cm->chat_template        ? "tokenizer.chat_template of the GGUF file"
+                       : strcmp(cm->chat_template_from, "config") ? cm->chat_template_from
+                                                                  : "chat_template of the config";
+    snprintf(buf, cap, "chat model, context %d, chat template: %s", wk_ctx_len(sm->w), from);
 }
 
 int srv_new(const cfg *c, srv **out, char *err, size_t errlen) {
@@ -1121,6 +1500,7 @@ void srv_free(srv *s) {
     for (int m = 0; s->models && m < s->n_models; m++) {
         wk_free(s->models[m].w);
         tks_set_free(s->models[m].specials);
+        chat_tpl_free(s->models[m].tpl);
     }
     free(s->models);
     auth_table_free(s->auth);

@@ -44,6 +44,9 @@ int srv_new(const cfg *c, srv **out, char *err, size_t errlen);
 /* Listen on the configured address (port 0: any free port). */
 int srv_start(srv *s, char *err, size_t errlen);
 uint16_t srv_port(const srv *s);
+/* One line about model i for the start-up log: its kind, context length
+ * and the chat template in force with where it came from. */
+void srv_model_describe(const srv *s, int i, char *buf, size_t cap);
 /* Graceful stop; see above. Safe to call once after srv_start. */
 void srv_shutdown(srv *s);
 void srv_free(srv *s);

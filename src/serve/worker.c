@@ -28,9 +28,12 @@ struct wk_worker {
     wk_opts o;
     sched_tier *tiers;
     sched_tenant_cfg *tenants;
-    model *m;
+    model *m;               /* a decoder, or */
+    enc_model *em;          /* an encoder */
+    enc_state *es;
     tok *t;
     eng *e;
+    int32_t n_blocks, block_size, ctx_len, edim;
     sched *s;
     smp scratch;            /* shared sampling scratch */
     int32_t vocab;
@@ -49,6 +52,10 @@ struct wk_worker {
     eng_seq *seqs;          /* (max_seqs) */
     int32_t *rows;          /* (max_seqs) logits row of each item, -1 none */
     float *logits;          /* (max_seqs, vocab) */
+    const int32_t **etok;   /* (max_seqs) encoder batch: each input's tokens */
+    int *elen;              /* (max_seqs) and length */
+    int32_t *eitem;         /* (max_seqs) plan item of each */
+    float *eout;            /* (max_seqs, edim) */
     sched_item_result *results; /* (max_seqs) */
     char *host;             /* swap space: n_swap blocks of block_bytes */
     size_t block_bytes;
@@ -83,12 +90,22 @@ wk_req *wk_req_new(int32_t n_prompt, int32_t max_new) {
     return r;
 }
 
+wk_req *wk_req_new_embed(int32_t n_prompt, int32_t dim) {
+    wk_req *r = wk_req_new(n_prompt, 1);
+    if (r && !(r->embedding = calloc((size_t)(dim > 0 ? dim : 1), sizeof(float)))) {
+        wk_req_release(r);
+        return NULL;
+    }
+    return r;
+}
+
 void wk_req_release(wk_req *r) {
     if (!r || atomic_fetch_sub(&r->refs, 1) != 1) return;
     pthread_mutex_destroy(&r->mu);
     dtk_deinit(&r->detok);
     smp_deinit(&r->sampler);
     free(r->tokens);
+    free(r->embedding);
     strbuf_free(&r->text);
     free(r);
 }
@@ -120,15 +137,15 @@ static void fail_req(wk_req *r, int end, sched_reason why, int status, const cha
 /* ---- set-up ---------------------------------------------------------------- */
 
 static int setup_sched(wk_worker *w, char *err, size_t errlen) {
-    const model_config *mc = &w->m->cfg;
     sched_config c;
     sched_config_default(&c);
     c.policy = w->o.policy;
-    c.n_blocks = eng_kv_n_blocks(w->e);
-    c.block_size = eng_block_size(w->e);
+    c.n_blocks = w->n_blocks;
+    c.block_size = w->block_size;
     c.block_bytes = (double)w->block_bytes;
     c.n_swap_blocks = (int32_t)(w->o.swap_bytes / w->block_bytes);
-    c.max_ctx = mc->ctx_len;
+    /* An embedding's one output takes no position. */
+    c.max_ctx = w->ctx_len + (w->em ? 1 : 0);
     c.max_requests = w->o.max_requests;
     c.max_tenants = w->o.n_tenants > 0 ? w->o.n_tenants : 1;
     c.max_running = w->o.max_seqs;
@@ -157,13 +174,18 @@ static int alloc_buffers(wk_worker *w) {
     size_t seqs = (size_t)w->o.max_seqs;
     w->seqs = calloc(seqs, sizeof(eng_seq));
     w->rows = calloc(seqs, sizeof(int32_t));
-    w->logits = malloc(seqs * (size_t)w->vocab * sizeof(float));
+    w->logits = w->em ? NULL : malloc(seqs * (size_t)w->vocab * sizeof(float));
+    w->etok = calloc(seqs, sizeof(*w->etok));
+    w->elen = calloc(seqs, sizeof(int));
+    w->eitem = calloc(seqs, sizeof(int32_t));
+    w->eout = w->em ? malloc(seqs * (size_t)w->edim * sizeof(float)) : NULL;
     w->results = calloc(seqs, sizeof(sched_item_result));
     w->by_slot = calloc((size_t)w->o.max_requests, sizeof(wk_req *));
     w->snap = calloc((size_t)(w->o.n_tenants > 0 ? w->o.n_tenants : 1), sizeof(sched_tenant_stats));
     size_t swap = w->o.swap_bytes / w->block_bytes * w->block_bytes;
     w->host = swap ? malloc(swap) : NULL;
-    if (!w->seqs || !w->rows || !w->logits || !w->results || !w->by_slot || !w->snap || (swap && !w->host))
+    if (!w->seqs || !w->rows || (!w->em && !w->logits) || (w->em && !w->eout) || !w->etok || !w->elen ||
+        !w->eitem || !w->results || !w->by_slot || !w->snap || (swap && !w->host))
         return TS_ERR_NOMEM;
     smp_params p = {0.0f, 0, 1.0f, 0, NULL, 0};
     return smp_init(&w->scratch, w->vocab, &p);
@@ -183,6 +205,67 @@ static int copy_config(wk_worker *w, const wk_opts *o) {
     return 0;
 }
 
+/* The vocabulary of the model's file, and a check that every id it can
+ * produce (and the server accepts as a prompt token) has an embedding row;
+ * otherwise the forward refuses the whole batch and one request fails
+ * every request in its step. */
+static int load_tok(wk_worker *w, const gguf_ctx *g, int rows, char *err, size_t errlen) {
+    int rc = tok_new_from_gguf(g, &w->t, err, errlen);
+    if (rc) return rc;
+    if (tok_n_vocab(w->t) > rows) {
+        snprintf(err, errlen, "%s: the vocabulary has %d tokens but token_embd.weight only %d rows", w->o.path,
+                 tok_n_vocab(w->t), rows);
+        return TS_ERR_MODEL_SHAPE;
+    }
+    w->vocab = rows;
+    return 0;
+}
+
+/* Takes g (also on error). */
+static int load_decoder(wk_worker *w, gguf_ctx *g, char *err, size_t errlen) {
+    char inner[320];
+    int rc = model_from_gguf(g, &w->m, inner, sizeof(inner));
+    if (rc) {
+        err_set(err, errlen, rc, "%s: %s", w->o.path, inner);
+        return rc;
+    }
+    if ((rc = load_tok(w, w->m->gguf, w->m->cfg.vocab, err, errlen))) return rc;
+    /* Minimum shares may take a step past its budget (sched.c), so the engine
+     * takes up to twice the budget plus one decode per sequence. */
+    eng_opts eo = {.kv_pool_bytes = w->o.kv_bytes, .block_size = w->o.block_size,
+                   .max_batch_tokens = 2 * w->o.budget_max + w->o.max_seqs,
+                   .max_seqs = w->o.max_seqs, .n_threads = w->o.threads};
+    if ((rc = eng_new(w->m, &eo, &w->e, err, errlen))) return rc;
+    w->block_bytes = eng_kv_block_bytes(w->e);
+    w->n_blocks = eng_kv_n_blocks(w->e);
+    w->block_size = eng_block_size(w->e);
+    w->ctx_len = w->m->cfg.ctx_len;
+    return 0;
+}
+
+/* Takes g (also on error). The state takes a step's whole budget and at
+ * least one input of the full context, so any admitted input fits. */
+static int load_encoder(wk_worker *w, gguf_ctx *g, char *err, size_t errlen) {
+    char inner[320];
+    int rc = enc_from_gguf(g, &w->em, inner, sizeof(inner));
+    if (rc) {
+        err_set(err, errlen, rc, "%s: %s", w->o.path, inner);
+        return rc;
+    }
+    const enc_config *c = &w->em->cfg;
+    if ((rc = load_tok(w, w->em->gguf, c->vocab, err, errlen))) return rc;
+    int max_tokens = 2 * w->o.budget_max + w->o.max_seqs;
+    if (max_tokens < c->ctx_len) max_tokens = c->ctx_len;
+    if ((rc = enc_state_new(w->em, max_tokens, w->o.threads, &w->es, err, errlen))) return rc;
+    w->edim = c->dim;
+    w->ctx_len = c->ctx_len;
+    w->block_size = w->o.block_size > 0 ? w->o.block_size : 16;
+    w->n_blocks = w->o.max_seqs * ((c->ctx_len + 1 + w->block_size - 1) / w->block_size);
+    w->block_bytes = (size_t)w->block_size * (size_t)c->dim * sizeof(float);
+    w->o.swap_bytes = 0;
+    return 0;
+}
+
 int wk_new(const wk_opts *o, wk_worker **out, char *err, size_t errlen) {
     *out = NULL;
     wk_worker *w = calloc(1, sizeof(*w));
@@ -193,25 +276,10 @@ int wk_new(const wk_opts *o, wk_worker **out, char *err, size_t errlen) {
     pthread_cond_init(&w->idle_cv, NULL);
     int rc = copy_config(w, o);
     if (rc) goto err;
-    if ((rc = model_load(o->path, &w->m, err, errlen))) goto err;
-    if ((rc = tok_new_from_gguf(w->m->gguf, &w->t, err, errlen))) goto err;
-    w->vocab = w->m->cfg.vocab;
-    /* Every id the tokenizer can produce (and the server accepts as a
-     * prompt token) needs an embedding row; otherwise eng_forward refuses
-     * the whole batch and one request fails every request in its step. */
-    if (tok_n_vocab(w->t) > w->vocab) {
-        snprintf(err, errlen, "%s: the vocabulary has %d tokens but token_embd.weight only %d rows", o->path,
-                 tok_n_vocab(w->t), w->vocab);
-        rc = TS_ERR_MODEL_SHAPE;
-        goto err;
-    }
-    /* Minimum shares may take a step past its budget (sched.c), so the engine
-     * takes up to twice the budget plus one decode per sequence. */
-    eng_opts eo = {.kv_pool_bytes = o->kv_bytes, .block_size = o->block_size,
-                   .max_batch_tokens = 2 * o->budget_max + w->o.max_seqs,
-                   .max_seqs = w->o.max_seqs, .n_threads = o->threads};
-    if ((rc = eng_new(w->m, &eo, &w->e, err, errlen))) goto err;
-    w->block_bytes = eng_kv_block_bytes(w->e);
+    gguf_ctx *g = NULL;
+    if ((rc = gguf_open(o->path, &g, err, errlen))) goto err;
+    rc = enc_is_encoder(g) ? load_encoder(w, g, err, errlen) : load_decoder(w, g, err, errlen);
+    if (rc) goto err;
     if ((rc = setup_sched(w, err, errlen))) goto err;
     if ((rc = alloc_buffers(w))) {
         snprintf(err, errlen, "out of memory for the worker's buffers");
@@ -244,10 +312,13 @@ void wk_free(wk_worker *w) {
     }
     sched_free(w->s);
     eng_free(w->e);
+    enc_state_free(w->es);
     tok_free(w->t);
     model_free(w->m);
+    enc_free(w->em);
     smp_deinit(&w->scratch);
     free(w->seqs); free(w->rows); free(w->logits); free(w->results); free(w->by_slot);
+    free(w->etok); free(w->elen); free(w->eitem); free(w->eout);
     free(w->snap); free(w->host); free(w->tiers); free(w->tenants);
     pthread_cond_destroy(&w->cv);
     pthread_cond_destroy(&w->idle_cv);
@@ -258,6 +329,9 @@ void wk_free(wk_worker *w) {
 
 const tok *wk_tok(const wk_worker *w) { return w->t; }
 const model *wk_model(const wk_worker *w) { return w->m; }
+const enc_model *wk_encoder(const wk_worker *w) { return w->em; }
+int32_t wk_ctx_len(const wk_worker *w) { return w->ctx_len; }
+int32_t wk_embed_dim(const wk_worker *w) { return w->em ? w->edim : 0; }
 
 /* ---- the doors ------------------------------------------------------------- */
 
@@ -327,12 +401,19 @@ static void admit(wk_worker *w, wk_req *r, int64_t now) {
         drop_live(w, r);
         return;
     }
+    if (!r->embedding != !w->em) {
+        fail_req(r, WK_END_INVALID, SCHED_R_NONE, 400, "invalid_request_error",
+                 w->em ? "this model makes embeddings; it does not generate text"
+                       : "this model generates text; it does not make embeddings");
+        drop_live(w, r);
+        return;
+    }
     smp_params sp = r->sp;
     sp.stop_ids = NULL;
     sp.n_stop = 0;
     const char *stops[DTK_MAX_STOPS];
     for (int i = 0; i < r->n_stops; i++) stops[i] = r->stops[i];
-    if (smp_init_params(&r->sampler, w->vocab, &sp) || dtk_init(&r->detok, w->t, stops, r->n_stops)) {
+    if (!w->em && (smp_init_params(&r->sampler, w->vocab, &sp) || dtk_init(&r->detok, w->t, stops, r->n_stops))) {
         fail_req(r, WK_END_INVALID, SCHED_R_NONE, 400, "invalid_request_error",
                  "invalid sampling parameters or stop strings");
         drop_live(w, r);
@@ -426,8 +507,57 @@ static double do_swaps(wk_worker *w, const sched_plan *p) {
     return (double)(wk_now_us() - t0);
 }
 
+/* The finished vector of one input: its only output. */
+static void embed_done(wk_worker *w, wk_req *r, const float *v, sched_item_result *res, int64_t now) {
+    pthread_mutex_lock(&r->mu);
+    memcpy(r->embedding, v, (size_t)w->edim * sizeof(float));
+    r->n_generated = 1;
+    r->first_token_us = now;
+    r->stopped = 1;
+    pthread_mutex_unlock(&r->mu);
+    res->finished = 1;
+}
+
+/* Run the encoder over the n inputs gathered so far. */
+static int flush_encoder(wk_worker *w, const sched_plan *p, int n) {
+    if (!n) return 0;
+    char err[160];
+    int rc = enc_embed(w->es, w->etok, w->elen, n, w->eout, err, sizeof(err));
+    if (rc) return rc;
+    int64_t t = wk_now_us();
+    for (int i = 0; i < n; i++)
+        embed_done(w, w->by_slot[(uint32_t)p->items[w->eitem[i]].id], w->eout + (size_t)i * (size_t)w->edim,
+                   &w->results[w->eitem[i]], t);
+    return 0;
+}
+
+/* An encoder's step: each input whose last prompt token this plan
+ * schedules is embedded whole; the earlier chunks of a long input have
+ * nothing to compute (see wk_new). Inputs go in batches that fit the
+ * state. */
+static int run_encoder(wk_worker *w, const sched_plan *p) {
+    int n = 0, tokens = 0, cap = enc_state_max_tokens(w->es);
+    for (int32_t i = 0; i < p->n_items; i++) {
+        w->results[i].finished = 0;
+        if (!p->items[i].sample) continue;
+        wk_req *r = w->by_slot[(uint32_t)p->items[i].id];
+        if (tokens + r->n_prompt > cap) {
+            int rc = flush_encoder(w, p, n);
+            if (rc) return rc;
+            n = tokens = 0;
+        }
+        w->etok[n] = r->tokens;
+        w->elen[n] = r->n_prompt;
+        w->eitem[n++] = i;
+        tokens += r->n_prompt;
+    }
+    return flush_encoder(w, p, n);
+}
+
 static int run_plan(wk_worker *w, const sched_plan *p, double *copy_us) {
     int32_t rows = 0;
+    *copy_us = 0;
+    if (w->em) return run_encoder(w, p);
     *copy_us = do_swaps(w, p);
     for (int32_t i = 0; i < p->n_items; i++) {
         const sched_item *it = &p->items[i];
@@ -462,8 +592,10 @@ static void finalize(wk_worker *w, const sched_end *e) {
     r->engine_us = e->engine_us;
     r->preemptions = e->preemptions;
     if (e->state == SCHED_FINISHED) {
-        dtk_finish(&r->detok, &txt, &n);
-        outbox_append(r, txt, n);
+        if (!r->embedding) {
+            dtk_finish(&r->detok, &txt, &n);
+            outbox_append(r, txt, n);
+        }
         r->finish = r->stopped ? "stop" : "length";
         r->end = WK_END_FINISHED;
     } else if (atomic_load(&r->shutdown)) {
@@ -560,7 +692,7 @@ static void *loop(void *arg) {
      * scratch for eng_threads(). Forward passes run on this thread, so set
      * it here; otherwise a model configured with fewer threads than the
      * default writes past that scratch. */
-    omp_set_num_threads(eng_threads(w->e));
+    if (w->e) omp_set_num_threads(eng_threads(w->e));
 #endif
     for (;;) {
         int64_t now = wk_now_us();

@@ -26,6 +26,7 @@
 #include <stdint.h>
 
 #include "detok.h"
+#include "enc.h"
 #include "engine.h"
 #include "model.h"
 #include "sampler.h"
@@ -58,6 +59,9 @@ typedef struct wk_req {
     smp_params sp;          /* sampling; stop ids are the model's end tokens */
     char stops[DTK_MAX_STOPS][DTK_MAX_STOP_LEN];
     int n_stops;
+    float *embedding;       /* (dim) an embedding request's output, or NULL
+                             * for a generation request; written by the
+                             * worker before the request is done */
     void (*notify)(struct wk_req *r); /* under mu, when the outbox changed */
     void *user;             /* the HTTP side's context */
 
@@ -92,6 +96,9 @@ typedef struct wk_req {
 /* A new request for n_prompt prompt tokens and up to max_new generated
  * ones, with one reference held by the caller. NULL on out of memory. */
 wk_req *wk_req_new(int32_t n_prompt, int32_t max_new);
+/* A new embedding request for n_prompt tokens (an encoder model's): one
+ * output, the dim-float vector in r->embedding once done. */
+wk_req *wk_req_new_embed(int32_t n_prompt, int32_t dim);
 void wk_req_release(wk_req *r);
 
 typedef struct wk_step_info {
@@ -129,13 +136,24 @@ typedef struct wk_opts {
 
 typedef struct wk_worker wk_worker;
 
-/* Load the model and start the thread. */
+/* Load the model and start the thread. A GGUF of an encoder architecture
+ * (enc.h: "bert") makes an embedding worker: it takes only embedding
+ * requests, each a prefill-only request the scheduler orders like any
+ * other; the encoder runs over a whole input in the step that schedules
+ * its last prompt token (bidirectional attention needs every token, so
+ * the earlier chunks of a long input only move its progress). An encoder
+ * keeps nothing between steps: its "KV blocks" only count tokens in
+ * flight (every running sequence can hold its whole context, so no
+ * preemption for memory) and it never swaps. */
 int wk_new(const wk_opts *o, wk_worker **out, char *err, size_t errlen);
 /* Stop the thread (after wk_drain, or failing whatever is left) and free. */
 void wk_free(wk_worker *w);
 
 const tok *wk_tok(const wk_worker *w);
-const model *wk_model(const wk_worker *w);
+const model *wk_model(const wk_worker *w);      /* NULL for an encoder */
+const enc_model *wk_encoder(const wk_worker *w); /* NULL for a decoder */
+int32_t wk_ctx_len(const wk_worker *w);          /* positions a request may use */
+int32_t wk_embed_dim(const wk_worker *w);        /* 0 for a decoder */
 
 /* Hand a request in; the worker takes its own reference. TS_ERR_SHUTDOWN
  * once draining. */
