@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "err.h"
+#include "wbind.h"
 
 /* Reads bert.<suffix> as a positive u32 no larger than max. A missing key
  * is an error when required and keeps *out otherwise. */
@@ -79,49 +80,13 @@ static int read_config(const gguf_ctx *g, enc_config *c, char *err, size_t errle
     return 0;
 }
 
-/* A matrix of shape (rows, cols) in any type the kernels multiply. rows 0
- * takes any positive row count (written back), for the embedding tables. */
-static int enc_bind_mat(const gguf_ctx *g, const char *name, int64_t *rows, int64_t cols, ops_mat *m, char *err,
-                        size_t errlen) {
-    const gguf_tensor *t = gguf_find_tensor(g, name);
-    if (!t) return err_set(err, errlen, TS_ERR_MODEL_TENSOR, "tensor %s missing", name);
-    int ok = t->n_dims == 2 && (int64_t)t->ne[0] == cols && (*rows ? (int64_t)t->ne[1] == *rows : t->ne[1] > 0);
-    if (!ok) {
-        char want[32] = "any";
-        if (*rows) snprintf(want, sizeof(want), "%lld", (long long)*rows);
-        return err_set(err, errlen, TS_ERR_MODEL_SHAPE, "tensor %s has shape [%llu, %llu] in %u dims, want [%lld, %s]",
-                       name, (unsigned long long)t->ne[0], (unsigned long long)(t->n_dims > 1 ? t->ne[1] : 1),
-                       t->n_dims, (long long)cols, want);
-    }
-    if (!*rows && t->ne[1] > ENC_MAX_VOCAB)
-        return err_set(err, errlen, TS_ERR_MODEL_SHAPE, "tensor %s has %llu rows, more than %d", name,
-                       (unsigned long long)t->ne[1], ENC_MAX_VOCAB);
-    *m = (ops_mat){t->data, t->type, (int64_t)t->ne[1], cols};
-    *rows = m->n_out;
-    if (!ops_mat_supported(m)) {
-        const char *tn = gguf_type_name(t->type);
-        return err_set(err, errlen, TS_ERR_GGUF_TYPE,
-                       "tensor %s: type %s (%u) of shape [%lld, %lld] is not one the CPU kernels multiply", name,
-                       tn ? tn : "?", t->type, (long long)cols, (long long)m->n_out);
-    }
-    return 0;
-}
-
-/* A vector of n elements (norm weight or bias), copied to dst as f32. */
-static int enc_bind_vec(const gguf_ctx *g, const char *name, int64_t n, float *dst, char *err, size_t errlen) {
-    const gguf_tensor *t = gguf_find_tensor(g, name);
-    if (!t) return err_set(err, errlen, TS_ERR_MODEL_TENSOR, "tensor %s missing", name);
-    if (t->n_dims != 1 || (int64_t)t->ne[0] != n)
-        return err_set(err, errlen, TS_ERR_MODEL_SHAPE, "tensor %s has %llu elements in %u dims, want %lld", name,
-                       (unsigned long long)t->ne[0], t->n_dims, (long long)n);
-    if (t->type != GGUF_TT_F32 && t->type != GGUF_TT_F16 && t->type != GGUF_TT_BF16) {
-        const char *tn = gguf_type_name(t->type);
-        return err_set(err, errlen, TS_ERR_GGUF_TYPE, "tensor %s: type %s; norms and biases must be f32, f16 or bf16",
-                       name, tn ? tn : "?");
-    }
-    const ops_mat row = {t->data, t->type, 1, n};
-    ops_dequant_row(dst, &row, 0);
-    return 0;
+/* A vector of n elements (norm weight or bias), converted to f32 into dst:
+ * always a copy, so the q, k and v biases can sit side by side. */
+static int bind_vec(const gguf_ctx *g, const char *name, int64_t n, float *dst, char *err, size_t errlen) {
+    ops_mat v;
+    int rc = wb_vec(g, name, n, &v, err, errlen);
+    if (!rc) ops_dequant_row(dst, &v, 0);
+    return rc;
 }
 
 /* Floats of f32_owned: token_embd_norm (2 dim), type0 (dim), and per layer
@@ -143,24 +108,23 @@ static float *take(float **pool, int64_t n) {
 static int bind_qkv(const gguf_ctx *g, int l, enc_layer *L, const enc_config *c, float *b, char *err,
                     size_t errlen) {
     const int64_t d = c->dim;
-    int64_t r3 = 3 * d, r1 = d;
     char n[96];
     int rc;
     L->bqkv = b;
 #define NAME(s) (snprintf(n, sizeof(n), "blk.%d.%s", l, s), n)
     if (gguf_find_tensor(g, NAME("attn_qkv.weight"))) {
         L->fused = 1;
-        if ((rc = enc_bind_mat(g, n, &r3, d, &L->wqkv, err, errlen)) ||
-            (rc = enc_bind_vec(g, NAME("attn_qkv.bias"), 3 * d, b, err, errlen)))
+        if ((rc = wb_mat(g, n, 3 * d, d, &L->wqkv, err, errlen)) ||
+            (rc = bind_vec(g, NAME("attn_qkv.bias"), 3 * d, b, err, errlen)))
             return rc;
         return 0;
     }
-    if ((rc = enc_bind_mat(g, NAME("attn_q.weight"), &r1, d, &L->wq, err, errlen)) ||
-        (rc = enc_bind_mat(g, NAME("attn_k.weight"), &r1, d, &L->wk, err, errlen)) ||
-        (rc = enc_bind_mat(g, NAME("attn_v.weight"), &r1, d, &L->wv, err, errlen)) ||
-        (rc = enc_bind_vec(g, NAME("attn_q.bias"), d, b, err, errlen)) ||
-        (rc = enc_bind_vec(g, NAME("attn_k.bias"), d, b + d, err, errlen)) ||
-        (rc = enc_bind_vec(g, NAME("attn_v.bias"), d, b + 2 * d, err, errlen)))
+    if ((rc = wb_mat(g, NAME("attn_q.weight"), d, d, &L->wq, err, errlen)) ||
+        (rc = wb_mat(g, NAME("attn_k.weight"), d, d, &L->wk, err, errlen)) ||
+        (rc = wb_mat(g, NAME("attn_v.weight"), d, d, &L->wv, err, errlen)) ||
+        (rc = bind_vec(g, NAME("attn_q.bias"), d, b, err, errlen)) ||
+        (rc = bind_vec(g, NAME("attn_k.bias"), d, b + d, err, errlen)) ||
+        (rc = bind_vec(g, NAME("attn_v.bias"), d, b + 2 * d, err, errlen)))
         return rc;
 #undef NAME
     return 0;
@@ -170,23 +134,23 @@ static int bind_layer(enc_model *m, int l, float **pool, char *err, size_t errle
     const enc_config *c = &m->cfg;
     const gguf_ctx *g = m->gguf;
     enc_layer *L = &m->layers[l];
-    int64_t d = c->dim, f = c->ffn_dim, rd = d, rf = f;
+    int64_t d = c->dim, f = c->ffn_dim;
     char n[96];
     int rc;
     float *bo = take(pool, d), *ln1w = take(pool, d), *ln1b = take(pool, d), *bup = take(pool, f);
     float *bdown = take(pool, d), *ln2w = take(pool, d), *ln2b = take(pool, d);
 #define NAME(s) (snprintf(n, sizeof(n), "blk.%d.%s", l, s), n)
     if ((rc = bind_qkv(g, l, L, c, take(pool, 3 * d), err, errlen)) ||
-        (rc = enc_bind_mat(g, NAME("attn_output.weight"), &rd, d, &L->wo, err, errlen)) ||
-        (rc = enc_bind_vec(g, NAME("attn_output.bias"), d, bo, err, errlen)) ||
-        (rc = enc_bind_vec(g, NAME("attn_output_norm.weight"), d, ln1w, err, errlen)) ||
-        (rc = enc_bind_vec(g, NAME("attn_output_norm.bias"), d, ln1b, err, errlen)) ||
-        (rc = enc_bind_mat(g, NAME("ffn_up.weight"), &rf, d, &L->w_up, err, errlen)) ||
-        (rc = enc_bind_vec(g, NAME("ffn_up.bias"), f, bup, err, errlen)) ||
-        (rc = enc_bind_mat(g, NAME("ffn_down.weight"), &rd, f, &L->w_down, err, errlen)) ||
-        (rc = enc_bind_vec(g, NAME("ffn_down.bias"), d, bdown, err, errlen)) ||
-        (rc = enc_bind_vec(g, NAME("layer_output_norm.weight"), d, ln2w, err, errlen)) ||
-        (rc = enc_bind_vec(g, NAME("layer_output_norm.bias"), d, ln2b, err, errlen)))
+        (rc = wb_mat(g, NAME("attn_output.weight"), d, d, &L->wo, err, errlen)) ||
+        (rc = bind_vec(g, NAME("attn_output.bias"), d, bo, err, errlen)) ||
+        (rc = bind_vec(g, NAME("attn_output_norm.weight"), d, ln1w, err, errlen)) ||
+        (rc = bind_vec(g, NAME("attn_output_norm.bias"), d, ln1b, err, errlen)) ||
+        (rc = wb_mat(g, NAME("ffn_up.weight"), f, d, &L->w_up, err, errlen)) ||
+        (rc = bind_vec(g, NAME("ffn_up.bias"), f, bup, err, errlen)) ||
+        (rc = wb_mat(g, NAME("ffn_down.weight"), d, f, &L->w_down, err, errlen)) ||
+        (rc = bind_vec(g, NAME("ffn_down.bias"), d, bdown, err, errlen)) ||
+        (rc = bind_vec(g, NAME("layer_output_norm.weight"), d, ln2w, err, errlen)) ||
+        (rc = bind_vec(g, NAME("layer_output_norm.bias"), d, ln2b, err, errlen)))
         return rc;
 #undef NAME
     L->bo = bo, L->ln1_w = ln1w, L->ln1_b = ln1b, L->b_up = bup;
@@ -202,15 +166,15 @@ static int bind_layer(enc_model *m, int l, float **pool, char *err, size_t errle
 static int bind_embeddings(enc_model *m, float **pool, char *err, size_t errlen) {
     enc_config *c = &m->cfg;
     const gguf_ctx *g = m->gguf;
-    int64_t vocab = 0, types = 0, pos = 0;
     int rc;
-    if ((rc = enc_bind_mat(g, "token_embd.weight", &vocab, c->dim, &m->tok_embd, err, errlen)) ||
-        (rc = enc_bind_mat(g, "position_embd.weight", &pos, c->dim, &m->pos_embd, err, errlen)))
+    if ((rc = wb_mat(g, "token_embd.weight", 0, c->dim, &m->tok_embd, err, errlen)) ||
+        (rc = wb_mat(g, "position_embd.weight", 0, c->dim, &m->pos_embd, err, errlen)))
         return rc;
     if (gguf_find_tensor(g, "token_types.weight") &&
-        (rc = enc_bind_mat(g, "token_types.weight", &types, c->dim, &m->type_embd, err, errlen)))
+        (rc = wb_mat(g, "token_types.weight", 0, c->dim, &m->type_embd, err, errlen)))
         return rc;
-    c->vocab = (int)vocab;
+    const int64_t types = m->type_embd.n_out, pos = m->pos_embd.n_out;
+    c->vocab = (int)m->tok_embd.n_out;
     c->n_types = (int)types;
     if (!c->ctx_len) c->ctx_len = pos < ENC_MAX_CTX ? (int)pos : ENC_MAX_CTX;
     if (pos < c->ctx_len)
@@ -218,8 +182,8 @@ static int bind_embeddings(enc_model *m, float **pool, char *err, size_t errlen)
                        "tensor position_embd.weight has %lld rows, fewer than bert.context_length %d", (long long)pos,
                        c->ctx_len);
     float *ln0w = take(pool, c->dim), *ln0b = take(pool, c->dim), *type0 = take(pool, c->dim);
-    if ((rc = enc_bind_vec(g, "token_embd_norm.weight", c->dim, ln0w, err, errlen)) ||
-        (rc = enc_bind_vec(g, "token_embd_norm.bias", c->dim, ln0b, err, errlen)))
+    if ((rc = bind_vec(g, "token_embd_norm.weight", c->dim, ln0w, err, errlen)) ||
+        (rc = bind_vec(g, "token_embd_norm.bias", c->dim, ln0b, err, errlen)))
         return rc;
     if (types) ops_dequant_row(type0, &m->type_embd, 0);
     else memset(type0, 0, (size_t)c->dim * sizeof(float));

@@ -58,7 +58,6 @@
 
 #define ENC_MAX_LAYERS 256
 #define ENC_MAX_DIM (1 << 16)
-#define ENC_MAX_VOCAB (1 << 22)
 #define ENC_MAX_CTX (1 << 16)   /* positions */
 
 /* bert.pooling_type values, numbered as llama.cpp numbers them. */

@@ -7,10 +7,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <unistd.h>
 
 #include "err.h"
+#include "wbind.h"
 
 /* Reads "{arch}.{suffix}" as u32; required keys fail, optional keep *out. */
 static int arch_u32(const gguf_ctx *g, const char *arch, const char *suffix, int required,
@@ -176,61 +175,23 @@ static int check_config(model_config *c, char *err, size_t errlen) {
     return 0;
 }
 
-/* Finds a matrix tensor of shape (rows, cols) in any executable type. */
-static int bind_mat(const gguf_ctx *g, const char *name, int64_t rows, int64_t cols, ops_mat *m,
-                    int optional, char *err, size_t errlen) {
-    const gguf_tensor *t = gguf_find_tensor(g, name);
-    if (!t) {
-        if (optional) return 1;
-        return err_set(err, errlen, TS_ERR_MODEL_TENSOR, "tensor %s missing", name);
-    }
-    if (t->n_dims != 2 || (int64_t)t->ne[0] != cols || (int64_t)t->ne[1] != rows)
-        return err_set(err, errlen, TS_ERR_MODEL_SHAPE, "tensor %s has shape [%llu, %llu], want [%lld, %lld]",
-                       name, (unsigned long long)t->ne[0], (unsigned long long)t->ne[1],
-                       (long long)cols, (long long)rows);
-    m->data = t->data;
-    m->type = t->type;
-    m->n_out = rows;
-    m->n_in = cols;
-    /* The reader only hands out types tessera knows, but knowing a type is
-     * not the same as having a kernel for it: refuse here, at load, so no
-     * matrix reaches a kernel that would have to abort on it. */
-    if (!ops_mat_supported(m)) {
-        const char *tn = gguf_type_name(t->type);
-        return err_set(err, errlen, TS_ERR_GGUF_TYPE,
-                       "tensor %s: type %s (%u) of shape [%lld, %lld] is not one the CPU kernels multiply",
-                       name, tn ? tn : "?", t->type, (long long)cols, (long long)rows);
-    }
-    return 0;
-}
-
-/* Binds a vector (norm weight or bias) of n elements as f32, converting into
- * *pool when the file stores it as f16/bf16. */
+/* A vector (norm weight, bias, rope divisors) of n elements as f32:
+ * pointed at in the mapping when the file stores f32, converted into *pool
+ * (which moves past it) otherwise. A missing optional one leaves *out as it
+ * was (NULL). */
 static int bind_vec(const gguf_ctx *g, const char *name, int64_t n, const float **out, float **pool,
                     int optional, char *err, size_t errlen) {
-    const gguf_tensor *t = gguf_find_tensor(g, name);
-    if (!t) {
-        if (optional) return 0;
-        return err_set(err, errlen, TS_ERR_MODEL_TENSOR, "tensor %s missing", name);
-    }
-    if (t->n_dims != 1 || (int64_t)t->ne[0] != n)
-        return err_set(err, errlen, TS_ERR_MODEL_SHAPE, "tensor %s has %llu elements in %u dims, want %lld",
-                       name, (unsigned long long)t->ne[0], t->n_dims, (long long)n);
-    if (t->type == GGUF_TT_F32) {
-        *out = t->data;
+    if (optional && !gguf_find_tensor(g, name)) return 0;
+    ops_mat v;
+    int rc = wb_vec(g, name, n, &v, err, errlen);
+    if (rc) return rc;
+    if (v.type == GGUF_TT_F32) {
+        *out = v.data;
         return 0;
     }
-    if (t->type != GGUF_TT_F16 && t->type != GGUF_TT_BF16)
-        return err_set(err, errlen, TS_ERR_GGUF_TYPE, "tensor %s: vectors must be f32, f16 or bf16", name);
-    float *dst = *pool;
-    const uint16_t *src = t->data;
-    for (int64_t i = 0; i < n; i++) {
-        uint16_t h;
-        memcpy(&h, src + i, 2);
-        dst[i] = t->type == GGUF_TT_F16 ? ops_f16_to_f32(h) : ops_bf16_to_f32(h);
-    }
+    ops_dequant_row(*pool, &v, 0);
+    *out = *pool;
     *pool += n;
-    *out = dst;
     return 0;
 }
 
@@ -259,16 +220,16 @@ static int bind_attn(model *m, int l, char *err, size_t errlen) {
     int rc;
     if (c->arch == MODEL_ARCH_PHI3 && gguf_find_tensor(m->gguf, NAME("attn_qkv.weight"))) {
         ops_mat qkv;
-        if ((rc = bind_mat(m->gguf, n, qd + 2 * kvd, c->dim, &qkv, 0, err, errlen))) return rc;
+        if ((rc = wb_mat(m->gguf, n, qd + 2 * kvd, c->dim, &qkv, err, errlen))) return rc;
         L->wq = mat_rows(&qkv, 0, qd);
         L->wk = mat_rows(&qkv, qd, kvd);
         L->wv = mat_rows(&qkv, qd + kvd, kvd);
-    } else if ((rc = bind_mat(m->gguf, NAME("attn_q.weight"), qd, c->dim, &L->wq, 0, err, errlen)) ||
-               (rc = bind_mat(m->gguf, NAME("attn_k.weight"), kvd, c->dim, &L->wk, 0, err, errlen)) ||
-               (rc = bind_mat(m->gguf, NAME("attn_v.weight"), kvd, c->dim, &L->wv, 0, err, errlen))) {
+    } else if ((rc = wb_mat(m->gguf, NAME("attn_q.weight"), qd, c->dim, &L->wq, err, errlen)) ||
+               (rc = wb_mat(m->gguf, NAME("attn_k.weight"), kvd, c->dim, &L->wk, err, errlen)) ||
+               (rc = wb_mat(m->gguf, NAME("attn_v.weight"), kvd, c->dim, &L->wv, err, errlen))) {
         return rc;
     }
-    return bind_mat(m->gguf, NAME("attn_output.weight"), c->dim, qd, &L->wo, 0, err, errlen);
+    return wb_mat(m->gguf, NAME("attn_output.weight"), c->dim, qd, &L->wo, err, errlen);
 }
 
 /* gate and up: separate tensors, or (phi3) one ffn_up of 2 * ffn_dim rows,
@@ -281,15 +242,15 @@ static int bind_ffn(model *m, int l, char *err, size_t errlen) {
     int rc;
     if (c->arch == MODEL_ARCH_PHI3) {
         ops_mat up;
-        if ((rc = bind_mat(m->gguf, NAME("ffn_up.weight"), 2 * (int64_t)c->ffn_dim, c->dim, &up, 0, err, errlen)))
+        if ((rc = wb_mat(m->gguf, NAME("ffn_up.weight"), 2 * (int64_t)c->ffn_dim, c->dim, &up, err, errlen)))
             return rc;
         L->w_gate = mat_rows(&up, 0, c->ffn_dim);
         L->w_up = mat_rows(&up, c->ffn_dim, c->ffn_dim);
-    } else if ((rc = bind_mat(m->gguf, NAME("ffn_gate.weight"), c->ffn_dim, c->dim, &L->w_gate, 0, err, errlen)) ||
-               (rc = bind_mat(m->gguf, NAME("ffn_up.weight"), c->ffn_dim, c->dim, &L->w_up, 0, err, errlen))) {
+    } else if ((rc = wb_mat(m->gguf, NAME("ffn_gate.weight"), c->ffn_dim, c->dim, &L->w_gate, err, errlen)) ||
+               (rc = wb_mat(m->gguf, NAME("ffn_up.weight"), c->ffn_dim, c->dim, &L->w_up, err, errlen))) {
         return rc;
     }
-    return bind_mat(m->gguf, NAME("ffn_down.weight"), c->dim, c->ffn_dim, &L->w_down, 0, err, errlen);
+    return wb_mat(m->gguf, NAME("ffn_down.weight"), c->dim, c->ffn_dim, &L->w_down, err, errlen);
 }
 
 /* The norms and biases of layer l; which are required depends on the arch,
@@ -371,7 +332,7 @@ static int bind_all(model *m, char *err, size_t errlen) {
     if (te->n_dims != 2 || te->ne[1] > MODEL_MAX_VOCAB)
         return err_set(err, errlen, TS_ERR_MODEL_SHAPE, "token_embd.weight: bad shape");
     c->vocab = (int)te->ne[1];
-    if ((rc = bind_mat(m->gguf, "token_embd.weight", c->vocab, c->dim, &m->tok_embd, 0, err, errlen))) return rc;
+    if ((rc = wb_mat(m->gguf, "token_embd.weight", c->vocab, c->dim, &m->tok_embd, err, errlen))) return rc;
     /* Vectors converted to f32 at most: per layer four norms of dim, three
      * biases, two head norms; the output norm; the rope divisors. */
     size_t qd = (size_t)c->n_heads * c->head_dim, kvd = (size_t)c->n_kv_heads * c->head_dim;
@@ -387,9 +348,8 @@ static int bind_all(model *m, char *err, size_t errlen) {
     if ((rc = bind_vec(m->gguf, "output_norm.weight", c->dim, &m->out_norm, &pool, 0, err, errlen)) ||
         (rc = bind_rope_freqs(m, &pool, err, errlen)))
         return rc;
-    rc = bind_mat(m->gguf, "output.weight", c->vocab, c->dim, &m->output, 1, err, errlen);
-    if (rc < 0) return rc;
-    if (rc == 1) m->output = m->tok_embd; /* tied embeddings */
+    if (!gguf_find_tensor(m->gguf, "output.weight")) m->output = m->tok_embd; /* tied embeddings */
+    else if ((rc = wb_mat(m->gguf, "output.weight", c->vocab, c->dim, &m->output, err, errlen))) return rc;
     m->weight_bytes += mat_bytes(&m->output);
     return 0;
 }
@@ -431,27 +391,8 @@ void model_free(model *m) {
     free(m);
 }
 
-/* Bytes of [p, p + n) in memory, by mincore: for a file mapping, the
- * file's pages in the page cache (touched by this process or not: they are
- * the one copy it reads). 0 when mincore fails (part of the range is not
- * mapped). */
-static uint64_t resident_in(const void *p, uint64_t n) {
-    const uint64_t pg = (uint64_t)sysconf(_SC_PAGESIZE);
-    const uintptr_t a = (uintptr_t)p / pg * pg, e = (uintptr_t)p + n;
-    const size_t pages = (size_t)((e - a + pg - 1) / pg);
-    unsigned char vec[4096];
-    uint64_t in = 0;
-    for (size_t at = 0; at < pages; at += sizeof vec) {
-        size_t k = pages - at < sizeof vec ? pages - at : sizeof vec;
-        if (mincore((void *)(a + at * pg), k * pg, vec)) return 0;
-        for (size_t i = 0; i < k; i++) in += vec[i] & 1;
-    }
-    in *= pg;
-    return in < n ? in : n;
-}
-
 uint64_t model_resident_bytes(const model *m) {
-    return resident_in(m->gguf->map, m->gguf->size) + m->f32_owned_bytes;
+    return gguf_resident_bytes(m->gguf) + m->f32_owned_bytes;
 }
 
 size_t model_kv_bytes_per_token(const model_config *c) {

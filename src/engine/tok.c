@@ -48,6 +48,7 @@
 #include "hash.h"
 #include "heap.h"
 #include "pretok.h"
+#include "utf8.h"
 #include "wpm.h"
 
 /* One slot of the token-text hash table. */
@@ -122,72 +123,6 @@ static const merge_slot *merge_find(const tok *t, int32_t l, int32_t r) {
         if (sl->key == key) return sl;
         if (sl->key == UINT64_MAX) return NULL;
     }
-}
-
-/*
- * Length of the UTF-8 character at s[0..n), n >= 1, and its code point.
- * Anything that is not a well-formed, shortest-form, non-surrogate sequence
- * counts as one byte with *cp = UINT32_MAX, so a stray byte never swallows
- * the bytes after it and nothing past s[n-1] is read.
- */
-static size_t utf8_char(const unsigned char *s, size_t n, uint32_t *cp) {
-    unsigned c = s[0];
-    *cp = UINT32_MAX;
-    if (c < 0x80) {
-        *cp = c;
-        return 1;
-    }
-    size_t len;
-    unsigned lo = 0x80, hi = 0xBF;  /* allowed range of the second byte */
-    uint32_t v;
-    if (c >= 0xC2 && c <= 0xDF) {
-        len = 2;
-        v = c & 0x1F;
-    } else if (c >= 0xE0 && c <= 0xEF) {
-        len = 3;
-        v = c & 0x0F;
-        if (c == 0xE0) lo = 0xA0;       /* overlong */
-        if (c == 0xED) hi = 0x9F;       /* surrogates */
-    } else if (c >= 0xF0 && c <= 0xF4) {
-        len = 4;
-        v = c & 0x07;
-        if (c == 0xF0) lo = 0x90;       /* overlong */
-        if (c == 0xF4) hi = 0x8F;       /* above U+10FFFF */
-    } else {
-        return 1;
-    }
-    if (n < len) return 1;
-    if (s[1] < lo || s[1] > hi) return 1;
-    v = (v << 6) | (s[1] & 0x3F);
-    for (size_t i = 2; i < len; i++) {
-        if ((s[i] & 0xC0) != 0x80) return 1;
-        v = (v << 6) | (s[i] & 0x3F);
-    }
-    *cp = v;
-    return len;
-}
-
-static size_t utf8_put(uint32_t cp, char *out) {
-    if (cp < 0x80) {
-        out[0] = (char)cp;
-        return 1;
-    }
-    if (cp < 0x800) {
-        out[0] = (char)(0xC0 | (cp >> 6));
-        out[1] = (char)(0x80 | (cp & 0x3F));
-        return 2;
-    }
-    if (cp < 0x10000) {
-        out[0] = (char)(0xE0 | (cp >> 12));
-        out[1] = (char)(0x80 | ((cp >> 6) & 0x3F));
-        out[2] = (char)(0x80 | (cp & 0x3F));
-        return 3;
-    }
-    out[0] = (char)(0xF0 | (cp >> 18));
-    out[1] = (char)(0x80 | ((cp >> 12) & 0x3F));
-    out[2] = (char)(0x80 | ((cp >> 6) & 0x3F));
-    out[3] = (char)(0x80 | (cp & 0x3F));
-    return 4;
 }
 
 /*
@@ -321,7 +256,7 @@ static int spm_bytes(tok *t, int16_t *byte_of, char *err, size_t errlen) {
 static int bpe_bytes(tok *t, const uint32_t b2u[256], char *err, size_t errlen) {
     for (int b = 0; b < 256; b++) {
         char s[4];
-        size_t n = utf8_put(b2u[b], s);
+        size_t n = utf8_encode(s, b2u[b]);
         int32_t id = lookup(t, s, n);
         t->byte_tok[b] = id;
         if (id < 0)
@@ -377,7 +312,7 @@ static int build_pieces(tok *t, const int16_t *byte_of, const int16_t *u2b) {
              * table (not produced by this tokenizer) are kept verbatim. */
             for (size_t i = 0; i < n;) {
                 uint32_t cp;
-                size_t cl = utf8_char((const unsigned char *)s + i, n - i, &cp);
+                size_t cl = utf8_decode(s + i, n - i, &cp);
                 if (cp < B2U_LIMIT && u2b[cp] >= 0) {
                     p[k++] = (char)u2b[cp];
                 } else {
@@ -1021,7 +956,7 @@ static int encode_spm(work *w, const unsigned char *text, size_t len) {
         s->next = ns + 1;
         s->flags = 0;
         uint32_t cp = 0;
-        size_t cl = prefix ? 0 : text[i] == ' ' ? 1 : utf8_char(text + i, len - i, &cp);
+        size_t cl = prefix ? 0 : text[i] == ' ' ? 1 : utf8_decode((const char *)text + i, len - i, &cp);
         if (prefix || text[i] == ' ' || cp == 0x2581) {
             memcpy(buf + at, SPACE_MARK, SPACE_MARK_LEN);
             s->n = SPACE_MARK_LEN;
@@ -1071,7 +1006,7 @@ static int32_t bpe_whole(work *w, const unsigned char *piece, size_t n) {
     const tok *t = w->t;
     size_t k = 0;
     if (2 * n > TOK_MAX_TOKEN_BYTES) return -1;
-    for (size_t i = 0; i < n; i++) k += utf8_put(t->b2u[piece[i]], w->scratch + k);
+    for (size_t i = 0; i < n; i++) k += utf8_encode(w->scratch + k, t->b2u[piece[i]]);
     int32_t id = lookup(t, w->scratch, k);
     return id >= 0 && t->mergeable[id] ? id : -1;
 }

@@ -13,6 +13,7 @@
 
 #include "err.h"
 #include "unidata.h"
+#include "utf8.h"
 
 static const char MARK[] = "\xe2\x96\x81";     /* U+2581 */
 #define MARK_LEN 3
@@ -34,47 +35,6 @@ typedef struct wctx {
     void *ectx;
 } wctx;
 
-/* Code point at s[0, n), n >= 1, and its length; an invalid or truncated
- * sequence is one byte of U+FFFD. */
-static size_t next_cp(const unsigned char *s, size_t n, uint32_t *cp) {
-    unsigned c = s[0];
-    size_t len = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
-    *cp = 0xFFFD;
-    if (len == 0 || len > n) return 1;
-    uint32_t v = len == 1 ? c : c & (0x7F >> len);
-    for (size_t i = 1; i < len; i++) {
-        if ((s[i] & 0xC0) != 0x80) return 1;
-        v = (v << 6) | (s[i] & 0x3F);
-    }
-    static const uint32_t min[5] = {0, 0, 0x80, 0x800, 0x10000};
-    if (v < min[len] || v > 0x10FFFF || (v >= 0xD800 && v <= 0xDFFF)) return 1;
-    *cp = v;
-    return len;
-}
-
-static size_t put_cp(uint32_t cp, char *o) {
-    if (cp < 0x80) {
-        o[0] = (char)cp;
-        return 1;
-    }
-    if (cp < 0x800) {
-        o[0] = (char)(0xC0 | (cp >> 6));
-        o[1] = (char)(0x80 | (cp & 0x3F));
-        return 2;
-    }
-    if (cp < 0x10000) {
-        o[0] = (char)(0xE0 | (cp >> 12));
-        o[1] = (char)(0x80 | ((cp >> 6) & 0x3F));
-        o[2] = (char)(0x80 | (cp & 0x3F));
-        return 3;
-    }
-    o[0] = (char)(0xF0 | (cp >> 18));
-    o[1] = (char)(0x80 | ((cp >> 12) & 0x3F));
-    o[2] = (char)(0x80 | ((cp >> 6) & 0x3F));
-    o[3] = (char)(0x80 | (cp & 0x3F));
-    return 4;
-}
-
 static int word_push(word *w, uint32_t cp) {
     if (w->n + 4 > w->cap) {
         size_t cap = w->cap * 2 + 64;
@@ -95,7 +55,7 @@ static int word_push(word *w, uint32_t cp) {
         w->n = MARK_LEN;
     }
     w->at[w->nc++] = w->n;
-    w->n += put_cp(cp, w->b + w->n);
+    w->n += utf8_encode(w->b + w->n, cp);
     w->at[w->nc] = w->n;
     return 0;
 }
@@ -163,12 +123,13 @@ int wpm_encode(const char *text, size_t len, int uncased, wpm_lookup_fn lookup, 
     c.unk = unk;
     c.emit = emit;
     c.ectx = ectx;
-    const unsigned char *s = (const unsigned char *)text;
     int rc = 0;
     for (size_t i = 0; i < len && rc == 0;) {
         uint32_t cp;
-        i += next_cp(s + i, len - i, &cp);
-        if (cp == 0 || cp == 0xFFFD || unid_is_other(cp)) continue;
+        i += utf8_decode(text + i, len - i, &cp);
+        /* An ill-formed byte is dropped, as BERT's _clean_text drops the
+         * U+FFFD that decoding it gives. */
+        if (cp == 0 || cp == UTF8_INVALID || cp == 0xFFFD || unid_is_other(cp)) continue;
         if (unid_is_space(cp)) {
             word_flush(&c);
         } else if (is_cjk(cp)) {

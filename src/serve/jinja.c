@@ -31,6 +31,7 @@
 #include <time.h>
 
 #include "err.h"
+#include "utf8.h"
 
 #define PARSE_MAX_SRC   (4u << 20)     /* bytes of template source */
 #define PARSE_MAX_DEPTH 128            /* nested expressions and blocks */
@@ -191,7 +192,12 @@ static int s_eqc(const jstr *a, const char *b) {
 }
 
 /* Bytes of the UTF-8 sequence starting at p[0] (n > 0 left); an invalid
- * byte counts as a sequence of one, so indexing never splits or fails. */
+ * byte counts as a sequence of one, so indexing never splits or fails.
+ * Only the shape is checked (a lead byte, then its continuation bytes),
+ * unlike utf8_decode, which also refuses overlong forms, surrogates and
+ * code points past U+10FFFF: those still count as one code point here, and
+ * tojson below decodes them by the same shape. Kept so, since changing it
+ * would change what length, indexing and tojson give for such strings. */
 static size_t u8_len(const unsigned char *p, size_t n) {
     unsigned c = p[0];
     size_t k = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 1;
@@ -502,22 +508,6 @@ static int hexval(char ch) {
     return -1;
 }
 
-static size_t u8_put(char *o, uint32_t cp) {
-    if (cp < 0x80) { o[0] = (char)cp; return 1; }
-    if (cp < 0x800) { o[0] = (char)(0xC0 | (cp >> 6)); o[1] = (char)(0x80 | (cp & 0x3F)); return 2; }
-    if (cp < 0x10000) {
-        o[0] = (char)(0xE0 | (cp >> 12));
-        o[1] = (char)(0x80 | ((cp >> 6) & 0x3F));
-        o[2] = (char)(0x80 | (cp & 0x3F));
-        return 3;
-    }
-    o[0] = (char)(0xF0 | (cp >> 18));
-    o[1] = (char)(0x80 | ((cp >> 12) & 0x3F));
-    o[2] = (char)(0x80 | ((cp >> 6) & 0x3F));
-    o[3] = (char)(0x80 | (cp & 0x3F));
-    return 4;
-}
-
 /* k hex digits at s[i..]; -1 when they are not. */
 static long hexn(const char *s, size_t n, size_t i, int k) {
     long v = 0;
@@ -571,7 +561,7 @@ static jstr *lx_string(lexer *L, size_t *pos) {
             }
             if ((cp >= 0xD800 && cp <= 0xDFFF) || cp > 0x10FFFF)
                 lx_fail(L, i, "escape for an invalid code point in string literal");
-            k += u8_put(o + k, (uint32_t)cp);
+            k += utf8_encode(o + k, (uint32_t)cp);
             break;
         }
         default:
@@ -579,7 +569,7 @@ static jstr *lx_string(lexer *L, size_t *pos) {
                 unsigned cp = (unsigned)(e - '0');
                 for (int j = 0; j < 2 && i < end && s[i] >= '0' && s[i] <= '7'; j++)
                     cp = cp * 8 + (unsigned)(s[i++] - '0');
-                k += u8_put(o + k, cp);
+                k += utf8_encode(o + k, cp);
             } else {
                 o[k++] = '\\';   /* Python keeps unknown escapes as written */
                 o[k++] = e;
@@ -2887,7 +2877,7 @@ static jv apply_filter(rx *x, const node *at, int id, const jv *v, const args *a
         size_t n;
         jv *items = iterate(x, at, v, &n);
         jlist *l = l_new(&x->c, n);
-        memcpy(l->v, items, n * sizeof *items);
+        if (n) memcpy(l->v, items, n * sizeof *items);   /* items is NULL for none */
         l->n = n;
         return v_list(l);
     }

@@ -13,74 +13,11 @@
 #include "auth.h"
 #include "err.h"
 #include "strbuf.h"
+#include "utf8.h"
 
 #define T_INVALID "invalid_request_error"
 #define C_UNSUPPORTED_PARAM "unsupported_parameter"
 #define C_UNSUPPORTED_VALUE "unsupported_value"
-
-/* ---- UTF-8 --------------------------------------------------------------- */
-
-/* Length of the UTF-8 sequence at s (n >= 1 bytes available). Sets *ok when
- * it is well formed per Unicode Table 3-7, which is what excludes overlongs
- * (C0, C1, E0 80..9F, F0 80..8F), surrogates (ED A0..BF) and code points
- * above U+10FFFF (F4 90.., F5..FF). When it is not, returns the length of
- * the maximal subpart (at least 1): the bytes that begin a well-formed
- * sequence but stop short. Replacing each such subpart with one U+FFFD is
- * Unicode's recommended practice, and it makes progress on every byte. */
-static size_t utf8_next(const unsigned char *s, size_t n, bool *ok) {
-    unsigned c = s[0];
-    unsigned lo = 0x80, hi = 0xBF;
-    size_t need;
-
-    *ok = false;
-    if (c < 0x80) {
-        *ok = true;
-        return 1;
-    }
-    if (c >= 0xC2 && c <= 0xDF) {
-        need = 1;
-    } else if (c >= 0xE0 && c <= 0xEF) {
-        need = 2;
-        if (c == 0xE0) lo = 0xA0;         /* shorter forms are overlong */
-        else if (c == 0xED) hi = 0x9F;    /* ED A0..BF would be surrogates */
-    } else if (c >= 0xF0 && c <= 0xF4) {
-        need = 3;
-        if (c == 0xF0) lo = 0x90;         /* overlong */
-        else if (c == 0xF4) hi = 0x8F;    /* above U+10FFFF */
-    } else {
-        return 1;                         /* 80..C1, F5..FF never start one */
-    }
-    size_t i;
-    for (i = 1; i <= need; i++) {
-        if (i >= n) return i;             /* truncated */
-        unsigned b = s[i];
-        if (b < lo || b > hi) return i;
-        lo = 0x80, hi = 0xBF;             /* only the second byte is narrowed */
-    }
-    *ok = true;
-    return i;
-}
-
-/* Offset of the first ill-formed byte of s, or n when all of it is UTF-8. */
-static size_t utf8_check(const char *s, size_t n) {
-    const unsigned char *u = (const unsigned char *)s;
-    size_t i = 0;
-    while (i < n) {
-        bool ok;
-        size_t k = utf8_next(u + i, n - i, &ok);
-        if (!ok) return i;
-        i += k;
-    }
-    return n;
-}
-
-/* Longest prefix of s (n bytes) of at most max bytes that does not cut a
- * UTF-8 sequence in half, so a truncated message stays valid text. */
-static size_t utf8_cut(const char *s, size_t n, size_t max) {
-    if (n <= max) return n;
-    while (max > 0 && ((unsigned char)s[max] & 0xC0) == 0x80) max--;
-    return max;
-}
 
 /* ---- response text -------------------------------------------------------- */
 
@@ -129,9 +66,9 @@ static void put_jstr(strbuf *b, const char *s, size_t n) {
             i++;
             continue;
         }
-        bool ok;
-        size_t k = utf8_next(u + i, n - i, &ok);
-        if (ok) {
+        uint32_t cp;
+        size_t k = utf8_decode_subpart(s + i, n - i, &cp);
+        if (cp != UTF8_INVALID) {
             memcpy(o, u + i, k);
             o += k;
         } else {              /* U+FFFD: 3 bytes for >= 1 in, fits the 6x */
@@ -420,7 +357,7 @@ static const char *repeated_key(const cJSON *obj, bool *oom) {
 static int check_keys(const cJSON *obj, char *path, size_t plen, size_t cap, oai_error *e) {
     for (const cJSON *c = obj->child; c; c = c->next) {
         size_t kl = strlen(c->string);
-        if (utf8_check(c->string, kl) != kl)
+        if (utf8_valid_prefix(c->string, kl) != kl)
             return bad(e, plen ? path : NULL, NULL, "a key inside %s is not valid UTF-8",
                        plen ? path : "the request body");
     }
@@ -442,7 +379,7 @@ static int check_keys(const cJSON *obj, char *path, size_t plen, size_t cap, oai
 static int check_tree(const cJSON *v, char *path, size_t plen, size_t cap, oai_error *e) {
     if (cJSON_IsString(v)) {
         const char *s = v->valuestring;
-        size_t n = strlen(s), at = utf8_check(s, n);
+        size_t n = strlen(s), at = utf8_valid_prefix(s, n);
         if (at != n)
             return bad(e, path, NULL, "'%s' is not valid UTF-8 (bad byte 0x%02x at offset %zu)",
                        path, (unsigned char)s[at], at);
