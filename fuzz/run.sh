@@ -25,6 +25,7 @@ max_len() {
     fuzz_gguf) echo 327680 ;;     # the model seeds are 20-30 KB, the q4_K one 270 KB
     fuzz_tok)  echo 4096 ;;
     fuzz_oai)  echo 8192 ;;
+    fuzz_jinja) echo 16384 ;;     # the published templates are up to 4.5 KB
     *)         echo 16384 ;;      # YAML: the examples are up to 4 KB
     esac
 }
