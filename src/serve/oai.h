@@ -138,8 +138,9 @@ typedef struct oai_request {
      * has_messages says which); detokenize: prompt_tokens. model may be
      * NULL for these two: the server's only model is meant. */
     bool has_messages;
-    bool add_special_tokens;  /* default true: BOS for a prompt, the
-                                 template's specials for messages */
+    bool add_special_tokens;  /* default true: BOS (WordPiece: [CLS] and
+                                 [SEP]) around a prompt; with messages the
+                                 chat template alone decides */
     bool add_generation_prompt; /* default true (messages only) */
 } oai_request;
 

@@ -55,6 +55,7 @@
 #define MAX_REQUESTS 16384          /* per model, queued + running */
 #define HTTP_THREADS 2u             /* MHD's thread pool: the HTTP threads */
 #define SSE_BLOCK_BYTES 16384       /* MHD's buffer for a streamed answer */
+#define DETOK_MAX_BYTES (16u << 20) /* text /detokenize answers at most */
 #define WATCH_PERIOD_NS (50 * 1000000L)   /* between hang-up polls */
 #define DRAIN_FLUSH_TRIES 200       /* waits for connections to finish... */
 #define DRAIN_FLUSH_NS (10 * 1000000L)    /* ...of this long each: 2 s */
@@ -122,7 +123,8 @@ typedef struct conn {
     /* embeddings: one request per input, answered when all are done */
     wk_req **ereqs;         /* (n_ereqs) */
     int n_ereqs;
-    atomic_int n_edone;     /* of them done; each counted once (wk_req.counted) */
+    atomic_int n_edone;     /* of them done (a request reaches WK_DONE once) */
+    atomic_int efailed;     /* one of them failed: answer now, cancel the rest */
     pthread_mutex_t emb_mu; /* orders the last wake-up against the suspend */
     int has_emb_mu;
     int base64;
@@ -375,8 +377,10 @@ static int tokenize_chat(const srv_model *m, const tok *t, const oai_request *q,
  * add_bos. */
 static int encode_prompt(const srv_model *m, const tok *t, const oai_request *q, int add_bos, tks_ids *ids) {
     if (!q->parse_special) return tks_encode_text(t, q->prompt, q->prompt_len, add_bos, ids);
-    int rc = add_bos ? tks_encode_text(t, "", 0, 1, ids) : 0;
-    return rc ? rc : tks_encode_template(m->specials, q->prompt, q->prompt_len, ids);
+    /* One call, one span over the whole text: WordPiece's BOS is [CLS]
+     * before and [SEP] after, which two calls would split. */
+    const tok_span all = {0, q->prompt_len};
+    return tks_encode_spans(m->specials, q->prompt, q->prompt_len, &all, 1, add_bos, ids);
 }
 
 /* The prompt's token ids, appended to ids (empty on entry). */
@@ -845,23 +849,31 @@ static enum MHD_Result answer_detokenize(conn *c, const oai_request *q, int m) {
     const tok *t = wk_tok(c->s->models[m].w);
     size_t need = 0;
     int rc = tok_decode_seq(t, q->prompt_tokens, q->n_prompt_tokens, 1, NULL, 0, &need);
-    char *buf = rc == TS_ERR_TOK_RANGE ? NULL : malloc(need + 1);
     if (rc == TS_ERR_TOK_RANGE)
         return reply_err(c, 400, "invalid_request_error", "tokens", NULL, 0, "token id out of range");
-    if (!buf) return MHD_NO;
-    rc = tok_decode_seq(t, q->prompt_tokens, q->n_prompt_tokens, 1, buf, need, &need);
+    /* Long tokens decode to far more bytes than their ids took: bound the
+     * answer as a body is bounded. */
+    if (need > DETOK_MAX_BYTES)
+        return reply_err(c, 400, "invalid_request_error", "tokens", NULL, 0, "the decoded text would be too large");
+    char *buf = malloc(need + 1);
+    rc = buf ? tok_decode_seq(t, q->prompt_tokens, q->n_prompt_tokens, 1, buf, need, &need) : TS_ERR_NOMEM;
     char *j = rc ? NULL : oai_detokenize_json(buf, need);
     free(buf);
-    return j ? reply(c, 200, "application/json", j, strlen(j), 0) : MHD_NO;
+    if (!j) return reply_err(c, 503, "server_error", NULL, NULL, 0, "out of memory");
+    return reply(c, 200, "application/json", j, strlen(j), 0);
 }
 
-/* Any tenant's key or the admin key; nothing is charged (no engine work,
- * and the body's size bounds the tokenizer's). */
+/* Any tenant's key or the admin key. A tenant's call counts against its
+ * request rate and concurrency (it runs on an HTTP thread: a template
+ * render and the tokenizer over up to a whole body), with no tokens
+ * reserved: it uses no engine time. */
 static enum MHD_Result route_tokenize(conn *c) {
     if (c->who < 0 && c->who != AUTH_ADMIN)
         return reply_err(c, 401, "authentication_error", NULL, "invalid_api_key", 0,
                          "missing or invalid API key (Authorization: Bearer <key>)");
     if (c->too_big) return reply_too_large(c);
+    enum MHD_Result lim;
+    if (c->who >= 0 && take_limits(c, 0, &lim)) return lim;
     oai_request q;
     oai_error e;
     int rc = c->route == R_TOKENIZE ? oai_parse_tokenize(c->body ? c->body : "", c->len, &q, &e)
@@ -883,7 +895,10 @@ static enum MHD_Result route_tokenize(conn *c) {
 static void on_embed_outbox(wk_req *r) {
     conn *c = r->user;
     if (!c || r->phase != WK_DONE) return;
-    if (atomic_fetch_add(&c->n_edone, 1) + 1 < c->n_ereqs) return;
+    /* The first failure wakes the connection at once: its answer is that
+     * error, and the inputs still queued are cancelled, not computed. */
+    int last = atomic_fetch_add(&c->n_edone, 1) + 1 == c->n_ereqs;
+    if (!last && !(r->status && !atomic_exchange(&c->efailed, 1))) return;
     pthread_mutex_lock(&c->emb_mu);
     if (c->suspended) {
         c->suspended = 0;
@@ -892,14 +907,20 @@ static void on_embed_outbox(wk_req *r) {
     pthread_mutex_unlock(&c->emb_mu);
 }
 
-/* The first failure among the inputs, or all the vectors. */
+/* The first failure among the inputs (the ones still running are
+ * cancelled), or all the vectors. */
 static enum MHD_Result answer_embeddings(conn *c) {
+    if (atomic_load(&c->efailed)) conn_cancel(c);
     uint64_t prompt = 0;
     int32_t dim = wk_embed_dim(c->s->models[c->model].w);
     float *all = malloc((size_t)c->n_ereqs * (size_t)dim * sizeof(float));
     for (int i = 0; i < c->n_ereqs; i++) {
         wk_req *r = c->ereqs[i];
         pthread_mutex_lock(&r->mu);
+        if (r->phase != WK_DONE) {      /* cancelled after another's failure */
+            pthread_mutex_unlock(&r->mu);
+            continue;
+        }
         if (r->status) {
             char msg[sizeof(r->error)];
             const char *type = r->error_type;
@@ -928,7 +949,7 @@ static enum MHD_Result answer_embeddings(conn *c) {
 /* Answer once every input is done, or sleep until on_embed_outbox. */
 static enum MHD_Result continue_embeddings(conn *c) {
     pthread_mutex_lock(&c->emb_mu);
-    if (atomic_load(&c->n_edone) < c->n_ereqs) {
+    if (atomic_load(&c->n_edone) < c->n_ereqs && !atomic_load(&c->efailed)) {
         c->suspended = 1;
         MHD_suspend_connection(c->mc);
         pthread_mutex_unlock(&c->emb_mu);
@@ -1005,6 +1026,14 @@ static enum MHD_Result start_embeddings(conn *c, const oai_request *q) {
     if (!sm->embed)
         return reply_err(c, 400, "invalid_request_error", "model", "model_not_embedding", 0,
                          "this model generates text; /v1/embeddings needs an embedding model");
+    /* Each input is a queued request of the tenant's: more than its queue
+     * takes could never all be admitted. */
+    uint32_t maxq = c->s->c->tenants[c->tenant].sched.max_queued;
+    if (maxq && q->n_inputs > maxq) {
+        char msg[160];
+        snprintf(msg, sizeof(msg), "'input' holds %zu items; this tenant may queue at most %u", q->n_inputs, maxq);
+        return reply_err(c, 400, "invalid_request_error", "input", NULL, 0, msg);
+    }
     int32_t dim = wk_embed_dim(sm->w);
     if (q->dimensions && q->dimensions != (uint32_t)dim) {
         char msg[160];

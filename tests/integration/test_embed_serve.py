@@ -53,7 +53,8 @@ def setUpModule():
     if bert_gguf.main(["bert_gguf.py", emb, "--pooling", "mean", "--ctx", str(CTX), "--seed", "7"]) not in (0, None):
         raise RuntimeError("bert_gguf.py failed")
     REF = BertRef(emb)
-    tenants = [Tenant(ENV, "writer", "gold"), Tenant(ENV, "indexer", "silver")]
+    tenants = [Tenant(ENV, "writer", "gold"), Tenant(ENV, "indexer", "silver"),
+               Tenant(ENV, "small", "bronze", max_queued=2, requests_per_minute=3)]
     SRV = Server(ENV, "embed_serve", [Model("chat", chat, chat_template=json.dumps(TEMPLATE)),
                                       Model("embed", emb, max_seqs=8, budget_max=256)], tenants)
     SRV.start()
@@ -134,6 +135,13 @@ class Embeddings(unittest.TestCase):
         raw = base64.b64decode(r.json()["data"][0]["embedding"])
         b = np.asarray(struct.unpack("<%df" % (len(raw) // 4), raw), dtype=np.float64)
         self.assertTrue(np.array_equal(b, f[0].astype(np.float32).astype(np.float64)))
+
+    def test_inputs_within_the_tenants_queue(self):
+        """Each input is a queued request of the tenant's: more inputs than
+        its queue takes are refused up front, not half computed."""
+        r = post("/v1/embeddings", {"model": "embed", "input": ["a", "b", "c"]}, tenant="small")
+        self.assertEqual(r.status, 400, r)
+        self.assertIn("at most 2", r.json()["error"]["message"])
 
     def test_dimensions(self):
         r = post("/v1/embeddings", {"model": "embed", "input": "word", "dimensions": REF.dim})
@@ -258,6 +266,21 @@ class Tokenize(unittest.TestCase):
         r = post("/tokenize", {"model": "chat", "prompt": "hi"})
         self.assertEqual(r.json()["count"], len(r.json()["tokens"]))
         self.assertEqual(r.json()["max_model_len"], 1024)
+
+    def test_wordpiece_special(self):
+        """[CLS] ... [SEP] around the text whether or not the text may name
+        special tokens (one encoding call, not BOS and text apart)."""
+        plain = post("/tokenize", {"model": "embed", "prompt": "the water"}).json()["tokens"]
+        special = post("/tokenize", {"model": "embed", "prompt": "the water", "parse_special_tokens": True})
+        self.assertEqual(special.json()["tokens"], plain)
+        self.assertEqual((plain[0], plain[-1]), (101, 102))
+
+    def test_rate_limited(self):
+        """/tokenize runs on an HTTP thread: it counts against the tenant's
+        request rate like any other request (3 a minute here; the only other
+        request of this tenant was refused before its limits were taken)."""
+        got = [post("/tokenize", {"model": "chat", "prompt": "x"}, tenant="small").status for _ in range(4)]
+        self.assertEqual(got, [200, 200, 200, 429])
 
     def test_special_text(self):
         """Special tokens written in a prompt are text unless the request
