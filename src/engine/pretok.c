@@ -184,10 +184,14 @@ const char *const *pretok_names(void) {
     return names;
 }
 
+#define PRETOK_MATCH_LIMIT 100000000u  /* backtracking steps of one match */
+#define PRETOK_HEAP_KIB (256u * 1024u)  /* the interpreter's heap for one match */
+
 typedef struct split_ctx {
     const pretok *p;
     const char *text;
     pcre2_match_data *md;
+    pcre2_match_context *mc;    /* the limits below */
     pretok_piece_fn fn;
     void *ctx;
 } split_ctx;
@@ -198,9 +202,9 @@ typedef struct split_ctx {
  * interpreter, which keeps its backtracking state on the heap. */
 static int match_one(const split_ctx *c, int k, const char *subject, size_t len, size_t start,
                      size_t *s, size_t *e) {
-    int rc = pcre2_match(c->p->re[k], (PCRE2_SPTR)subject, len, start, 0, c->md, NULL);
+    int rc = pcre2_match(c->p->re[k], (PCRE2_SPTR)subject, len, start, 0, c->md, c->mc);
     if (rc == PCRE2_ERROR_JIT_STACKLIMIT)
-        rc = pcre2_match(c->p->re[k], (PCRE2_SPTR)subject, len, start, PCRE2_NO_JIT, c->md, NULL);
+        rc = pcre2_match(c->p->re[k], (PCRE2_SPTR)subject, len, start, PCRE2_NO_JIT, c->md, c->mc);
     if (rc == PCRE2_ERROR_NOMATCH) return 0;
     if (rc == PCRE2_ERROR_NOMEMORY) return TS_ERR_NOMEM;
     if (rc < 0) return TS_ERR_INVAL;
@@ -238,11 +242,19 @@ static int split_from(const split_ctx *c, int k, size_t off, size_t len) {
 int pretok_split(const pretok *p, const char *text, size_t len, pretok_piece_fn fn, void *ctx) {
     if (!p || !fn || (len > 0 && !text)) return TS_ERR_INVAL;
     if (len == 0) return 0;
-    split_ctx c = {p, text, NULL, fn, ctx};
+    split_ctx c = {p, text, NULL, NULL, fn, ctx};
     /* Ten pairs cover every pattern's capture groups; only group 0 is read. */
     c.md = pcre2_match_data_create(10, NULL);
-    if (!c.md) return TS_ERR_NOMEM;
-    int rc = split_from(&c, 0, 0, len);
+    /* The shipped patterns match in linear time (measured on adversarial
+     * megabyte runs), but the text is a client's: bound each match anyway,
+     * well above what any of them needs, rather than trust PCRE2's
+     * defaults (a 20 GB heap for the interpreter). */
+    c.mc = pcre2_match_context_create(NULL);
+    int rc = TS_ERR_NOMEM;
+    if (c.md && c.mc && !pcre2_set_match_limit(c.mc, PRETOK_MATCH_LIMIT) &&
+        !pcre2_set_heap_limit(c.mc, PRETOK_HEAP_KIB))
+        rc = split_from(&c, 0, 0, len);
+    pcre2_match_context_free(c.mc);
     pcre2_match_data_free(c.md);
     return rc;
 }

@@ -45,8 +45,9 @@ void pretok_free(pretok *p);
 
 /*
  * Cut len bytes of text into pieces, calling fn for each non-empty piece.
- * Returns 0, TS_ERR_NOMEM, TS_ERR_INVAL for a matcher failure (PCRE2's
- * match limits; not reached by the shipped patterns) or what fn returned.
+ * Returns 0, TS_ERR_NOMEM, TS_ERR_INVAL for a matcher failure (the match
+ * and heap limits pretok.c sets; not reached by the shipped patterns) or
+ * what fn returned.
  */
 int pretok_split(const pretok *p, const char *text, size_t len, pretok_piece_fn fn, void *ctx);
 
