@@ -102,7 +102,7 @@ static int config_ok(const sched_config *c) {
            c->max_tenants > 0 && c->max_running > 0 && c->max_ctx > 0 && c->budget_min > 0 &&
            c->budget_max >= c->budget_min && c->w_in > 0 && c->w_out > 0 && c->kv_low > 0 &&
            c->kv_high >= c->kv_low && c->kv_high <= 1 && c->max_running <= c->budget_max * 4 &&
-           c->presence_us >= 0;
+           c->presence_us >= 0 && (c->prefix_cache == 0 || c->prefix_cache == 1);
 }
 
 /* The one place the policy is read: a policy is a preset of features. FAIR
@@ -121,7 +121,7 @@ void sched_free(sched *s) {
     free(s->tenants); free(s->reqs); free(s->free_slots); free(s->tables); free(s->hosts);
     free(s->run); free(s->ends); free(s->items); free(s->swap_out); free(s->swap_in);
     free(s->preempted); free(s->swapped_in); free(s->skipped); free(s->scratch);
-    free(s->order); free(s->seen);
+    free(s->order); free(s->seen); free(s->occ);
     free(s);
 }
 
@@ -154,16 +154,18 @@ static int sched_alloc(sched *s) {
     s->scratch = malloc((size_t)c->max_tenants * sizeof(int32_t));
     s->order = malloc((size_t)c->max_running * sizeof(int32_t));
     s->seen = malloc((size_t)(c->n_blocks > c->n_swap_blocks ? c->n_blocks : c->n_swap_blocks));
+    s->occ = malloc((size_t)c->n_blocks * sizeof(int32_t));
     int bad = !s->tenants || !s->reqs || !s->free_slots || !s->tables || !s->hosts || !s->run ||
               !s->ends || !s->items || !s->swap_out || !s->swap_in || !s->preempted ||
-              !s->swapped_in || !s->skipped || !s->scratch || !s->order || !s->seen;
+              !s->swapped_in || !s->skipped || !s->scratch || !s->order || !s->seen || !s->occ;
     for (int b = 0; !bad && b < SCHED_MAX_TIERS; b++) {
         bad |= fq_init(&s->bands[b].q, c->max_tenants) != 0;
         s->bands[b].swapped = (slot_list){NIL, NIL};
     }
     if (bad || heap_init(&s->deadlines, &DL_HEAP, nr, HEAP_FIXED) ||
         kv_init(&s->kv, c->n_blocks, c->n_swap_blocks, c->kv_high, c->kv_low) ||
-        cost_init(&s->cost, c->cost_seed, c->cost_lambda, 1.0, c->copy_bytes_per_us))
+        cost_init(&s->cost, c->cost_seed, c->cost_lambda, 1.0, c->copy_bytes_per_us) ||
+        (c->prefix_cache && kv_cache_init(&s->kv, c->block_size)))
         return TS_ERR_NOMEM;
     return 0;
 }
@@ -428,7 +430,8 @@ static void end_request(sched *s, int32_t slot, sched_state how, sched_reason wh
     else t->st.failed++;
     sched_end *e = &s->ends[(s->end_head + s->n_ends++) % s->cfg.max_requests];
     *e = (sched_end){make_id(s, slot), r->tenant, how, why, r->prompt, r->generated, r->arrival_us,
-                     r->first_token_us, now_us, r->preemptions, r->engine_us};
+                     r->first_token_us, now_us, r->preemptions, r->engine_us,
+                     r->first_hit > 0 ? r->first_hit : 0};
 }
 
 int sched_poll_end(sched *s, sched_end *ev) {
@@ -459,7 +462,8 @@ static double predicted_wait_us(sched *s, int b, int32_t prompt) {
     return ahead / s->cfg.budget_max * step_us;
 }
 
-static sched_reason admission_check(sched *s, int32_t tn, int32_t prompt, int32_t max_new) {
+/* `work`: the prompt tokens not found in the prefix cache at submit. */
+static sched_reason admission_check(sched *s, int32_t tn, int32_t prompt, int32_t work, int32_t max_new) {
     if (tn < 0 || tn >= s->n_tenants) return SCHED_R_UNKNOWN_TENANT;
     tenant *t = &s->tenants[tn];
     const sched_tier *tier = &s->tiers[t->cfg.tier];
@@ -473,15 +477,31 @@ static sched_reason admission_check(sched *s, int32_t tn, int32_t prompt, int32_
     /* The prediction is of the backlog of the bands served before b: in
      * one arrival-order queue there are none, so FIFO predicts nothing. */
     if (!(s->features & SCHED__FEAT_FIFO) && tier->ttft_ms == 0 && tier->max_queue_ms &&
-        predicted_wait_us(s, t->band, prompt) > 1000.0 * tier->max_queue_ms)
+        predicted_wait_us(s, t->band, work) > 1000.0 * tier->max_queue_ms)
         return SCHED_R_PREDICTED_WAIT;
     if (!s->n_free_slots) return SCHED_R_NO_SLOTS;
     return SCHED_R_NONE;
 }
 
+/* Prompt tokens of a request of tenant tn that the cache holds now (a
+ * look-up only: nothing is referenced), for the predictions at submit. */
+static int32_t cached_at_submit(sched *s, int32_t tn, const sched_prompt *p) {
+    if (!s->cfg.prefix_cache || !p->tokens || tn < 0 || tn >= s->n_tenants || p->n < 2) return 0;
+    req probe = {.tenant = tn, .prompt = p->n, .tokens = p->tokens, .n_public = p->n_public,
+                 .salt = sched__cache_salt(s, tn, p->salt)};
+    return sched__cache_match(s, &probe, (p->n - 1) / s->cfg.block_size, NULL) * s->cfg.block_size;
+}
+
 int sched_submit(sched *s, int64_t now_us, int32_t tn, int32_t prompt, int32_t max_new, sched_id *id,
                  sched_reason *why) {
-    sched_reason rj = admission_check(s, tn, prompt, max_new);
+    sched_prompt p = {NULL, prompt, 0, 0};
+    return sched_submit_prompt(s, now_us, tn, &p, max_new, id, why);
+}
+
+int sched_submit_prompt(sched *s, int64_t now_us, int32_t tn, const sched_prompt *p, int32_t max_new,
+                        sched_id *id, sched_reason *why) {
+    int32_t prompt = p->n, work = prompt - cached_at_submit(s, tn, p);
+    sched_reason rj = admission_check(s, tn, prompt, work, max_new);
     *why = rj;
     if (rj != SCHED_R_NONE) {
         if (rj != SCHED_R_UNKNOWN_TENANT) s->tenants[tn].st.rejected[rj]++;
@@ -494,11 +514,16 @@ int sched_submit(sched *s, int64_t now_us, int32_t tn, int32_t prompt, int32_t m
     *r = (req){.gen = gen, .in_use = 1, .state = SCHED_WAITING, .tenant = tn, .prompt = prompt,
                .max_new = max_new, .n_total = prompt, .table = table, .host = host,
                .arrival_us = now_us, .arrival_seq = s->next_seq++, .link = {{NIL, NIL}, {NIL, NIL}},
-               .run_idx = NIL, .item = NIL, .moved_step = UINT64_MAX};
+               .run_idx = NIL, .item = NIL, .moved_step = UINT64_MAX, .first_hit = -1};
+    if (s->cfg.prefix_cache && p->tokens) {
+        r->tokens = p->tokens;
+        r->salt = sched__cache_salt(s, tn, p->salt);
+        r->n_public = p->n_public;
+    }
     tq_link(s, slot, 0);
     tenant *t = &s->tenants[tn];
     t->last_work_us = now_us;
-    t->prompt_avg = t->st.submitted ? t->prompt_avg + (prompt - t->prompt_avg) / 8 : prompt;
+    t->prompt_avg = t->st.submitted ? t->prompt_avg + (work - t->prompt_avg) / 8 : work;
     const sched_tier *tier = tier_of(s, r);
     if (tier->max_queue_ms)
         dl_push(s, (deadline){now_us + 1000 * (int64_t)tier->max_queue_ms, r->arrival_seq, slot, gen});
@@ -525,7 +550,7 @@ int sched_req_get(const sched *s, sched_id id, sched_req_info *o) {
     const req *r = &s->reqs[slot];
     if (!r->in_use || r->gen != (uint32_t)(id >> 32)) return TS_ERR_INVAL;
     *o = (sched_req_info){r->state, r->tenant, r->n_total, r->n_computed, r->prompt, r->generated,
-                          r->max_new, r->n_blocks};
+                          r->max_new, r->n_blocks, r->n_hit};
     return 0;
 }
 
@@ -556,6 +581,9 @@ void sched_stats_get(const sched *s, sched_stats *o) {
         o->swapped += s->tenants[i].n_swapped;
     }
     o->admitting = s->kv.admitting;
+    o->kv_cached = kv_cached(&s->kv);
+    o->kv_cache_only = s->kv.n_lru;
+    o->kv_evicted = s->kv.n_evicted;
     o->steps = s->steps;
     cost_theta(&s->cost, o->cost_theta);
 }
@@ -668,8 +696,29 @@ int sched__victim_ok(const sched *s, const req *r, victim_filter f) {
     return f.for_band < 0 || t->band == f.for_band || !s->st.floor_kept[t->band];
 }
 
-/* Preemption victim: lowest band (largest band number), then largest KV,
- * then newest; FIFO: newest. */
+/* Blocks only r's table holds: what preempting it gives back to the pool.
+ * A block shared with another table (prefix cache) stays used. O(its
+ * blocks) with the cache on. */
+static int32_t private_blocks(const sched *s, const req *r) {
+    if (!s->cfg.prefix_cache) return r->n_blocks;
+    int32_t n = 0;
+    for (int32_t i = 0; i < r->n_blocks; i++) n += s->kv.ref[r->table[i]] == 1;
+    return n;
+}
+
+/* Leading blocks of r's table that another table holds too: cache entries
+ * that stay cached while it is preempted, so its re-admission finds them
+ * again (and a recompute need not compute them). */
+static int32_t shared_head(const sched *s, const req *r) {
+    if (!s->cfg.prefix_cache) return 0;
+    int32_t n = 0;
+    while (n < r->n_blocks && s->kv.ref[r->table[n]] > 1) n++;
+    return n;
+}
+
+/* Preemption victim: lowest band (largest band number), then the most
+ * blocks it would free (its private ones: a request sharing most of its
+ * table frees little), then newest; FIFO: newest. */
 int32_t sched__choose_victim(const sched *s, victim_filter f) {
     int fifo = (s->features & SCHED__FEAT_FIFO) != 0;
     int32_t best = NIL;
@@ -684,21 +733,29 @@ int32_t sched__choose_victim(const sched *s, victim_filter f) {
         int better;
         if (fifo) better = r->arrival_seq > b->arrival_seq;
         else if (t->band != bb) better = t->band > bb;
-        else if (r->n_blocks != b->n_blocks) better = r->n_blocks > b->n_blocks;
-        else better = r->arrival_seq > b->arrival_seq;
+        else {
+            int32_t pr = private_blocks(s, r), pb = private_blocks(s, b);
+            better = pr != pb ? pr > pb : r->arrival_seq > b->arrival_seq;
+        }
         if (better) best = slot;
     }
     return best;
 }
 
 /* Swap when moving the KV out and back costs less than recomputing it and
- * there is room on the host; recompute otherwise. */
+ * there is room on the host; recompute otherwise. A shared head of its
+ * table (prefix cache) is not recomputed: other tables keep it cached and
+ * the re-admission finds it; swapped, it would be copied out and back as
+ * the request's own blocks, un-shared. So a mostly shared request is
+ * recomputed. (Its own cached blocks, released to cache-only, are usually
+ * found too, but may be evicted meanwhile: not counted.) */
 static int choose_swap(sched *s, const req *r) {
     int32_t keep = blocks_for(s, r->n_computed); /* blocks holding K/V; see swap_out */
     if (!(s->features & SCHED_FEAT_SWAP) || keep > s->kv.n_swap_free || keep == 0)
         return 0;
+    int32_t again = r->n_computed - shared_head(s, r) * s->cfg.block_size;
     double swap = cost_swap_us(&s->cost, s->cfg.block_bytes * keep);
-    return swap < cost_recompute_us(&s->cost, r->n_computed);
+    return swap < cost_recompute_us(&s->cost, again > 0 ? again : 0);
 }
 
 /* Copy a preempted request's K/V to host slots and park it on its band's
@@ -716,6 +773,7 @@ static void swap_out(sched *s, step *st, int32_t slot) {
     for (int32_t i = 0; i < keep; i++) p->swap_out[p->n_swap_out++] = (sched_copy){r->table[i], r->host[i]};
     if (in_tenant_queue(r)) tq_unlink(s, slot);
     release_blocks(s, r);
+    r->reg_stop = 1; /* it comes back in blocks of its own, no cache entries */
     r->state = SCHED_PREEMPTED_SWAPPED;
     swap_list_push(s, slot);
     t->n_swapped++;
@@ -730,6 +788,9 @@ static void requeue_recompute(sched *s, int32_t slot) {
     int queued = in_tenant_queue(r);
     release_blocks(s, r);
     set_computed(s, r, 0);
+    r->n_reg = 0; /* its re-admission looks the prompt up again */
+    r->n_hit = 0;
+    r->match_ver = 0; /* its table holds its old blocks, not a probe's result */
     r->state = SCHED_PREEMPTED_RECOMPUTE;
     if (!queued) tq_link(s, slot, 1);
     tq_behind_started(s, slot);
@@ -1010,15 +1071,15 @@ static void preempt_below(sched *s, step *st, int b, int32_t want) {
     }
 }
 
-/* How a fresh request r, wanting room for n tokens, is admitted; *avail:
- * the blocks it may take then. A request of a band whose TTFT target is at
- * risk makes room below its band and skips the watermark (the headroom it
- * keeps is there for exactly this); a tenant under its shares may claim. */
-static int admission_mode(sched *s, step *st, const req *r, int32_t n, int32_t *avail) {
+/* How a fresh request r, wanting `want` blocks of the pool, is admitted;
+ * *avail: the blocks it may take then. A request of a band whose TTFT
+ * target is at risk makes room below its band and skips the watermark (the
+ * headroom it keeps is there for exactly this); a tenant under its shares
+ * may claim. */
+static int admission_mode(sched *s, step *st, const req *r, int32_t want, int32_t *avail) {
     const tenant *t = tenant_of(s, r);
     int how = ADMIT_USUAL;
     *avail = admit_room(s, st, r, how);
-    int32_t want = blocks_for(s, r->n_computed + n);
     if (*avail < want && (s->features & SCHED_FEAT_TTFT_PREEMPT) && ttft_at_risk(s, st, r)) {
         preempt_below(s, st, t->band, want);
         how = ADMIT_PAST_WATERMARK;
@@ -1051,8 +1112,15 @@ static void commit_prefill(sched *s, step *st, int32_t slot, int32_t n, int fres
     int32_t need = blocks_for(s, r->n_computed + n) - r->n_blocks;
     if (need > 0) take_blocks(s, r, need); /* sized by chunk_fit within the quota and pool */
     if (fresh) {
+        tenant *t = tenant_of(s, r);
+        if (r->tokens) {
+            t->st.prefix_query_tokens += (uint64_t)r->prompt;
+            t->st.prefix_hit_tokens += (uint64_t)r->n_hit;
+        }
+        if (r->first_hit < 0) r->first_hit = r->n_hit;
         r->state = SCHED_PREFILLING;
         r->started = 1;
+        r->match_ver = 0; /* its table is its own now, no longer a probe's result */
         run_add(s, slot);
         band_of(s, r)->n_prefilling++;
     }
@@ -1072,28 +1140,117 @@ static int prefill_held(const sched *s, const step *st, const req *r, int fresh)
                       r->moved_step == s->steps));
 }
 
-/* Plan a prefill chunk of at most `room` tokens for a queued request: how
- * it may be admitted, how much fits, then commit. Returns the tokens; for
- * none, *why says whether its tenant (PF_TENANT) or the pool (PF_GLOBAL)
- * stopped it. */
+/* A fresh request's cache hit (sched.h, "Prefix cache"): the longest
+ * cached chain of its prompt's full blocks, found by sched__cache_probe
+ * into its table without references. At most (prompt - 1) / block_size
+ * blocks, leaving a prompt token to compute, and at most its tenant's
+ * quota left less one, leaving a block to compute it in: a hit must never
+ * be what keeps a request out. */
+static int32_t cache_hit(sched *s, req *r) {
+    const tenant *t = tenant_of(s, r);
+    int32_t most = min32(sched__cache_probe(s, r), t->kv_quota - t->kv_blocks - 1);
+    return most > 0 ? most : 0;
+}
+
+/* Of the first k blocks of a probed hit, those no table holds: taking them
+ * moves them from the free (cache-only) to the used count. */
+static int32_t cache_revived(const sched *s, const req *r, int32_t k) {
+    int32_t n = 0;
+    for (int32_t i = 0; i < k; i++) n += s->kv.ref[r->table[i]] == 0;
+    return n;
+}
+
+/* Take the first blocks of r's probed hit into its table, as many as leave
+ * a block of `avail` (the room its admission was granted, read before any
+ * of them was taken) for its first token to compute: cut short rather than
+ * refused. Its positions are computed, and not charged as input. Returns
+ * the blocks of avail the taken ones used (the cache-only ones).
+ *
+ * Why the room is read before: the cache-only blocks of a hit count as
+ * free until taken. Taken first, they would count as used in the
+ * admission's own room and in the watermark, whose hysteresis state the
+ * read moves: a hit near the high watermark would switch admission off for
+ * every tenant, and a hit larger than the room would never be admitted,
+ * though without the cache the request would be. */
+static int32_t cache_attach(sched *s, req *r, int32_t hit, int32_t avail) {
+    int32_t k = 0, revived = 0;
+    for (; k < hit; k++) {
+        int32_t more = s->kv.ref[r->table[k]] == 0;
+        if (revived + more + 1 > avail) break;
+        revived += more;
+    }
+    /* A fresh table, hit or not: its chain starts again from the root
+     * (a swap's stop no longer holds, its blocks are all given back). */
+    r->n_reg = k; /* table[0 .. k) are entries of its chain */
+    r->reg_stop = 0;
+    r->n_hit = 0;
+    if (!k) return 0;
+    for (int32_t i = 0; i < k; i++) kv_ref(&s->kv, r->table[i]);
+    tenant *t = tenant_of(s, r);
+    r->n_blocks = k;
+    t->kv_blocks += k;
+    r->n_hit = k * s->cfg.block_size;
+    set_computed(s, r, r->n_hit);
+    r->charged_save = r->n_charged_in;
+    if (r->n_charged_in < r->n_hit) r->n_charged_in = r->n_hit;
+    return revived;
+}
+
+/* Give back a hit whose request was not admitted after all. The blocks go
+ * back to cache-only unless another table holds them; the ids stay in the
+ * table, still the probe's result. */
+static void cache_detach(sched *s, req *r) {
+    if (!r->n_hit) return;
+    release_blocks(s, r);
+    set_computed(s, r, 0);
+    r->n_charged_in = r->charged_save;
+    r->n_reg = 0;
+    r->n_hit = 0;
+}
+
+static int32_t plan_chunk(sched *s, step *st, int32_t slot, int room, int fresh, int *why);
+
+/* Plan a prefill chunk of at most `room` tokens for a queued request.
+ * Returns the tokens; for none, *why says whether its tenant (PF_TENANT)
+ * or the pool (PF_GLOBAL) stopped it. */
 static int32_t plan_prefill(sched *s, step *st, int32_t slot, int room, int *why) {
     req *r = &s->reqs[slot];
-    const tenant *t = tenant_of(s, r);
     int fresh = r->state != SCHED_PREFILLING;
-    int32_t n = min32(r->n_total - r->n_computed, room);
     *why = PF_GLOBAL;
     if (prefill_held(s, st, r, fresh)) {
         *why = PF_TENANT;
         return 0;
     }
+    return plan_chunk(s, st, slot, room, fresh, why);
+}
+
+/* A fresh request: its cache hit is probed (nothing taken), the admission
+ * decided on the work and the pool blocks that hit leaves (its cache-only
+ * blocks count, as they leave the free list), then the hit taken within the
+ * room granted; so the admission decision and the cost model's view of the
+ * chunk see only the work left. Given back if nothing fits after all. */
+static int32_t plan_chunk(sched *s, step *st, int32_t slot, int room, int fresh, int *why) {
+    req *r = &s->reqs[slot];
+    const tenant *t = tenant_of(s, r);
     int how = ADMIT_USUAL;
     int32_t avail = s->kv.n_free;
-    if (fresh) how = admission_mode(s, st, r, n, &avail);
+    if (fresh) {
+        const int32_t bs = s->cfg.block_size;
+        int32_t hit = cache_hit(s, r);
+        int32_t n0 = min32(r->n_total - hit * bs, room);
+        int32_t want = cache_revived(s, r, hit) + blocks_for(s, hit * bs + n0) - hit;
+        how = admission_mode(s, st, r, want, &avail);
+        /* The admission's preemptions release blocks, never add or evict
+         * entries: the probe (and hit) still stand. */
+        avail -= cache_attach(s, r, min32(hit, cache_hit(s, r)), avail);
+    }
+    int32_t n = min32(r->n_total - r->n_computed, room);
     int32_t quota = t->kv_quota - t->kv_blocks;
     n = chunk_fit(s, r, n, avail < quota ? avail : quota);
     if (n > 0 && sched__held_short(s, st, t)) {
         n = sched__short_room(s, st, r->n_computed, n);
         if (n < 1) {
+            if (fresh) cache_detach(s, r);
             *why = PF_TENANT;
             return 0;
         }
@@ -1105,6 +1262,10 @@ static int32_t plan_prefill(sched *s, step *st, int32_t slot, int room, int *why
         n = chunk_fit(s, r, min32(r->n_total - r->n_computed, room), 0);
     }
     if (n < 1) {
+        if (fresh) {
+            cache_detach(s, r); /* before the room is read again, below */
+            quota = t->kv_quota - t->kv_blocks;
+        }
         if (quota <= 0 && !(fresh && admit_room(s, st, r, how) <= 0)) *why = PF_TENANT;
         return 0;
     }
@@ -1333,6 +1494,7 @@ static void item_done(sched *s, const sched_item *it, const sched_item_result *r
     svc[t->band] += s->cfg.w_in * (double)r->charge;
     r->charge = 0;
     set_computed(s, r, r->n_computed + it->n_tokens);
+    sched__cache_add(s, r);
     if (!it->sample) return;
     if (r->state == SCHED_PREFILLING) {
         tq_unlink(s, slot);
@@ -1438,22 +1600,37 @@ static int check_requests(const sched *s, int32_t *dev, int32_t *host, int32_t *
     return 0;
 }
 
-/* Each block (host slot) is exactly one of: free, or in one request's
- * table (host slots). Counting alone would miss a block in two tables. */
-static int check_owners(const sched *s, int host) {
-    int32_t n = host ? s->kv.n_swap : s->kv.n_blocks, marked = 0;
-    const int32_t *free_ids = host ? s->kv.swap_free_ids : s->kv.free_ids;
-    int32_t n_free = host ? s->kv.n_swap_free : s->kv.n_free;
-    memset(s->seen, 0, (size_t)(n ? n : 1));
-    for (int32_t i = 0; i < n_free; i++, marked++) s->seen[free_ids[i]] = 1;
+/* Each device block is free (kv_check: no reference) or held by as many
+ * tables as its reference count says, and by more than one only when it is
+ * a prefix cache entry. */
+static int check_device_owners(const sched *s) {
+    int32_t n = s->kv.n_blocks;
+    memset(s->occ, 0, (size_t)n * sizeof(int32_t));
     for (int32_t i = 0; i < s->cfg.max_requests; i++) {
         const req *r = &s->reqs[i];
         if (!r->in_use) continue;
-        const int32_t *ids = host ? r->host : r->table;
-        int32_t k = host ? r->n_host : r->n_blocks;
-        for (int32_t j = 0; j < k; j++, marked++) {
-            if (ids[j] < 0 || ids[j] >= n || s->seen[ids[j]]) return TS_ERR_KV_BLOCK;
-            s->seen[ids[j]] = 1;
+        for (int32_t j = 0; j < r->n_blocks; j++) {
+            if (r->table[j] < 0 || r->table[j] >= n) return TS_ERR_KV_BLOCK;
+            s->occ[r->table[j]]++;
+        }
+    }
+    for (int32_t id = 0; id < n; id++)
+        if (s->occ[id] != s->kv.ref[id] || (s->occ[id] > 1 && !pfx_has(&s->kv.ix, id))) return TS_ERR_KV_BLOCK;
+    return 0;
+}
+
+/* Each host slot is exactly one of: free, or in one request's host slots.
+ * Counting alone would miss a slot in two requests. */
+static int check_host_owners(const sched *s) {
+    int32_t n = s->kv.n_swap, marked = 0;
+    memset(s->seen, 0, (size_t)(n ? n : 1));
+    for (int32_t i = 0; i < s->kv.n_swap_free; i++, marked++) s->seen[s->kv.swap_free_ids[i]] = 1;
+    for (int32_t i = 0; i < s->cfg.max_requests; i++) {
+        const req *r = &s->reqs[i];
+        if (!r->in_use) continue;
+        for (int32_t j = 0; j < r->n_host; j++, marked++) {
+            if (r->host[j] < 0 || r->host[j] >= n || s->seen[r->host[j]]) return TS_ERR_KV_BLOCK;
+            s->seen[r->host[j]] = 1;
         }
     }
     return marked == n ? 0 : TS_ERR_KV_BLOCK;
@@ -1461,16 +1638,17 @@ static int check_owners(const sched *s, int host) {
 
 int sched_check(const sched *s) {
     int rc = kv_check(&s->kv);
-    if (!rc) rc = check_owners(s, 0);
-    if (!rc) rc = check_owners(s, 1);
+    if (!rc) rc = check_device_owners(s);
+    if (!rc) rc = check_host_owners(s);
     if (rc) return rc;
     int32_t dev = 0, host = 0, running = 0;
     int32_t *queued = s->scratch;
     memset(queued, 0, (size_t)s->cfg.max_tenants * sizeof(int32_t));
     rc = check_requests(s, &dev, &host, queued, &running);
-    /* Swap-ins of the step in flight still hold their host slots. */
-    if (!rc && (dev != kv_used(&s->kv) || host != kv_swapped(&s->kv) || running != s->n_run))
-        rc = TS_ERR_KV_BLOCK;
+    /* Swap-ins of the step in flight still hold their host slots. Device
+     * blocks were matched to the tables by check_device_owners: dev counts
+     * a shared block once per table, as the tenants are charged. */
+    if (!rc && (host != kv_swapped(&s->kv) || running != s->n_run)) rc = TS_ERR_KV_BLOCK;
     int32_t tenant_blocks = 0;
     for (int32_t i = 0; !rc && i < s->n_tenants; i++) {
         const tenant *t = &s->tenants[i];

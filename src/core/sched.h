@@ -19,7 +19,8 @@
  * that higher bands' floods cannot take; sched_floor.c says exactly what is
  * held), and a maximum queue wait. A tenant belongs to one tier and has a
  * weight and quotas (KV blocks, running and queued requests). A request
- * holds counts, not tokens: the executor keeps each request's token ids
+ * holds counts, not tokens (but for a read-only reference to its prompt's
+ * for the prefix cache, below): the executor keeps each request's token ids
  * (prompt, then generated) and the plan says which slice of them to feed:
  *     n_total     tokens known (prompt + generated so far)
  *     n_computed  tokens whose K/V are in the cache
@@ -76,6 +77,64 @@
  * is the newest request, growth evicts only newer ones, and a started
  * prefill that could only preempt itself waits for the older ones, so the
  * oldest request always finishes.
+ *
+ * Prefix cache (cfg.prefix_cache, requests from sched_submit_prompt).
+ * Full blocks of a prompt are content-addressed (pfx.h): the hash of block
+ * j chains the hash of block j - 1, a salt and the block's tokens. When a
+ * request is admitted (fresh, or again after a recompute preemption), the
+ * longest chain of its prompt's full blocks found in the cache becomes the
+ * head of its block table, shared, and its first item starts at the first
+ * position after them; at most (prompt - 1) / block_size blocks, so at
+ * least one prompt token is computed and sampled from, and at most its
+ * tenant's quota left less one, so that a block is left to compute it in.
+ * The admission is decided before the hit is taken, on the room the pool
+ * has then (the watermarks read once): the hit's cache-only blocks count
+ * as free until taken, so they are part of what the request asks of that
+ * room, and the hit is cut short to leave a block of the room granted
+ * rather than keep the request out. A hit never makes a request wait that
+ * would be admitted without the cache. As its own prompt
+ * blocks fill (the step that computed them done), they are added to the
+ * cache. Only full prompt blocks are shared, and no item ever writes below
+ * its pos, so a shared block is never written again.
+ *  - Salt and scope: a block's salt is by default the tenant's own (its
+ *    id), mixed with the request's cache_salt; its scope is the tenant.
+ *    An entry matches only within its scope, compared exactly: the salt
+ *    is a 64-bit hash of a client's string, which a client could forge to
+ *    equal another tenant's, the scope is not. So tenants never share a
+ *    block and none can learn from a fast first token that another sent a
+ *    prompt. Full blocks inside the prompt's declared public prefix
+ *    (n_public, from the model's config) take one public salt and the
+ *    public scope instead: those are shared by every tenant.
+ *  - Blocks and charging: a shared block is referenced by each table that
+ *    holds it and counts once in the pool's usage (the watermarks); each
+ *    tenant is charged fully for every block of its requests' tables,
+ *    shared or not (kv_blocks, quotas, shares), so a hit never lets a
+ *    tenant hold more than it could without the cache, and no tenant's
+ *    quota depends on what another tenant does. A block no table holds
+ *    stays cached (cache-only), charged to nobody and counted as free: it
+ *    is evicted, least recently released first, only when an allocation
+ *    finds no plain free block (kv.h), so always before any preemption.
+ *  - Work: cached tokens are not prefill work: not charged to the
+ *    tenant's virtual counter or its service, not counted as prompt tokens
+ *    processed, not in the batch the cost model and budget see; the queue
+ *    wait prediction and a tenant's average prompt count only the tokens
+ *    not found at submit.
+ *  - Preemption: a victim is ranked by the blocks only its table holds
+ *    (what preempting it frees), not its table's length. Swap copies a
+ *    request's blocks, shared ones too, and brings them back as its own
+ *    (no longer shared); recompute releases them and its re-admission
+ *    looks the prompt up again (usually its own released blocks, still
+ *    cached). So the choice between them counts as recompute work only
+ *    the positions past its shared head: a mostly shared request is
+ *    recomputed, not swapped.
+ * Limits: generated tokens are not cached (the scheduler does not know
+ * them); a prompt's blocks are added only once the step computing them is
+ * done, so two identical prompts admitted in the same step share nothing.
+ * A waiting request's look-up is remembered until an entry is added or
+ * evicted, so a queue held back re-hashes its prompts only when the cache
+ * changed (on a busy server, most steps). The claim and floor checks of an
+ * admission see the hit's cache-only blocks in its tenant's charge, not
+ * the shared ones it will be charged for too (slightly permissive).
  */
 #ifndef TS_SCHED_H
 #define TS_SCHED_H
@@ -185,6 +244,12 @@ typedef struct sched_config {
     double copy_bytes_per_us; /* seed of the swap bandwidth */
     int64_t presence_us;    /* a tenant with work this recently is expected back
                                (SCHED_FEAT_RESPONSIVE); default 5 s */
+    int prefix_cache;       /* 1: automatic prefix caching of the prompts submitted
+                               with their tokens (see "Prefix cache" above); default 0 */
+    uint64_t cache_key;     /* secret mixed into every block's salt, so that no client
+                               can predict the cache's hashes (bucket flooding); the
+                               caller draws it (the core has no randomness of its own);
+                               0: unkeyed, reproducible (tests); default 0 */
 } sched_config;
 
 /* Defaults for everything but the pool geometry (n_blocks, block_size,
@@ -215,6 +280,20 @@ typedef uint64_t sched_id;   /* slot and generation; never reused for another re
  * a rejected request leaves no trace but the tenant's rejection count. */
 int sched_submit(sched *s, int64_t now_us, int32_t tenant, int32_t prompt_tokens,
                  int32_t max_new_tokens, sched_id *id, sched_reason *why);
+/* A prompt for the prefix cache. The tokens are referenced, not copied:
+ * they must stay valid and unchanged until the request's end is polled. */
+typedef struct sched_prompt {
+    const int32_t *tokens;  /* (n) prompt token ids; NULL: not cached */
+    int32_t n;              /* prompt tokens */
+    uint64_t salt;          /* the request's cache_salt, hashed; 0 = none */
+    int32_t n_public;       /* leading tokens that are a declared public prefix:
+                               full blocks inside it are shared across tenants */
+} sched_prompt;
+
+/* sched_submit with the prompt's tokens, so that its full blocks are
+ * looked up in and added to the prefix cache (when cfg.prefix_cache). */
+int sched_submit_prompt(sched *s, int64_t now_us, int32_t tenant, const sched_prompt *p,
+                        int32_t max_new_tokens, sched_id *id, sched_reason *why);
 /* The client left. Ends the request (CANCELLED) now, or at the next
  * sched_step_done if it is part of the step in flight. TS_ERR_INVAL for an
  * unknown or already ended id. */
@@ -288,6 +367,7 @@ typedef struct sched_end {
     int64_t end_us;
     uint32_t preemptions;
     double engine_us;       /* step time attributed to this request */
+    int32_t cached_tokens;  /* prompt tokens its first admission found cached */
 } sched_end;
 
 /* Take the next end event; 1 if one was returned, 0 if none. The request's
@@ -301,6 +381,7 @@ typedef struct sched_req_info {
     int32_t tenant;
     int32_t n_total, n_computed, prompt_tokens, generated, max_new;
     int32_t n_blocks;
+    int32_t n_hit;          /* tokens the prefix cache gave its last admission */
 } sched_req_info;
 int sched_req_get(const sched *s, sched_id id, sched_req_info *out);
 
@@ -315,7 +396,10 @@ typedef struct sched_tenant_stats {
     uint64_t rejected[SCHED_R_COUNT];
     uint64_t preempt_swap, preempt_recompute;
     int32_t queued, running, swapped;   /* now */
-    int32_t kv_blocks;                  /* now, device */
+    int32_t kv_blocks;                  /* now, device: every block of its tables,
+                                           shared ones included (see "Prefix cache") */
+    uint64_t prefix_query_tokens;       /* prompt tokens looked up in the prefix cache */
+    uint64_t prefix_hit_tokens;         /* ... of which found there (not computed) */
 } sched_tenant_stats;
 int sched_tenant_stats_get(const sched *s, int32_t tenant, sched_tenant_stats *out);
 
@@ -324,6 +408,9 @@ typedef struct sched_stats {
     int32_t kv_free, kv_used, kv_total, swap_used, swap_total;
     int32_t queued, running, swapped;
     int admitting;          /* watermark state */
+    int32_t kv_cached;      /* blocks in the prefix cache, referenced or not */
+    int32_t kv_cache_only;  /* ... of which cache-only (free, evictable; in kv_free) */
+    uint64_t kv_evicted;    /* cache-only blocks evicted by allocations */
     uint64_t steps;
     double cost_theta[4];   /* current fit */
 } sched_stats;

@@ -72,6 +72,18 @@ typedef struct req {
     uint64_t dropped_step;  /* step a claim last left its item out (sched__claim_step) */
     uint64_t decoded_step;  /* step its last decode ran in (short steps' turns) */
     int64_t token_us;       /* when its last token was sampled (short steps' TPOT) */
+    /* prefix cache (sched_cache.c) */
+    const int32_t *tokens;  /* (prompt) the caller's, or NULL: not cached */
+    uint64_t salt;          /* tenant and cache_salt mixed */
+    int32_t n_public;       /* leading tokens of a public prefix */
+    int32_t n_reg;          /* table[0 .. n_reg) are cache entries of its chain */
+    uint8_t reg_stop;       /* its chain cannot grow (a duplicate, or swapped blocks) */
+    int32_t n_match;        /* while it holds no blocks: table[0 .. n_match) is the
+                               chain its prompt found (sched__cache_probe) */
+    uint64_t match_ver;     /* kv cache_ver + 1 of that look-up; 0: none */
+    int32_t n_hit;          /* tokens found cached at its current admission */
+    int32_t charged_save;   /* n_charged_in before that admission's hit */
+    int32_t first_hit;      /* tokens found cached at its first admission, -1 before it */
 } req;
 
 typedef struct tenant {
@@ -170,6 +182,7 @@ struct sched {
     int32_t *scratch;       /* (max_tenants) for sched_check */
     int32_t *order;         /* (max_running) decodes held to a short step, in turn order */
     uint8_t *seen;          /* (max(n_blocks, n_swap_blocks)) for sched_check */
+    int32_t *occ;           /* (n_blocks) tables holding each block, for sched_check */
     step st;                /* the step being planned or in flight */
 };
 
@@ -210,6 +223,20 @@ int sched__left_out_by_claim(const sched *s, const step *st, const tenant *t);
 void sched__short_step(sched *s, step *st);
 int32_t sched__short_room(const sched *s, step *st, int32_t pos, int32_t n);
 void sched__plan_short_decodes(sched *s, step *st);
+
+/* sched_cache.c */
+/* Salt of a request of tenant tn with the caller's salt. */
+uint64_t sched__cache_salt(const sched *s, int32_t tn, uint64_t salt);
+/* Blocks of r's prompt found cached (kv.h) as a chain from its first
+ * block, at most `most`; their ids go to ids[] unless NULL. A look-up
+ * only: nothing is referenced. */
+int32_t sched__cache_match(sched *s, const req *r, int32_t most, int32_t *ids);
+/* sched__cache_match of r's whole cacheable prompt into r's table (r holds
+ * no blocks), remembered until the cache's entries change, so that a
+ * request held in the queue is not hashed again every step. */
+int32_t sched__cache_probe(sched *s, req *r);
+/* Add r's newly full, computed prompt blocks to the cache. */
+void sched__cache_add(sched *s, req *r);
 
 /* sched_floor.c */
 double sched__band_floor(const sched *s, int b);
