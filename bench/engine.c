@@ -51,6 +51,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bench_util.h"
 #include "engine.h"
 #include "gguf.h"
 #include "mkmodel.h"
@@ -60,22 +61,6 @@
 #define CTX 64          /* context each decoding sequence already holds */
 #define PROMPT 128      /* prefill length */
 #define MAX_SEQS 16
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static int cmp_d(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-static double median(double *v, int n) {
-    qsort(v, (size_t)n, sizeof(double), cmp_d);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 /* Sum of n floats (a multiple of 64) read as four streams a quarter of the
  * range apart, with two accumulators each: the loop is bound by loads, not
@@ -114,7 +99,7 @@ static double read_bandwidth(const float *buf, size_t n) {
     double best = 0;
     volatile float sink = 0;
     for (int rep = 0; rep < 3; rep++) {
-        double t0 = now_s(), total = 0;
+        double t0 = bu_now_s(), total = 0;
         size_t bytes = 0;
         #pragma omp parallel reduction(+ : total, bytes)
         {
@@ -122,7 +107,7 @@ static double read_bandwidth(const float *buf, size_t n) {
             total += sum_streams(buf + (size_t)omp_get_thread_num() * slice, slice);
             bytes += slice * sizeof(float);
         }
-        double dt = now_s() - t0;
+        double dt = bu_now_s() - t0;
         sink += (float)total;
         if (bytes / dt > best) best = bytes / dt;
     }
@@ -138,9 +123,9 @@ static double copy_bandwidth(void) {
     memset(b, 2, n);
     double best = 0;
     for (int rep = 0; rep < 3; rep++) {
-        double t0 = now_s();
+        double t0 = bu_now_s();
         memcpy(b, a, n);
-        double dt = now_s() - t0;
+        double dt = bu_now_s() - t0;
         if (n / dt > best) best = n / dt;
     }
     free(a);
@@ -160,7 +145,7 @@ static double sgemm_gflops(int n) {
     if (a && b && c) {
         for (size_t i = 0; i < (size_t)n * n; i++) a[i] = b[i] = (float)(i % 97) * 0.01f;
         for (int rep = 0; rep < 4; rep++) {
-            double t0 = now_s();
+            double t0 = bu_now_s();
             #pragma omp parallel
             {
                 int nt = omp_get_num_threads(), id = omp_get_thread_num();
@@ -168,7 +153,7 @@ static double sgemm_gflops(int n) {
                 cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, c1 - c0, n, 1.0f, a, n, b + c0, n,
                             0.0f, c + c0, n);
             }
-            double dt = now_s() - t0;
+            double dt = bu_now_s() - t0;
             if (2.0 * n * n * n / dt > best) best = 2.0 * n * n * n / dt;
         }
     }
@@ -238,11 +223,11 @@ static double ceil_sec_per_mac(const ceil_buf *cb, const ops_mat *w, int T) {
     if (rows < sl.n_out) sl.n_out = rows;
     double t[CEIL_REPS];
     for (int rep = 0; rep <= CEIL_REPS; rep++) {
-        double t0 = now_s();
+        double t0 = bu_now_s();
         ops_matmul(cb->y, sl.n_out, cb->x, T, &sl, cb->mm);
-        if (rep > 0) t[rep - 1] = now_s() - t0;  /* the first pass loads the slice */
+        if (rep > 0) t[rep - 1] = bu_now_s() - t0;  /* the first pass loads the slice */
     }
-    return median(t, CEIL_REPS) / ((double)T * (double)sl.n_out * (double)sl.n_in);
+    return bu_median(t, CEIL_REPS) / ((double)T * (double)sl.n_out * (double)sl.n_in);
 }
 
 /* The ceiling in aggregate tokens/s; *gmacs: the kernel's rate over a
@@ -315,11 +300,11 @@ static double time_decode(eng *e, int B, int32_t *ids, int32_t (*tables)[16], fl
         for (int s = 0; s < B; s++)
             qs[s] = (eng_seq){ids + CTX + st, 1, CTX + st, tables[s], 16, ENG_LOGITS_LAST};
         eng_batch b = {qs, B};
-        double t0 = now_s();
+        double t0 = bu_now_s();
         if (eng_forward(e, &b, logits)) return 0;
-        t[reps] = now_s() - t0;
+        t[reps] = bu_now_s() - t0;
     }
-    return B / median(t, reps);
+    return B / bu_median(t, reps);
 }
 
 static int bench_model(const char *preset, uint32_t type, const float *bwbuf, size_t bwn, int rounds,
@@ -370,9 +355,9 @@ static int bench_model(const char *preset, uint32_t type, const float *bwbuf, si
     for (int i = 0; i < rounds; i++) {
         sample *r = &res->r[i];
         r->bw = read_bandwidth(bwbuf, bwn);
-        double t0 = now_s();
+        double t0 = bu_now_s();
         prefill(e, ids, tables[0], PROMPT, logits); /* same ids: sequence 0's context is rewritten as it was */
-        r->prefill = PROMPT / (now_s() - t0);
+        r->prefill = PROMPT / (bu_now_s() - t0);
         for (int b = 0; b < 3; b++) r->decode[b] = time_decode(e, BATCHES[b], ids, tables, logits, steps);
         r->roof = r->bw / bytes;
         r->ceil1 = ceil_tokens(&cb, m, 1, NULL);
@@ -392,7 +377,7 @@ static int bench_model(const char *preset, uint32_t type, const float *bwbuf, si
 static double med_of(const result *res, size_t off, double *lo, double *hi) {
     double v[MAX_ROUNDS];
     for (int i = 0; i < res->n; i++) memcpy(&v[i], (const char *)&res->r[i] + off, sizeof(double));
-    double m = median(v, res->n); /* sorts v */
+    double m = bu_median(v, res->n); /* sorts v */
     if (lo) *lo = v[0];
     if (hi) *hi = v[res->n - 1];
     return m;

@@ -26,14 +26,9 @@
 #include <string.h>
 #include <time.h>
 
+#include "bench_util.h"
 #include "cluster/gpucat.h"
 #include "cluster/plan.h"
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 typedef struct rng {
     uint64_t s;
@@ -112,12 +107,12 @@ static void big_fleet(const char *label, int runs, double lo, double hi) {
     double best = 1e30;
     plan p;
     for (int k = 0; k < runs; k++) {
-        double t0 = now_s();
+        double t0 = bu_now_s();
         if (plan_build(&in, &p) != 0) {
             fprintf(stderr, "plan_build failed\n");
             exit(1);
         }
-        double dt = now_s() - t0;
+        double dt = bu_now_s() - t0;
         if (dt < best) best = dt;
         if (k + 1 < runs) plan_free(&p);
     }
@@ -155,12 +150,12 @@ static void small_fleets(int n) {
         int tenants = 3 + pick(&r, 7);
         for (int i = 0; i < tenants; i++) add_tenant(&in, &r, i, 0.1, 10);
         plan p;
-        double t0 = now_s();
+        double t0 = bu_now_s();
         if (plan_build(&in, &p) != 0) {
             fprintf(stderr, "plan_build failed\n");
             exit(1);
         }
-        t_exact += now_s() - t0;
+        t_exact += bu_now_s() - t0;
         if (p.exact_ran) {
             nodes += p.exact_nodes;
             unproven += !p.exact_proven;

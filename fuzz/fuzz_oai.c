@@ -15,6 +15,7 @@
  * a hash of the input, so the same input always takes the same path.
  */
 #include <cjson/cJSON.h>
+#include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,9 +32,46 @@ static int valid_text(const char *s, size_t n) {
     return s && strlen(s) == n && fz_utf8_valid(s, n);
 }
 
+/* The OpenAI parameters within their documented ranges, and the
+ * sequences a request asks for within the cap. */
+static void check_params(const oai_request *q) {
+    FZ_CHECK(q->n >= 1 && q->n <= OAI_MAX_N);
+    FZ_CHECK(q->best_of == 0 || (q->best_of >= q->n && q->best_of <= OAI_MAX_N));
+    if (q->best_of > q->n) FZ_CHECK(!q->stream);
+    size_t seqs = (q->n_inputs ? q->n_inputs : 1) * (q->best_of > q->n ? q->best_of : q->n);
+    FZ_CHECK(seqs <= OAI_MAX_SEQS);
+    FZ_CHECK(q->logprobs >= -1 && q->logprobs <= OAI_MAX_LOGPROBS);
+    FZ_CHECK(q->presence_penalty >= -2 && q->presence_penalty <= 2);
+    FZ_CHECK(q->frequency_penalty >= -2 && q->frequency_penalty <= 2);
+    FZ_CHECK(q->repetition_penalty > 0 && q->repetition_penalty <= 100);
+    FZ_CHECK(q->min_p >= 0 && q->min_p <= 1);
+    FZ_CHECK(q->n_logit_bias <= SMP_MAX_BIAS && (!q->n_logit_bias || q->logit_bias));
+    for (size_t i = 0; i < q->n_logit_bias; i++)
+        FZ_CHECK(q->logit_bias[i].id >= 0 && q->logit_bias[i].bias >= -100 && q->logit_bias[i].bias <= 100);
+    FZ_CHECK(q->n_stop_token_ids <= SMP_MAX_STOP);
+    for (size_t i = 0; i < q->n_stop_token_ids; i++) FZ_CHECK(q->stop_token_ids[i] >= 0);
+    if (q->max_tokens) FZ_CHECK(q->min_tokens <= q->max_tokens);
+    if (q->kind == OAI_CHAT) FZ_CHECK(!q->echo && !q->best_of);
+    const oai_guided *g = &q->guided;
+    FZ_CHECK(g->kind <= OAI_GUIDED_CHOICE);
+    if (g->kind == OAI_GUIDED_JSON_SCHEMA || g->kind == OAI_GUIDED_REGEX) FZ_CHECK(g->spec && g->spec[0]);
+    if (g->kind == OAI_GUIDED_CHOICE) FZ_CHECK(g->n_choices >= 1 && g->n_choices <= OAI_MAX_CHOICES);
+    for (size_t i = 0; i < g->n_choices; i++) FZ_CHECK(g->choices[i][0] && valid_text(g->choices[i], strlen(g->choices[i])));
+}
+
 static void check_request(const oai_request *q) {
     FZ_CHECK(q->model && q->model[0] && valid_text(q->model, strlen(q->model)));
-    if (q->kind == OAI_COMPLETION) {
+    if (q->kind == OAI_COMPLETION && q->n_inputs) {
+        /* Several prompts: each a text or token ids, none in prompt. */
+        FZ_CHECK(!q->prompt && !q->prompt_tokens && q->n_inputs <= OAI_MAX_SEQS);
+        for (size_t i = 0; i < q->n_inputs; i++) {
+            const oai_input *in = &q->inputs[i];
+            FZ_CHECK(!in->text != !in->tokens);
+            if (in->text) FZ_CHECK(valid_text(in->text, in->len));
+            for (size_t k = 0; in->tokens && k < in->n_tokens; k++) FZ_CHECK(in->tokens[k] >= 0);
+        }
+        FZ_CHECK(!q->messages && q->n_messages == 0);
+    } else if (q->kind == OAI_COMPLETION) {
         FZ_CHECK(!q->prompt != !q->prompt_tokens);
         if (q->prompt) FZ_CHECK(valid_text(q->prompt, q->prompt_len));
         if (q->prompt_tokens) {
@@ -58,6 +96,7 @@ static void check_request(const oai_request *q) {
         FZ_CHECK(q->stop[i][0] && valid_text(q->stop[i], strlen(q->stop[i])));
     if (q->include_usage) FZ_CHECK(q->stream);
     if (q->user) FZ_CHECK(valid_text(q->user, strlen(q->user)));
+    check_params(q);
 }
 
 /* The chat as the server turns it into tokens (chat_tokenize), after a
@@ -144,6 +183,20 @@ static void check_json(const char *body, size_t skip, const char *want, const ch
     cJSON_Delete(root);
 }
 
+/* Token k's text for the logprobs writers: a quarter of the text. */
+typedef struct piece_src {
+    const char *text;
+    size_t len;
+} piece_src;
+
+static const char *slice_piece(void *ctx, int32_t id, char *buf, size_t cap, size_t *len) {
+    const piece_src *p = ctx;
+    size_t q = p->len / 4, at = (size_t)id * q;
+    *len = q < cap ? q : cap;
+    (void)buf;
+    return p->text + at;
+}
+
 static void responses(oai_kind kind, const char *model, const char *text, size_t len) {
     oai_head h = {.kind = kind, .created = 1700000000, .model = model};
     oai_usage u = {3, 4};
@@ -166,6 +219,27 @@ static void responses(oai_kind kind, const char *model, const char *text, size_t
     check_json(s, 6, want, chunk_field);
     free(s);
     s = oai_usage_sse(&h, &u);
+    check_json(s, 6, NULL, NULL);
+    free(s);
+    /* Two choices with logprobs whose token texts are slices of the text
+     * (any bytes): the answer and a chunk are still valid JSON. */
+    int32_t ids[4] = {0, 1, 2, 3};
+    smp_lp lps[4] = {{.logprob = NAN},
+                     {.logprob = -1.5f, .n_top = 2, .top_id = {1, 2}, .top_lp = {-1.5f, -2.0f}},
+                     {.logprob = -INFINITY, .n_top = 1, .top_id = {3}, .top_lp = {-0.25f}},
+                     {.logprob = 0.0f, .n_top = 3, .top_id = {0, 0, 3}, .top_lp = {0.0f, -3.0f, -INFINITY}}};
+    piece_src ps = {text, len};
+    oai_pieces p = {slice_piece, &ps};
+    oai_choice c[2] = {{.index = 0, .text = text, .len = len, .finish = OAI_FINISH_STOP, .has_logprobs = true,
+                        .ids = ids, .lps = lps, .n_lp = 4},
+                       {.index = 1, .text = text, .len = len, .finish = OAI_FINISH_LENGTH}};
+    s = oai_choices_json(&h, c, 2, &u, &p);
+    check_json(s, 0, NULL, NULL);
+    free(s);
+    size_t off = 0;
+    c[0].text_offset = &off;
+    s = oai_choice_sse(&h, &c[0], &p);
+    FZ_CHECK(s && strncmp(s, "data: ", 6) == 0);
     check_json(s, 6, NULL, NULL);
     free(s);
     free(want);

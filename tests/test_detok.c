@@ -98,6 +98,34 @@ static void test_stop_string_across_tokens(void **state) {
     tok_free(t);
 }
 
+/* Under min_tokens (quiet pushes) a stop string is text like any other
+ * and nothing is held back for it; from then on it stops again, also one
+ * that began in the quiet text. */
+static void test_quiet_until_min_tokens(void **state) {
+    tok *t = byte_vocab();
+    const char *stops[] = {"END"};
+    dtk d;
+    char got[256];
+    size_t len = 0;
+    assert_int_equal(dtk_init(&d, t, stops, 1), 0);
+    d.quiet = 5;
+    assert_int_equal(push_str(&d, "aEND", got, &len), 0);
+    assert_int_equal(len, 4);                     /* released, not held */
+    assert_int_equal(push_str(&d, "E", got, &len), 0);  /* the fifth quiet push */
+    assert_int_equal(push_str(&d, "ND", got, &len), 1);
+    got[len] = 0;
+    assert_string_equal(got, "aENDEN");           /* the stop began in released text: cut there */
+    dtk_deinit(&d);
+    len = 0;
+    assert_int_equal(dtk_init(&d, t, stops, 1), 0);
+    d.quiet = 2;
+    assert_int_equal(push_str(&d, "xyzEND", got, &len), 1);
+    got[len] = 0;
+    assert_string_equal(got, "xyz");
+    dtk_deinit(&d);
+    tok_free(t);
+}
+
 static void test_stop_in_one_token_and_finish(void **state) {
     tok *t = byte_vocab();
     const char *stops[] = {"\n\n"};
@@ -151,6 +179,7 @@ int main(void) {
         cmocka_unit_test(test_utf8_released_whole),
         cmocka_unit_test(test_stop_string_across_tokens),
         cmocka_unit_test(test_stop_in_one_token_and_finish),
+        cmocka_unit_test(test_quiet_until_min_tokens),
         cmocka_unit_test(test_finish_keeps_released_bytes),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

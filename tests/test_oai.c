@@ -161,8 +161,7 @@ static void test_completion_full(void **st) {
        "\"stream\":true,\"stream_options\":{\"include_usage\":true},\"user\":\"u-1\","
        "\"n\":1,\"presence_penalty\":0,\"frequency_penalty\":0.0,\"logprobs\":null,"
        "\"echo\":false,\"suffix\":\"\",\"best_of\":1,\"logit_bias\":{},"
-       "\"response_format\":{\"type\":\"text\"},\"tools\":[],\"tool_choice\":\"none\","
-       "\"unknown_extension\":{\"x\":[1,2]}}\n",
+       "\"response_format\":{\"type\":\"text\"},\"tools\":[],\"tool_choice\":\"none\"}\n",
        &r);
     assert_string_equal(r.prompt, "a\nb \xc3\xa9\xf0\x9f\x98\x80");
     assert_int_equal(r.prompt_len, 10);
@@ -242,10 +241,10 @@ static void test_prompt_errors(void **st) {
     bad(OAI_COMPLETION, "{\"model\":\"m\",\"prompt\":{}}", "prompt", "must be a string");
     bad(OAI_COMPLETION, "{\"model\":\"m\",\"prompt\":[]}", "prompt", "must not be empty");
     bad(OAI_COMPLETION, "{\"model\":\"m\",\"prompt\":[true]}", "prompt", "must be a string");
-    bad(OAI_COMPLETION, "{\"model\":\"m\",\"prompt\":[\"a\",\"b\"]}", "prompt",
-        "batched prompts are not supported");
-    bad(OAI_COMPLETION, "{\"model\":\"m\",\"prompt\":[\"a\",5]}", "prompt", "more than one");
-    bad(OAI_COMPLETION, "{\"model\":\"m\",\"prompt\":[[1],[2]]}", "prompt", "more than one");
+    /* Several prompts are a completion's (test_choices_parse); each must be
+     * a string or token ids. */
+    bad(OAI_COMPLETION, "{\"model\":\"m\",\"prompt\":[\"a\",5]}", "prompt[1]", "a string or an array");
+    bad(OAI_COMPLETION, "{\"model\":\"m\",\"prompt\":[[1],[]]}", "prompt[1]", "must not be empty");
     bad(OAI_COMPLETION, "{\"model\":\"m\",\"prompt\":[1,-1]}", "prompt[1]", "token id");
     bad(OAI_COMPLETION, "{\"model\":\"m\",\"prompt\":[1,2.5]}", "prompt[1]", "token id");
     bad(OAI_COMPLETION, "{\"model\":\"m\",\"prompt\":[1,\"a\"]}", "prompt[1]", "token id");
@@ -275,9 +274,8 @@ static void test_max_tokens(void **st) {
     bad_c("\"max_tokens\":\"10\"", "max_tokens", "'max_tokens' must be an integer");
     bad_c("\"max_tokens\":true", "max_tokens", "must be an integer");
     bad_c("\"max_tokens\":[1]", "max_tokens", "must be an integer");
-    /* max_completion_tokens is chat's; completions ignore it like any unknown. */
-    ok_c("\"max_completion_tokens\":\"junk\"", &r);
-    oai_request_free(&r);
+    /* max_completion_tokens is honoured on completions too (vLLM does). */
+    bad_c("\"max_completion_tokens\":\"junk\"", "max_completion_tokens", "must be an integer");
 }
 
 static void test_sampling(void **st) {
@@ -376,53 +374,337 @@ static void test_stream_and_user(void **st) {
     bad_c("\"stream\":true,\"stream_options\":5", "stream_options", "must be an object");
     bad_c("\"stream\":true,\"stream_options\":{\"include_usage\":1}",
           "stream_options.include_usage", "must be a boolean");
+    /* Any other option is refused by name, not ignored. */
+    bad_c("\"stream\":true,\"stream_options\":{\"include_usage\":true,\"continuous_usage_stats\":true}",
+          "stream_options.continuous_usage_stats", "Unrecognized request argument");
     bad_c("\"user\":5", "user", "'user' must be a string");
 }
 
 static void test_unsupported(void **st) {
     (void)st;
-    oai_request r;
-    oai_error e;
-    const char *body = "{\"model\":\"m\",\"prompt\":\"p\",\"n\":2}";
-    assert_int_equal(parse_n(OAI_COMPLETION, body, strlen(body), &r, &e), TS_ERR_INVAL);
-    assert_string_equal(e.code, "unsupported_value");
-
-    bad_c("\"n\":2", "n", "'n' = 2 is not supported");
-    bad_c("\"n\":0", "n", "between 1 and");
-    bad_c("\"n\":1.5", "n", "must be an integer");
-    bad_c("\"presence_penalty\":0.5", "presence_penalty", "not supported");
-    bad_c("\"presence_penalty\":3", "presence_penalty", "between -2 and 2");
-    bad_c("\"frequency_penalty\":-1", "frequency_penalty", "not supported");
-    bad_c("\"frequency_penalty\":\"x\"", "frequency_penalty", "must be a number");
-    bad_c("\"repetition_penalty\":1.1", "repetition_penalty", "not supported");
-    bad_c("\"min_p\":0.05", "min_p", "not supported");
-    bad_c("\"logprobs\":1", "logprobs", "not supported");
-    bad_c("\"logprobs\":0", "logprobs", "not supported");
-    bad_c("\"logprobs\":true", "logprobs", "must be an integer");
-    bad_c("\"echo\":true", "echo", "not supported");
-    bad_c("\"echo\":1", "echo", "must be a boolean");
     bad_c("\"suffix\":\"tail\"", "suffix", "not supported");
-    bad_c("\"best_of\":3", "best_of", "not supported");
-    bad_c("\"logit_bias\":{\"50256\":-100}", "logit_bias", "not supported");
-    bad_c("\"logit_bias\":[]", "logit_bias", "must be an object");
-    bad_c("\"response_format\":{\"type\":\"json_object\"}", "response_format",
-          "not supported");
-    bad_c("\"response_format\":\"json\"", "response_format", "must be an object");
     bad_c("\"tools\":[{\"type\":\"function\"}]", "tools", "'tools' is not supported");
     bad_c("\"tools\":{}", "tools", "must be an array");
     bad_c("\"tool_choice\":\"required\"", "tool_choice", "not supported");
     bad_c("\"functions\":[{}]", "functions", "not supported");
     bad_c("\"function_call\":\"auto\"", "function_call", "not supported");
-
-    ok_c("\"logprobs\":false,\"tool_choice\":\"auto\",\"functions\":[]", &r);
+    oai_request r;
+    ok_c("\"logprobs\":false,\"tool_choice\":\"auto\",\"functions\":[],\"suffix\":\"\"", &r);
+    assert_int_equal(r.logprobs, -1);
     oai_request_free(&r);
+}
 
-    bad_chat("\"logprobs\":true", "logprobs", "not supported");
-    bad_chat("\"logprobs\":1", "logprobs", "must be a boolean");
-    bad_chat("\"top_logprobs\":2", "top_logprobs", "not supported");
-    bad_chat("\"n\":3", "n", "not supported");
+/* ---- the OpenAI parameters ------------------------------------------------- */
+
+static void test_choices_parse(void **st) {
+    (void)st;
+    oai_request r;
+    ok_c("\"n\":3", &r);
+    assert_int_equal(r.n, 3);
+    assert_int_equal(r.best_of, 0);
+    oai_request_free(&r);
+    ok_c("\"n\":2,\"best_of\":5,\"echo\":true", &r);
+    assert_int_equal(r.n, 2);
+    assert_int_equal(r.best_of, 5);
+    assert_true(r.echo);
+    oai_request_free(&r);
+    ok_c("\"max_tokens\":1", &r);
+    assert_int_equal(r.n, 1);                        /* the default */
+    assert_false(r.echo);
+    oai_request_free(&r);
+    bad_c("\"n\":0", "n", "between 1 and 128");
+    bad_c("\"n\":129", "n", "between 1 and 128");
+    bad_c("\"n\":1.5", "n", "must be an integer");
+    bad_c("\"best_of\":1,\"n\":2", "best_of", "at least 'n'");
+    bad_c("\"best_of\":3,\"stream\":true", "best_of", "cannot be streamed");
+    bad_c("\"echo\":1", "echo", "must be a boolean");
+    bad(OAI_COMPLETION, "{\"model\":\"m\",\"n\":100,\"best_of\":128,\"prompt\":[\"a\",\"b\",\"c\"]}",
+        "best_of", "at most 256");
+    /* Several prompts: strings or token lists, prompt-major. */
+    ok(OAI_COMPLETION, "{\"model\":\"m\",\"prompt\":[\"a\",\"\",\"c\"]}", &r);
+    assert_null(r.prompt);
+    assert_int_equal(r.n_inputs, 3);
+    assert_string_equal(r.inputs[0].text, "a");
+    assert_string_equal(r.inputs[1].text, "");
+    oai_request_free(&r);
+    ok(OAI_COMPLETION, "{\"model\":\"m\",\"prompt\":[[1,2],[3]]}", &r);
+    assert_int_equal(r.n_inputs, 2);
+    assert_int_equal(r.inputs[0].n_tokens, 2);
+    assert_int_equal(r.inputs[1].tokens[0], 3);
+    oai_request_free(&r);
+    bad(OAI_COMPLETION, "{\"model\":\"m\",\"prompt\":[\"a\",5]}", "prompt[1]", "a string or an array");
+    bad(OAI_COMPLETION, "{\"model\":\"m\",\"prompt\":[[1],[-1]]}", "prompt[1][0]", "token id");
+    /* Tokenize still takes one. */
+    bad(OAI_TOKENIZE, "{\"prompt\":[\"a\",\"b\"]}", "prompt", "more than one prompt");
+    /* max_completion_tokens on completions too. */
+    ok_c("\"max_completion_tokens\":7", &r);
+    assert_int_equal(r.max_tokens, 7);
+    oai_request_free(&r);
+    bad_c("\"max_completion_tokens\":7,\"max_tokens\":8", "max_completion_tokens", "disagree");
+}
+
+static void test_logprobs_parse(void **st) {
+    (void)st;
+    oai_request r;
+    ok_c("\"logprobs\":0", &r);
+    assert_int_equal(r.logprobs, 0);
+    oai_request_free(&r);
+    ok_c("\"logprobs\":20", &r);
+    assert_int_equal(r.logprobs, 20);
+    oai_request_free(&r);
+    bad_c("\"logprobs\":21", "logprobs", "between 0 and 20");
+    bad_c("\"logprobs\":true", "logprobs", "must be an integer");
+    ok_chat("\"logprobs\":true,\"top_logprobs\":5", &r);
+    assert_int_equal(r.logprobs, 5);
+    oai_request_free(&r);
+    ok_chat("\"logprobs\":true", &r);
+    assert_int_equal(r.logprobs, 0);
+    oai_request_free(&r);
     ok_chat("\"logprobs\":false,\"top_logprobs\":0", &r);
+    assert_int_equal(r.logprobs, -1);
     oai_request_free(&r);
+    bad_chat("\"logprobs\":1", "logprobs", "must be a boolean");
+    bad_chat("\"top_logprobs\":2", "top_logprobs", "needs 'logprobs'");
+    bad_chat("\"logprobs\":true,\"top_logprobs\":21", "top_logprobs", "between 0 and 20");
+}
+
+static void test_penalties_parse(void **st) {
+    (void)st;
+    oai_request r;
+    ok_c("\"max_tokens\":3", &r);
+    assert_true(r.presence_penalty == 0.0f && r.frequency_penalty == 0.0f);
+    assert_true(r.repetition_penalty == 1.0f && r.min_p == 0.0f);
+    oai_request_free(&r);
+    ok_c("\"presence_penalty\":-2,\"frequency_penalty\":1.5,\"repetition_penalty\":1.2,\"min_p\":0.05", &r);
+    assert_true(r.presence_penalty == -2.0f);
+    assert_true(r.frequency_penalty == 1.5f);
+    assert_true(r.repetition_penalty == 1.2f);
+    assert_true(r.min_p == 0.05f);
+    oai_request_free(&r);
+    bad_c("\"presence_penalty\":3", "presence_penalty", "at most 2");
+    bad_c("\"frequency_penalty\":-2.5", "frequency_penalty", "at least -2");
+    bad_c("\"frequency_penalty\":\"x\"", "frequency_penalty", "must be a number");
+    bad_c("\"repetition_penalty\":0", "repetition_penalty", "greater than 0");
+    bad_c("\"repetition_penalty\":101", "repetition_penalty", "at most 100");
+    bad_c("\"min_p\":1.5", "min_p", "at most 1");
+    bad_c("\"min_p\":-0.1", "min_p", "at least 0");
+}
+
+static void test_logit_bias_and_stops_parse(void **st) {
+    (void)st;
+    oai_request r;
+    ok_c("\"logit_bias\":{\"50256\":-100,\"7\":2.5}", &r);
+    assert_int_equal(r.n_logit_bias, 2);
+    assert_int_equal(r.logit_bias[0].id, 50256);
+    assert_true(r.logit_bias[0].bias == -100.0f);
+    assert_int_equal(r.logit_bias[1].id, 7);
+    assert_true(r.logit_bias[1].bias == 2.5f);
+    oai_request_free(&r);
+    ok_c("\"logit_bias\":{}", &r);
+    assert_int_equal(r.n_logit_bias, 0);
+    oai_request_free(&r);
+    bad_c("\"logit_bias\":[]", "logit_bias", "must be an object");
+    bad_c("\"logit_bias\":{\"x\":1}", "logit_bias.x", "token ids");
+    bad_c("\"logit_bias\":{\"-1\":1}", "logit_bias.-1", "token ids");
+    bad_c("\"logit_bias\":{\"1\":100.5}", "logit_bias.1", "from -100 to 100");
+    bad_c("\"logit_bias\":{\"1\":\"5\"}", "logit_bias.1", "from -100 to 100");
+    bad_c("\"logit_bias\":{\"99999999999\":1}", "logit_bias.99999999999", "token ids");
+    /* Only canonical decimal keys: these would all read as token 7 and
+     * stack with a "7" beside them. */
+    bad_c("\"logit_bias\":{\"07\":1}", "logit_bias.07", "token ids");
+    bad_c("\"logit_bias\":{\"\\t7\":1}", "logit_bias.\t7", "token ids");
+    bad_c("\"logit_bias\":{\"7 \":1}", "logit_bias.7 ", "token ids");
+    bad_c("\"logit_bias\":{\"\":1}", "logit_bias.", "token ids");
+    bad_c("\"logit_bias\":{\"00\":1}", "logit_bias.00", "token ids");
+    ok_c("\"logit_bias\":{\"0\":1,\"2147483647\":-1}", &r);
+    assert_int_equal(r.n_logit_bias, 2);
+    assert_int_equal(r.logit_bias[1].id, 2147483647);
+    oai_request_free(&r);
+    bad_c("\"logit_bias\":{\"2147483648\":1}", "logit_bias.2147483648", "token ids");
+
+    ok_c("\"stop_token_ids\":[2,32000],\"min_tokens\":3,\"max_tokens\":5,\"ignore_eos\":true", &r);
+    assert_int_equal(r.n_stop_token_ids, 2);
+    assert_int_equal(r.stop_token_ids[1], 32000);
+    assert_int_equal(r.min_tokens, 3);
+    assert_true(r.ignore_eos);
+    oai_request_free(&r);
+    ok_c("\"stop_token_ids\":[]", &r);
+    assert_int_equal(r.n_stop_token_ids, 0);
+    oai_request_free(&r);
+    bad_c("\"stop_token_ids\":5", "stop_token_ids", "array of token ids");
+    bad_c("\"stop_token_ids\":[1.5]", "stop_token_ids[0]", "token id");
+    bad_c("\"min_tokens\":6,\"max_tokens\":5", "min_tokens", "must not exceed");
+    bad_c("\"min_tokens\":-1", "min_tokens", "between 0");
+    bad_c("\"ignore_eos\":1", "ignore_eos", "must be a boolean");
+    ok_chat("\"add_generation_prompt\":false", &r);
+    assert_false(r.add_generation_prompt);
+    oai_request_free(&r);
+}
+
+static void test_guided_parse(void **st) {
+    (void)st;
+    oai_request r;
+    ok_c("\"response_format\":{\"type\":\"text\"}", &r);
+    assert_int_equal(r.guided.kind, OAI_GUIDED_NONE);
+    oai_request_free(&r);
+    ok_c("\"response_format\":{\"type\":\"json_object\"}", &r);
+    assert_int_equal(r.guided.kind, OAI_GUIDED_JSON_OBJECT);
+    assert_string_equal(r.guided.field, "response_format");
+    oai_request_free(&r);
+    ok_chat("\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"x\",\"strict\":true,"
+            "\"schema\":{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\"}}}}}", &r);
+    assert_int_equal(r.guided.kind, OAI_GUIDED_JSON_SCHEMA);
+    assert_string_equal(r.guided.spec, "{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\"}}}");
+    oai_request_free(&r);
+    ok_c("\"guided_json\":\"{\\\"type\\\":\\\"string\\\"}\"", &r);
+    assert_int_equal(r.guided.kind, OAI_GUIDED_JSON_SCHEMA);
+    assert_string_equal(r.guided.spec, "{\"type\":\"string\"}");
+    assert_string_equal(r.guided.field, "guided_json");
+    oai_request_free(&r);
+    ok_c("\"guided_regex\":\"[a-z]+\"", &r);
+    assert_int_equal(r.guided.kind, OAI_GUIDED_REGEX);
+    assert_string_equal(r.guided.spec, "[a-z]+");
+    oai_request_free(&r);
+    ok_chat("\"guided_choice\":[\"yes\",\"no\"]", &r);
+    assert_int_equal(r.guided.kind, OAI_GUIDED_CHOICE);
+    assert_int_equal(r.guided.n_choices, 2);
+    assert_string_equal(r.guided.choices[1], "no");
+    oai_request_free(&r);
+    bad_c("\"response_format\":\"json\"", "response_format", "must be an object");
+    bad_c("\"response_format\":{\"type\":\"yaml\"}", "response_format.type", "json_schema");
+    bad_c("\"response_format\":{\"type\":\"json_schema\"}", "response_format.json_schema", "must be an object");
+    bad_c("\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"schema\":3}}",
+          "response_format.json_schema.schema", "JSON schema");
+    bad_c("\"guided_json\":\"{nope\"", "guided_json", "JSON schema");
+    bad_c("\"guided_regex\":\"\"", "guided_regex", "non-empty");
+    bad_c("\"guided_choice\":[]", "guided_choice", "1 to 256");
+    bad_c("\"guided_choice\":[\"a\",\"\"]", "guided_choice", "non-empty");
+    bad_c("\"guided_regex\":\"a\",\"guided_choice\":[\"a\"]", "guided_choice", "send one of them");
+    bad_c("\"response_format\":{\"type\":\"json_object\"},\"guided_json\":{}", "guided_json", "send one of them");
+}
+
+static void test_unknown_fields(void **st) {
+    (void)st;
+    oai_request r;
+    oai_error e;
+    const char *body = "{\"model\":\"m\",\"prompt\":\"p\",\"frobnicate\":1}";
+    assert_int_equal(parse_n(OAI_COMPLETION, body, strlen(body), &r, &e), TS_ERR_INVAL);
+    assert_string_equal(e.param, "frobnicate");
+    assert_string_equal(e.code, "unknown_parameter");
+    assert_non_null(strstr(e.message, "Unrecognized request argument supplied: frobnicate"));
+    bad_c("\"guided_grammar\":\"x\"", "guided_grammar", "Unrecognized");
+    bad_c("\"top_logprobs\":2", "top_logprobs", "Unrecognized");       /* chat's */
+    bad_c("\"messages\":[]", "messages", "Unrecognized");
+    bad_chat("\"echo\":true", "echo", "Unrecognized");                  /* completions' */
+    bad_chat("\"best_of\":2", "best_of", "Unrecognized");
+    bad_chat("\"prompt\":\"x\"", "prompt", "Unrecognized");
+    /* A null unknown field is still unknown: it names something. */
+    bad_c("\"nope\":null", "nope", "Unrecognized");
+    /* The allow-list of documented no-ops, type-checked. */
+    ok_c("\"user\":\"u\",\"metadata\":{\"k\":\"v\"},\"store\":false,\"service_tier\":\"auto\"", &r);
+    oai_request_free(&r);
+    ok_chat("\"parallel_tool_calls\":false,\"store\":true", &r);
+    oai_request_free(&r);
+    bad_c("\"metadata\":3", "metadata", "must be an object");
+    bad_c("\"store\":\"yes\"", "store", "must be a boolean");
+    bad_chat("\"parallel_tool_calls\":1", "parallel_tool_calls", "must be a boolean");
+    /* Embeddings keep their own (lenient) shape. */
+}
+
+/* A token's text for the logprobs writers: "t<id>", and id 9 as an invalid
+ * UTF-8 byte. */
+static const char *fake_piece(void *ctx, int32_t id, char *buf, size_t cap, size_t *len) {
+    (void)ctx;
+    if (id == 9) {
+        *len = 1;
+        return "\xff";
+    }
+    int n = snprintf(buf, cap, "t%d", (int)id);
+    *len = (size_t)n;
+    return buf;
+}
+
+static void test_choices_json(void **st) {
+    (void)st;
+    oai_head h = {.kind = OAI_COMPLETION, .created = 5, .model = "m"};
+    int32_t ids[3] = {4, 9, 12};
+    smp_lp lps[3] = {{.logprob = NAN}, {.logprob = -0.5f, .n_top = 2, .top_id = {9, 4}, .top_lp = {-0.5f, -1.25f}},
+                     {.logprob = -INFINITY, .n_top = 1, .top_id = {7}, .top_lp = {-0.1f}}};
+    oai_choice c[2] = {{.index = 0, .text = "ab", .len = 2, .finish = OAI_FINISH_STOP, .has_logprobs = true,
+                        .ids = ids, .lps = lps, .n_lp = 3},
+                       {.index = 1, .text = "cd", .len = 2, .finish = OAI_FINISH_LENGTH}};
+    oai_pieces p = {fake_piece, NULL};
+    oai_usage u = {3, 4};
+    char *j = oai_choices_json(&h, c, 2, &u, &p);
+    assert_non_null(j);
+    cJSON *root = cJSON_Parse(j);
+    assert_non_null(root);
+    cJSON *ch = cJSON_GetObjectItem(root, "choices");
+    assert_int_equal(cJSON_GetArraySize(ch), 2);
+    cJSON *c0 = cJSON_GetArrayItem(ch, 0), *c1 = cJSON_GetArrayItem(ch, 1);
+    assert_int_equal(cJSON_GetObjectItem(c1, "index")->valueint, 1);
+    assert_true(cJSON_IsNull(cJSON_GetObjectItem(c1, "logprobs")));
+    cJSON *lp = cJSON_GetObjectItem(c0, "logprobs");
+    cJSON *toks = cJSON_GetObjectItem(lp, "tokens");
+    assert_string_equal(cJSON_GetArrayItem(toks, 0)->valuestring, "t4");
+    assert_string_equal(cJSON_GetArrayItem(toks, 1)->valuestring, "\xef\xbf\xbd"); /* U+FFFD */
+    cJSON *tl = cJSON_GetObjectItem(lp, "token_logprobs");
+    assert_true(cJSON_IsNull(cJSON_GetArrayItem(tl, 0)));
+    assert_true(cJSON_GetArrayItem(tl, 1)->valuedouble == -0.5);
+    assert_true(cJSON_GetArrayItem(tl, 2)->valuedouble == -9999.0);
+    cJSON *top = cJSON_GetObjectItem(lp, "top_logprobs");
+    assert_true(cJSON_IsNull(cJSON_GetArrayItem(top, 0)));
+    assert_true(cJSON_GetObjectItem(cJSON_GetArrayItem(top, 1), "t4")->valuedouble == -1.25);
+    cJSON *off = cJSON_GetObjectItem(lp, "text_offset");
+    assert_int_equal(cJSON_GetArrayItem(off, 0)->valueint, 0);
+    assert_int_equal(cJSON_GetArrayItem(off, 1)->valueint, 2);
+    assert_int_equal(cJSON_GetArrayItem(off, 2)->valueint, 3);
+    cJSON_Delete(root);
+    free(j);
+
+    /* Chat: content entries with bytes and top_logprobs lists. */
+    h.kind = OAI_CHAT;
+    c[0].ids = ids + 1;
+    c[0].lps = lps + 1;
+    c[0].n_lp = 1;
+    j = oai_choices_json(&h, c, 1, &u, &p);
+    root = cJSON_Parse(j);
+    assert_non_null(root);
+    cJSON *m = cJSON_GetArrayItem(cJSON_GetObjectItem(root, "choices"), 0);
+    assert_string_equal(cJSON_GetObjectItem(cJSON_GetObjectItem(m, "message"), "content")->valuestring, "ab");
+    cJSON *e0 = cJSON_GetArrayItem(cJSON_GetObjectItem(cJSON_GetObjectItem(m, "logprobs"), "content"), 0);
+    assert_int_equal(cJSON_GetArrayItem(cJSON_GetObjectItem(e0, "bytes"), 0)->valueint, 255);
+    assert_true(cJSON_GetObjectItem(e0, "logprob")->valuedouble == -0.5);
+    cJSON *t1 = cJSON_GetArrayItem(cJSON_GetObjectItem(e0, "top_logprobs"), 1);
+    assert_string_equal(cJSON_GetObjectItem(t1, "token")->valuestring, "t4");
+    cJSON_Delete(root);
+    free(j);
+
+    /* A stream chunk: the index, the role on the first, text_offset carried on. */
+    size_t at = 10;
+    oai_choice s = {.index = 3, .text = "x", .len = 1, .first = true, .has_logprobs = true, .ids = ids + 2,
+                    .lps = lps + 2, .n_lp = 1, .text_offset = &at};
+    h.kind = OAI_COMPLETION;
+    j = oai_choice_sse(&h, &s, &p);
+    assert_non_null(j);
+    assert_true(strncmp(j, "data: ", 6) == 0);
+    root = cJSON_Parse(j + 6);
+    m = cJSON_GetArrayItem(cJSON_GetObjectItem(root, "choices"), 0);
+    assert_int_equal(cJSON_GetObjectItem(m, "index")->valueint, 3);
+    assert_int_equal(cJSON_GetArrayItem(cJSON_GetObjectItem(cJSON_GetObjectItem(m, "logprobs"), "text_offset"), 0)
+                         ->valueint, 10);
+    assert_int_equal(at, 13);                        /* "t12" */
+    cJSON_Delete(root);
+    free(j);
+    h.kind = OAI_CHAT;
+    s.has_logprobs = false;
+    j = oai_choice_sse(&h, &s, &p);
+    assert_non_null(strstr(j, "\"delta\":{\"role\":\"assistant\",\"content\":\"x\"}"));
+    free(j);
+    /* Inconsistent input is refused, not written. */
+    s.has_logprobs = true;
+    s.ids = NULL;
+    assert_null(oai_choice_sse(&h, &s, &p));
 }
 
 /* ---- bodies that are not requests ----------------------------------------- */
@@ -556,7 +838,7 @@ static void test_duplicate_keys(void **st) {
     /* Keys are compared exactly: another case is another key, and an escape
      * that spells the same key is the same key. */
     oai_request r;
-    ok(OAI_COMPLETION, "{\"model\":\"m\",\"prompt\":\"a\",\"Prompt\":\"b\",\"x\":{\"prompt\":1}}", &r);
+    ok(OAI_COMPLETION, "{\"model\":\"m\",\"prompt\":\"a\",\"metadata\":{\"Prompt\":\"b\",\"x\":{\"prompt\":1}}}", &r);
     assert_string_equal(r.prompt, "a");
     oai_request_free(&r);
     bad(OAI_COMPLETION, "{\"model\":\"m\",\"prompt\":\"a\",\"pr\\u006fmpt\":\"b\"}", "prompt",
@@ -565,13 +847,13 @@ static void test_duplicate_keys(void **st) {
     /* A large object goes through the sorted path: a repeat at its far end
      * is found, and a large object without one passes. */
     char body[4096];
-    size_t n = (size_t)snprintf(body, sizeof body, "{\"model\":\"m\",\"prompt\":\"a\",\"meta\":{");
+    size_t n = (size_t)snprintf(body, sizeof body, "{\"model\":\"m\",\"prompt\":\"a\",\"metadata\":{");
     for (int i = 0; i < 200; i++) n += (size_t)snprintf(body + n, sizeof body - n, "%s\"k%d\":%d", i ? "," : "", i, i);
     snprintf(body + n, sizeof body - n, "}}");
     ok(OAI_COMPLETION, body, &r);
     oai_request_free(&r);
     snprintf(body + n, sizeof body - n, ",\"k3\":0}}");
-    bad(OAI_COMPLETION, body, "meta.k3", "duplicate key 'k3' in meta");
+    bad(OAI_COMPLETION, body, "metadata.k3", "duplicate key 'k3' in metadata");
 }
 
 /* ---- chat ----------------------------------------------------------------- */
@@ -671,8 +953,8 @@ static void test_chat_errors(void **st) {
              "disagree");
     bad_chat("\"max_tokens\":2000000", "max_tokens", "between 1 and 1000000");
     bad_chat("\"temperature\":-1", "temperature", "between 0 and 2");
-    bad_chat("\"response_format\":{\"type\":\"json_schema\"}", "response_format",
-             "not supported");
+    bad_chat("\"response_format\":{\"type\":\"json_schema\"}", "response_format.json_schema",
+             "must be an object");
     bad_chat("\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}]", "tools",
              "not supported");
 }
@@ -708,7 +990,7 @@ static void test_error_json(void **st) {
 
     /* A refusal straight from the parser, read back as JSON. */
     oai_request r;
-    const char *body = "{\"model\":\"m\",\"prompt\":\"p\",\"n\":4}";
+    const char *body = "{\"model\":\"m\",\"prompt\":\"p\",\"suffix\":\"x\"}";
     assert_int_equal(parse_n(OAI_COMPLETION, body, strlen(body), &r, &e), TS_ERR_INVAL);
     s = oai_error_json(&e);
     cJSON *j = cJSON_Parse(s);
@@ -718,9 +1000,9 @@ static void test_error_json(void **st) {
     assert_int_equal(cJSON_GetArraySize(o), 4);
     assert_string_equal(cJSON_GetObjectItemCaseSensitive(o, "type")->valuestring,
                         "invalid_request_error");
-    assert_string_equal(cJSON_GetObjectItemCaseSensitive(o, "param")->valuestring, "n");
+    assert_string_equal(cJSON_GetObjectItemCaseSensitive(o, "param")->valuestring, "suffix");
     assert_string_equal(cJSON_GetObjectItemCaseSensitive(o, "code")->valuestring,
-                        "unsupported_value");
+                        "unsupported_parameter");
     assert_string_equal(cJSON_GetObjectItemCaseSensitive(o, "message")->valuestring, e.message);
     cJSON_Delete(j);
     free(s);
@@ -942,9 +1224,9 @@ static void test_models(void **st) {
 
 /* ---- damaged bodies ------------------------------------------------------- */
 
-static uint64_t rng_state;
-static uint64_t rng_next(void) {     /* splitmix64 */
-    uint64_t z = (rng_state += 0x9e3779b97f4a7c15ull);
+static uint64_t mut_state;
+static uint64_t mut_next(void) {     /* splitmix64 */
+    uint64_t z = (mut_state += 0x9e3779b97f4a7c15ull);
     z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
     z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
     return z ^ (z >> 31);
@@ -960,19 +1242,19 @@ static void test_mutations(void **st) {
         "{\"model\":\"m\",\"prompt\":[1,2,3],\"temperature\":0.7,\"top_p\":0.5,\"user\":\"u\"}",
     };
     static const char alphabet[] = "{}[]\",:\\u0123456789.-eE truefalsenull\x80\xc3\xed\xf4\xff";
-    rng_state = 20240611;
+    mut_state = 20240611;
     int accepted = 0, refused = 0;
     for (int iter = 0; iter < 30000; iter++) {
         const char *seed = seeds[iter % 3];
         size_t n = strlen(seed);
         char buf[512];
         memcpy(buf, seed, n);
-        int edits = 1 + (int)(rng_next() % 4);
+        int edits = 1 + (int)(mut_next() % 4);
         for (int k = 0; k < edits; k++) {
-            size_t at = rng_next() % (n + 1);
-            uint64_t op = rng_next() % 3;
-            char c = (rng_next() % 4) ? alphabet[rng_next() % (sizeof alphabet - 1)]
-                                      : (char)rng_next();
+            size_t at = mut_next() % (n + 1);
+            uint64_t op = mut_next() % 3;
+            char c = (mut_next() % 4) ? alphabet[mut_next() % (sizeof alphabet - 1)]
+                                      : (char)mut_next();
             if (op == 0 && n < sizeof buf - 1) {          /* insert */
                 memmove(buf + at + 1, buf + at, n - at);
                 buf[at] = c;
@@ -1142,6 +1424,13 @@ int main(void) {
         cmocka_unit_test(test_stop),
         cmocka_unit_test(test_stream_and_user),
         cmocka_unit_test(test_unsupported),
+        cmocka_unit_test(test_choices_parse),
+        cmocka_unit_test(test_logprobs_parse),
+        cmocka_unit_test(test_penalties_parse),
+        cmocka_unit_test(test_logit_bias_and_stops_parse),
+        cmocka_unit_test(test_guided_parse),
+        cmocka_unit_test(test_unknown_fields),
+        cmocka_unit_test(test_choices_json),
         cmocka_unit_test(test_malformed),
         cmocka_unit_test(test_raw_bytes),
         cmocka_unit_test(test_utf8),

@@ -720,11 +720,11 @@ static void test_shared_scratch(void **state) {
     enum { V = 300 };
     float logits[V];
     for (int i = 0; i < V; i++) logits[i] = (float)((i * 37) % 101) / 25.0f;
-    smp_params p = {0.9f, 40, 0.95f, 1234, NULL, 0};
+    smp_params p = params(0.9f, 40, 0.95f, 1234);
     smp own, mine, scratch;
     assert_int_equal(smp_init(&own, V, &p), 0);
     assert_int_equal(smp_init_params(&mine, V, &p), 0);
-    smp_params q = {0.0f, 0, 1.0f, 1, NULL, 0};
+    smp_params q = params(0.0f, 0, 1.0f, 1);
     assert_int_equal(smp_init(&scratch, V, &q), 0);
     assert_int_equal(smp_sample(&mine, logits), TS_ERR_INVAL); /* no scratch of its own */
     for (int i = 0; i < 200; i++)
@@ -737,6 +737,351 @@ static void test_shared_scratch(void **state) {
     smp_deinit(&mine);
     smp_deinit(&scratch);
     smp_deinit(&other);
+}
+
+/* ---- row processing and logprobs ---------------------------------------- */
+
+/* Greedy on a processed row: the processing alone decides the winner, so
+ * each edit is checked exactly by which token wins and by the logprobs,
+ * which are the log_softmax of the processed row. */
+static int32_t greedy_full(const smp_params *p, const float *lg, int n, const smp_hist *h, smp_lp *lp) {
+    smp s;
+    assert_int_equal(smp_init(&s, n, p), 0);
+    int32_t t = smp_sample_full(&s, &s, lg, h, lp);
+    smp_deinit(&s);
+    return t;
+}
+
+/* log_softmax of row at i, written out in double. */
+static double ref_logprob(const float *row, int n, int i) {
+    double m = -INFINITY, z = 0;
+    for (int j = 0; j < n; j++) if (row[j] > m) m = row[j];
+    for (int j = 0; j < n; j++) z += exp((double)row[j] - m);
+    return (double)row[i] - m - log(z);
+}
+
+static void test_logit_bias(void **state) {
+    (void)state;
+    float lg[4] = {1.0f, 2.0f, 3.0f, 0.5f};
+    smp_bias b[2] = {{0, 5.0f}, {2, -100.0f}};
+    smp_params p = params(0.0f, 0, 1.0f, 1);
+    p.bias = b;
+    p.n_bias = 2;
+    p.top_logprobs = 4;
+    smp_lp lp;
+    assert_int_equal(greedy_full(&p, lg, 4, NULL, &lp), 0);
+    float want[4] = {6.0f, 2.0f, -97.0f, 0.5f};
+    assert_true(fabs(lp.logprob - ref_logprob(want, 4, 0)) < 1e-6);
+    assert_int_equal(lp.n_top, 4);
+    int order[4] = {0, 1, 3, 2};
+    for (int i = 0; i < 4; i++) {
+        assert_int_equal(lp.top_id[i], order[i]);
+        assert_true(fabs(lp.top_lp[i] - ref_logprob(want, 4, order[i])) < 1e-5);
+    }
+    /* Out of range ids and biases are refused. */
+    smp s;
+    smp_bias bad[1] = {{4, 1.0f}};
+    p.bias = bad;
+    p.n_bias = 1;
+    assert_int_equal(smp_init(&s, 4, &p), TS_ERR_INVAL);
+    bad[0] = (smp_bias){1, 100.5f};
+    assert_int_equal(smp_init(&s, 4, &p), TS_ERR_INVAL);
+    bad[0] = (smp_bias){1, NAN};
+    assert_int_equal(smp_init(&s, 4, &p), TS_ERR_INVAL);
+}
+
+/* Frequency and presence count generated tokens only; repetition covers the
+ * prompt too, dividing positive logits and multiplying negative ones. */
+static void test_penalties_exact(void **state) {
+    (void)state;
+    const float lg[5] = {2.0f, 1.0f, -1.0f, 0.0f, 1.5f};
+    const int32_t prompt[2] = {2, 4};
+    const int32_t gen[3] = {0, 0, 1};
+    smp_hist h = {prompt, 2, gen, 3, NULL, 0};
+    smp_params p = params(0.0f, 0, 1.0f, 1);
+    p.top_logprobs = 5;
+    smp_lp lp;
+
+    p.frequency_penalty = 0.5f;   /* 0: 2 - 1 = 1; 1: 1 - 0.5 = 0.5 */
+    p.presence_penalty = 0.25f;   /* 0: 0.75; 1: 0.25 */
+    assert_int_equal(greedy_full(&p, lg, 5, &h, &lp), 4);
+    float want[5] = {0.75f, 0.25f, -1.0f, 0.0f, 1.5f};
+    for (int i = 0; i < 5; i++) {
+        int id = lp.top_id[i];
+        assert_true(fabs(lp.top_lp[i] - ref_logprob(want, 5, id)) < 1e-5);
+    }
+    assert_true(fabs(lp.logprob - ref_logprob(want, 5, 4)) < 1e-6);
+
+    p.frequency_penalty = p.presence_penalty = 0;
+    p.repetition_penalty = 2.0f;  /* 0: 1; 1: 0.5; 2: -2; 4: 0.75; 3 unseen */
+    assert_int_equal(greedy_full(&p, lg, 5, &h, &lp), 0);
+    float want2[5] = {1.0f, 0.5f, -2.0f, 0.0f, 0.75f};
+    assert_true(fabs(lp.logprob - ref_logprob(want2, 5, 0)) < 1e-6);
+    for (int i = 0; i < 5; i++)
+        assert_true(fabs(lp.top_lp[i] - ref_logprob(want2, 5, lp.top_id[i])) < 1e-5);
+
+    /* A negative presence penalty favours repeats: token 1 (1 + 2) passes
+     * token 4 (1.5), which was never generated. */
+    p.repetition_penalty = 0;
+    p.presence_penalty = -2.0f;
+    const float lg2[5] = {-5.0f, 1.0f, -1.0f, 0.0f, 1.5f};
+    assert_int_equal(greedy_full(&p, lg2, 5, &h, NULL), 1);
+
+    /* The scratch counts are left clean: the same call again gives the same. */
+    smp s;
+    p.presence_penalty = 0;
+    p.frequency_penalty = 2.0f;
+    assert_int_equal(smp_init(&s, 5, &p), 0);
+    for (int k = 0; k < 3; k++) assert_int_equal(smp_sample_full(&s, &s, lg, &h, NULL), 4);
+    for (int i = 0; i < 5; i++) assert_int_equal(s.cnt[i], 0);
+    smp_deinit(&s);
+
+    /* Ranges. */
+    p = params(0.0f, 0, 1.0f, 1);
+    p.presence_penalty = 2.5f;
+    assert_int_equal(smp_init(&s, 5, &p), TS_ERR_INVAL);
+    p.presence_penalty = 0;
+    p.frequency_penalty = -2.01f;
+    assert_int_equal(smp_init(&s, 5, &p), TS_ERR_INVAL);
+    p.frequency_penalty = 0;
+    p.repetition_penalty = -1.0f;
+    assert_int_equal(smp_init(&s, 5, &p), TS_ERR_INVAL);
+    p.repetition_penalty = INFINITY;
+    assert_int_equal(smp_init(&s, 5, &p), TS_ERR_INVAL);
+}
+
+/* End tokens cannot win before min_tokens tokens were generated, and can
+ * from then on. */
+static void test_min_tokens_mask(void **state) {
+    (void)state;
+    const float lg[4] = {0.0f, 1.0f, 9.0f, 8.0f};
+    const int32_t end[2] = {2, 3};
+    const int32_t gen[2] = {1, 1};
+    smp_params p = params(0.0f, 0, 1.0f, 1);
+    p.min_tokens = 2;
+    p.top_logprobs = 2;
+    smp_lp lp;
+    smp_hist h = {NULL, 0, gen, 1, end, 2};
+    assert_int_equal(greedy_full(&p, lg, 4, &h, &lp), 1);
+    assert_true(isinf(lp.top_lp[1]) == 0);        /* token 0 is next, finite */
+    assert_int_equal(lp.top_id[1], 0);
+    float want[4] = {0.0f, 1.0f, -INFINITY, -INFINITY};
+    assert_true(fabs(lp.logprob - ref_logprob(want, 4, 1)) < 1e-6);
+    h.n_gen = 2;
+    assert_int_equal(greedy_full(&p, lg, 4, &h, NULL), 2);
+    /* Sampling too never draws a masked token. */
+    smp s;
+    p.temperature = 5.0f;
+    h.n_gen = 0;
+    assert_int_equal(smp_init(&s, 4, &p), 0);
+    for (int i = 0; i < 2000; i++) {
+        int32_t t = smp_sample_full(&s, &s, lg, &h, NULL);
+        assert_true(t == 0 || t == 1);
+    }
+    smp_deinit(&s);
+}
+
+/* min_p keeps exactly the tokens with p >= min_p * p_max after temperature. */
+static void test_min_p(void **state) {
+    (void)state;
+    /* T = 1: weights relative to the best are 1, e^-1 = .368, e^-2 = .135,
+     * e^-3 = .050. min_p 0.2 keeps tokens 0 and 1. */
+    const float lg[4] = {3.0f, 2.0f, 1.0f, 0.0f};
+    smp_params p = params(1.0f, 0, 1.0f, 7);
+    p.min_p = 0.2f;
+    smp s;
+    assert_int_equal(smp_init(&s, 4, &p), 0);
+    int hits[4] = {0};
+    for (int i = 0; i < 20000; i++) hits[smp_sample_full(&s, &s, lg, NULL, NULL)]++;
+    assert_int_equal(hits[2] + hits[3], 0);
+    double want1 = exp(-1.0) / (1 + exp(-1.0));
+    assert_true(fabs(hits[1] / 20000.0 - want1) < 0.02);
+    smp_deinit(&s);
+    /* min_p 1 keeps only the best (and its ties). */
+    p.min_p = 1.0f;
+    assert_int_equal(smp_init(&s, 4, &p), 0);
+    for (int i = 0; i < 100; i++) assert_int_equal(smp_sample(&s, lg), 0);
+    smp_deinit(&s);
+    p.min_p = 1.5f;
+    assert_int_equal(smp_init(&s, 4, &p), TS_ERR_INVAL);
+    p.min_p = -0.1f;
+    assert_int_equal(smp_init(&s, 4, &p), TS_ERR_INVAL);
+}
+
+/* Logprobs in a large vocabulary: the chosen token's equals log_softmax of
+ * the row, the top-k come best first with ties by lower id, and they match
+ * a full sort. */
+static const float *sort_row;
+static int cmp_rank(const void *a, const void *b) {
+    int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+    if (sort_row[x] != sort_row[y]) return sort_row[x] > sort_row[y] ? -1 : 1;
+    return x < y ? -1 : 1;
+}
+
+static void test_logprobs_topk(void **state) {
+    (void)state;
+    enum { V = 5000 };
+    static float lg[V];
+    static int32_t ord[V];
+    lcg_state = 99;
+    for (int i = 0; i < V; i++) lg[i] = (float)(int)(lcg_uniform() * 200) / 10.0f; /* many ties */
+    for (int i = 0; i < V; i++) ord[i] = i;
+    sort_row = lg;
+    qsort(ord, V, sizeof ord[0], cmp_rank);
+    smp_lp lp;
+    for (int k = 0; k <= SMP_MAX_TOP; k += 5) {
+        assert_int_equal(smp_logprobs(lg, V, 17, k, &lp), 0);
+        assert_int_equal(lp.n_top, k);
+        assert_true(fabs(lp.logprob - ref_logprob(lg, V, 17)) < 1e-4);
+        for (int i = 0; i < k; i++) {
+            assert_int_equal(lp.top_id[i], ord[i]);
+            assert_true(fabs(lp.top_lp[i] - ref_logprob(lg, V, ord[i])) < 1e-4);
+        }
+    }
+    /* The probabilities sum to 1. */
+    double z = 0;
+    for (int i = 0; i < V; i++) {
+        smp_lp one;
+        smp_logprobs(lg, V, i, 0, &one);
+        z += exp(one.logprob);
+    }
+    assert_true(fabs(z - 1.0) < 1e-3);
+    /* A small vocabulary with k above it gives every token. */
+    float small[3] = {1, 3, 2};
+    assert_int_equal(smp_logprobs(small, 3, 0, 20, &lp), 0);
+    assert_int_equal(lp.n_top, 3);
+    assert_int_equal(lp.top_id[0], 1);
+    assert_int_equal(lp.top_id[2], 0);
+    /* Bad arguments. */
+    assert_int_equal(smp_logprobs(small, 3, 3, 1, &lp), TS_ERR_INVAL);
+    assert_int_equal(smp_logprobs(small, 3, 0, 21, &lp), TS_ERR_INVAL);
+    assert_int_equal(smp_logprobs(NULL, 3, 0, 1, &lp), TS_ERR_INVAL);
+    /* NaN reads as -inf: no mass. */
+    float nan_row[3] = {NAN, 0.0f, 0.0f};
+    assert_int_equal(smp_logprobs(nan_row, 3, 0, 3, &lp), 0);
+    assert_true(isinf(lp.logprob) && lp.logprob < 0);
+    assert_true(fabs(lp.top_lp[0] - logf(0.5f)) < 1e-6);
+    assert_int_equal(lp.top_id[2], 0);
+}
+
+/* With nothing to process, smp_sample_full draws exactly what smp_sample
+ * draws from the same seed, and the chosen logprob is the raw row's. */
+static void test_full_matches_plain(void **state) {
+    (void)state;
+    enum { V = 257 };
+    float lg[V];
+    for (int i = 0; i < V; i++) lg[i] = (float)((i * 53) % 97) / 13.0f;
+    smp_params p = params(0.8f, 50, 0.9f, 4242);
+    p.top_logprobs = 3;
+    smp a, b;
+    assert_int_equal(smp_init(&a, V, &p), 0);
+    assert_int_equal(smp_init(&b, V, &p), 0);
+    const int32_t gen[1] = {5};
+    smp_hist h = {NULL, 0, gen, 1, NULL, 0};
+    for (int i = 0; i < 100; i++) {
+        smp_lp lp;
+        int32_t t = smp_sample_full(&b, &b, lg, &h, &lp);
+        assert_int_equal(smp_sample(&a, lg), t);
+        assert_true(fabs(lp.logprob - ref_logprob(lg, V, t)) < 1e-5);
+        assert_int_equal(lp.n_top, 3);
+    }
+    smp_deinit(&a);
+    smp_deinit(&b);
+    /* Parameter ranges of the new fields. */
+    smp s;
+    p.top_logprobs = 21;
+    assert_int_equal(smp_init(&s, V, &p), TS_ERR_INVAL);
+    p.top_logprobs = 0;
+    p.min_tokens = -1;
+    assert_int_equal(smp_init(&s, V, &p), TS_ERR_INVAL);
+    p.min_tokens = 0;
+    p.n_bias = 1;
+    p.bias = NULL;
+    assert_int_equal(smp_init(&s, V, &p), TS_ERR_INVAL);
+}
+
+/* A row the processing leaves without a finite logit (min_tokens masks the
+ * only token a grammar allowed) has no token to draw: SMP_NO_TOKEN, not
+ * the argmax fallback (token 0), for greedy and random draws alike. */
+static void test_no_finite_logit(void **state) {
+    (void)state;
+    const float lg[4] = {-INFINITY, -INFINITY, 3.0f, -INFINITY};
+    const int32_t end[1] = {2};
+    smp_hist h = {NULL, 0, NULL, 0, end, 1};
+    for (int greedy = 0; greedy < 2; greedy++) {
+        smp_params p = params(greedy ? 0.0f : 1.0f, 0, 1.0f, 3);
+        p.min_tokens = 1;
+        smp s;
+        smp_lp lp;
+        assert_int_equal(smp_init(&s, 4, &p), 0);
+        assert_int_equal(smp_sample_full(&s, &s, lg, &h, &lp), SMP_NO_TOKEN);
+        p.min_tokens = 0;                     /* unmasked: the one token */
+        smp_deinit(&s);
+        assert_int_equal(smp_init(&s, 4, &p), 0);
+        assert_int_equal(smp_sample_full(&s, &s, lg, &h, &lp), 2);
+        smp_deinit(&s);
+    }
+}
+
+/* The first n draws of b are a copy of a's shifted by some 0 <= k < n (in
+ * either direction). */
+static int shifted_copy(const uint64_t *a, const uint64_t *b, int n) {
+    for (int k = 0; k < n; k++) {
+        int fwd = 1, back = 1;
+        for (int i = 0; i + k < n; i++) {
+            fwd &= a[i + k] == b[i];
+            back &= b[i + k] == a[i];
+        }
+        if (fwd || back) return 1;
+    }
+    return 0;
+}
+
+/* The n choices of one request draw from streams 0..n-1 of one seed: no
+ * two of them are the same sequence shifted. The old per-choice seed
+ * (seed + j * the splitmix increment) was exactly that: choice 1's state
+ * was choice 0's expander one step on. */
+static void test_streams_do_not_overlap(void **state) {
+    (void)state;
+    enum { N = 64 };
+    const uint64_t seeds[3] = {0, 42, 0x9E3779B97F4A7C15ull * 7};
+    for (int si = 0; si < 3; si++) {
+        uint64_t d[4][N];
+        for (int j = 0; j < 4; j++) {
+            smp_params p = params(1.0f, 0, 1.0f, seeds[si]);
+            p.stream = (uint64_t)j;
+            smp s;
+            assert_int_equal(smp_init(&s, 4, &p), 0);
+            for (int i = 0; i < N; i++) d[j][i] = rng_next(&s.rng);
+            smp_deinit(&s);
+        }
+        for (int a = 0; a < 4; a++)
+            for (int b = a + 1; b < 4; b++) assert_false(shifted_copy(d[a], d[b], N));
+        /* Stream 0 is the plain seed, as a single request always drew. */
+        rng r;
+        rng_seed(&r, seeds[si]);
+        assert_true(rng_next(&r) == d[0][0]);
+        /* Nor do two streams share a word of their starting states. The
+         * old per-choice seed did: choice 1's state was choice 0's
+         * expander one step on, three of four words the same. */
+        rng st[4];
+        for (int j = 0; j < 4; j++) {
+            smp_params p = params(1.0f, 0, 1.0f, seeds[si]);
+            p.stream = (uint64_t)j;
+            smp s;
+            assert_int_equal(smp_init(&s, 4, &p), 0);
+            st[j] = s.rng;
+            smp_deinit(&s);
+        }
+        for (int a = 0; a < 4; a++)
+            for (int b = a + 1; b < 4; b++)
+                for (int x = 0; x < 4; x++)
+                    for (int y = 0; y < 4; y++) assert_true(st[a].s[x] != st[b].s[y]);
+        rng o0, o1;
+        rng_seed(&o0, seeds[si]);
+        rng_seed(&o1, seeds[si] + 0x9E3779B97F4A7C15ull);
+        assert_true(o0.s[1] == o1.s[0] && o0.s[2] == o1.s[1] && o0.s[3] == o1.s[2]);
+    }
 }
 
 int main(void) {
@@ -757,6 +1102,14 @@ int main(void) {
         cmocka_unit_test(test_nan_logits),
         cmocka_unit_test(test_stop_ids),
         cmocka_unit_test(test_shared_scratch),
+        cmocka_unit_test(test_logit_bias),
+        cmocka_unit_test(test_penalties_exact),
+        cmocka_unit_test(test_min_tokens_mask),
+        cmocka_unit_test(test_min_p),
+        cmocka_unit_test(test_logprobs_topk),
+        cmocka_unit_test(test_full_matches_plain),
+        cmocka_unit_test(test_no_finite_logit),
+        cmocka_unit_test(test_streams_do_not_overlap),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

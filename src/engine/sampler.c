@@ -232,6 +232,109 @@ static int32_t draw(const float *w, const int32_t *ids, size_t c, double target,
     return last;
 }
 
+/* min_p keeps tokens with p_i >= min_p * p_best. The best token weighs
+ * exactly 1 (see the top of the file), so that is w_i >= min_p: zero the
+ * rest and return the new total. A zero weight is never drawn (draw skips
+ * it) and ranks below the top-p cut, so the later filters see the cut row. */
+static double cut_min_p(float *w, const int32_t *ids, size_t c, float min_p) {
+    double z = 0.0;
+    for (size_t j = 0; j < c; j++) {
+        int32_t i = ids ? ids[j] : (int32_t)j;
+        if (w[i] < min_p) w[i] = 0.0f;
+        z += w[i];
+    }
+    return z;
+}
+
+/* ---- row processing ------------------------------------------------------ */
+
+/* The prompt's mark in cnt: a count of generated occurrences fits below it. */
+#define IN_PROMPT (1 << 30)
+
+static int has_processing(const smp *s, const smp_hist *h) {
+    if (s->n_bias > 0) return 1;
+    if (!h) return 0;
+    if ((h->n_end > 0 || s->n_stop > 0) && h->n_gen < s->min_tokens) return 1;
+    if (s->repetition != 1.0f && h->n_prompt + h->n_gen > 0) return 1;
+    return (s->presence != 0.0f || s->frequency != 0.0f) && h->n_gen > 0;
+}
+
+/* Count the history into cnt (generated occurrences, plus IN_PROMPT for a
+ * prompt token), penalise each distinct token once, and leave cnt all zero
+ * again: O(history), never O(vocabulary). The order follows vLLM:
+ * repetition first (on the biased logit), then frequency and presence. */
+static void apply_penalties(const smp *s, int32_t *cnt, float *row, const smp_hist *h) {
+    int rep = s->repetition != 1.0f;
+    for (int32_t i = 0; rep && i < h->n_prompt; i++) {
+        int32_t t = h->prompt[i];
+        if (t >= 0 && t < s->n_vocab) cnt[t] |= IN_PROMPT;
+    }
+    for (int32_t i = 0; i < h->n_gen; i++) {
+        int32_t t = h->gen[i];
+        if (t >= 0 && t < s->n_vocab) cnt[t]++;
+    }
+    for (int pass = 0; pass < 2; pass++) {
+        const int32_t *ids = pass ? h->gen : h->prompt;
+        int32_t n = pass ? h->n_gen : (rep ? h->n_prompt : 0);
+        for (int32_t i = 0; i < n; i++) {
+            int32_t t = ids[i];
+            if (t < 0 || t >= s->n_vocab || !cnt[t]) continue;
+            int32_t k = cnt[t] & ~IN_PROMPT;
+            float x = row[t];
+            if (rep) x = x > 0.0f ? x / s->repetition : x * s->repetition;
+            if (k > 0) x -= (float)k * s->frequency + s->presence;
+            row[t] = x;
+            cnt[t] = 0;             /* once per distinct token */
+        }
+    }
+}
+
+/* The processed copy of logits in out: bias, penalties, then the mask. */
+static void process_row(const smp *s, int32_t *cnt, float *out, const float *logits, const smp_hist *h) {
+    memcpy(out, logits, (size_t)s->n_vocab * sizeof *out);
+    for (int32_t i = 0; i < s->n_bias; i++) out[s->bias[i].id] += s->bias[i].bias;
+    if (!h) return;
+    if (s->repetition != 1.0f || s->presence != 0.0f || s->frequency != 0.0f) apply_penalties(s, cnt, out, h);
+    if (h->n_gen >= s->min_tokens) return;
+    for (int32_t i = 0; i < h->n_end; i++)
+        if (h->end_ids[i] >= 0 && h->end_ids[i] < s->n_vocab) out[h->end_ids[i]] = -INFINITY;
+    for (int32_t i = 0; i < s->n_stop; i++) out[s->stop[i]] = -INFINITY;
+}
+
+/* ---- log-probabilities --------------------------------------------------- */
+
+/* log p_i = l_i - m - log(sum_j exp(l_j - m)): one pass for the max, one
+ * of exps; the top alternatives come from the same worst-rooted heap as
+ * top-k, over at most SMP_MAX_TOP entries, then sorted best first. */
+int smp_logprobs(const float *row, int32_t n, int32_t chosen, int n_top, smp_lp *lp) {
+    if (!row || !lp || n <= 0 || chosen < 0 || chosen >= n || n_top < 0 || n_top > SMP_MAX_TOP)
+        return TS_ERR_INVAL;
+    float m = key(row, argmax(row, n));
+    double z = 0.0;
+    if (!isinf(m))
+        for (int32_t i = 0; i < n; i++)
+            z += exp((double)key(row, i) - m);
+    double lse = isinf(m) ? m : m + log(z);
+    lp->logprob = (float)((double)key(row, chosen) - lse);
+    if (isinf(m)) lp->logprob = key(row, chosen) == m && m > 0 ? 0.0f : -INFINITY;
+    if (n_top > n) n_top = n;
+    lp->n_top = n_top;
+    if (n_top == 0) return 0;
+    int32_t h[SMP_MAX_TOP];
+    if (n_top < n) {
+        select_top_k(h, n, n_top, row);
+    } else {
+        for (int32_t i = 0; i < n; i++) h[i] = i;
+    }
+    heap_sort(h, (size_t)n_top, row);
+    for (int i = 0; i < n_top; i++) {
+        lp->top_id[i] = h[i];
+        lp->top_lp[i] = isinf(m) ? (key(row, h[i]) == m && m > 0 ? 0.0f : -INFINITY)
+                                 : (float)((double)key(row, h[i]) - lse);
+    }
+    return 0;
+}
+
 /* ---- public ------------------------------------------------------------- */
 
 int smp_init_params(smp *s, int n_vocab, const smp_params *p) {
@@ -244,6 +347,16 @@ int smp_init_params(smp *s, int n_vocab, const smp_params *p) {
     if (p->top_k < 0) return TS_ERR_INVAL;
     if (!(p->top_p > 0.0f && p->top_p <= 1.0f)) return TS_ERR_INVAL;
     if (p->n_stop < 0 || p->n_stop > SMP_MAX_STOP) return TS_ERR_INVAL;
+    if (!(p->min_p >= 0.0f && p->min_p <= 1.0f)) return TS_ERR_INVAL;
+    if (!(p->presence_penalty >= -2.0f && p->presence_penalty <= 2.0f)) return TS_ERR_INVAL;
+    if (!(p->frequency_penalty >= -2.0f && p->frequency_penalty <= 2.0f)) return TS_ERR_INVAL;
+    if (!(p->repetition_penalty >= 0.0f) || isinf(p->repetition_penalty)) return TS_ERR_INVAL;
+    if (p->n_bias < 0 || p->n_bias > SMP_MAX_BIAS || (p->n_bias > 0 && !p->bias)) return TS_ERR_INVAL;
+    for (int i = 0; i < p->n_bias; i++)
+        if (p->bias[i].id < 0 || p->bias[i].id >= n_vocab ||
+            !(p->bias[i].bias >= -100.0f && p->bias[i].bias <= 100.0f))
+            return TS_ERR_INVAL;
+    if (p->min_tokens < 0 || p->top_logprobs < 0 || p->top_logprobs > SMP_MAX_TOP) return TS_ERR_INVAL;
     if (p->n_stop > 0 && !p->stop_ids) return TS_ERR_INVAL;
     for (int i = 0; i < p->n_stop; i++)
         if (p->stop_ids[i] < 0 || p->stop_ids[i] >= n_vocab) return TS_ERR_INVAL;
@@ -256,7 +369,18 @@ int smp_init_params(smp *s, int n_vocab, const smp_params *p) {
     s->n_stop = p->n_stop;
     if (p->n_stop > 0)
         memcpy(s->stop, p->stop_ids, (size_t)p->n_stop * sizeof *s->stop);
-    rng_seed(&s->rng, p->seed);
+    /* Stream 0 keeps rng_seed(seed), the stream a single request always
+     * drew from, so a seeded request reproduces across versions. */
+    if (p->stream) rng_seed_stream(&s->rng, p->seed, p->stream);
+    else rng_seed(&s->rng, p->seed);
+    s->min_p = p->min_p;
+    s->presence = p->presence_penalty;
+    s->frequency = p->frequency_penalty;
+    s->repetition = p->repetition_penalty == 0.0f ? 1.0f : p->repetition_penalty;
+    s->n_bias = p->n_bias;
+    if (p->n_bias > 0) memcpy(s->bias, p->bias, (size_t)p->n_bias * sizeof *s->bias);
+    s->min_tokens = p->min_tokens;
+    s->top_logprobs = p->top_logprobs;
     return 0;
 }
 
@@ -270,6 +394,10 @@ int smp_init(smp *s, int n_vocab, const smp_params *p) {
     if (!s->idx) goto err;
     s->w = malloc((size_t)n_vocab * sizeof *s->w);
     if (!s->w) goto err;
+    s->row = malloc((size_t)n_vocab * sizeof *s->row);
+    if (!s->row) goto err;
+    s->cnt = calloc((size_t)n_vocab, sizeof *s->cnt);
+    if (!s->cnt) goto err;
     return 0;
 
 err:
@@ -291,13 +419,15 @@ void smp_deinit(smp *s) {
     if (!s) return;
     free(s->idx);
     free(s->w);
+    free(s->row);
+    free(s->cnt);
     memset(s, 0, sizeof *s);
 }
 
 int32_t smp_sample(smp *s, const float *logits) {
     if (!s || !logits || !s->idx || !s->w) return TS_ERR_INVAL;
     const int32_t n = s->n_vocab;
-    if (s->temperature == 0.0f || s->top_k == 1) return argmax(logits, n);
+    if ((s->temperature == 0.0f  || s->top_k == 1)) return argmax(logits, n);
 
     /* One draw per sampled token, drawn first, so that how the row looks
      * (degenerate or not) never shifts the stream for later tokens. */
@@ -324,6 +454,7 @@ int32_t smp_sample(smp *s, const float *logits) {
     if (isinf(m)) return best;
 
     double z = weigh(w, ids, c, logits, m, s->temperature);
+    if (s->min_p > 0.0f) z = cut_min_p(w, ids, c, s->min_p);
 
     if (s->top_p < 1.0f) {
         double target = (double)s->top_p * z;
@@ -353,6 +484,25 @@ int32_t smp_sample(smp *s, const float *logits) {
         }
     }
     return draw(w, ids, c, u * z, best);
+}
+
+int32_t smp_sample_full(smp *s, const smp *scratch, const float *logits, const smp_hist *h, smp_lp *lp) {
+    if (!s || !scratch || !logits || scratch->n_vocab != s->n_vocab || !scratch->idx || !scratch->w ||
+        !scratch->row || !scratch->cnt)
+        return TS_ERR_INVAL;
+    const float *row = logits;
+    if (has_processing(s, h)) {
+        process_row(s, scratch->cnt, scratch->row, logits, h);
+        row = scratch->row;
+    }
+    smp view = *s;
+    view.idx = scratch->idx;
+    view.w = scratch->w;
+    int32_t tok = smp_sample(&view, row);
+    s->rng = view.rng;
+    if (tok >= 0 && !(row[tok] > -INFINITY)) return SMP_NO_TOKEN; /* all -inf or NaN */
+    if (tok >= 0 && lp) smp_logprobs(row, s->n_vocab, tok, s->top_logprobs, lp);
+    return tok;
 }
 
 int smp_is_stop(const smp *s, int32_t tok) {

@@ -16,8 +16,8 @@
  * It never keeps the caller's logits or stop-id array past the call that
  * receives them, and it never calls exit() or abort().
  *
- * Known limit: the scratch is 8 bytes per vocabulary entry per sampler
- * (1.2 MB at 150k tokens), which is fine for hundreds of live sequences; a
+ * Known limit: the scratch is 16 bytes per vocabulary entry per sampler
+ * (2.4 MB at 150k tokens), which is fine for hundreds of live sequences; a
  * server holding many thousands would want one scratch per worker thread.
  */
 #ifndef TS_SAMPLER_H
@@ -27,7 +27,18 @@
 
 #include "rng.h"
 
-#define SMP_MAX_STOP 16     /* stop ids a request may name */
+#define SMP_MAX_STOP 64     /* stop ids a request may name */
+#define SMP_MAX_BIAS 300    /* logit_bias entries a request may name (OpenAI's cap) */
+#define SMP_MAX_TOP 20      /* top alternatives smp_sample_full reports */
+#define SMP_NO_TOKEN (-1000) /* smp_sample_full: the processed row has no
+                             * finite logit (not a TS_ERR_ code) */
+
+/* One logit_bias entry: bias is added to token id's logit. */
+typedef struct smp_bias {
+    int32_t id;               /* 0..n_vocab-1 */
+    float bias;               /* -100..100 (OpenAI's range); +-100 in
+                                 practice bans or forces the token */
+} smp_bias;
 
 /* What a request asks of the sampler. Filters compose in the usual order:
  * temperature, then top-k, then top-p over what top-k left. */
@@ -37,9 +48,62 @@ typedef struct smp_params {
     float top_p;              /* keep the shortest most-likely-first set whose mass
                                  is >= top_p; in (0, 1], 1 = off */
     uint64_t seed;            /* random stream; same seed, same tokens */
+    uint64_t stream;          /* which of seed's independent streams: 0 is
+                                 rng_seed(seed), j > 0 rng_seed_stream(seed, j),
+                                 so the n choices of one request never draw
+                                 from overlapping (shifted) sequences */
     const int32_t *stop_ids;  /* (n_stop) ids that end generation; copied */
     int n_stop;               /* 0 .. SMP_MAX_STOP */
+    /* Row processing (smp_sample_full), all off when zeroed. Applied in
+     * this order to a copy of the row: logit bias, repetition penalty,
+     * frequency and presence penalties, the min_tokens mask; then
+     * temperature, min_p, top-k and top-p as above. */
+    float min_p;              /* drop tokens with p < min_p * p(best), after
+                                 temperature; in [0, 1], 0 = off */
+    float presence_penalty;   /* OpenAI: subtracted once from every token
+                                 generated so far; -2..2, 0 = off */
+    float frequency_penalty;  /* OpenAI: subtracted once per occurrence in
+                                 the generated tokens; -2..2, 0 = off */
+    float repetition_penalty; /* HF/vLLM: a token seen in the prompt or the
+                                 output has a positive logit divided by it,
+                                 a negative one multiplied; > 0, finite;
+                                 1 = off, and 0 reads as 1 (zeroed params) */
+    const smp_bias *bias;     /* (n_bias) logit_bias; copied (ids may repeat:
+                                 the biases add up) */
+    int n_bias;               /* 0 .. SMP_MAX_BIAS */
+    int min_tokens;           /* end tokens (smp_hist.end_ids) and the stop
+                                 ids are masked while fewer than this were
+                                 generated; >= 0 */
+    int top_logprobs;         /* alternatives smp_sample_full reports,
+                                 0 .. SMP_MAX_TOP */
 } smp_params;
+
+/* What the row processing looks at, per call: the sequence so far and the
+ * model's end tokens. Borrowed for the call only; every pointer may be
+ * NULL when its count is 0. */
+typedef struct smp_hist {
+    const int32_t *prompt;    /* (n_prompt) ids: repetition penalty only */
+    int32_t n_prompt;
+    const int32_t *gen;       /* (n_gen) generated ids: every penalty */
+    int32_t n_gen;
+    const int32_t *end_ids;   /* (n_end) ids masked before min_tokens,
+                                 with the stop ids */
+    int32_t n_end;
+} smp_hist;
+
+/* The log-probabilities of one sampled token, from the processed row (bias,
+ * penalties and the min_tokens mask applied) before temperature, min_p,
+ * top-k and top-p: the distribution the model gives after the request's
+ * own edits, not the truncated one it was drawn from. vLLM calls this
+ * "processed_logprobs"; with no penalty or bias it equals the raw model
+ * distribution (vLLM's default), which is what a prompt's logprobs use. */
+typedef struct smp_lp {
+    float logprob;            /* the chosen token's; -inf if it had no mass */
+    int32_t n_top;            /* valid entries below, best first */
+    int32_t top_id[SMP_MAX_TOP];
+    float top_lp[SMP_MAX_TOP];
+} smp_lp;
+
 
 /* Sampler state. The caller owns the struct; smp_init fills it, smp_deinit
  * frees what it points to. Fields are private to sampler.c. */
@@ -50,9 +114,17 @@ typedef struct smp {
     float top_p;              /* 1 = off */
     int32_t n_stop;           /* valid entries of stop */
     int32_t stop[SMP_MAX_STOP]; /* copied stop ids */
-    rng rng;                  /* the random stream, seeded from smp_params.seed */
+    rng rng;                  /* the random stream, from smp_params.seed and .stream */
+    float min_p;              /* as in smp_params */
+    float presence, frequency, repetition; /* penalties; repetition 1 = off */
+    int32_t n_bias;           /* valid entries of bias */
+    int32_t min_tokens;
+    int32_t top_logprobs;
+    smp_bias bias[SMP_MAX_BIAS]; /* copied logit_bias */
     int32_t *idx;             /* (n_vocab) candidate token ids, permuted per call */
     float *w;                 /* (n_vocab) unnormalised probability, by token id */
+    float *row;               /* (n_vocab) the processed copy of a row */
+    int32_t *cnt;             /* (n_vocab) history counts; all 0 between calls */
 } smp;
 
 /* Validate p and set s up for rows of n_vocab logits. A top_k of n_vocab or
@@ -88,6 +160,27 @@ void smp_deinit(smp *s);
  * case) and k exps; without, n_vocab exps, plus for top_p a quickselect on
  * mass, O(n_vocab) expected, O(n_vocab log n_vocab) worst. No allocation. */
 int32_t smp_sample(smp *s, const float *logits);
+
+/* smp_sample with the row processing of smp_params (bias, penalties over
+ * h, the min_tokens mask) applied to a copy of logits in scratch's buffers
+ * (scratch may be s itself when s came from smp_init; h may be NULL: no
+ * history, nothing masked). When lp is not NULL it receives the chosen
+ * token's log-probability and the top s->top_logprobs alternatives (see
+ * smp_lp). Returns a token id or TS_ERR_INVAL, as smp_sample, or
+ * SMP_NO_TOKEN when no logit of the processed row is finite (a grammar or
+ * a min_tokens mask left nothing): no token can be drawn, the caller ends
+ * the sequence without one. Cost on top
+ * of smp_sample: one copy of the row when anything is processed, O(history)
+ * for the penalties, and with lp one pass of exps for the normaliser and a
+ * top-k heap of at most SMP_MAX_TOP: no sort of the vocabulary. */
+int32_t smp_sample_full(smp *s, const smp *scratch, const float *logits, const smp_hist *h,
+                        smp_lp *lp);
+
+/* The log-probabilities of row (n_vocab logits, unprocessed) at token
+ * chosen, and its top n_top (<= SMP_MAX_TOP) alternatives best first (ties
+ * by lower id), into lp. For a prompt's logprobs (echo). NaN reads as
+ * -inf. Returns 0 or TS_ERR_INVAL. */
+int smp_logprobs(const float *row, int32_t n_vocab, int32_t chosen, int n_top, smp_lp *lp);
 
 /* 1 when tok is one of the stop ids, else 0. */
 int smp_is_stop(const smp *s, int32_t tok);

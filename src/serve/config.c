@@ -54,6 +54,7 @@ static void model_defaults(cfg_model *m) {
     m->budget_min = 64;
     m->budget_max = 512;
     m->threads = 0;
+    m->prefix_cache = 1;
 }
 
 static int get_hash(const ydoc *d, const yaml_node_t *n, const char *path, uint8_t out[AUTH_HASH_LEN]) {
@@ -201,11 +202,39 @@ static int parse_chat_template(const ydoc *d, const yaml_node_t *inl, const yaml
     return m->chat_template && m->chat_template_from ? 0 : ydoc_nomem(d);
 }
 
+/* A model's prefix_cache: {enabled, shared_prefixes}. */
+static int parse_prefix_cache(const ydoc *d, const yaml_node_t *n, const char *path, cfg_model *m) {
+    enum { EN, SHARED, NK };
+    static const char *const keys[NK] = {"enabled", "shared_prefixes"};
+    const yaml_node_t *v[NK];
+    char fp[YDOC_PATH_MAX], ip[YDOC_PATH_MAX];
+    size_t cnt = 0;
+    if (!n) return 0;
+    int rc = ydoc_map_fields(d, n, path, keys, NK, v);
+    if (rc) return rc;
+    if (v[EN] && (rc = ydoc_get_bool(d, v[EN], ydoc_path_field(fp, path, keys[EN]), &m->prefix_cache))) return rc;
+    ydoc_path_field(fp, path, keys[SHARED]);
+    if ((rc = ydoc_get_seq(d, v[SHARED], fp, &cnt))) return rc;
+    if (cnt > CFG_MAX_SHARED_PREFIXES)
+        return ydoc_fail(d, v[SHARED], fp, "%zu prefixes, at most %d", cnt, CFG_MAX_SHARED_PREFIXES);
+    if (cnt && !(m->shared_prefixes = calloc(cnt, sizeof(char *)))) return ydoc_nomem(d);
+    for (size_t i = 0; i < cnt; i++) {
+        const char *s = NULL;
+        const yaml_node_t *item = ydoc_seq_at(d, v[SHARED], i);
+        ydoc_path_index(ip, fp, i);
+        if ((rc = ydoc_get_str(d, item, ip, &s))) return rc;
+        if (strlen(s) > CFG_SHARED_PREFIX_MAX) return ydoc_fail(d, item, ip, "longer than %u bytes", CFG_SHARED_PREFIX_MAX);
+        if (!(m->shared_prefixes[i] = strdup(s))) return ydoc_nomem(d);
+        m->n_shared_prefixes = i + 1;
+    }
+    return 0;
+}
+
 static int parse_model(const ydoc *d, const yaml_node_t *n, const char *path, cfg_model *m) {
-    enum { NAME, PATH, KV, SWAP, BS, SEQS, BMIN, BMAX, THREADS, TPL, TPLF, NK };
+    enum { NAME, PATH, KV, SWAP, BS, SEQS, BMIN, BMAX, THREADS, TPL, TPLF, PFX, NK };
     static const char *const keys[NK] = {"name", "path", "kv_cache_bytes", "swap_bytes",
                                          "block_size", "max_seqs", "budget_min", "budget_max",
-                                         "threads", "chat_template", "chat_template_file"};
+                                         "threads", "chat_template", "chat_template_file", "prefix_cache"};
     const yaml_node_t *v[NK];
     char fp[YDOC_PATH_MAX];
     const char *p = NULL;
@@ -229,6 +258,7 @@ static int parse_model(const ydoc *d, const yaml_node_t *n, const char *path, cf
                          m->budget_max);
     }
     if ((rc = parse_chat_template(d, v[TPL], v[TPLF], FP(TPL), FP(TPLF), m))) return rc;
+    if ((rc = parse_prefix_cache(d, v[PFX], FP(PFX), m))) return rc;
 #undef FP
     m->path = resolve_path(ydoc_name(d), p);
     return m->path ? 0 : ydoc_nomem(d);
@@ -468,6 +498,8 @@ void cfg_free(cfg *c) {
         free(c->models[i].path);
         free(c->models[i].chat_template);
         free(c->models[i].chat_template_from);
+        for (size_t k = 0; k < c->models[i].n_shared_prefixes; k++) free(c->models[i].shared_prefixes[k]);
+        free(c->models[i].shared_prefixes);
     }
     free(c->models);
     for (size_t i = 0; c->tenants && i < c->n_tenants; i++) free(c->tenants[i].keys);

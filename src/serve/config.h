@@ -56,6 +56,16 @@
  *       chat_template_file: t.jinja  the same, read from a file (relative
  *                              to the config's folder, at most 1 MiB); not
  *                              both
+ *       prefix_cache:          automatic prefix caching (sched.h, "Prefix cache")
+ *         enabled: true        default true; each tenant's cache is its own
+ *         shared_prefixes: []  texts (at most CFG_MAX_SHARED_PREFIXES, each
+ *                              1..CFG_SHARED_PREFIX_MAX bytes) declared public:
+ *                              a prompt whose tokens start with one's tokens
+ *                              (tokenized as a completions prompt, BOS
+ *                              included) shares the full blocks inside it
+ *                              with every tenant. For chat, declare the
+ *                              rendered start of the conversation (the
+ *                              template's text through the system message)
  *   tiers:                     optional, 1..SCHED_MAX_TIERS; default: gold,
  *                              silver, bronze as sched_tiers_default()
  *     - name: gold             required; [A-Za-z0-9._-]
@@ -97,6 +107,8 @@
 #include "sched.h"
 
 #define CFG_HOST_MAX 256            /* bytes of the listen host, with the NUL */
+#define CFG_MAX_SHARED_PREFIXES 16  /* public prefixes per model */
+#define CFG_SHARED_PREFIX_MAX (1u << 20) /* bytes of one */
 
 typedef struct cfg_limits {
     uint64_t max_body_bytes;        /* bytes */
@@ -119,6 +131,9 @@ typedef struct cfg_model {
     int threads;                    /* 0 = all cores */
     char *chat_template;            /* owned Jinja text overriding the GGUF's, or NULL */
     char *chat_template_from;       /* owned: "config" or the file it was read from */
+    int prefix_cache;               /* 1: automatic prefix caching (default) */
+    char **shared_prefixes;         /* owned (n_shared_prefixes) public prefix texts */
+    size_t n_shared_prefixes;
 } cfg_model;
 
 typedef struct cfg_tenant {

@@ -88,13 +88,15 @@ int dtk_push(dtk *d, int32_t id, const char **out, size_t *n) {
     int rc = append(d, piece, (size_t)k);
     if (rc) return rc;
     size_t at = 0;
-    if (find_stop(d, &at)) {
+    int quiet = d->quiet > 0;
+    if (quiet) d->quiet--;
+    if (!quiet && find_stop(d, &at)) {
         /* Held-back text never contains a whole stop string, so the match
          * starts at or after what was released. */
         cut(d, at < d->released ? d->released : at);
         d->stopped = 1;
     }
-    size_t hold = d->stopped ? 0 : stop_prefix_tail(d);
+    size_t hold = d->stopped || quiet ? 0 : stop_prefix_tail(d);
     size_t part = partial_utf8(d->text.p, d->text.len);
     if (part > hold) hold = part;
     size_t ready = d->text.len - hold;

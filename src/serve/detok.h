@@ -34,6 +34,11 @@ typedef struct dtk {
     size_t stop_len[DTK_MAX_STOPS];
     int n_stops;
     int stopped;            /* a stop string matched: nothing more comes */
+    int32_t quiet;          /* pushes left during which stop strings are
+                             * neither searched for nor held back: a
+                             * request's min_tokens - 1 (vLLM checks stop
+                             * strings only from its min_tokens-th token);
+                             * 0 after dtk_init, set by the caller */
 } dtk;
 
 /* stops: up to DTK_MAX_STOPS non-empty strings of < DTK_MAX_STOP_LEN bytes. */

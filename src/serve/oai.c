@@ -235,23 +235,6 @@ static int get_str(const cJSON *obj, const char *name, char **out, size_t *len,
     return 0;
 }
 
-/* A penalty-like number that tessera only supports at its neutral value. */
-static int only_neutral(const cJSON *obj, const char *name, double lo, double hi,
-                        double neutral, oai_error *e) {
-    double d = neutral;
-    bool present;
-    int rc = get_num(obj, name, &d, &present, e);
-    if (rc || !present) return rc;
-    if (d < lo || d > hi)
-        return bad(e, name, NULL, "'%s' must be between %.15g and %.15g, got %.15g",
-                   name, lo, hi, d);
-    if (d != neutral)
-        return bad(e, name, C_UNSUPPORTED_VALUE,
-                   "'%s' is not supported by this server (only %.15g is accepted)",
-                   name, neutral);
-    return 0;
-}
-
 /* ---- request parsing: the raw body ---------------------------------------- */
 
 static int hex4(const char *s, unsigned *out) {
@@ -439,10 +422,11 @@ static int parse_token_ids(const cJSON *arr, const char *name, int32_t **out, si
     return 0;
 }
 
+static int parse_prompt_list(const cJSON *v, oai_request *r, oai_error *e);
+
 /* prompt: a string, an array of exactly one string, an array of token ids,
- * or an array of exactly one array of token ids. Several prompts in one
- * request (a batch) would need several choices, which tessera does not
- * produce, so they are refused rather than truncated to the first. */
+ * or an array of exactly one array of token ids; a completion may also send
+ * several prompts (parse_prompt_list), tokenize may not. */
 static int parse_prompt(const cJSON *root, oai_request *r, oai_error *e) {
     static const char shape[] = "'prompt' must be a string, an array of one string, "
                                 "or an array of token ids";
@@ -459,6 +443,7 @@ static int parse_prompt(const cJSON *root, oai_request *r, oai_error *e) {
     if (cJSON_IsNumber(first)) return parse_token_ids(v, "prompt", &r->prompt_tokens, &r->n_prompt_tokens, e);
     if (!cJSON_IsString(first) && !cJSON_IsArray(first))
         return bad(e, "prompt", NULL, "%s", shape);
+    if (first->next && r->kind == OAI_COMPLETION) return parse_prompt_list(v, r, e);
     if (first->next)
         return bad(e, "prompt", C_UNSUPPORTED_VALUE,
                    "'prompt' holds more than one prompt; batched prompts are not "
@@ -591,7 +576,8 @@ static int parse_messages(const cJSON *root, oai_request *r, oai_error *e) {
     return 0;
 }
 
-/* max_tokens, and for chat its newer name max_completion_tokens; when both
+/* max_tokens, and its newer name max_completion_tokens (chat's, honoured on
+ * completions too, as vLLM does); when both
  * are given they must agree, since either reading of a conflict would
  * surprise someone. */
 static int parse_max_tokens(const cJSON *root, oai_request *r, oai_error *e) {
@@ -599,8 +585,7 @@ static int parse_max_tokens(const cJSON *root, oai_request *r, oai_error *e) {
     bool has_a, has_b = false;
     int rc = get_int(root, "max_tokens", 1, OAI_MAX_TOKENS_CAP, &a, &has_a, e);
     if (rc) return rc;
-    if (r->kind == OAI_CHAT &&
-        (rc = get_int(root, "max_completion_tokens", 1, OAI_MAX_TOKENS_CAP, &b, &has_b, e)))
+    if ((rc = get_int(root, "max_completion_tokens", 1, OAI_MAX_TOKENS_CAP, &b, &has_b, e)))
         return rc;
     if (has_a && has_b && a != b)
         return bad(e, "max_completion_tokens", NULL,
@@ -646,11 +631,6 @@ static int parse_sampling(const cJSON *root, oai_request *r, oai_error *e) {
         r->has_seed = true;
         r->seed = d < 0 ? (uint64_t)(int64_t)d : (uint64_t)d;
     }
-
-    if ((rc = only_neutral(root, "presence_penalty", -2, 2, 0, e))) return rc;
-    if ((rc = only_neutral(root, "frequency_penalty", -2, 2, 0, e))) return rc;
-    if ((rc = only_neutral(root, "repetition_penalty", 0, 1e9, 1, e))) return rc;
-    if ((rc = only_neutral(root, "min_p", 0, 1, 0, e))) return rc;
     return 0;
 }
 
@@ -690,6 +670,14 @@ static int parse_stream(const cJSON *root, oai_request *r, oai_error *e) {
     if (!r->stream)
         return bad(e, "stream_options", NULL,
                    "'stream_options' is only allowed when 'stream' is true");
+    /* include_usage is the only option: another (vLLM's
+     * continuous_usage_stats) would be silently ignored otherwise. */
+    for (const cJSON *c = so->child; c; c = c->next)
+        if (strcmp(c->string, "include_usage")) {
+            char p[OAI_ERR_PARAM_MAX];
+            snprintf(p, sizeof p, "stream_options.%.40s", c->string);
+            return bad(e, p, "unknown_parameter", "Unrecognized request argument supplied: %s", p);
+        }
     const cJSON *iu = field(so, "include_usage");
     if (iu && !cJSON_IsBool(iu))
         return bad(e, "stream_options.include_usage", NULL,
@@ -719,13 +707,8 @@ typedef struct off_rule {
 #define KIND_CHAT (1u << OAI_CHAT)
 #define KIND_ANY (KIND_COMPLETION | KIND_CHAT)
 
-static bool is_bool(const cJSON *v) { return cJSON_IsBool(v); }
-static bool is_false(const cJSON *v) { return cJSON_IsFalse(v); }
-static bool is_number_or_false(const cJSON *v) { return cJSON_IsNumber(v) || cJSON_IsFalse(v); }
 static bool is_string(const cJSON *v) { return cJSON_IsString(v); }
 static bool is_empty_string(const cJSON *v) { return cJSON_IsString(v) && !v->valuestring[0]; }
-static bool is_object(const cJSON *v) { return cJSON_IsObject(v); }
-static bool is_empty_object(const cJSON *v) { return cJSON_IsObject(v) && !v->child; }
 static bool is_array(const cJSON *v) { return cJSON_IsArray(v); }
 static bool is_empty_array(const cJSON *v) { return cJSON_IsArray(v) && !v->child; }
 static bool never_off(const cJSON *v) { return false; }
@@ -735,41 +718,11 @@ static bool is_none_or_auto(const cJSON *v) {
            (strcmp(v->valuestring, "none") == 0 || strcmp(v->valuestring, "auto") == 0);
 }
 
-static const cJSON *format_type(const cJSON *v) {
-    return cJSON_IsObject(v) ? field(v, "type") : NULL;
-}
-
-static bool is_format(const cJSON *v) { return cJSON_IsString(format_type(v)); }
-
-/* {"type":"text"} is the default behaviour itself, not a feature. */
-static bool is_text_format(const cJSON *v) {
-    const cJSON *t = format_type(v);
-    return cJSON_IsString(t) && strcmp(t->valuestring, "text") == 0;
-}
-
 /* In the order they are checked, which decides the error a request with
  * several of them gets. */
 static const off_rule off_rules[] = {
-    {.name = "n", .kinds = KIND_ANY, .lo = 1, .hi = 1e9, .names_value = true,
-     .why = ": this server returns exactly one choice (n = 1)"},
-    {.name = "logprobs", .kinds = KIND_CHAT, .typed = is_bool, .type = "a boolean",
-     .off = is_false, .why = "no log probabilities"},
-    {.name = "top_logprobs", .kinds = KIND_CHAT, .lo = 0, .hi = 20,
-     .why = "no log probabilities"},
-    /* Completions take an integer here; false is tolerated as "off". */
-    {.name = "logprobs", .kinds = KIND_COMPLETION, .typed = is_number_or_false,
-     .type = "an integer", .off = is_false, .why = "no log probabilities"},
-    {.name = "echo", .kinds = KIND_COMPLETION, .typed = is_bool, .type = "a boolean",
-     .off = is_false, .why = "the prompt is not echoed"},
     {.name = "suffix", .kinds = KIND_COMPLETION, .typed = is_string, .type = "a string",
      .off = is_empty_string, .why = "no insertion"},
-    {.name = "best_of", .kinds = KIND_COMPLETION, .lo = 1, .hi = 1e9, .names_value = true,
-     .why = " (only 1)"},
-    {.name = "logit_bias", .kinds = KIND_ANY, .typed = is_object, .type = "an object",
-     .off = is_empty_object, .why = "no logit bias"},
-    {.name = "response_format", .kinds = KIND_ANY, .typed = is_format,
-     .type = "an object with a string 'type'", .off = is_text_format,
-     .why = "no structured output (only {\"type\": \"text\"})"},
     {.name = "tools", .kinds = KIND_ANY, .typed = is_array, .type = "an array",
      .off = is_empty_array, .why = "no tool calling"},
     {.name = "tool_choice", .kinds = KIND_ANY, .off = is_none_or_auto,
@@ -810,6 +763,302 @@ static int parse_unsupported(const cJSON *root, oai_request *r, oai_error *e) {
         return unsupported(e, u->name, u->why);
     }
     return 0;
+}
+
+/* ---- request parsing: choices, logprobs, penalties, extensions ----------- */
+
+/* prompt as a list of several prompts (completions): strings (may be
+ * empty) or lists of token ids, into r->inputs, one choice set each. */
+static int parse_prompt_list(const cJSON *v, oai_request *r, oai_error *e) {
+    int n = cJSON_GetArraySize(v);
+    if (n > OAI_MAX_SEQS)
+        return bad(e, "prompt", NULL, "'prompt' holds %d prompts; at most %d are allowed", n, OAI_MAX_SEQS);
+    if (!(r->inputs = calloc((size_t)n, sizeof *r->inputs))) return nomem(e);
+    r->n_inputs = (size_t)n;
+    size_t i = 0;
+    for (const cJSON *c = v->child; c; c = c->next, i++) {
+        char p[OAI_ERR_PARAM_MAX];
+        snprintf(p, sizeof p, "prompt[%zu]", i);
+        oai_input *in = &r->inputs[i];
+        if (cJSON_IsArray(c)) {
+            int rc = parse_token_ids(c, p, &in->tokens, &in->n_tokens, e);
+            if (rc) return rc;
+            continue;
+        }
+        if (!cJSON_IsString(c))
+            return bad(e, p, NULL, "'%s' must be a string or an array of token ids", p);
+        in->len = strlen(c->valuestring);
+        if (!(in->text = dup_n(c->valuestring, in->len))) return nomem(e);
+    }
+    return 0;
+}
+
+/* A float field within [lo, hi] (lo excluded when open_lo). */
+static int get_float(const cJSON *root, const char *name, double lo, double hi, bool open_lo, float *out,
+                     oai_error *e) {
+    double d;
+    bool present;
+    int rc = get_num(root, name, &d, &present, e);
+    if (rc || !present) return rc;
+    if (!(open_lo ? d > lo : d >= lo) || d > hi)
+        return bad(e, name, NULL, "'%s' must be %s %.15g and at most %.15g, got %.15g", name,
+                   open_lo ? "greater than" : "at least", lo, hi, d);
+    *out = (float)d;
+    return 0;
+}
+
+/* Penalties and min_p: OpenAI's presence/frequency over the generated
+ * tokens, vLLM's repetition over prompt and output, and min_p. */
+static int parse_penalties(const cJSON *root, oai_request *r, oai_error *e) {
+    int rc;
+    if ((rc = get_float(root, "presence_penalty", -2, 2, false, &r->presence_penalty, e))) return rc;
+    if ((rc = get_float(root, "frequency_penalty", -2, 2, false, &r->frequency_penalty, e))) return rc;
+    if ((rc = get_float(root, "repetition_penalty", 0, 100, true, &r->repetition_penalty, e))) return rc;
+    return get_float(root, "min_p", 0, 1, false, &r->min_p, e);
+}
+
+/* logit_bias: {"<token id>": bias in [-100, 100]} (OpenAI's shape: the ids
+ * are the object's keys). The vocabulary's range is the server's check. */
+static int parse_logit_bias(const cJSON *root, oai_request *r, oai_error *e) {
+    const cJSON *v = field(root, "logit_bias");
+    if (!v) return 0;
+    if (!cJSON_IsObject(v)) return bad(e, "logit_bias", NULL, "'logit_bias' must be an object");
+    int n = cJSON_GetArraySize(v);
+    if (n > SMP_MAX_BIAS)
+        return bad(e, "logit_bias", NULL, "'logit_bias' may hold at most %d entries", SMP_MAX_BIAS);
+    if (!n) return 0;
+    if (!(r->logit_bias = calloc((size_t)n, sizeof *r->logit_bias))) return nomem(e);
+    for (const cJSON *c = v->child; c; c = c->next) {
+        const char *k = c->string;
+        /* Canonical decimal only: "07" or " 7" would be token 7 again,
+         * and two spellings of one id would stack their biases unseen. */
+        size_t len = strspn(k, "0123456789");
+        long long id = len && len <= 10 && !k[len] && (k[0] != '0' || len == 1) ? strtoll(k, NULL, 10) : -1;
+        char p[OAI_ERR_PARAM_MAX];
+        snprintf(p, sizeof p, "logit_bias.%.40s", k);
+        if (id < 0 || id > INT32_MAX)
+            return bad(e, p, NULL, "the keys of 'logit_bias' must be token ids (0 to 2147483647), got \"%.40s\"", k);
+        if (!cJSON_IsNumber(c) || !(c->valuedouble >= -100 && c->valuedouble <= 100))
+            return bad(e, p, NULL, "'%s' must be a number from -100 to 100", p);
+        r->logit_bias[r->n_logit_bias++] = (smp_bias){(int32_t)id, (float)c->valuedouble};
+    }
+    return 0;
+}
+
+/* n, and for completions best_of (>= n) and echo. Every sequence is a
+ * sequence the engine runs, so their product with the prompts is capped. */
+static int parse_choices(const cJSON *root, oai_request *r, oai_error *e) {
+    double d = 1;
+    bool has;
+    int rc = get_int(root, "n", 1, OAI_MAX_N, &d, &has, e);
+    if (rc) return rc;
+    r->n = (uint32_t)d;
+    if (r->kind == OAI_COMPLETION) {
+        if ((rc = get_int(root, "best_of", 1, OAI_MAX_N, &d, &has, e))) return rc;
+        if (has && d < r->n)
+            return bad(e, "best_of", NULL, "'best_of' (%.15g) must be at least 'n' (%u)", d, r->n);
+        r->best_of = has ? (uint32_t)d : 0;
+        if (r->best_of > r->n && r->stream)
+            return bad(e, "best_of", C_UNSUPPORTED_VALUE,
+                       "'best_of' greater than 'n' cannot be streamed: the best are known only at the end");
+        if ((rc = get_bool(root, "echo", &r->echo, e))) return rc;
+    }
+    size_t prompts = r->n_inputs ? r->n_inputs : 1;
+    size_t seqs = prompts * (r->best_of > r->n ? r->best_of : r->n);
+    if (seqs > OAI_MAX_SEQS)
+        return bad(e, r->best_of > r->n ? "best_of" : "n", NULL,
+                   "this request asks for %zu sequences (prompts x %s); at most %d are allowed", seqs,
+                   r->best_of > r->n ? "best_of" : "n", OAI_MAX_SEQS);
+    return 0;
+}
+
+/* logprobs: an integer 0..20 for completions (false reads as none); for
+ * chat a boolean, with top_logprobs 0..20 alongside it. */
+static int parse_logprobs(const cJSON *root, oai_request *r, oai_error *e) {
+    double d = 0;
+    bool has;
+    int rc;
+    const cJSON *v = field(root, "logprobs");
+    if (r->kind == OAI_COMPLETION) {
+        if (cJSON_IsFalse(v)) return 0;
+        if ((rc = get_int(root, "logprobs", 0, OAI_MAX_LOGPROBS, &d, &has, e))) return rc;
+        if (has) r->logprobs = (int32_t)d;
+        return 0;
+    }
+    bool on = false;
+    if ((rc = get_bool(root, "logprobs", &on, e))) return rc;
+    if ((rc = get_int(root, "top_logprobs", 0, OAI_MAX_LOGPROBS, &d, &has, e))) return rc;
+    if (has && d > 0 && !on)
+        return bad(e, "top_logprobs", NULL, "'top_logprobs' needs 'logprobs' set to true");
+    if (on) r->logprobs = has ? (int32_t)d : 0;
+    return 0;
+}
+
+/* vLLM's extensions tessera implements. */
+static int parse_extensions(const cJSON *root, oai_request *r, oai_error *e) {
+    const cJSON *v = field(root, "stop_token_ids");
+    int rc;
+    if (v) {
+        if (!cJSON_IsArray(v)) return bad(e, "stop_token_ids", NULL, "'stop_token_ids' must be an array of token ids");
+        if (cJSON_GetArraySize(v) > SMP_MAX_STOP)
+            return bad(e, "stop_token_ids", NULL, "'stop_token_ids' may hold at most %d ids", SMP_MAX_STOP);
+        if (v->child && (rc = parse_token_ids(v, "stop_token_ids", &r->stop_token_ids, &r->n_stop_token_ids, e)))
+            return rc;
+    }
+    double d = 0;
+    bool has;
+    if ((rc = get_int(root, "min_tokens", 0, OAI_MAX_TOKENS_CAP, &d, &has, e))) return rc;
+    r->min_tokens = (uint32_t)d;
+    if (r->max_tokens && r->min_tokens > r->max_tokens)
+        return bad(e, "min_tokens", NULL, "'min_tokens' (%u) must not exceed 'max_tokens' (%u)", r->min_tokens,
+                   r->max_tokens);
+    if ((rc = get_bool(root, "ignore_eos", &r->ignore_eos, e))) return rc;
+    if (r->kind == OAI_CHAT && (rc = get_bool(root, "add_generation_prompt", &r->add_generation_prompt, e)))
+        return rc;
+    return 0;
+}
+
+/* ---- structured output ---- */
+
+/* Several ways to ask for the same thing; one request may use one. */
+static int set_guided(oai_request *r, oai_guided_kind kind, const char *field_name, oai_error *e) {
+    if (r->guided.kind != OAI_GUIDED_NONE)
+        return bad(e, field_name, NULL, "'%s' and '%s' both constrain the output; send one of them", field_name,
+                   r->guided.field);
+    r->guided.kind = kind;
+    r->guided.field = field_name;
+    return 0;
+}
+
+/* A schema given as an object (or, for guided_json, as JSON text), kept as
+ * compact JSON text. */
+static int keep_schema(const cJSON *s, const char *name, oai_request *r, oai_error *e) {
+    if (cJSON_IsString(s)) {
+        cJSON *p = cJSON_ParseWithOpts(s->valuestring, NULL, 1);
+        bool ok = p && (cJSON_IsObject(p) || cJSON_IsBool(p));
+        cJSON_Delete(p);
+        if (!ok) return bad(e, name, NULL, "'%s' must be a JSON schema (an object, or its JSON text)", name);
+        return (r->guided.spec = dup_n(s->valuestring, strlen(s->valuestring))) ? 0 : nomem(e);
+    }
+    if (!cJSON_IsObject(s) && !cJSON_IsBool(s))
+        return bad(e, name, NULL, "'%s' must be a JSON schema (an object)", name);
+    return (r->guided.spec = cJSON_PrintUnformatted(s)) ? 0 : nomem(e);
+}
+
+/* response_format: {"type": "text" | "json_object" | "json_schema",
+ * "json_schema": {"name", "schema", "strict", "description"}}. */
+static int parse_response_format(const cJSON *root, oai_request *r, oai_error *e) {
+    const cJSON *v = field(root, "response_format");
+    if (!v) return 0;
+    const cJSON *t = cJSON_IsObject(v) ? field(v, "type") : NULL;
+    if (!cJSON_IsString(t))
+        return bad(e, "response_format", NULL, "'response_format' must be an object with a string 'type'");
+    if (!strcmp(t->valuestring, "text")) return 0;
+    if (!strcmp(t->valuestring, "json_object")) return set_guided(r, OAI_GUIDED_JSON_OBJECT, "response_format", e);
+    if (strcmp(t->valuestring, "json_schema"))
+        return bad(e, "response_format.type", C_UNSUPPORTED_VALUE,
+                   "'response_format.type' must be \"text\", \"json_object\" or \"json_schema\"");
+    const cJSON *js = field(v, "json_schema");
+    if (!cJSON_IsObject(js))
+        return bad(e, "response_format.json_schema", NULL, "'response_format.json_schema' must be an object");
+    const cJSON *name = field(js, "name"), *strict = field(js, "strict"), *schema = field(js, "schema");
+    if (name && !cJSON_IsString(name))
+        return bad(e, "response_format.json_schema.name", NULL, "'response_format.json_schema.name' must be a string");
+    if (strict && !cJSON_IsBool(strict))
+        return bad(e, "response_format.json_schema.strict", NULL,
+                   "'response_format.json_schema.strict' must be a boolean");
+    int rc = set_guided(r, OAI_GUIDED_JSON_SCHEMA, "response_format", e);
+    if (rc) return rc;
+    if (!schema) return (r->guided.spec = dup_n("{}", 2)) ? 0 : nomem(e); /* any JSON, as OpenAI reads it */
+    return keep_schema(schema, "response_format.json_schema.schema", r, e);
+}
+
+/* vLLM's guided_json, guided_regex and guided_choice. */
+static int parse_guided(const cJSON *root, oai_request *r, oai_error *e) {
+    int rc = parse_response_format(root, r, e);
+    if (rc) return rc;
+    const cJSON *v;
+    if ((v = field(root, "guided_json"))) {
+        if ((rc = set_guided(r, OAI_GUIDED_JSON_SCHEMA, "guided_json", e))) return rc;
+        if ((rc = keep_schema(v, "guided_json", r, e))) return rc;
+    }
+    if ((v = field(root, "guided_regex"))) {
+        if (!cJSON_IsString(v) || !v->valuestring[0])
+            return bad(e, "guided_regex", NULL, "'guided_regex' must be a non-empty string");
+        if ((rc = set_guided(r, OAI_GUIDED_REGEX, "guided_regex", e))) return rc;
+        if (!(r->guided.spec = dup_n(v->valuestring, strlen(v->valuestring)))) return nomem(e);
+    }
+    if ((v = field(root, "guided_choice"))) {
+        int n = cJSON_IsArray(v) ? cJSON_GetArraySize(v) : 0;
+        if (n < 1 || n > OAI_MAX_CHOICES)
+            return bad(e, "guided_choice", NULL, "'guided_choice' must be an array of 1 to %d strings", OAI_MAX_CHOICES);
+        if ((rc = set_guided(r, OAI_GUIDED_CHOICE, "guided_choice", e))) return rc;
+        if (!(r->guided.choices = calloc((size_t)n, sizeof(char *)))) return nomem(e);
+        for (const cJSON *c = v->child; c; c = c->next) {
+            if (!cJSON_IsString(c) || !c->valuestring[0])
+                return bad(e, "guided_choice", NULL, "'guided_choice' must hold non-empty strings");
+            if (!(r->guided.choices[r->guided.n_choices++] = dup_n(c->valuestring, strlen(c->valuestring))))
+                return nomem(e);
+        }
+    }
+    return 0;
+}
+
+/* ---- unknown fields ---- */
+
+/* Every field a completion or chat request may carry. A field that is not
+ * here is refused with a 400 naming it, as OpenAI refuses an unrecognised
+ * argument: a silently ignored field (a guided_json the server does not
+ * know) would make a client believe something that is not so. The fields
+ * that change nothing are documented in oai.h (OAI_NOOP_FIELDS). */
+static const char *const known_completion[] = {
+    "model", "prompt", "suffix", "max_tokens", "max_completion_tokens", "temperature", "top_p", "n", "stream",
+    "stream_options", "logprobs", "echo", "stop", "presence_penalty", "frequency_penalty", "best_of", "logit_bias",
+    "user", "seed", "top_k", "min_p", "repetition_penalty", "stop_token_ids", "min_tokens", "ignore_eos",
+    "cache_salt", "parse_special_tokens", "response_format", "guided_json", "guided_regex", "guided_choice",
+    "metadata", "store", "service_tier",
+    /* Refused unless off (off_rules), with a clearer message than "unknown". */
+    "tools", "tool_choice", "functions", "function_call", NULL,
+};
+static const char *const known_chat[] = {
+    "model", "messages", "max_tokens", "max_completion_tokens", "temperature", "top_p", "n", "stream",
+    "stream_options", "stop", "presence_penalty", "frequency_penalty", "logit_bias", "logprobs", "top_logprobs",
+    "user", "seed", "response_format", "tools", "tool_choice", "functions", "function_call", "parallel_tool_calls",
+    "top_k", "min_p", "repetition_penalty", "stop_token_ids", "min_tokens", "ignore_eos", "cache_salt",
+    "guided_json", "guided_regex", "guided_choice", "add_generation_prompt", "metadata", "store", "service_tier",
+    NULL,
+};
+
+static int check_unknown(const cJSON *root, oai_kind kind, oai_error *e) {
+    const char *const *known = kind == OAI_CHAT ? known_chat : known_completion;
+    for (const cJSON *c = root->child; c; c = c->next) {
+        size_t i = 0;
+        while (known[i] && strcmp(known[i], c->string)) i++;
+        if (!known[i])
+            return bad(e, c->string, "unknown_parameter", "Unrecognized request argument supplied: %s", c->string);
+    }
+    /* The documented no-ops still have to be well-formed. */
+    const cJSON *v;
+    if ((v = field(root, "metadata")) && !cJSON_IsObject(v))
+        return bad(e, "metadata", NULL, "'metadata' must be an object");
+    if ((v = field(root, "store")) && !cJSON_IsBool(v)) return bad(e, "store", NULL, "'store' must be a boolean");
+    if ((v = field(root, "service_tier")) && !cJSON_IsString(v))
+        return bad(e, "service_tier", NULL, "'service_tier' must be a string");
+    if ((v = field(root, "parallel_tool_calls")) && !cJSON_IsBool(v))
+        return bad(e, "parallel_tool_calls", NULL, "'parallel_tool_calls' must be a boolean");
+    return 0;
+}
+
+/* Everything of this section, in the order its errors take precedence. */
+static int parse_params(const cJSON *root, oai_request *r, oai_error *e) {
+    int rc;
+    if ((rc = check_unknown(root, r->kind, e))) return rc;
+    if ((rc = parse_penalties(root, r, e))) return rc;
+    if ((rc = parse_logit_bias(root, r, e))) return rc;
+    if ((rc = parse_choices(root, r, e))) return rc;
+    if ((rc = parse_logprobs(root, r, e))) return rc;
+    if ((rc = parse_extensions(root, r, e))) return rc;
+    return parse_guided(root, r, e);
 }
 
 /* ---- request parsing: embeddings, tokenize, detokenize -------------------- */
@@ -951,7 +1200,9 @@ static int parse_body(oai_kind kind, const char *body, size_t len, oai_request *
     if ((rc = parse_stop(root, out, err))) goto out;
     if ((rc = parse_stream(root, out, err))) goto out;
     if ((rc = get_str(root, "user", &out->user, NULL, err))) goto out;
+    if ((rc = get_str(root, "cache_salt", &out->cache_salt, NULL, err))) goto out;
     if (kind == OAI_COMPLETION && (rc = get_bool(root, "parse_special_tokens", &out->parse_special, err))) goto out;
+    if ((rc = parse_params(root, out, err))) goto out;
     rc = parse_unsupported(root, out, err);
 out:
     cJSON_Delete(root);
@@ -973,6 +1224,9 @@ static int parse(oai_kind kind, const char *body, size_t len, oai_request *out,
     out->top_p = 1.0f;
     out->add_special_tokens = true;
     out->add_generation_prompt = true;
+    out->n = 1;
+    out->logprobs = -1;
+    out->repetition_penalty = 1.0f;
     int rc = parse_body(kind, body, len, out, err);
     if (rc) oai_request_free(out);
     return rc;
@@ -1007,11 +1261,17 @@ void oai_request_free(oai_request *r) {
     free(r->messages);
     for (size_t i = 0; i < r->n_stop; i++) free(r->stop[i]);
     free(r->user);
+    free(r->cache_salt);
     for (size_t i = 0; i < r->n_inputs; i++) {
         free(r->inputs[i].text);
         free(r->inputs[i].tokens);
     }
     free(r->inputs);
+    free(r->logit_bias);
+    free(r->stop_token_ids);
+    free(r->guided.spec);
+    for (size_t i = 0; i < r->guided.n_choices; i++) free(r->guided.choices[i]);
+    free(r->guided.choices);
     memset(r, 0, sizeof *r);
 }
 
@@ -1211,5 +1471,177 @@ char *oai_detokenize_json(const char *text, size_t len) {
     strbuf_puts(&b, "{\"prompt\":");
     put_jstr(&b, text, len);
     strbuf_puts(&b, "}");
+    return strbuf_steal(&b, NULL);
+}
+
+/* ---- responses with choices and logprobs ---------------------------------- */
+
+/* A logprob as JSON: NaN (no context: a prompt's first token) is null, and
+ * -inf, which JSON cannot write, is -9999 as OpenAI and vLLM write it. */
+static void put_lp(strbuf *b, float lp) {
+    if (isnan(lp)) strbuf_puts(b, "null");
+    else if (isinf(lp) || lp < -9999.0f) strbuf_puts(b, "-9999.0");
+    else strbuf_printf(b, "%.9g", (double)lp);
+}
+
+/* A token's text through the caller's callback. */
+static const char *piece(const oai_pieces *p, int32_t id, char *buf, size_t cap, size_t *len) {
+    *len = 0;
+    const char *s = p && p->text ? p->text(p->ctx, id, buf, cap, len) : NULL;
+    if (!s) *len = 0;
+    return s ? s : "";
+}
+
+/* Chat: {"token":..., "logprob":..., "bytes":[...]} without the closing brace. */
+static void put_chat_token(strbuf *b, const char *s, size_t n, float lp) {
+    strbuf_puts(b, "{\"token\":");
+    put_jstr(b, s, n);
+    strbuf_puts(b, ",\"logprob\":");
+    put_lp(b, lp);
+    strbuf_puts(b, ",\"bytes\":[");
+    for (size_t i = 0; i < n; i++) strbuf_printf(b, i ? ",%u" : "%u", (unsigned)(unsigned char)s[i]);
+    strbuf_puts(b, "]");
+}
+
+/* {"content":[{token, logprob, bytes, top_logprobs:[...]}...]} */
+static void put_chat_logprobs(strbuf *b, const oai_choice *c, const oai_pieces *p) {
+    char buf[OAI_PIECE_MAX];
+    size_t n;
+    strbuf_puts(b, "{\"content\":[");
+    for (size_t i = 0; i < c->n_lp; i++) {
+        const char *s = piece(p, c->ids[i], buf, sizeof buf, &n);
+        if (i) strbuf_puts(b, ",");
+        put_chat_token(b, s, n, c->lps[i].logprob);
+        strbuf_puts(b, ",\"top_logprobs\":[");
+        for (int32_t k = 0; k < c->lps[i].n_top; k++) {
+            const char *t = piece(p, c->lps[i].top_id[k], buf, sizeof buf, &n);
+            if (k) strbuf_puts(b, ",");
+            put_chat_token(b, t, n, c->lps[i].top_lp[k]);
+            strbuf_puts(b, "}");
+        }
+        strbuf_puts(b, "]}");
+    }
+    strbuf_puts(b, "]}");
+}
+
+/* Completions: {"tokens":[...], "token_logprobs":[...], "top_logprobs":
+ * [{text: logprob}...], "text_offset":[...]}. A position without context
+ * has null for both its logprob and its alternatives. Two alternatives
+ * with the same text would repeat a key: the later (less likely) one is
+ * left out. text_offset counts the token texts' bytes from *c->text_offset
+ * (0 when NULL), which it advances. */
+static void put_text_logprobs(strbuf *b, const oai_choice *c, const oai_pieces *p) {
+    char buf[OAI_PIECE_MAX], buf2[OAI_PIECE_MAX];
+    size_t n;
+    strbuf_puts(b, "{\"tokens\":[");
+    for (size_t i = 0; i < c->n_lp; i++) {
+        const char *s = piece(p, c->ids[i], buf, sizeof buf, &n);
+        if (i) strbuf_puts(b, ",");
+        put_jstr(b, s, n);
+    }
+    strbuf_puts(b, "],\"token_logprobs\":[");
+    for (size_t i = 0; i < c->n_lp; i++) {
+        if (i) strbuf_puts(b, ",");
+        put_lp(b, c->lps[i].logprob);
+    }
+    strbuf_puts(b, "],\"top_logprobs\":[");
+    for (size_t i = 0; i < c->n_lp; i++) {
+        const smp_lp *l = &c->lps[i];
+        if (i) strbuf_puts(b, ",");
+        if (isnan(l->logprob)) {
+            strbuf_puts(b, "null");
+            continue;
+        }
+        strbuf_puts(b, "{");
+        for (int32_t k = 0; k < l->n_top; k++) {
+            const char *s = piece(p, l->top_id[k], buf, sizeof buf, &n);
+            int dup = 0;
+            for (int32_t j = 0; j < k && !dup; j++) {
+                size_t m;
+                const char *t = piece(p, l->top_id[j], buf2, sizeof buf2, &m);
+                dup = m == n && memcmp(s, t, n) == 0;
+            }
+            if (dup) continue;
+            if (b->len && b->p[b->len - 1] != '{') strbuf_puts(b, ",");
+            put_jstr(b, s, n);
+            strbuf_puts(b, ":");
+            put_lp(b, l->top_lp[k]);
+        }
+        strbuf_puts(b, "}");
+    }
+    strbuf_puts(b, "],\"text_offset\":[");
+    size_t off = c->text_offset ? *c->text_offset : 0;
+    for (size_t i = 0; i < c->n_lp; i++) {
+        piece(p, c->ids[i], buf, sizeof buf, &n);
+        strbuf_printf(b, i ? ",%zu" : "%zu", off);
+        off += n;
+    }
+    if (c->text_offset) *c->text_offset = off;
+    strbuf_puts(b, "]}");
+}
+
+static void put_choice_logprobs(strbuf *b, oai_kind kind, const oai_choice *c, const oai_pieces *p) {
+    strbuf_puts(b, ",\"logprobs\":");
+    if (!c->has_logprobs) strbuf_puts(b, "null");
+    else if (kind == OAI_CHAT) put_chat_logprobs(b, c, p);
+    else put_text_logprobs(b, c, p);
+}
+
+static bool choice_ok(const oai_choice *c) {
+    return (c->text || !c->len) && (!c->has_logprobs || !c->n_lp || (c->ids && c->lps));
+}
+
+char *oai_choices_json(const oai_head *h, const oai_choice *c, size_t n, const oai_usage *usage,
+                       const oai_pieces *p) {
+    if (!h || (n && !c)) return NULL;
+    for (size_t i = 0; i < n; i++)
+        if (!choice_ok(&c[i])) return NULL;
+    strbuf b = STRBUF_INIT;
+    put_head(&b, h, h->kind == OAI_CHAT ? "chat.completion" : "text_completion");
+    strbuf_puts(&b, ",\"choices\":[");
+    for (size_t i = 0; i < n; i++) {
+        strbuf_printf(&b, "%s{\"index\":%" PRIu32 ",", i ? "," : "", c[i].index);
+        if (h->kind == OAI_CHAT) {
+            strbuf_puts(&b, "\"message\":{\"role\":\"assistant\",\"content\":");
+            put_jstr(&b, c[i].text, c[i].len);
+            strbuf_puts(&b, "}");
+        } else {
+            strbuf_puts(&b, "\"text\":");
+            put_jstr(&b, c[i].text, c[i].len);
+        }
+        put_choice_logprobs(&b, h->kind, &c[i], p);
+        strbuf_puts(&b, ",\"finish_reason\":");
+        strbuf_puts(&b, finish_str(c[i].finish));
+        strbuf_puts(&b, "}");
+    }
+    strbuf_puts(&b, "],");
+    put_usage(&b, usage);
+    strbuf_puts(&b, "}");
+    return strbuf_steal(&b, NULL);
+}
+
+char *oai_choice_sse(const oai_head *h, const oai_choice *c, const oai_pieces *p) {
+    if (!h || !c || !choice_ok(c)) return NULL;
+    strbuf b = STRBUF_INIT;
+    strbuf_puts(&b, "data: ");
+    put_head(&b, h, h->kind == OAI_CHAT ? "chat.completion.chunk" : "text_completion");
+    strbuf_printf(&b, ",\"choices\":[{\"index\":%" PRIu32 ",", c->index);
+    if (h->kind == OAI_CHAT) {
+        strbuf_puts(&b, "\"delta\":{");
+        if (c->first) strbuf_puts(&b, "\"role\":\"assistant\"");
+        if (c->text) {
+            if (c->first) strbuf_puts(&b, ",");
+            strbuf_puts(&b, "\"content\":");
+            put_jstr(&b, c->text, c->len);
+        }
+        strbuf_puts(&b, "}");
+    } else {
+        strbuf_puts(&b, "\"text\":");
+        put_jstr(&b, c->text, c->len);
+    }
+    put_choice_logprobs(&b, h->kind, c, p);
+    strbuf_puts(&b, ",\"finish_reason\":");
+    strbuf_puts(&b, finish_str(c->finish));
+    strbuf_puts(&b, "}]}\n\n");
     return strbuf_steal(&b, NULL);
 }

@@ -25,11 +25,15 @@
  * repeated within one object, at any depth (JSON leaves its meaning open and
  * parsers disagree on which copy wins, so a proxy and tessera could read
  * two different requests from one body), and so are
- * features tessera does not implement (n > 1, penalties, logprobs, tools,
- * structured output, echo, suffix, best_of, logit_bias) instead of being
- * ignored. Unknown fields are ignored, as most OpenAI-compatible servers do,
- * so that clients sending vendor extensions keep working. JSON null counts
- * as "absent" for every optional field.
+ * features tessera does not implement (tools, function calling, suffix)
+ * instead of being ignored. A completion or chat body may carry only the
+ * fields this module knows: any other is refused with a 400 naming it
+ * (code "unknown_parameter"), as OpenAI refuses an unrecognised argument,
+ * because a silently dropped field (a guided_json the server never heard
+ * of) makes a client believe its output is something it is not. Every
+ * known field changes what the server does, except the documented no-ops
+ * of OAI_NOOP_FIELDS. JSON null counts as "absent" for every optional
+ * field.
  *
  * Response text is written as valid JSON whatever bytes it holds: control
  * characters are escaped and every ill-formed UTF-8 subsequence becomes one
@@ -51,10 +55,29 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "sampler.h"          /* smp_bias, smp_lp: logit_bias and logprobs */
+
 #define OAI_MAX_STOP        4         /* stop strings a request may name */
 #define OAI_MAX_TOKENS_CAP  1000000u  /* max_tokens above this is refused */
 #define OAI_ERR_MSG_MAX     320       /* bytes of an error message, with NUL */
 #define OAI_ERR_PARAM_MAX   64        /* bytes of an error param, with NUL */
+
+#define OAI_MAX_N           128       /* n and best_of */
+#define OAI_MAX_SEQS        256       /* sequences of one request: prompts x best_of */
+#define OAI_MAX_LOGPROBS    SMP_MAX_TOP /* alternatives per token (OpenAI's 20) */
+#define OAI_MAX_CHOICES     256       /* strings of guided_choice */
+#define OAI_PIECE_MAX       256       /* bytes of one token's text in logprobs */
+
+/* Fields accepted and deliberately without effect: user (an end-user id for
+ * the operator's abuse tracking; tessera keeps none), metadata and store
+ * (OpenAI's stored completions; tessera stores nothing), service_tier
+ * (OpenAI's processing tiers; tessera's tenants have their own), and
+ * parallel_tool_calls (tools are refused, so there is nothing to
+ * parallelise). Each is still type-checked. Inside a chat message, "name"
+ * (a participant's name) is accepted, checked to be a string and ignored
+ * the same way: chat templates are not given it, so it never reaches the
+ * prompt. */
+#define OAI_NOOP_FIELDS     "user, metadata, store, service_tier, parallel_tool_calls"
 
 /* The SSE event that ends every stream, successful or not. */
 #define OAI_SSE_DONE        "data: [DONE]\n\n"
@@ -90,11 +113,33 @@ typedef struct oai_message {
 
 /* One input of an embeddings request: text, or token ids. */
 typedef struct oai_input {
-    char *text;               /* owned, non-empty, or NULL */
+    char *text;               /* owned, or NULL; non-empty for embeddings (a
+                                 completion prompt may be "") */
     size_t len;               /* bytes of text */
     int32_t *tokens;          /* (n_tokens) owned, or NULL */
     size_t n_tokens;          /* >= 1 when tokens is set */
 } oai_input;
+
+/* Structured output asked for by response_format or vLLM's guided_*. The
+ * parser validates the shape; compiling the grammar is the server's. */
+typedef enum oai_guided_kind {
+    OAI_GUIDED_NONE = 0,
+    OAI_GUIDED_JSON_OBJECT,   /* response_format {type: json_object}: any JSON object */
+    OAI_GUIDED_JSON_SCHEMA,   /* response_format json_schema, guided_json: spec */
+    OAI_GUIDED_REGEX,         /* guided_regex: spec */
+    OAI_GUIDED_CHOICE,        /* guided_choice: choices */
+} oai_guided_kind;
+
+typedef struct oai_guided {
+    oai_guided_kind kind;
+    const char *field;        /* static: the field that asked ("response_format",
+                                 "guided_json", ...), for errors */
+    char *spec;               /* owned: the schema as compact JSON text (a
+                                 json_schema without "schema" is "{}"), or the
+                                 regex; NULL otherwise */
+    char **choices;           /* (n_choices) owned non-empty strings */
+    size_t n_choices;
+} oai_guided;
 
 /* A validated request. Text fields are owned, valid UTF-8, NUL-terminated
  * and hold no NUL byte inside. */
@@ -107,6 +152,11 @@ typedef struct oai_request {
     size_t prompt_len;        /* bytes */
     int32_t *prompt_tokens;   /* (n_prompt_tokens) pre-tokenized prompt, or NULL */
     size_t n_prompt_tokens;   /* >= 1 when prompt_tokens is set */
+
+    /* Completions may also send several prompts ("prompt" as a list of
+     * strings or of token-id lists, 2..OAI_MAX_SEQS of them): then prompt
+     * and prompt_tokens are NULL and each is one of inputs[] below (a text,
+     * possibly empty, or token ids). A list of one is the single prompt. */
 
     /* Chat: the conversation, in order. */
     oai_message *messages;    /* (n_messages), n_messages >= 1 */
@@ -123,6 +173,35 @@ typedef struct oai_request {
     bool stream;              /* answer as SSE */
     bool include_usage;       /* stream_options.include_usage: end with a usage chunk */
     char *user;               /* end-user id for abuse tracking, or NULL */
+    char *cache_salt;         /* prefix cache salt (vLLM's; completions and chat):
+                                 the prompt shares cached blocks only with
+                                 requests of the same tenant and salt; or NULL */
+    /* Choices and logprobs. */
+    uint32_t n;               /* choices per prompt, 1..OAI_MAX_N; default 1 */
+    uint32_t best_of;         /* completions: sequences run per prompt, the n
+                                 with the highest cumulative logprob answer;
+                                 n..OAI_MAX_N, 0 = n; not with stream */
+    bool echo;                /* completions: the prompt precedes the text
+                                 (and its tokens the logprobs) */
+    int32_t logprobs;         /* -1: none; else alternatives per token,
+                                 0..OAI_MAX_LOGPROBS: completions' "logprobs",
+                                 chat's "top_logprobs" under "logprobs": true */
+
+    /* Penalties and the vLLM extensions tessera implements (sampler.h has
+     * the exact semantics). */
+    float presence_penalty;   /* -2..2, 0 off */
+    float frequency_penalty;  /* -2..2, 0 off */
+    float repetition_penalty; /* (0, 100], default 1 = off */
+    float min_p;              /* 0..1, 0 off */
+    smp_bias *logit_bias;     /* (n_logit_bias) owned; ids unchecked against
+                                 the vocabulary (the server's business) */
+    size_t n_logit_bias;      /* 0..SMP_MAX_BIAS */
+    int32_t *stop_token_ids;  /* (n_stop_token_ids) owned, or NULL */
+    size_t n_stop_token_ids;  /* 0..SMP_MAX_STOP */
+    uint32_t min_tokens;      /* <= max_tokens when that is given */
+    bool ignore_eos;          /* the model's end tokens do not end the text */
+    oai_guided guided;        /* structured output, kind NONE when not asked */
+
     bool parse_special;       /* "parse_special_tokens" (a tessera extension,
                                  completions and tokenize): special tokens
                                  written in the prompt text are special
@@ -247,6 +326,46 @@ char *oai_chunk_sse(const oai_head *h, bool first, const char *text, size_t len,
 /* The last chunk of a stream that asked for include_usage: choices:[] and
  * usage, as an SSE event. */
 char *oai_usage_sse(const oai_head *h, const oai_usage *usage);
+
+/* One choice of an answer or of a stream chunk. */
+typedef struct oai_choice {
+    uint32_t index;           /* prompt * n + j */
+    const char *text;         /* (len) UTF-8 (sanitised like all text); NULL
+                                 reads as "" (in a chat chunk: no content) */
+    size_t len;
+    oai_finish finish;        /* NONE in a chunk that does not end it */
+    bool first;               /* chat chunk: the delta carries the role */
+    bool has_logprobs;        /* false: "logprobs": null */
+    const int32_t *ids;       /* (n_lp) the tokens, in order */
+    const smp_lp *lps;        /* (n_lp) their logprobs; a NaN logprob (a
+                                 prompt's first token) is written as null */
+    size_t n_lp;
+    size_t *text_offset;      /* completions: in, the text_offset of ids[0];
+                                 out, past the last (for the next chunk);
+                                 NULL: from 0 */
+} oai_choice;
+
+/* Token ids to text for logprobs: text returns a pointer to len bytes,
+ * either its own or written into buf (cap bytes). */
+typedef struct oai_pieces {
+    const char *(*text)(void *ctx, int32_t id, char *buf, size_t cap, size_t *len);
+    void *ctx;
+} oai_pieces;
+
+/* The whole answer with n choices: for OAI_COMPLETION {..., object:
+ * "text_completion", choices:[{index, text, logprobs, finish_reason}],
+ * usage}, logprobs OpenAI's completions object {tokens, token_logprobs,
+ * top_logprobs:[{text: logprob}], text_offset}; for OAI_CHAT
+ * {..., object:"chat.completion", choices:[{index, message, logprobs,
+ * finish_reason}], usage}, logprobs {content:[{token, logprob, bytes,
+ * top_logprobs:[{token, logprob, bytes}]}]}. A logprob of -inf is written
+ * -9999 (JSON has no infinity). */
+char *oai_choices_json(const oai_head *h, const oai_choice *c, size_t n, const oai_usage *usage,
+                       const oai_pieces *p);
+
+/* One choice as one SSE chunk, shaped as oai_chunk_sse with the choice's
+ * index and logprobs. */
+char *oai_choice_sse(const oai_head *h, const oai_choice *c, const oai_pieces *p);
 
 /* GET /v1/models: {object:"list", data:[{id, object:"model", created,
  * owned_by:"tessera"}...]} for n model ids (ids may be NULL when n is 0). */

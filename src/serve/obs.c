@@ -29,6 +29,8 @@ typedef struct obs_tenant {
     /* last values seen, to turn the scheduler's cumulative counts into increments */
     uint64_t seen_swap, seen_recompute;
     double seen_service;
+    met_series *pfx_query, *pfx_hit;    /* prefix cache tokens looked up / found */
+    uint64_t seen_pfx_query, seen_pfx_hit;
     /* this model's latest gauge values (per-model state only); the tenant's
      * gauges are their sum over models, taken when /metrics is rendered */
     atomic_int cur_queue, cur_running, cur_kv;
@@ -38,6 +40,7 @@ typedef struct obs_model {
     obs *o;
     int index;
     met_series *step, *tokens, *kv_util, *busy, *busy_seconds, *jain, *resident;
+    met_series *pfx_blocks; /* blocks in the prefix cache */
     const gguf_ctx *weights; /* the model's file, set once at start-up (obs_model_weights) */
     uint64_t owned_bytes;   /* and what it converted beside the mapping */
     /* model_resident_bytes walks the whole mapping (a 40 GB file is 10 M
@@ -155,6 +158,43 @@ static int setup_models(obs *o, const char *const *names) {
     return 0;
 }
 
+/* The prefix cache's series: per tenant the prompt tokens looked up and
+ * found (counters), per model the blocks it holds (a gauge). */
+static int setup_prefix_metrics(obs *o, const char *const *tenant_names, const char *const *model_names) {
+    const char *tl[] = {"tenant"}, *ml[] = {"model"};
+    met_family *q = met_counter(o->reg, "tessera_prefix_cache_query_tokens_total",
+                                "Prompt tokens looked up in the prefix cache", tl, 1);
+    met_family *h = met_counter(o->reg, "tessera_prefix_cache_hit_tokens_total",
+                                "Prompt tokens found in the prefix cache (not computed)", tl, 1);
+    met_family *b = met_gauge(o->reg, "tessera_prefix_cache_blocks",
+                              "KV blocks in the prefix cache, referenced or cache-only", ml, 1);
+    if (!q || !h || !b) return -1;
+    for (int i = 0; i < o->n_tenants; i++) {
+        const char *v[] = {tenant_names[i]};
+        o->tenants[i].pfx_query = met_series_get(q, v);
+        o->tenants[i].pfx_hit = met_series_get(h, v);
+    }
+    for (int m = 0; m < o->n_models; m++) {
+        const char *v[] = {model_names[m]};
+        o->models[m].pfx_blocks = met_series_get(b, v);
+    }
+    return 0;
+}
+
+/* A step's prefix cache figures: the tenants' cumulative counts as
+ * increments, the model's cached blocks as they are. */
+static void prefix_step(obs_model *m, const wk_step_info *s) {
+    met_set(m->pfx_blocks, (double)s->kv_cached);
+    for (int i = 0; i < s->n_tenants && i < m->o->n_tenants; i++) {
+        const sched_tenant_stats *st = &s->tenants[i];
+        obs_tenant *t = &m->o->tenants[i], *seen = &m->tenant_state[i];
+        met_inc(t->pfx_query, (double)(st->prefix_query_tokens - seen->seen_pfx_query));
+        met_inc(t->pfx_hit, (double)(st->prefix_hit_tokens - seen->seen_pfx_hit));
+        seen->seen_pfx_query = st->prefix_query_tokens;
+        seen->seen_pfx_hit = st->prefix_hit_tokens;
+    }
+}
+
 obs *obs_new(const char *const *tenant_names, const double *weights, int n_tenants,
              const char *const *model_names, int n_models) {
     obs *o = calloc(1, sizeof(*o));
@@ -166,7 +206,7 @@ obs *obs_new(const char *const *tenant_names, const double *weights, int n_tenan
     o->tenants = calloc((size_t)n_tenants + 1, sizeof(obs_tenant));
     o->models = calloc((size_t)(n_models ? n_models : 1), sizeof(obs_model));
     if (!o->reg || !o->weights || !o->tenants || !o->models || setup_families(o, tenant_names) ||
-        setup_models(o, model_names)) {
+        setup_models(o, model_names) || setup_prefix_metrics(o, tenant_names, model_names)) {
         obs_free(o);
         return NULL;
     }
@@ -355,6 +395,7 @@ static void on_step(void *ctx, const wk_step_info *s) {
         met_window_add(m->window, i, s->now_us, delta / (o->weights[i] > 0 ? o->weights[i] : 1), backlogged);
     }
     met_set(m->jain, met_window_jain(m->window, s->now_us));
+    prefix_step(m, s);
 }
 
 wk_hooks obs_hooks(obs *o, int m) {

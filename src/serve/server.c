@@ -44,6 +44,7 @@
 #include "chat.h"
 #include "err.h"
 #include "gate.h"
+#include "grammar.h"
 #include "oai.h"
 #include "obs.h"
 #include "ratelimit.h"
@@ -51,11 +52,16 @@
 #include "tokspecial.h"
 #include "worker.h"
 
-#define DEFAULT_MAX_TOKENS 256      /* when a request names none */
+#define DEFAULT_MAX_TOKENS 16       /* a completion's when it names none (OpenAI's, vLLM's);
+                                     * a chat's is the rest of the context */
 #define MAX_REQUESTS 16384          /* per model, queued + running */
 #define HTTP_THREADS 2u             /* MHD's thread pool: the HTTP threads */
 #define SSE_BLOCK_BYTES 16384       /* MHD's buffer for a streamed answer */
 #define DETOK_MAX_BYTES (16u << 20) /* text /detokenize answers at most */
+/* Prompt logprob entries (prompt tokens x sequences x (logprobs + 1)) an
+ * echo with logprobs may answer: each is some 30 to 60 bytes of JSON, so
+ * this bounds such an answer near 100 MB. */
+#define ECHO_LP_MAX_ENTRIES (2u << 20)
 #define WATCH_PERIOD_NS (50 * 1000000L)   /* between hang-up polls */
 #define DRAIN_FLUSH_TRIES 200       /* waits for connections to finish... */
 #define DRAIN_FLUSH_NS (10 * 1000000L)    /* ...of this long each: 2 s */
@@ -67,6 +73,8 @@ typedef struct srv_model {
     chat_family chat;       /* then the plain transcript (CHAT_DEFAULT) */
     const char *template_src; /* "gguf", "config" or NULL: where the chat template came from */
     tks_set *specials;      /* control and user-defined tokens by text */
+    gr_vocab *gv;           /* the token trie structured output compiles
+                             * against (a decoder's), or NULL: then refused */
 } srv_model;
 
 struct srv {
@@ -128,6 +136,16 @@ typedef struct conn {
     pthread_mutex_t emb_mu; /* orders the last wake-up against the suspend */
     int has_emb_mu;
     int base64;
+    /* generation: ereqs are its sequences, prompt-major (see "generation") */
+    int gen;
+    int n_prompts, n_choices, best_of; /* per prompt: best_of run, n_choices answered */
+    int echo, logprobs;     /* logprobs: -1 none, else alternatives per token */
+    wk_grammar *grammar;    /* structured output, compiled once; each
+                             * sequence holds its own reference */
+    atomic_int gen_seq;     /* bumped by every notify of a sequence */
+    char **echo_text;       /* (n_prompts) the prompts' text, with echo */
+    size_t *echo_len;
+    struct gen_stream *gs;  /* (n_ereqs) what each sequence has streamed */
     uint64_t reserved;      /* tokens reserved with the tenant's limits */
     int lim_taken;
     int fd;                 /* the client's socket */
@@ -340,11 +358,14 @@ static void give_back_limits(conn *c) {
     }
     for (int i = 0; i < c->n_ereqs; i++) {   /* an input counts once embedded */
         pthread_mutex_lock(&c->ereqs[i]->mu);
-        used += c->ereqs[i]->n_generated ? (uint64_t)c->ereqs[i]->n_prompt : 0;
+        if (c->gen) used += (uint64_t)c->ereqs[i]->n_prompt + (uint64_t)c->ereqs[i]->n_generated;
+        else used += c->ereqs[i]->n_generated ? (uint64_t)c->ereqs[i]->n_prompt : 0;
         pthread_mutex_unlock(&c->ereqs[i]->mu);
     }
     pthread_mutex_lock(&c->s->lim_mu);
-    lim_finish(&c->s->lims[c->tenant], c->reserved, used < c->reserved ? used : c->reserved, wk_now_us());
+    /* More than reserved (a defaulted max_tokens reserves at most the
+     * burst: see reservation) is charged, as far as the bucket goes. */
+    lim_finish(&c->s->lims[c->tenant], c->reserved, used, wk_now_us());
     pthread_mutex_unlock(&c->s->lim_mu);
     c->lim_taken = 0;
 }
@@ -489,30 +510,471 @@ static void *watch_loop(void *arg) {
 
 /* ---- generation ------------------------------------------------------------- */
 
-/* Called by the worker with r->mu held: wake the connection if it sleeps.
- * A whole-answer (non-stream) request has nothing to act on until it is
- * done; waking it for every token would only suspend it again. c->stream
- * was set before wk_submit and never changes. */
-static void on_outbox(wk_req *r) {
+/* A request of /v1/completions or /v1/chat/completions becomes one worker
+ * request per sequence: prompts x best_of of them (best_of is n unless the
+ * request asks for more), in c->ereqs prompt-major, so sequence k belongs
+ * to prompt k / best_of. They share one answer: a whole one once every
+ * sequence is done, or one stream whose chunks carry their choice's index.
+ *
+ * Wake-ups: the worker's notify (with r->mu held) counts a finished
+ * sequence in n_edone and bumps gen_seq, then resumes the connection under
+ * emb_mu if it sleeps. The HTTP side reads gen_seq before it looks at the
+ * sequences and goes to sleep only if gen_seq has not moved since, checked
+ * under emb_mu, so no wake-up is lost. emb_mu is never held while a
+ * request's mu is taken, which keeps the two locks in one order. */
+
+/* What each sequence of a stream has sent so far. */
+typedef struct gen_stream {
+    size_t sent_text;       /* bytes of its text */
+    int32_t sent_lp;        /* generated tokens whose logprobs went out */
+    size_t text_offset;     /* completions' text_offset of the next token */
+    int first_sent, done_sent;
+} gen_stream;
+
+/* Called by the worker with r->mu held. A non-streaming answer has nothing
+ * to act on until every sequence is done, or one failed: then its error is
+ * the answer at once, and the others are cancelled (continue_generation),
+ * not run to max_tokens for nothing. */
+static void on_gen_outbox(wk_req *r) {
     conn *c = r->user;
-    if (c && c->suspended && (c->stream || r->phase == WK_DONE)) {
+    if (!c) return;
+    int done = r->phase == WK_DONE ? atomic_fetch_add(&c->n_edone, 1) + 1 : atomic_load(&c->n_edone);
+    atomic_fetch_add(&c->gen_seq, 1);
+    int first_failure = r->status && !atomic_exchange(&c->efailed, 1);
+    if (!c->stream && done < c->n_ereqs && !first_failure) return;
+    pthread_mutex_lock(&c->emb_mu);
+    if (c->suspended) {
         c->suspended = 0;
         MHD_resume_connection(c->mc);
     }
+    pthread_mutex_unlock(&c->emb_mu);
 }
 
-/* Sleep until the worker's notify (on_outbox) wakes the connection. Caller
- * holds r->mu, which is what keeps the wake-up from slipping in between. */
-static void suspend_locked(conn *c) {
-    c->suspended = 1;
-    MHD_suspend_connection(c->mc);
+/* Sleep until the next notify, unless one came since seq was read: then
+ * answer 0 and the caller looks again. */
+static int gen_sleep(conn *c, int seq) {
+    pthread_mutex_lock(&c->emb_mu);
+    int sleep = atomic_load(&c->gen_seq) == seq;
+    if (sleep) {
+        c->suspended = 1;
+        MHD_suspend_connection(c->mc);
+    }
+    pthread_mutex_unlock(&c->emb_mu);
+    return sleep;
 }
+
+/* The first failed sequence's error, copied under its lock. */
+typedef struct gen_fail {
+    int status;
+    const char *type;
+    obs_outcome oc;
+    char msg[sizeof(((wk_req *)0)->error)];
+} gen_fail;
+
+/* How far the sequences are: admitted (or done) and done counts, and the
+ * first failure in f (f->status 0 when none). */
+static void gen_scan(conn *c, gen_fail *f, int *started, int *done) {
+    f->status = 0;
+    *started = *done = 0;
+    for (int i = 0; i < c->n_ereqs; i++) {
+        wk_req *r = c->ereqs[i];
+        pthread_mutex_lock(&r->mu);
+        *started += r->phase >= WK_ADMITTED;
+        *done += r->phase == WK_DONE;
+        if (r->status && !f->status) {
+            f->status = r->status;
+            f->type = r->error_type;
+            f->oc = obs_outcome_of_req(r);
+            memcpy(f->msg, r->error, sizeof(f->msg));
+        }
+        pthread_mutex_unlock(&r->mu);
+    }
+}
+
+static oai_head head_of(const conn *c) {
+    oai_head h = {.kind = c->kind, .created = c->created, .model = c->model_name};
+    memcpy(h.id, c->id, sizeof(h.id));
+    return h;
+}
+
+static oai_finish finish_of(const wk_req *r) {
+    return r->finish && strcmp(r->finish, "stop") == 0 ? OAI_FINISH_STOP : OAI_FINISH_LENGTH;
+}
+
+/* A token's text for logprobs: its decoded piece, or for a control token
+ * (which decodes to nothing) its vocabulary text, as OpenAI shows
+ * "<|endoftext|>". */
+static const char *token_piece(void *ctx, int32_t id, char *buf, size_t cap, size_t *len) {
+    const tok *t = ctx;
+    if (tok_is_control(t, id)) {
+        const char *s = tok_text(t, id, len);
+        if (s) return s;
+    }
+    int n = tok_decode(t, id, buf, cap);
+    *len = n > 0 ? (size_t)n : 0;
+    return buf;
+}
+
+static oai_pieces pieces_of(const conn *c) {
+    oai_pieces p = {token_piece, (void *)wk_tok(c->s->models[c->model].w)};
+    return p;
+}
+
+static int32_t n_out(const wk_req *r) { return r->n_generated < r->max_new ? r->n_generated : r->max_new; }
+
+/* ---- generation: the whole answer ---- */
+
+/* Sequence order within one prompt for best_of: highest cumulative logprob
+ * first, ties by sequence. */
+static void rank_sequences(wk_req *const *seqs, int n, int *order) {
+    for (int i = 0; i < n; i++) order[i] = i;
+    for (int i = 1; i < n; i++)
+        for (int j = i; j > 0 && seqs[order[j]]->cum_logprob > seqs[order[j - 1]]->cum_logprob; j--) {
+            int t = order[j];
+            order[j] = order[j - 1];
+            order[j - 1] = t;
+        }
+}
+
+/* One choice of the answer from sequence r, with the prompt echoed (its
+ * text and, with logprobs, its tokens first) when asked. The prompt's
+ * logprobs are its first sequence's, src (the only one that computes
+ * them: every sequence of a prompt has the same). The buffers it fills
+ * are freed by the caller. */
+static int fill_choice(conn *c, wk_req *r, const wk_req *src, int prompt, uint32_t index, oai_choice *ch,
+                       strbuf *text, smp_lp **lps, int32_t **ids) {
+    int32_t ng = n_out(r);
+    *ch = (oai_choice){.index = index, .finish = finish_of(r)};
+    if (c->echo) {
+        strbuf_put(text, c->echo_text[prompt], c->echo_len[prompt]);
+        strbuf_put(text, r->text.p ? r->text.p : "", r->text.len);
+        if (text->len < c->echo_len[prompt] + r->text.len) return TS_ERR_NOMEM;
+        ch->text = text->p;
+        ch->len = text->len;
+    } else {
+        ch->text = r->text.p;
+        ch->len = r->text.len;
+    }
+    if (c->logprobs < 0 || !r->lps) return 0;
+    ch->has_logprobs = true;
+    if (!c->echo || !src->plps) {
+        ch->ids = r->tokens + r->n_prompt;
+        ch->lps = r->lps;
+        ch->n_lp = (size_t)ng;
+        return 0;
+    }
+    size_t n = (size_t)r->n_prompt + (size_t)ng;
+    if (!(*lps = malloc(n * sizeof(**lps))) || !(*ids = malloc(n * sizeof(**ids)))) return TS_ERR_NOMEM;
+    memcpy(*lps, src->plps, (size_t)r->n_prompt * sizeof(**lps));
+    memcpy(*lps + r->n_prompt, r->lps, (size_t)ng * sizeof(**lps));
+    memcpy(*ids, r->tokens, n * sizeof(**ids));
+    ch->ids = *ids;
+    ch->lps = *lps;
+    ch->n_lp = n;
+    return 0;
+}
+
+/* Every sequence is done and none failed: the answer, n choices per
+ * prompt at index prompt * n + j. */
+static enum MHD_Result answer_gen(conn *c) {
+    int n = c->n_choices, bo = c->best_of, total = c->n_prompts * n;
+    oai_choice *ch = calloc((size_t)total, sizeof(*ch));
+    strbuf *texts = calloc((size_t)total, sizeof(*texts));
+    smp_lp **lps = calloc((size_t)total, sizeof(*lps));
+    int32_t **ids = calloc((size_t)total, sizeof(*ids));
+    int *order = calloc((size_t)bo, sizeof(*order));
+    oai_usage u = {0, 0};
+    int rc = ch && texts && lps && ids && order ? 0 : TS_ERR_NOMEM;
+    for (int p = 0; !rc && p < c->n_prompts; p++) {
+        wk_req **seqs = c->ereqs + (size_t)p * (size_t)bo;
+        for (int k = 0; k < bo; k++) {     /* done: the worker has let go; the lock orders our reads */
+            pthread_mutex_lock(&seqs[k]->mu);
+            pthread_mutex_unlock(&seqs[k]->mu);
+        }
+        rank_sequences(seqs, bo, order);
+        u.prompt_tokens += (uint32_t)seqs[0]->n_prompt;
+        for (int j = 0; !rc && j < n; j++) {
+            int at = p * n + j;
+            wk_req *r = seqs[bo > n ? order[j] : j];
+            u.completion_tokens += (uint32_t)r->n_generated;
+            rc = fill_choice(c, r, seqs[0], p, (uint32_t)at, &ch[at], &texts[at], &lps[at], &ids[at]);
+        }
+    }
+    oai_head h = head_of(c);
+    oai_pieces pc = pieces_of(c);
+    char *j = rc ? NULL : oai_choices_json(&h, ch, (size_t)total, &u, &pc);
+    for (int i = 0; texts && i < total; i++) strbuf_free(&texts[i]);
+    for (int i = 0; lps && i < total; i++) free(lps[i]);
+    for (int i = 0; ids && i < total; i++) free(ids[i]);
+    free(ch), free(texts), free(lps), free(ids), free(order);
+    if (!j) {
+        settle(c, OBS_FAIL_INTERNAL);
+        return reply_err(c, 503, "server_error", NULL, NULL, 0, "out of memory");
+    }
+    settle(c, OBS_COMPLETED);
+    return reply(c, 200, "application/json", j, strlen(j), 0);
+}
+
+/* ---- generation: the stream ---- */
+
+/* What one sequence has new for the stream, copied under its lock so that
+ * the formatting (a large echo with logprobs can take a while) runs
+ * without it: the worker never waits on the HTTP side's JSON. */
+typedef struct gen_news {
+    int status;             /* the sequence failed: nothing else is set */
+    char *text;             /* (len) text not yet sent, or NULL */
+    size_t len;
+    smp_lp *lps;            /* (n_lp) logprobs not yet sent, with ids */
+    int32_t *ids;
+    int32_t n_lp, ng;       /* ng: generated tokens counted so far */
+    int done;
+    oai_finish finish;
+} gen_news;
+
+static void gen_news_free(gen_news *n) {
+    free(n->text);
+    free(n->lps);
+    free(n->ids);
+}
+
+/* Copy sequence k's news past what c->gs[k] says went out. Caller holds
+ * r->mu. 0, or TS_ERR_NOMEM. */
+static int gen_news_take(conn *c, int k, wk_req *r, gen_news *n) {
+    const gen_stream *g = &c->gs[k];
+    *n = (gen_news){.status = r->status};
+    if (r->status) return 0;
+    n->ng = n_out(r);
+    n->done = r->phase == WK_DONE;
+    n->finish = finish_of(r);
+    if (r->text.len > g->sent_text) {
+        n->len = r->text.len - g->sent_text;
+        if (!(n->text = malloc(n->len))) return TS_ERR_NOMEM;
+        memcpy(n->text, r->text.p + g->sent_text, n->len);
+    }
+    if (c->logprobs >= 0 && r->lps && n->ng > g->sent_lp) {
+        n->n_lp = n->ng - g->sent_lp;
+        n->lps = malloc((size_t)n->n_lp * sizeof(*n->lps));
+        n->ids = malloc((size_t)n->n_lp * sizeof(*n->ids));
+        if (!n->lps || !n->ids) return TS_ERR_NOMEM;
+        memcpy(n->lps, r->lps + g->sent_lp, (size_t)n->n_lp * sizeof(*n->lps));
+        memcpy(n->ids, r->tokens + r->n_prompt + g->sent_lp, (size_t)n->n_lp * sizeof(*n->ids));
+    }
+    return 0;
+}
+
+/* The echoed prompt of sequence k, once it can go out: its text, and with
+ * logprobs the prompt's tokens and logprobs from the prompt's first
+ * sequence (the one that computes them), complete once that sequence has
+ * a generated token or is done. 1 when ready (the ids and logprobs set, or NULL
+ * without logprobs), 0 when not yet, TS_ERR_NOMEM. Takes the first
+ * sequence's lock; the caller holds none. */
+static int echo_take(conn *c, int k, int32_t **ids, smp_lp **lps, int32_t *n) {
+    *ids = NULL, *lps = NULL, *n = 0;
+    if (c->logprobs < 0) return 1;
+    wk_req *src = c->ereqs[(k / c->best_of) * c->best_of];
+    int ready = 0, rc = 0;
+    pthread_mutex_lock(&src->mu);
+    if (src->n_generated || src->phase == WK_DONE) {
+        ready = 1;
+        if (src->plps && !src->status) {
+            *n = src->n_prompt;
+            *ids = malloc((size_t)*n * sizeof(**ids));
+            *lps = malloc((size_t)*n * sizeof(**lps));
+            if (*ids && *lps) {
+                memcpy(*ids, src->tokens, (size_t)*n * sizeof(**ids));
+                memcpy(*lps, src->plps, (size_t)*n * sizeof(**lps));
+            } else {
+                rc = TS_ERR_NOMEM;
+            }
+        }
+    }
+    pthread_mutex_unlock(&src->mu);
+    if (rc) {
+        free(*ids), free(*lps);
+        *ids = NULL, *lps = NULL;
+        return rc;
+    }
+    return ready;
+}
+
+/* Append sequence k's news to out: the echoed prompt first, then new text
+ * and logprobs, then its finish once done. No lock held. */
+static void stream_news(conn *c, int k, const gen_news *n, const int32_t *eids, const smp_lp *elps, int32_t en,
+                        strbuf *out) {
+    gen_stream *g = &c->gs[k];
+    oai_head h = head_of(c);
+    oai_pieces pc = pieces_of(c);
+    int prompt = k / c->best_of;
+    if (c->echo && !g->first_sent) {
+        oai_choice e = {.index = (uint32_t)k, .text = c->echo_text[prompt], .len = c->echo_len[prompt],
+                        .first = true, .text_offset = &g->text_offset};
+        if (elps) e.has_logprobs = true, e.ids = eids, e.lps = elps, e.n_lp = (size_t)en;
+        char *ev = oai_choice_sse(&h, &e, &pc);
+        if (ev) strbuf_put(out, ev, strlen(ev));
+        free(ev);
+        g->first_sent = 1;
+    }
+    if (n->len || n->n_lp || n->done) {
+        oai_choice ch = {.index = (uint32_t)k, .first = !g->first_sent, .text_offset = &g->text_offset};
+        if (n->len || c->kind != OAI_CHAT) ch.text = n->text ? n->text : "", ch.len = n->len;
+        if (n->n_lp) ch.has_logprobs = true, ch.ids = n->ids, ch.lps = n->lps, ch.n_lp = (size_t)n->n_lp;
+        ch.finish = n->done ? n->finish : OAI_FINISH_NONE;
+        char *ev = oai_choice_sse(&h, &ch, &pc);
+        if (ev) strbuf_put(out, ev, strlen(ev));
+        free(ev);
+        g->sent_text += n->len;
+        g->sent_lp += n->n_lp;
+        g->first_sent = 1;
+        g->done_sent = n->done;
+    }
+}
+
+/* The stream's end: the usage chunk when asked, then [DONE]. */
+static void stream_end(conn *c, strbuf *out) {
+    uint64_t prompt = 0, gen = 0;
+    for (int i = 0; i < c->n_ereqs; i++) {
+        wk_req *r = c->ereqs[i];
+        pthread_mutex_lock(&r->mu);
+        if (i % c->best_of == 0) prompt += (uint64_t)r->n_prompt;
+        gen += (uint64_t)r->n_generated;
+        pthread_mutex_unlock(&r->mu);
+    }
+    if (c->include_usage) {
+        oai_head h = head_of(c);
+        oai_usage u = {(uint32_t)prompt, (uint32_t)gen};
+        char *ev = oai_usage_sse(&h, &u);
+        if (ev) strbuf_put(out, ev, strlen(ev));
+        free(ev);
+    }
+    strbuf_put(out, OAI_SSE_DONE, strlen(OAI_SSE_DONE));
+}
+
+/* The next SSE bytes for the client, or NULL when there is nothing new
+ * (*end set once everything went out). A sequence that fails ends the
+ * whole stream with its error, and the others are cancelled. */
+static char *next_gen_event(conn *c, int *end) {
+    *end = c->final_sent;
+    if (c->final_sent) return NULL;
+    strbuf out = {0};
+    gen_fail f = {0};
+    int done = 0, oom = 0;
+    for (int k = 0; k < c->n_ereqs && !oom; k++) {
+        wk_req *r = c->ereqs[k];
+        if (c->gs[k].done_sent) {
+            done++;
+            continue;
+        }
+        int32_t *eids = NULL, en = 0;
+        smp_lp *elps = NULL;
+        int ready = c->echo && !c->gs[k].first_sent ? echo_take(c, k, &eids, &elps, &en) : 1;
+        oom |= ready < 0;
+        gen_news n = {0};
+        pthread_mutex_lock(&r->mu);
+        if (r->status && !f.status) {
+            f.status = r->status;
+            f.type = r->error_type;
+            f.oc = obs_outcome_of_req(r);
+            memcpy(f.msg, r->error, sizeof(f.msg));
+        }
+        if (ready > 0) oom |= gen_news_take(c, k, r, &n) != 0;
+        else n.status = -1;     /* the echo is not ready: nothing goes out */
+        pthread_mutex_unlock(&r->mu);
+        if (!n.status && !oom) stream_news(c, k, &n, eids, elps, en, &out);
+        done += c->gs[k].done_sent;
+        gen_news_free(&n);
+        free(eids), free(elps);
+    }
+    if (oom && !f.status) {
+        f.status = 503;
+        f.type = "server_error";
+        f.oc = OBS_FAIL_INTERNAL;
+        snprintf(f.msg, sizeof(f.msg), "out of memory");
+    }
+    if (f.status) {
+        conn_cancel(c);
+        oai_error e;
+        oai_error_set(&e, f.status, f.type, NULL, NULL, "%s", f.msg);
+        char *ev = oai_error_sse(&e);
+        if (ev) strbuf_put(&out, ev, strlen(ev));
+        free(ev);
+        strbuf_put(&out, OAI_SSE_DONE, strlen(OAI_SSE_DONE));
+        settle(c, f.oc);
+        c->final_sent = 1;
+    } else if (done == c->n_ereqs) {
+        stream_end(c, &out);
+        settle(c, OBS_COMPLETED);
+        c->final_sent = 1;
+    }
+    if (!out.len) {
+        strbuf_free(&out);
+        return NULL;
+    }
+    return out.p;
+}
+
+static ssize_t gen_sse_reader(void *cls, uint64_t pos, char *buf, size_t max) {
+    conn *c = cls;
+    (void)pos;
+    while (!c->pend || c->pend_off == c->pend_len) {
+        free(c->pend);
+        c->pend = NULL;
+        int seq = atomic_load(&c->gen_seq), end;
+        char *ev = next_gen_event(c, &end);
+        if (ev) {
+            c->pend = ev;
+            c->pend_len = strlen(ev);
+            c->pend_off = 0;
+            break;
+        }
+        if (end) return MHD_CONTENT_READER_END_OF_STREAM;
+        if (gen_sleep(c, seq)) return 0;
+    }
+    size_t n = c->pend_len - c->pend_off < max ? c->pend_len - c->pend_off : max;
+    memcpy(buf, c->pend + c->pend_off, n);
+    c->pend_off += n;
+    return (ssize_t)n;
+}
+
+static enum MHD_Result start_stream(conn *c) {
+    struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, SSE_BLOCK_BYTES, gen_sse_reader,
+                                                                  c, NULL);
+    if (!resp) return MHD_NO;
+    MHD_add_response_header(resp, "Content-Type", "text/event-stream");
+    MHD_add_response_header(resp, "Cache-Control", "no-cache");
+    enum MHD_Result ok = MHD_queue_response(c->mc, 200, resp);
+    MHD_destroy_response(resp);
+    c->status = 200;
+    obs_request(c->s->obs, c->tenant, 200);
+    return ok;
+}
+
+/* The worker moved a sequence on: answer now, or sleep again. A stream
+ * starts once every sequence is admitted, so that a refusal still gets its
+ * HTTP status; a whole answer waits for all to finish. */
+static enum MHD_Result continue_generation(conn *c) {
+    for (;;) {
+        int seq = atomic_load(&c->gen_seq), started, done;
+        gen_fail f;
+        gen_scan(c, &f, &started, &done);
+        if (f.status) {
+            conn_cancel(c);     /* the others' work would be thrown away */
+            settle(c, f.oc);
+            return reply_err(c, f.status, f.type, NULL, NULL, 0, f.msg);
+        }
+        if (c->stream && started == c->n_ereqs) return start_stream(c);
+        if (!c->stream && done == c->n_ereqs) return answer_gen(c);
+        if (gen_sleep(c, seq)) return MHD_YES;
+    }
+}
+
+/* ---- generation: the start ---- */
 
 static wk_req *build_req(conn *c, const oai_request *q, int32_t *ids, int n, uint32_t max_new) {
     wk_req *r = wk_req_new(n, (int32_t)max_new);
     if (!r) return NULL;
     memcpy(r->tokens, ids, (size_t)n * sizeof(int32_t));
     r->tenant = c->tenant;
+    if (q->cache_salt) r->cache_salt = wk_cache_salt(q->cache_salt, strlen(q->cache_salt));
     r->sp.temperature = q->temperature;
     r->sp.top_p = q->top_p;
     r->sp.top_k = q->top_k > 0 ? q->top_k : 0;
@@ -521,16 +983,229 @@ static wk_req *build_req(conn *c, const oai_request *q, int32_t *ids, int n, uin
     r->sp.seed = q->has_seed ? q->seed : seed;
     r->n_stops = (int)(q->n_stop < DTK_MAX_STOPS ? q->n_stop : DTK_MAX_STOPS);
     for (int i = 0; i < r->n_stops; i++) snprintf(r->stops[i], DTK_MAX_STOP_LEN, "%s", q->stop[i]);
-    r->notify = on_outbox;
+    r->notify = on_gen_outbox;
     r->user = c;
     return r;
 }
 
-static enum MHD_Result continue_generation(conn *c);
+/* The parameters beyond build_req's for sequence j of its prompt. Choice j
+ * draws from stream j of the seed (rng_seed_stream): a seeded request is
+ * reproducible, its choices differ, and no two of them (seeded or not)
+ * start from overlapping random states. Only sequence 0 of a prompt
+ * computes the prompt's logprobs for echo: the others are the same prompt
+ * and answer with its (fill_choice, echo_take). */
+static int apply_params(conn *c, const oai_request *q, wk_req *r, int j) {
+    r->sp.stream = (uint64_t)j;
+    r->sp.min_p = q->min_p;
+    r->sp.presence_penalty = q->presence_penalty;
+    r->sp.frequency_penalty = q->frequency_penalty;
+    r->sp.repetition_penalty = q->repetition_penalty;
+    r->sp.min_tokens = (int)q->min_tokens;
+    r->ignore_eos = q->ignore_eos;
+    r->sp.n_stop = (int)q->n_stop_token_ids;
+    if (q->n_stop_token_ids) memcpy(r->stop_ids, q->stop_token_ids, q->n_stop_token_ids * sizeof(int32_t));
+    int rc = wk_req_set_bias(r, q->logit_bias, (int)q->n_logit_bias);
+    if (!rc && (c->logprobs >= 0 || c->best_of > c->n_choices))
+        rc = wk_req_want_logprobs(r, c->logprobs > 0 ? c->logprobs : 0, c->echo && c->logprobs >= 0 && j == 0);
+    r->grammar = wk_grammar_ref(c->grammar);
+    return rc;
+}
 
-/* Validate, tokenize, check limits and hand the request to its worker. */
+/* Prompt p's token ids: the request's only prompt, or one of its list. */
+static int tokenize_prompt(conn *c, const oai_request *q, int p, tks_ids *ids, char *err, size_t errlen) {
+    if (!q->n_inputs || q->kind == OAI_CHAT) return tokenize(c, q, ids, err, errlen);
+    oai_request one = *q;
+    one.prompt = q->inputs[p].text;
+    one.prompt_len = q->inputs[p].len;
+    one.prompt_tokens = q->inputs[p].tokens;
+    one.n_prompt_tokens = q->inputs[p].n_tokens;
+    return tokenize(c, &one, ids, err, errlen);
+}
+
+/* The echoed text of prompt p: as sent, or a token prompt decoded. */
+static int keep_echo(conn *c, const oai_request *q, int p, const tks_ids *ids) {
+    const char *text = q->n_inputs ? q->inputs[p].text : q->prompt;
+    size_t len = q->n_inputs ? q->inputs[p].len : q->prompt_len;
+    if (text) {
+        if (!(c->echo_text[p] = malloc(len + 1))) return TS_ERR_NOMEM;
+        memcpy(c->echo_text[p], text, len);
+        c->echo_len[p] = len;
+        return 0;
+    }
+    const tok *t = wk_tok(c->s->models[c->model].w);
+    size_t need = 0;
+    tok_decode_seq(t, ids->p, (size_t)ids->n, 1, NULL, 0, &need);
+    if (!(c->echo_text[p] = malloc(need + 1))) return TS_ERR_NOMEM;
+    if (tok_decode_seq(t, ids->p, (size_t)ids->n, 1, c->echo_text[p], need + 1, &need)) need = 0;
+    c->echo_len[p] = need;
+    return 0;
+}
+
+/* Prompt p's tokens and its max_tokens: the request's, or by default 16 for
+ * a completion (OpenAI's and vLLM's default) and for a chat the rest of
+ * the context (vLLM's), capped by what this model's KV pool can hold for
+ * one request of the tenant (wk_kv_tokens: the pool, or the tenant's KV
+ * quota): an absent max_tokens never makes a request impossible. On
+ * failure the reply is queued in *res. */
+static int prepare_prompt(conn *c, const oai_request *q, int p, tks_ids *ids, uint32_t *max_new,
+                          enum MHD_Result *res) {
+    wk_worker *w = c->s->models[c->model].w;
+    int32_t ctx = wk_model(w)->cfg.ctx_len;
+    int32_t room = wk_kv_tokens(w, c->tenant);
+    char why[OAI_ERR_MSG_MAX] = "", param[32];
+    if (q->kind == OAI_COMPLETION && q->n_inputs > 1) snprintf(param, sizeof(param), "prompt[%d]", p);
+    else snprintf(param, sizeof(param), "%s", q->kind == OAI_CHAT ? "messages" : "prompt");
+    int rc = tokenize_prompt(c, q, p, ids, why, sizeof(why));
+    int n = ids->n;
+    if (rc || n < 1) {
+        *res = reply_err(c, 400, "invalid_request_error", param, NULL, 0,
+                         rc == TS_ERR_TOK_RANGE ? "prompt token id out of range"
+                         : why[0]               ? why
+                                                : "the prompt is empty or cannot be tokenized");
+        return -1;
+    }
+    uint32_t m = q->max_tokens;
+    /* A prompt the pool cannot hold gets 1 and the scheduler's refusal,
+     * which names the pool, not the context. */
+    if (!m && q->kind == OAI_CHAT) m = (uint32_t)(room > n ? room - n : ctx > n ? 1 : 0);
+    if (!m) m = DEFAULT_MAX_TOKENS;
+    if (!q->max_tokens && (int64_t)n + m > ctx) m = (uint32_t)(ctx > n ? ctx - n : 0);
+    if (m < 1 || (int64_t)n + m > ctx) {
+        char msg[200];
+        snprintf(msg, sizeof(msg), "this model's context length is %d tokens; the prompt has %d and max_tokens is %u",
+                 ctx, n, m);
+        *res = reply_err(c, 400, "invalid_request_error", "max_tokens", "context_length_exceeded", 0, msg);
+        return -1;
+    }
+    *max_new = m;
+    return 0;
+}
+
+/* Build and hand in every sequence. */
+static enum MHD_Result submit_generation(conn *c, const oai_request *q, tks_ids *ids, const uint32_t *max_new) {
+    wk_worker *w = c->s->models[c->model].w;
+    for (int p = 0; p < c->n_prompts; p++)
+        for (int j = 0; j < c->best_of; j++) {
+            wk_req *r = build_req(c, q, ids[p].p, ids[p].n, max_new[p]);
+            if (r) c->ereqs[c->n_ereqs++] = r;
+            if (!r || apply_params(c, q, r, j)) {
+                settle(c, OBS_FAIL_INTERNAL);
+                return reply_err(c, 503, "server_error", NULL, NULL, 0, "out of memory");
+            }
+        }
+    for (int i = 0; i < c->n_ereqs; i++)
+        if (wk_submit(w, c->ereqs[i]))
+            return reply_err(c, 503, "server_error", NULL, "shutting_down", 0, "the server is shutting down");
+    watch_add(c);
+    /* The worker may already have admitted or failed them: answer now, or
+     * sleep. Returning MHD_YES with neither a response queued nor the
+     * connection suspended would leave MHD polling the handler. */
+    return continue_generation(c);
+}
+
+/* The request's shape on the connection: prompts, sequences, echo. */
+static int setup_generation(conn *c, const oai_request *q) {
+    c->gen = 1;
+    c->kind = q->kind;
+    c->stream = q->stream;
+    c->include_usage = q->include_usage;
+    c->n_prompts = q->kind == OAI_COMPLETION && q->n_inputs ? (int)q->n_inputs : 1;
+    c->n_choices = q->n > 0 ? (int)q->n : 1;
+    c->best_of = q->best_of > (uint32_t)c->n_choices ? (int)q->best_of : c->n_choices;
+    c->echo = q->echo;
+    c->logprobs = q->logprobs;
+    size_t seqs = (size_t)c->n_prompts * (size_t)c->best_of;
+    c->ereqs = calloc(seqs, sizeof(wk_req *));
+    c->gs = calloc(seqs, sizeof(gen_stream));
+    c->echo_text = calloc((size_t)c->n_prompts, sizeof(char *));
+    c->echo_len = calloc((size_t)c->n_prompts, sizeof(size_t));
+    if (!c->ereqs || !c->gs || !c->echo_text || !c->echo_len || pthread_mutex_init(&c->emb_mu, NULL))
+        return TS_ERR_NOMEM;
+    c->has_emb_mu = 1;
+    return 0;
+}
+
+/* The grammar a request's structured output asks for, compiled against
+ * the model's token trie; err says why not (a schema outside the subset
+ * grammar.h covers, a malformed regex). */
+static int compile_guided(const srv_model *sm, const oai_guided *g, gr_grammar **out, char *err, size_t errlen) {
+    *out = NULL;
+    if (!sm->gv) {
+        snprintf(err, errlen, "structured output is not available for this model");
+        return TS_ERR_INVAL;
+    }
+    switch (g->kind) {
+    case OAI_GUIDED_JSON_OBJECT: return gr_compile_json_object(sm->gv, out, err, errlen);
+    case OAI_GUIDED_JSON_SCHEMA:
+        return gr_compile_json_schema(g->spec, strlen(g->spec), sm->gv, out, err, errlen);
+    case OAI_GUIDED_REGEX: return gr_compile_regex(g->spec, strlen(g->spec), sm->gv, out, err, errlen);
+    case OAI_GUIDED_CHOICE:
+        return gr_compile_choice((const char *const *)g->choices, NULL, g->n_choices, sm->gv, out, err, errlen);
+    default: return 0;
+    }
+}
+
+/* What oai.c cannot check without the model: token ids against its
+ * vocabulary, and that the structured output asked for compiles. The
+ * grammar is compiled here once, kept in c->grammar, and shared by the
+ * request's sequences (apply_params). */
+static int check_params(conn *c, const oai_request *q, enum MHD_Result *res) {
+    int32_t nv = tok_n_vocab(wk_tok(c->s->models[c->model].w));
+    char msg[OAI_ERR_MSG_MAX];
+    if (q->guided.kind != OAI_GUIDED_NONE) {
+        gr_grammar *g = NULL;
+        char why[256] = "";
+        int rc = compile_guided(&c->s->models[c->model], &q->guided, &g, why, sizeof(why));
+        if (!rc && !(c->grammar = wk_grammar_new(g))) rc = TS_ERR_NOMEM;
+        else if (rc) gr_free(g);
+        if (rc == TS_ERR_NOMEM) {
+            *res = reply_err(c, 503, "server_error", NULL, NULL, 0, "out of memory");
+            return -1;
+        }
+        if (rc) {
+            snprintf(msg, sizeof(msg), "'%s' cannot be used: %s", q->guided.field, why);
+            *res = reply_err(c, 400, "invalid_request_error", q->guided.field, NULL, 0, msg);
+            return -1;
+        }
+    }
+    for (size_t i = 0; i < q->n_logit_bias; i++)
+        if (q->logit_bias[i].id >= nv) {
+            snprintf(msg, sizeof(msg), "logit_bias names token %d; this model's vocabulary has %d tokens",
+                     (int)q->logit_bias[i].id, (int)nv);
+            *res = reply_err(c, 400, "invalid_request_error", "logit_bias", NULL, 0, msg);
+            return -1;
+        }
+    for (size_t i = 0; i < q->n_stop_token_ids; i++)
+        if (q->stop_token_ids[i] >= nv) {
+            snprintf(msg, sizeof(msg), "stop_token_ids names token %d; this model's vocabulary has %d tokens",
+                     (int)q->stop_token_ids[i], (int)nv);
+            *res = reply_err(c, 400, "invalid_request_error", "stop_token_ids", NULL, 0, msg);
+            return -1;
+        }
+    return 0;
+}
+
+/* The tokens a request reserves with the tenant's rate limit: prompt +
+ * max_tokens of every sequence. A max_tokens the request left out (a
+ * chat's default is the rest of the context) is an estimate, not a
+ * demand: when it would reserve more than the tenant's token burst, which
+ * lim_admit refuses outright (too_large), the reservation is the burst (or
+ * the prompts, if more); what the request really uses is charged when it
+ * ends (give_back_limits, lim_finish). */
+static uint64_t reservation(conn *c, const oai_request *q, uint64_t prompts, uint64_t total) {
+    if (q->max_tokens) return total;
+    pthread_mutex_lock(&c->s->lim_mu);
+    const lim_bucket *b = &c->s->lims[c->tenant].tokens;
+    uint64_t burst = b->per_minute ? b->burst : UINT64_MAX;
+    pthread_mutex_unlock(&c->s->lim_mu);
+    if (total <= burst) return total;
+    return burst > prompts ? burst : prompts;
+}
+
+/* Validate, tokenize, check limits and hand the sequences to the worker. */
 static enum MHD_Result start_generation(conn *c, const oai_request *q) {
     srv *s = c->s;
+    enum MHD_Result res;
     int m = cfg_model_find(s->c, q->model);
     if (m < 0) return reply_err(c, 404, "not_found_error", "model", "model_not_found", 0, "the model does not exist");
     c->model = m;
@@ -546,160 +1221,56 @@ static enum MHD_Result start_generation(conn *c, const oai_request *q) {
             snprintf(msg, sizeof(msg), "each stop string must be shorter than %d bytes", DTK_MAX_STOP_LEN);
             return reply_err(c, 400, "invalid_request_error", "stop", NULL, 0, msg);
         }
-    const model_config *mc = &wk_model(s->models[m].w)->cfg;
-    tks_ids tk = {0};
-    char why[OAI_ERR_MSG_MAX] = "";
-    int rc = tokenize(c, q, &tk, why, sizeof(why));
-    int32_t *ids = tk.p;
-    int n = tk.n;
-    if (rc || n < 1) {
-        free(ids);
-        return reply_err(c, 400, "invalid_request_error", q->kind == OAI_CHAT ? "messages" : "prompt", NULL, 0,
-                         rc == TS_ERR_TOK_RANGE ? "prompt token id out of range"
-                         : why[0]               ? why
-                                                : "the prompt is empty or cannot be tokenized");
-    }
-    uint32_t max_new = q->max_tokens ? q->max_tokens : DEFAULT_MAX_TOKENS;
-    if (!q->max_tokens && (int64_t)n + max_new > mc->ctx_len) max_new = (uint32_t)(mc->ctx_len > n ? mc->ctx_len - n : 0);
-    if (max_new < 1 || (int64_t)n + max_new > mc->ctx_len) {
-        free(ids);
-        char msg[200];
-        snprintf(msg, sizeof(msg), "this model's context length is %d tokens; the prompt has %d and max_tokens is %u",
-                 mc->ctx_len, n, max_new);
-        return reply_err(c, 400, "invalid_request_error", "max_tokens", "context_length_exceeded", 0, msg);
-    }
-    enum MHD_Result res;
-    if (take_limits(c, (uint64_t)n + max_new, &res)) {
-        free(ids);
-        return res;
-    }
-    c->req = build_req(c, q, ids, n, max_new);
-    free(ids);
-    if (!c->req) {
+    if (check_params(c, q, &res)) return res;
+    if (setup_generation(c, q)) {
         settle(c, OBS_FAIL_INTERNAL);
         return reply_err(c, 503, "server_error", NULL, NULL, 0, "out of memory");
     }
-    c->kind = q->kind;
-    c->stream = q->stream;
-    c->include_usage = q->include_usage;
-    if ((rc = wk_submit(s->models[m].w, c->req)))
-        return reply_err(c, 503, "server_error", NULL, "shutting_down", 0, "the server is shutting down");
-    watch_add(c);
-    /* The worker may already have admitted or failed it: answer now, or
-     * sleep. Returning MHD_YES with neither a response queued nor the
-     * connection suspended would leave MHD polling the handler. */
-    return continue_generation(c);
-}
-
-static oai_head head_of(const conn *c) {
-    oai_head h = {.kind = c->kind, .created = c->created, .model = c->model_name};
-    memcpy(h.id, c->id, sizeof(h.id));
-    return h;
-}
-
-static oai_finish finish_of(const wk_req *r) {
-    return r->finish && strcmp(r->finish, "stop") == 0 ? OAI_FINISH_STOP : OAI_FINISH_LENGTH;
-}
-
-/* The next SSE bytes for the client, or NULL when there is nothing new.
- * Caller holds r->mu. */
-static char *next_event(conn *c, int *end) {
-    wk_req *r = c->req;
-    oai_head h = head_of(c);
-    *end = 0;
-    if (r->text.len > c->sent_text) {
-        char *ev = oai_chunk_sse(&h, !c->sent_first, r->text.p + c->sent_text, r->text.len - c->sent_text,
-                                 OAI_FINISH_NONE);
-        c->sent_text = r->text.len;
-        c->sent_first = 1;
-        return ev;
+    /* Each sequence is a queued request of the tenant's: more than its
+     * queue takes could never all be admitted. */
+    uint32_t maxq = s->c->tenants[c->tenant].sched.max_queued;
+    if (maxq && (uint64_t)c->n_prompts * (uint64_t)c->best_of > maxq) {
+        char msg[200];
+        snprintf(msg, sizeof(msg), "%d prompt(s) x %d sequences each exceed the %u requests this tenant may queue",
+                 c->n_prompts, c->best_of, maxq);
+        return reply_err(c, 400, "invalid_request_error", c->best_of > c->n_choices ? "best_of" : "n", NULL, 0,
+                         msg);
     }
-    if (r->phase != WK_DONE || c->final_sent) {
-        *end = c->final_sent;
-        return NULL;
+    tks_ids *ids = calloc((size_t)c->n_prompts, sizeof(*ids));
+    uint32_t *max_new = calloc((size_t)c->n_prompts, sizeof(*max_new));
+    if (!ids || !max_new) {
+        free(ids);
+        free(max_new);
+        return MHD_NO;
     }
-    c->final_sent = 1;
-    settle(c, r->status ? obs_outcome_of_req(r) : OBS_COMPLETED);
-    char *last, *usage = NULL;
-    if (r->status) {
-        oai_error e;
-        oai_error_set(&e, r->status, r->error_type, NULL, NULL, "%s", r->error);
-        last = oai_error_sse(&e);
-    } else {
-        last = oai_chunk_sse(&h, !c->sent_first, "", 0, finish_of(r));
-        oai_usage u = {(uint32_t)r->n_prompt, (uint32_t)r->n_generated};
-        if (c->include_usage) usage = oai_usage_sse(&h, &u);
+    res = MHD_NO;
+    uint64_t total = 0, prompts = 0, echo_lp = 0;
+    int p = 0;
+    for (; p < c->n_prompts; p++) {
+        if (prepare_prompt(c, q, p, &ids[p], &max_new[p], &res)) break;
+        if (c->echo && keep_echo(c, q, p, &ids[p])) {
+            res = MHD_NO;
+            break;
+        }
+        total += ((uint64_t)ids[p].n + max_new[p]) * (uint64_t)c->best_of;
+        prompts += (uint64_t)ids[p].n * (uint64_t)c->best_of;
+        echo_lp += (uint64_t)ids[p].n * (uint64_t)c->best_of * (uint64_t)(c->logprobs + 1);
     }
-    size_t a = last ? strlen(last) : 0, b = usage ? strlen(usage) : 0, d = strlen(OAI_SSE_DONE);
-    char *all = malloc(a + b + d + 1);
-    if (all) {
-        memcpy(all, last ? last : "", a);
-        memcpy(all + a, usage ? usage : "", b);
-        memcpy(all + a + b, OAI_SSE_DONE, d + 1);
+    if (p == c->n_prompts && c->echo && c->logprobs >= 0 && echo_lp > ECHO_LP_MAX_ENTRIES) {
+        char msg[OAI_ERR_MSG_MAX];
+        snprintf(msg, sizeof(msg),
+                 "echo with logprobs would answer %llu prompt logprob entries (prompt tokens x sequences x "
+                 "(logprobs + 1)); at most %u are answered",
+                 (unsigned long long)echo_lp, ECHO_LP_MAX_ENTRIES);
+        res = reply_err(c, 400, "invalid_request_error", "echo", NULL, 0, msg);
+        p = -1;
     }
-    free(last);
-    free(usage);
-    return all;
-}
-
-static ssize_t sse_reader(void *cls, uint64_t pos, char *buf, size_t max) {
-    conn *c = cls;
-    (void)pos;
-    if (!c->pend || c->pend_off == c->pend_len) {
-        free(c->pend);
-        c->pend = NULL;
-        int end;
-        pthread_mutex_lock(&c->req->mu);
-        char *ev = next_event(c, &end);
-        if (!ev && !end) suspend_locked(c);
-        pthread_mutex_unlock(&c->req->mu);
-        if (!ev) return end ? MHD_CONTENT_READER_END_OF_STREAM : 0;
-        c->pend = ev;
-        c->pend_len = strlen(ev);
-        c->pend_off = 0;
-    }
-    size_t n = c->pend_len - c->pend_off < max ? c->pend_len - c->pend_off : max;
-    memcpy(buf, c->pend + c->pend_off, n);
-    c->pend_off += n;
-    return (ssize_t)n;
-}
-
-/* The worker moved the request on: answer now, or sleep again. */
-static enum MHD_Result continue_generation(conn *c) {
-    wk_req *r = c->req;
-    pthread_mutex_lock(&r->mu);
-    int phase = r->phase, status = r->status;
-    if (phase == WK_DONE && status) {
-        char msg[sizeof(r->error)];
-        const char *type = r->error_type;
-        memcpy(msg, r->error, sizeof(msg));
-        settle(c, obs_outcome_of_req(r));
-        pthread_mutex_unlock(&r->mu);
-        return reply_err(c, status, type, NULL, NULL, 0, msg);
-    }
-    if (c->stream && phase >= WK_ADMITTED) {
-        pthread_mutex_unlock(&r->mu);
-        struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, SSE_BLOCK_BYTES, sse_reader,
-                                                                      c, NULL);
-        if (!resp) return MHD_NO;
-        MHD_add_response_header(resp, "Content-Type", "text/event-stream");
-        MHD_add_response_header(resp, "Cache-Control", "no-cache");
-        enum MHD_Result ok = MHD_queue_response(c->mc, 200, resp);
-        MHD_destroy_response(resp);
-        c->status = 200;
-        obs_request(c->s->obs, c->tenant, 200);
-        return ok;
-    }
-    if (phase != WK_DONE) {
-        suspend_locked(c);
-        pthread_mutex_unlock(&r->mu);
-        return MHD_YES;
-    }
-    oai_head h = head_of(c);
-    oai_usage u = {(uint32_t)r->n_prompt, (uint32_t)r->n_generated};
-    char *j = oai_response_json(&h, r->text.p ? r->text.p : "", r->text.len, finish_of(r), &u);
-    pthread_mutex_unlock(&r->mu);
-    return j ? reply(c, 200, "application/json", j, strlen(j), 0) : MHD_NO;
+    if (p == c->n_prompts && !take_limits(c, reservation(c, q, prompts, total), &res))
+        res = submit_generation(c, q, ids, max_new);
+    for (int i = 0; i < c->n_prompts; i++) free(ids[i].p);
+    free(ids);
+    free(max_new);
+    return res;
 }
 
 /* ---- other routes ------------------------------------------------------------ */
@@ -1243,7 +1814,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *mc, const ch
         *data_size = 0;
         return MHD_YES;
     }
-    if (c->acted && c->req) return continue_generation(c);
+    if (c->acted && c->gen) return continue_generation(c);
     return c->acted && c->n_ereqs ? continue_embeddings(c) : act(c);
 }
 
@@ -1284,6 +1855,11 @@ static void on_completed(void *cls, struct MHD_Connection *mc, void **con_cls, e
     wk_req_release(c->req);
     for (int i = 0; i < c->n_ereqs; i++) wk_req_release(c->ereqs[i]);
     free(c->ereqs);
+    for (int i = 0; c->echo_text && i < c->n_prompts; i++) free(c->echo_text[i]);
+    free(c->echo_text);
+    free(c->echo_len);
+    free(c->gs);
+    wk_grammar_release(c->grammar);
     if (c->has_emb_mu) pthread_mutex_destroy(&c->emb_mu);
     free(c->pend);
     free(c->body);
@@ -1376,11 +1952,18 @@ static int start_workers(srv *s, char *err, size_t errlen) {
             .tenants = tc,
             .n_tenants = (int)c->n_tenants,
             .hooks = obs_hooks(s->obs, m),
+            .prefix_cache = cm->prefix_cache,
+            .shared_prefixes = (const char *const *)cm->shared_prefixes,
+            .n_shared_prefixes = (int)cm->n_shared_prefixes,
         };
         char inner[384];
         rc = wk_new(&o, &s->models[m].w, inner, sizeof(inner));
         if (rc) snprintf(err, errlen, "model '%s': %s", cm->name, inner);
         else rc = setup_chat(&s->models[m], cm, err, errlen);
+        /* Without the trie (out of memory) the model still serves; only
+         * structured output is refused. */
+        if (!rc && wk_model(s->models[m].w) && gr_vocab_new(wk_tok(s->models[m].w), &s->models[m].gv))
+            s->models[m].gv = NULL;
         if (!rc) {
             const model *dm = wk_model(s->models[m].w);
             const enc_model *em = wk_encoder(s->models[m].w);
@@ -1528,6 +2111,7 @@ void srv_free(srv *s) {
     if (s->d) MHD_stop_daemon(s->d);
     for (int m = 0; s->models && m < s->n_models; m++) {
         wk_free(s->models[m].w);
+        gr_vocab_free(s->models[m].gv);    /* after every grammar compiled on it */
         tks_set_free(s->models[m].specials);
         chat_tpl_free(s->models[m].tpl);
     }

@@ -14,15 +14,18 @@
  */
 #include "worker.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <time.h>
 #ifdef _OPENMP
 #include <omp.h>
 #endif
 
 #include "err.h"
+#include "tokspecial.h"
 
 struct wk_worker {
     wk_opts o;
@@ -37,6 +40,11 @@ struct wk_worker {
     sched *s;
     smp scratch;            /* shared sampling scratch */
     int32_t vocab;
+    int32_t *end_ids;       /* (n_end) the tokens is_end_token accepts:
+                             * masked before a request's min_tokens */
+    int32_t n_end;
+    int32_t *first_row;     /* (max_seqs) first logits row of each item */
+    int32_t logit_rows;     /* rows logits can hold (grows for echo) */
     pthread_t thread;
     int started;
     pthread_mutex_t mu;     /* inbox, flags */
@@ -60,6 +68,7 @@ struct wk_worker {
     char *host;             /* swap space: n_swap blocks of block_bytes */
     size_t block_bytes;
     int64_t last_end_us;
+    tks_ids *pub;           /* (o.n_shared_prefixes) the public prefixes' tokens */
     /* latest stats, for wk_snapshot */
     pthread_mutex_t snap_mu;
     sched_tenant_stats *snap;
@@ -104,10 +113,62 @@ void wk_req_release(wk_req *r) {
     pthread_mutex_destroy(&r->mu);
     dtk_deinit(&r->detok);
     smp_deinit(&r->sampler);
+    free(r->bias);
+    gr_state_free(r->gstate);
+    wk_grammar_release(r->grammar);
+    free(r->lps);
+    free(r->plps);
     free(r->tokens);
     free(r->embedding);
     strbuf_free(&r->text);
     free(r);
+}
+
+wk_grammar *wk_grammar_new(gr_grammar *g) {
+    wk_grammar *sg = calloc(1, sizeof(*sg));
+    if (!sg) {
+        gr_free(g);
+        return NULL;
+    }
+    atomic_init(&sg->refs, 1);
+    sg->g = g;
+    return sg;
+}
+
+wk_grammar *wk_grammar_ref(wk_grammar *g) {
+    if (g) atomic_fetch_add(&g->refs, 1);
+    return g;
+}
+
+void wk_grammar_release(wk_grammar *g) {
+    if (!g || atomic_fetch_sub(&g->refs, 1) != 1) return;
+    gr_free(g->g);
+    free(g);
+}
+
+int wk_req_want_logprobs(wk_req *r, int top_k, int prompt) {
+    if (top_k < 0 || top_k > SMP_MAX_TOP) return TS_ERR_INVAL;
+    r->sp.top_logprobs = top_k;
+    if (!r->lps && !(r->lps = calloc((size_t)(r->max_new > 0 ? r->max_new : 1), sizeof(smp_lp))))
+        return TS_ERR_NOMEM;
+    if (!prompt || r->plps) return 0;
+    if (!(r->plps = calloc((size_t)(r->n_prompt > 0 ? r->n_prompt : 1), sizeof(smp_lp)))) return TS_ERR_NOMEM;
+    for (int32_t i = 0; i < r->n_prompt; i++) r->plps[i].logprob = NAN;
+    r->want_prompt_lp = 1;
+    return 0;
+}
+
+int wk_req_set_bias(wk_req *r, const smp_bias *b, int n) {
+    free(r->bias);
+    r->bias = NULL;
+    r->sp.bias = NULL;
+    r->sp.n_bias = 0;
+    if (n <= 0) return 0;
+    if (!(r->bias = malloc((size_t)n * sizeof(*b)))) return TS_ERR_NOMEM;
+    memcpy(r->bias, b, (size_t)n * sizeof(*b));
+    r->sp.bias = r->bias;
+    r->sp.n_bias = n;
+    return 0;
 }
 
 /* When memory runs out the text is cut there (strbuf stops appending) and
@@ -151,6 +212,12 @@ static int setup_sched(wk_worker *w, char *err, size_t errlen) {
     c.max_running = w->o.max_seqs;
     c.budget_min = w->o.budget_min;
     c.budget_max = w->o.budget_max;
+    c.prefix_cache = w->o.prefix_cache && !w->em; /* an encoder keeps no K/V */
+    /* A secret for the prefix cache's hashes, so that no client can aim
+     * prompts at one bucket. Should the kernel refuse, the cache runs
+     * unkeyed: slower look-ups at worst, tenants stay apart (scoped). */
+    if (c.prefix_cache && getrandom(&c.cache_key, sizeof(c.cache_key), 0) != (ssize_t)sizeof(c.cache_key))
+        c.cache_key = 0;
     int rc = sched_new(&c, &w->s);
     if (rc) {
         snprintf(err, errlen, "scheduler: invalid limits (budget %d..%d, %d seqs, %d blocks)", c.budget_min,
@@ -167,6 +234,18 @@ static int setup_sched(wk_worker *w, char *err, size_t errlen) {
             snprintf(err, errlen, "tenant %s rejected", w->tenants[i].name);
             return rc;
         }
+    return 0;
+}
+
+static int is_end_token(const wk_worker *w, int32_t id);
+
+/* Every end token of the vocabulary, once: min_tokens masks them all. */
+static int collect_end_ids(wk_worker *w) {
+    int32_t n = tok_n_vocab(w->t), k = 0;
+    for (int32_t i = 0; i < n; i++) k += is_end_token(w, i);
+    if (!(w->end_ids = malloc((size_t)(k ? k : 1) * sizeof(int32_t)))) return TS_ERR_NOMEM;
+    for (int32_t i = 0; i < n; i++)
+        if (is_end_token(w, i)) w->end_ids[w->n_end++] = i;
     return 0;
 }
 
@@ -187,7 +266,10 @@ static int alloc_buffers(wk_worker *w) {
     if (!w->seqs || !w->rows || (!w->em && !w->logits) || (w->em && !w->eout) || !w->etok || !w->elen ||
         !w->eitem || !w->results || !w->by_slot || !w->snap || (swap && !w->host))
         return TS_ERR_NOMEM;
-    smp_params p = {0.0f, 0, 1.0f, 0, NULL, 0};
+    if (!w->em && ((w->first_row = calloc(seqs, sizeof(int32_t))) == NULL || collect_end_ids(w)))
+        return TS_ERR_NOMEM;
+    w->logit_rows = (int32_t)seqs;
+    smp_params p = {.top_p = 1.0f};
     return smp_init(&w->scratch, w->vocab, &p);
 }
 
@@ -266,6 +348,56 @@ static int load_encoder(wk_worker *w, gguf_ctx *g, char *err, size_t errlen) {
     return 0;
 }
 
+/* ---- prefix cache ------------------------------------------------------------ */
+
+/* The declared public prefixes' tokens, as a completions prompt's are
+ * tokenized (BOS included when the vocabulary wants it). */
+static int load_public(wk_worker *w, char *err, size_t errlen) {
+    if (!w->o.n_shared_prefixes || w->em || !w->o.prefix_cache) return 0;
+    if (!(w->pub = calloc((size_t)w->o.n_shared_prefixes, sizeof(tks_ids)))) return TS_ERR_NOMEM;
+    for (int i = 0; i < w->o.n_shared_prefixes; i++) {
+        const char *text = w->o.shared_prefixes[i];
+        int rc = tks_encode_text(w->t, text, strlen(text), tok_add_bos(w->t), &w->pub[i]);
+        if (rc) {
+            snprintf(err, errlen, "%s: shared_prefixes[%d] cannot be tokenized", w->o.path, i);
+            return rc;
+        }
+    }
+    return 0;
+}
+
+/* Leading tokens of r's prompt that a declared public prefix covers: the
+ * longest prefix whose tokens, all but its last, begin the prompt (the
+ * last may merge with the text after it). A request with a cache_salt
+ * asked for its own cache: none. */
+static int32_t public_tokens(const wk_worker *w, const wk_req *r) {
+    int32_t best = 0;
+    for (int i = 0; w->pub && !r->cache_salt && i < w->o.n_shared_prefixes; i++) {
+        int32_t n = w->pub[i].n - 1;
+        if (n > best && n <= r->n_prompt && !memcmp(r->tokens, w->pub[i].p, (size_t)n * sizeof(int32_t)))
+            best = n;
+    }
+    return best;
+}
+
+uint64_t wk_cache_salt(const char *s, size_t len) {
+    uint64_t h = 0xcbf29ce484222325ull; /* FNV-1a, then a finaliser */
+    for (size_t i = 0; i < len; i++) h = (h ^ (uint8_t)s[i]) * 0x100000001b3ull;
+    h ^= h >> 33;
+    h *= 0xff51afd7ed558ccdull;
+    h ^= h >> 33;
+    return h ? h : 1;
+}
+
+/* Offer r to the scheduler with its prompt's tokens for the prefix cache.
+ * Not for echo with prompt logprobs: every prompt row must be computed. */
+static int submit_prompt(wk_worker *w, wk_req *r, int64_t now, sched_reason *why) {
+    sched_prompt p = {r->tokens, r->n_prompt, r->cache_salt, 0};
+    if (w->em || r->want_prompt_lp) p.tokens = NULL;
+    else p.n_public = public_tokens(w, r);
+    return sched_submit_prompt(w->s, now, r->tenant, &p, r->max_new, &r->sid, why);
+}
+
 int wk_new(const wk_opts *o, wk_worker **out, char *err, size_t errlen) {
     *out = NULL;
     wk_worker *w = calloc(1, sizeof(*w));
@@ -280,7 +412,7 @@ int wk_new(const wk_opts *o, wk_worker **out, char *err, size_t errlen) {
     if ((rc = gguf_open(o->path, &g, err, errlen))) goto err;
     rc = enc_is_encoder(g) ? load_encoder(w, g, err, errlen) : load_decoder(w, g, err, errlen);
     if (rc) goto err;
-    if ((rc = setup_sched(w, err, errlen))) goto err;
+    if ((rc = setup_sched(w, err, errlen)) || (rc = load_public(w, err, errlen))) goto err;
     if ((rc = alloc_buffers(w))) {
         snprintf(err, errlen, "out of memory for the worker's buffers");
         goto err;
@@ -317,9 +449,11 @@ void wk_free(wk_worker *w) {
     model_free(w->m);
     enc_free(w->em);
     smp_deinit(&w->scratch);
-    free(w->seqs); free(w->rows); free(w->logits); free(w->results); free(w->by_slot);
+    free(w->seqs); free(w->rows); free(w->logits); free(w->end_ids); free(w->first_row); free(w->results); free(w->by_slot);
     free(w->etok); free(w->elen); free(w->eitem); free(w->eout);
     free(w->snap); free(w->host); free(w->tiers); free(w->tenants);
+    for (int i = 0; w->pub && i < w->o.n_shared_prefixes; i++) free(w->pub[i].p);
+    free(w->pub);
     pthread_cond_destroy(&w->cv);
     pthread_cond_destroy(&w->idle_cv);
     pthread_mutex_destroy(&w->mu);
@@ -331,6 +465,22 @@ const tok *wk_tok(const wk_worker *w) { return w->t; }
 const model *wk_model(const wk_worker *w) { return w->m; }
 const enc_model *wk_encoder(const wk_worker *w) { return w->em; }
 int32_t wk_ctx_len(const wk_worker *w) { return w->ctx_len; }
+
+/* The quota follows sched.c's (tenant_add): the smaller of max_kv_blocks
+ * and floor(max_kv_fraction x pool) where set. */
+int32_t wk_kv_tokens(const wk_worker *w, int32_t tenant) {
+    int64_t blocks = w->n_blocks;
+    if (tenant >= 0 && tenant < w->o.n_tenants) {
+        const sched_tenant_cfg *t = &w->tenants[tenant];
+        if (t->max_kv_blocks > 0 && t->max_kv_blocks < blocks) blocks = t->max_kv_blocks;
+        if (t->max_kv_frac > 0) {
+            int64_t q = (int64_t)floor(t->max_kv_frac * w->n_blocks);
+            if (q < blocks) blocks = q;
+        }
+    }
+    int64_t tokens = blocks * w->block_size;
+    return tokens < w->ctx_len ? (int32_t)tokens : w->ctx_len;
+}
 int32_t wk_embed_dim(const wk_worker *w) { return w->em ? w->edim : 0; }
 
 /* ---- the doors ------------------------------------------------------------- */
@@ -409,8 +559,7 @@ static void admit(wk_worker *w, wk_req *r, int64_t now) {
         return;
     }
     smp_params sp = r->sp;
-    sp.stop_ids = NULL;
-    sp.n_stop = 0;
+    sp.stop_ids = r->stop_ids;  /* stop_token_ids; the model's end tokens are is_end_token's */
     const char *stops[DTK_MAX_STOPS];
     for (int i = 0; i < r->n_stops; i++) stops[i] = r->stops[i];
     if (!w->em && (smp_init_params(&r->sampler, w->vocab, &sp) || dtk_init(&r->detok, w->t, stops, r->n_stops))) {
@@ -419,8 +568,10 @@ static void admit(wk_worker *w, wk_req *r, int64_t now) {
         drop_live(w, r);
         return;
     }
+    /* Stop strings count from the min_tokens-th token on, as vLLM's. */
+    if (!w->em && sp.min_tokens > 1) r->detok.quiet = sp.min_tokens - 1;
     sched_reason why;
-    if (sched_submit(w->s, now, r->tenant, r->n_prompt, r->max_new, &r->sid, &why)) {
+    if (submit_prompt(w, r, now, &why)) {
         if (w->o.hooks.on_reject) w->o.hooks.on_reject(w->o.hooks.ctx, r, why);
         int status = sched_reason_http(why);
         fail_req(r, WK_END_REJECTED, why, status,
@@ -473,19 +624,94 @@ static int is_end_token(const wk_worker *w, int32_t id) {
     return id == tok_eos(w->t) || (tok_is_control(w->t, id) && id != tok_bos(w->t));
 }
 
-/* Sample for one item, extend the request's tokens, release text. */
-static void sample_item(wk_worker *w, wk_req *r, const float *row, sched_item_result *res, int64_t now) {
-    int32_t id = smp_sample_with(&r->sampler, &w->scratch, row);
-    if (id < 0) id = tok_eos(w->t) >= 0 ? tok_eos(w->t) : 0;
+/* Structured output: keep only the tokens the grammar allows next (rows
+ * past the tokenizer's vocabulary, which no grammar allows, too). 0 when
+ * nothing may follow: the output is complete, or a min_tokens mask left
+ * the grammar no way on; either way the request ends there. */
+/* The grammar's state, made at the request's first sample so that a
+ * queued request holds none; its end tokens besides EOS are the model's
+ * end-of-turn tokens and the request's stop_token_ids. A state takes
+ * GR_MAX_END of them: the model's first (in vocabulary order, which puts
+ * <|eot_id|>, <|im_end|> among the first), then the request's; an id past
+ * that is still an end token when sampled, but under a grammar it is only
+ * allowed where the grammar's own bytes allow it. 0, or -1 when the state
+ * could not be made (out of memory). */
+static int guide_start(wk_worker *w, wk_req *r) {
+    if (r->gstate) return 0;
+    int32_t ids[GR_MAX_END];
+    int n = 0;
+    int32_t eos = tok_eos(w->t);
+    for (int32_t i = 0; i < w->n_end && n < GR_MAX_END; i++)
+        if (w->end_ids[i] != eos) ids[n++] = w->end_ids[i];
+    for (int i = 0; i < r->sp.n_stop && n < GR_MAX_END; i++) {
+        int dup = r->stop_ids[i] == eos;
+        for (int k = 0; k < n && !dup; k++) dup = ids[k] == r->stop_ids[i];
+        if (!dup) ids[n++] = r->stop_ids[i];
+    }
+    if (gr_state_new(r->grammar->g, &r->gstate)) return -1;
+    if (gr_state_set_end_ids(r->gstate, ids, n)) {
+        gr_state_free(r->gstate);
+        r->gstate = NULL;
+        return -1;
+    }
+    return 0;
+}
+
+static int guide_mask(wk_worker *w, wk_req *r, float *row) {
+    int n = gr_state_mask(r->gstate, row);
+    for (int32_t i = tok_n_vocab(w->t); i < w->vocab; i++) row[i] = -INFINITY;
+    return n > 0;
+}
+
+/* Move the grammar past the sampled token: 1 when the output is complete
+ * with it (the request ends after this token), -1 when the token is
+ * outside the grammar (the mask makes that impossible; kept as the
+ * guard: the request ends before it), else 0. */
+static int guide_advance(wk_req *r, int32_t id) {
+    if (gr_state_accept(r->gstate, id) < 0) return -1;
+    return gr_state_done(r->gstate);
+}
+
+/* Sample for one item, extend the request's tokens, release text. The
+ * sampler sees the history for its penalties and min_tokens; an end token
+ * ends the request unless it asked ignore_eos, a stop_token_id always
+ * does, and neither is part of the text. */
+static void sample_item(wk_worker *w, wk_req *r, float *row, sched_item_result *res, int64_t now) {
+    smp_hist h = {r->tokens, r->n_prompt, r->tokens + r->n_prompt, r->n_generated, w->end_ids, w->n_end};
+    smp_lp lp;
+    if (r->grammar && guide_start(w, r)) {
+        r->gstate_oom = 1;                       /* finalize fails it */
+        res->finished = 1;
+        return;
+    }
+    int guided_end = r->gstate && !guide_mask(w, r, row);
+    int32_t id = guided_end ? SMP_NO_TOKEN : smp_sample_full(&r->sampler, &w->scratch, row, &h, r->lps ? &lp : NULL);
+    if (id < 0) {
+        /* Nothing can follow: the grammar is complete and takes no end
+         * token here, or the masks (min_tokens, a -inf row) left no finite
+         * logit. The sequence ends before a token, and none is recorded
+         * (a fallback id would be a token the row forbade). */
+        r->stopped = 1;
+        res->finished = 1;
+        return;
+    }
     int32_t pos = r->n_prompt + r->n_generated;
     if (pos < r->n_prompt + r->max_new) r->tokens[pos] = id;
     const char *txt = NULL;
     size_t n = 0;
-    int stop = is_end_token(w, id);
-    if (!stop && dtk_push(&r->detok, id, &txt, &n) == 1) stop = 1;
+    int end = is_end_token(w, id);
+    int stop = (end && !r->ignore_eos) || smp_is_stop(&r->sampler, id);
+    int gdone = r->gstate && !stop ? guide_advance(r, id) : 0;
+    if (gdone < 0) stop = 1;                     /* outside the grammar: not part of the text */
+    if (!stop && !end && dtk_push(&r->detok, id, &txt, &n) == 1) stop = 1;
+    if (gdone > 0) stop = 1;                     /* complete: this token was its last */
     res->finished = (uint8_t)stop;
     pthread_mutex_lock(&r->mu);
     int first = r->n_generated == 0;
+    if (r->lps && r->n_generated < r->max_new) {
+        r->lps[r->n_generated] = lp;
+        r->cum_logprob += lp.logprob;
+    }
     r->n_generated++;
     if (first) r->first_token_us = now;
     r->stopped = stop;
@@ -554,6 +780,53 @@ static int run_encoder(wk_worker *w, const sched_plan *p) {
     return flush_encoder(w, p, n);
 }
 
+/* A request that wants its prompt's logprobs (echo) gets every row of
+ * the chunks that cover its prompt. */
+static int wants_all_rows(const wk_req *r, const sched_item *it) {
+    return r->want_prompt_lp && it->pos < r->n_prompt && it->n_tokens > 0;
+}
+
+/* The most the step's logits may take when echo asks for whole chunks:
+ * a chunk of 512 tokens of a 150k vocabulary is 300 MB. Past it, the
+ * prompt rows are not computed this step (those prompt logprobs stay
+ * null) rather than failing the whole step. */
+#define WK_ALL_ROWS_MAX_BYTES ((size_t)256 << 20)
+
+/* Room for rows logits rows: the step buffer holds one per sequence and
+ * grows (only) when echo asks for whole chunks. */
+static int reserve_rows(wk_worker *w, int32_t rows) {
+    if (rows <= w->logit_rows) return 0;
+    float *p = realloc(w->logits, (size_t)rows * (size_t)w->vocab * sizeof(float));
+    if (!p) return TS_ERR_NOMEM;
+    w->logits = p;
+    w->logit_rows = rows;
+    return 0;
+}
+
+/* The prompt tokens' logprobs from an item's rows: row k predicts the
+ * token at it->pos + k + 1. Recomputed chunks (after a preemption) write
+ * the same values again. */
+static void record_prompt_lps(wk_worker *w, wk_req *r, const sched_item *it, const float *rows) {
+    for (int32_t k = 0; k < it->n_tokens; k++) {
+        int32_t at = it->pos + k + 1;
+        if (at >= r->n_prompt) break;
+        smp_lp lp;
+        if (smp_logprobs(rows + (size_t)k * w->vocab, w->vocab, r->tokens[at], r->sp.top_logprobs, &lp)) continue;
+        pthread_mutex_lock(&r->mu);
+        r->plps[at] = lp;
+        pthread_mutex_unlock(&r->mu);
+    }
+}
+
+/* Whether item i may have all its rows: what the items from i on need at
+ * least (one row each that samples, all of item i's), after the rows
+ * taken so far, within WK_ALL_ROWS_MAX_BYTES. */
+static int all_rows_fit(const wk_worker *w, const sched_plan *p, int32_t i, int32_t rows) {
+    size_t need = (size_t)rows + (size_t)p->items[i].n_tokens;
+    for (int32_t k = i + 1; k < p->n_items; k++) need += p->items[k].sample ? 1 : 0;
+    return need * (size_t)w->vocab * sizeof(float) <= WK_ALL_ROWS_MAX_BYTES || need <= (size_t)w->logit_rows;
+}
+
 static int run_plan(wk_worker *w, const sched_plan *p, double *copy_us) {
     int32_t rows = 0;
     *copy_us = 0;
@@ -562,14 +835,23 @@ static int run_plan(wk_worker *w, const sched_plan *p, double *copy_us) {
     for (int32_t i = 0; i < p->n_items; i++) {
         const sched_item *it = &p->items[i];
         wk_req *r = w->by_slot[(uint32_t)it->id];
+        int all = wants_all_rows(r, it) && all_rows_fit(w, p, i, rows);
         w->seqs[i] = (eng_seq){r->tokens + it->pos, it->n_tokens, it->pos, it->blocks, it->n_blocks,
-                               it->sample ? ENG_LOGITS_LAST : ENG_LOGITS_NONE};
-        w->rows[i] = it->sample ? rows++ : -1;
+                               all ? ENG_LOGITS_ALL : it->sample ? ENG_LOGITS_LAST : ENG_LOGITS_NONE};
+        w->first_row[i] = rows;
+        rows += all ? it->n_tokens : it->sample ? 1 : 0;
+        w->rows[i] = it->sample ? rows - 1 : -1;
         w->results[i].finished = 0;
     }
-    eng_batch b = {w->seqs, p->n_items};
-    int rc = eng_forward(w->e, &b, w->logits);
+    int rc = reserve_rows(w, rows);
     if (rc) return rc;
+    eng_batch b = {w->seqs, p->n_items};
+    rc = eng_forward(w->e, &b, w->logits);
+    if (rc) return rc;
+    for (int32_t i = 0; i < p->n_items; i++)
+        if (w->seqs[i].logits == ENG_LOGITS_ALL)
+            record_prompt_lps(w, w->by_slot[(uint32_t)p->items[i].id], &p->items[i],
+                              w->logits + (size_t)w->first_row[i] * w->vocab);
     int64_t t = wk_now_us();
     for (int32_t i = 0; i < p->n_items; i++)
         if (w->rows[i] >= 0)
@@ -591,7 +873,13 @@ static void finalize(wk_worker *w, const sched_end *e) {
     r->end_us = wk_now_us();
     r->engine_us = e->engine_us;
     r->preemptions = e->preemptions;
-    if (e->state == SCHED_FINISHED) {
+    r->cached_tokens = e->cached_tokens;
+    if (e->state == SCHED_FINISHED && r->gstate_oom) {
+        r->end = WK_END_FAILED;
+        r->status = 503;
+        r->error_type = "server_error";
+        snprintf(r->error, sizeof(r->error), "out of memory for the grammar's state");
+    } else if (e->state == SCHED_FINISHED) {
         if (!r->embedding) {
             dtk_finish(&r->detok, &txt, &n);
             outbox_append(r, txt, n);
@@ -648,6 +936,7 @@ static void publish(wk_worker *w, const sched_plan *p, int64_t now, double step_
         .prefill_tokens = prefill,
         .kv_used = w->snap_pool.kv_used,
         .kv_total = w->snap_pool.kv_total,
+        .kv_cached = w->snap_pool.kv_cached,
         .tenants = w->snap,
         .n_tenants = w->o.n_tenants,
     };

@@ -14,6 +14,14 @@
  * notify (under mu) before it lets go, so no call reaches a connection that
  * is gone.
  *
+ * Sampling follows the request's OpenAI parameters (sampler.h): penalties
+ * over its own history, logit_bias, min_tokens (the model's end tokens and
+ * its stop_token_ids masked until then), ignore_eos, and, when the HTTP
+ * side compiled one, a grammar (grammar.h) that masks each row before the
+ * draw and ends the request once the output is complete. Logprobs of the
+ * generated tokens (and with echo, of the prompt's, from every prompt row
+ * of its prefill chunks) go to the outbox beside the text.
+ *
  * Every accepted request ends exactly once (the scheduler guarantees it);
  * the worker turns each end into a final outbox state: done with a finish
  * reason ("stop", "length"), or failed with an HTTP status and a message.
@@ -28,6 +36,7 @@
 #include "detok.h"
 #include "enc.h"
 #include "engine.h"
+#include "grammar.h"
 #include "model.h"
 #include "sampler.h"
 #include "sched.h"
@@ -51,6 +60,22 @@ enum wk_end {
     WK_END_SHUTDOWN,        /* failed by a shutdown past its grace */
 };
 
+/* A compiled grammar shared by the sequences of one request (n, best_of):
+ * compiled once, each sequence holds a reference, the last release frees
+ * it. The references may be dropped on any thread (a sequence can outlive
+ * its connection, and the connection its sequences). */
+typedef struct wk_grammar {
+    atomic_int refs;
+    gr_grammar *g;          /* read-only once built (grammar.h) */
+} wk_grammar;
+
+/* A shared grammar over g, one reference held; it owns g from here on (g
+ * is freed on failure too). NULL on out of memory. */
+wk_grammar *wk_grammar_new(gr_grammar *g);
+/* Another reference to g (g may be NULL). */
+wk_grammar *wk_grammar_ref(wk_grammar *g);
+void wk_grammar_release(wk_grammar *g);
+
 typedef struct wk_req {
     /* Set before wk_submit; read-only afterwards. */
     int32_t tenant;
@@ -59,9 +84,29 @@ typedef struct wk_req {
     smp_params sp;          /* sampling; stop ids are the model's end tokens */
     char stops[DTK_MAX_STOPS][DTK_MAX_STOP_LEN];
     int n_stops;
+    uint64_t cache_salt;    /* the request's cache_salt, hashed (wk_cache_salt);
+                             * 0 = none. Its prompt shares prefix cache blocks
+                             * only with requests of its tenant and salt */
     float *embedding;       /* (dim) an embedding request's output, or NULL
                              * for a generation request; written by the
                              * worker before the request is done */
+    /* The OpenAI parameters beyond smp_params' own (build them with
+     * wk_req_set_bias / wk_req_want_logprobs): sp.stop_ids and sp.bias
+     * point into these, which r owns. */
+    int32_t stop_ids[SMP_MAX_STOP]; /* stop_token_ids: end it, and are not
+                             * part of the text */
+    smp_bias *bias;         /* (sp.n_bias) logit_bias, owned */
+    int ignore_eos;         /* the model's end tokens do not end it */
+    struct wk_grammar *grammar; /* structured output: the output must follow
+                             * it (a reference, shared by the request's
+                             * sequences; compiled by the HTTP side), or NULL */
+    gr_state *gstate;       /* the worker's place in it: made at the first
+                             * sample (about 1.5 MB), not while queued */
+    int gstate_oom;         /* worker-only: gstate could not be made; the
+                             * request ends failed with 503 */
+    int want_prompt_lp;     /* echo with logprobs: the engine returns every
+                             * prompt row; a prefix cache must not skip
+                             * them (plps stays NaN where it did) */
     void (*notify)(struct wk_req *r); /* under mu, when the outbox changed */
     void *user;             /* the HTTP side's context */
 
@@ -71,6 +116,12 @@ typedef struct wk_req {
     strbuf text;            /* released text so far; cut (never gapped)
                              * if memory runs out */
     int32_t n_generated;
+    smp_lp *lps;            /* (max_new) each generated token's logprobs,
+                             * or NULL (wk_req_want_logprobs) */
+    smp_lp *plps;           /* (n_prompt) each prompt token's given the
+                             * ones before; [0] and rows not computed hold
+                             * a NaN logprob; or NULL */
+    double cum_logprob;     /* sum of lps[].logprob: best_of ranks by it */
     const char *finish;     /* "stop" | "length" once done without error */
     int status;             /* HTTP status of a failure, 0 otherwise */
     int end;                /* enum wk_end */
@@ -81,6 +132,8 @@ typedef struct wk_req {
     int64_t last_token_us;  /* worker-only: for inter-token latency */
     double engine_us;       /* engine time attributed to it */
     uint32_t preemptions;
+    int32_t cached_tokens;  /* prompt tokens the prefix cache supplied (OpenAI's
+                             * usage.prompt_tokens_details.cached_tokens) */
 
     /* The worker's own. */
     sched_id sid;
@@ -100,6 +153,12 @@ wk_req *wk_req_new(int32_t n_prompt, int32_t max_new);
  * output, the dim-float vector in r->embedding once done. */
 wk_req *wk_req_new_embed(int32_t n_prompt, int32_t dim);
 void wk_req_release(wk_req *r);
+/* Record the logprobs of each generated token (and the top top_k
+ * alternatives, 0..SMP_MAX_TOP) in r->lps, and with prompt those of the
+ * prompt's tokens in r->plps. Before wk_submit. 0 or TS_ERR_NOMEM/_INVAL. */
+int wk_req_want_logprobs(wk_req *r, int top_k, int prompt);
+/* Copy n logit_bias entries into r (sp.bias). 0 or TS_ERR_NOMEM. */
+int wk_req_set_bias(wk_req *r, const smp_bias *b, int n);
 
 typedef struct wk_step_info {
     int64_t now_us;
@@ -107,6 +166,7 @@ typedef struct wk_step_info {
     double idle_us;         /* time since the previous step ended */
     int32_t n_items, tokens, prefill_tokens;
     int32_t kv_used, kv_total;
+    int32_t kv_cached;      /* blocks in the prefix cache (sched_stats) */
     const sched_tenant_stats *tenants; /* (n_tenants) after the step */
     int32_t n_tenants;
 } wk_step_info;
@@ -132,6 +192,9 @@ typedef struct wk_opts {
     const sched_tenant_cfg *tenants;  /* (n_tenants), ids follow this order */
     int n_tenants;
     wk_hooks hooks;
+    int prefix_cache;       /* 1: automatic prefix caching (a decoder's) */
+    const char *const *shared_prefixes; /* (n_shared_prefixes) public prefix texts */
+    int n_shared_prefixes;
 } wk_opts;
 
 typedef struct wk_worker wk_worker;
@@ -153,6 +216,11 @@ const tok *wk_tok(const wk_worker *w);
 const model *wk_model(const wk_worker *w);      /* NULL for an encoder */
 const enc_model *wk_encoder(const wk_worker *w); /* NULL for a decoder */
 int32_t wk_ctx_len(const wk_worker *w);          /* positions a request may use */
+/* The most positions (prompt + max_tokens) one request of tenant can ever
+ * hold in this model's KV pool: the pool, or the tenant's KV quota when
+ * smaller (max_kv_blocks, max_kv_fraction), in tokens, capped at the
+ * context length. A request longer than this is refused at admission. */
+int32_t wk_kv_tokens(const wk_worker *w, int32_t tenant);
 int32_t wk_embed_dim(const wk_worker *w);        /* 0 for a decoder */
 
 /* Hand a request in; the worker takes its own reference. TS_ERR_SHUTDOWN
@@ -168,5 +236,9 @@ void wk_drain(wk_worker *w, int64_t grace_us);
 void wk_snapshot(wk_worker *w, sched_tenant_stats *tenants, sched_stats *pool);
 
 int64_t wk_now_us(void);
+
+/* The hash of a request's cache_salt text (len bytes): never 0, so 0 can
+ * mean none. */
+uint64_t wk_cache_salt(const char *s, size_t len);
 
 #endif

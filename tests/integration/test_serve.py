@@ -124,7 +124,7 @@ class Errors(OaiAsserts):
 
     def test_400_bad_parameters(self):
         base = {"model": "tiny", "prompt": "hi", "max_tokens": 4}
-        for field, value in (("temperature", 5), ("max_tokens", -1), ("n", 2), ("top_p", 0),
+        for field, value in (("temperature", 5), ("max_tokens", -1), ("n", 0), ("top_p", 0),
                              ("temperature", "hot"), ("stream", "yes")):
             with self.subTest(field=field, value=value):
                 self.assertOaiError(self.post(dict(base, **{field: value})), 400, "invalid_request_error",
