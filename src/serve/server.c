@@ -1092,6 +1092,9 @@ static enum MHD_Result submit_generation(conn *c, const oai_request *q, tks_ids 
                 settle(c, OBS_FAIL_INTERNAL);
                 return reply_err(c, 503, "server_error", NULL, NULL, 0, "out of memory");
             }
+            /* The prompt's other choices start once its first has computed
+             * the prompt, and find its blocks in the prefix cache. */
+            if (j > 0 && wk_prefix_cache(w)) wk_req_after(r, c->ereqs[c->n_ereqs - 1 - j]);
         }
     for (int i = 0; i < c->n_ereqs; i++)
         if (wk_submit(w, c->ereqs[i]))

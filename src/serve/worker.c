@@ -52,6 +52,7 @@ struct wk_worker {
     pthread_cond_t idle_cv; /* wakes wk_drain */
     wk_req *in_head, *in_tail;
     wk_req *cancel_head;
+    wk_req *deferred;       /* the worker's own: submitted, waiting on their lead */
     int stopping, draining;
     int64_t drain_deadline_us;
     int32_t n_live;         /* requests the worker holds (inbox or scheduler) */
@@ -108,8 +109,14 @@ wk_req *wk_req_new_embed(int32_t n_prompt, int32_t dim) {
     return r;
 }
 
+void wk_req_after(wk_req *r, wk_req *lead) {
+    atomic_fetch_add(&lead->refs, 1);
+    r->lead = lead;
+}
+
 void wk_req_release(wk_req *r) {
     if (!r || atomic_fetch_sub(&r->refs, 1) != 1) return;
+    wk_req_release(r->lead);
     pthread_mutex_destroy(&r->mu);
     dtk_deinit(&r->detok);
     smp_deinit(&r->sampler);
@@ -465,6 +472,7 @@ const tok *wk_tok(const wk_worker *w) { return w->t; }
 const model *wk_model(const wk_worker *w) { return w->m; }
 const enc_model *wk_encoder(const wk_worker *w) { return w->em; }
 int32_t wk_ctx_len(const wk_worker *w) { return w->ctx_len; }
+int wk_prefix_cache(const wk_worker *w) { return w->o.prefix_cache && !w->em; }
 
 /* The quota follows sched.c's (tenant_add): the smaller of max_kv_blocks
  * and floor(max_kv_fraction x pool) where set. */
@@ -587,6 +595,41 @@ static void admit(wk_worker *w, wk_req *r, int64_t now) {
     pthread_mutex_unlock(&r->mu);
 }
 
+/* Has r's lead had its prompt computed, or ended? (wk_req_after) */
+static int lead_ready(const wk_req *r) {
+    if (!r->lead) return 1;
+    pthread_mutex_lock(&r->lead->mu);
+    int ready = r->lead->phase == WK_DONE || r->lead->n_generated > 0;
+    pthread_mutex_unlock(&r->lead->mu);
+    return ready;
+}
+
+/* Admit the waiting requests whose lead is ready, in their order; the
+ * number admitted. A cancelled one is refused by admit as usual. */
+static int admit_ready(wk_worker *w, int64_t now) {
+    wk_req **at = &w->deferred;
+    int n = 0;
+    while (*at) {
+        wk_req *r = *at;
+        if (!lead_ready(r)) {
+            at = &r->next_in;
+            continue;
+        }
+        *at = r->next_in;
+        admit(w, r, now);
+        n++;
+    }
+    return n;
+}
+
+/* Hold r until its lead is ready, behind the others waiting. */
+static void defer(wk_worker *w, wk_req *r) {
+    wk_req **at = &w->deferred;
+    while (*at) at = &(*at)->next_in;
+    r->next_in = NULL;
+    *at = r;
+}
+
 /* Take the inbox and the cancellations under the lock, act on them without. */
 static void take_inbox(wk_worker *w, int64_t now) {
     pthread_mutex_lock(&w->mu);
@@ -596,7 +639,8 @@ static void take_inbox(wk_worker *w, int64_t now) {
     pthread_mutex_unlock(&w->mu);
     for (wk_req *r = in, *next; r; r = next) {
         next = r->next_in;
-        admit(w, r, now);
+        if (lead_ready(r)) admit(w, r, now);
+        else defer(w, r);
     }
     for (wk_req *r = cancels, *next; r; r = next) {
         next = r->next_cancel;
@@ -986,6 +1030,7 @@ static void *loop(void *arg) {
     for (;;) {
         int64_t now = wk_now_us();
         take_inbox(w, now);
+        admit_ready(w, now);
         if (past_deadline(w, now)) fail_all_live(w, now);
         sched_plan p;
         sched_step(w->s, now, &p);
@@ -1001,6 +1046,9 @@ static void *loop(void *arg) {
             continue;
         }
         publish(w, NULL, end, 0, 0);
+        /* A lead that ended without a step (cancelled while queued) frees
+         * its followers: admit them before sleeping. */
+        if (admit_ready(w, end)) continue;
         sched_stats st;
         sched_stats_get(w->s, &st);
         if (wait_for_work(w, st.queued + st.swapped > 0)) break;

@@ -144,6 +144,7 @@ typedef struct wk_req {
     atomic_int cancel;      /* the client left */
     atomic_int shutdown;    /* failed by a shutdown past its grace */
     struct wk_req *next_in, *next_cancel;
+    struct wk_req *lead;    /* wk_req_after's: a reference, or NULL */
 } wk_req;
 
 /* A new request for n_prompt prompt tokens and up to max_new generated
@@ -153,6 +154,13 @@ wk_req *wk_req_new(int32_t n_prompt, int32_t max_new);
  * output, the dim-float vector in r->embedding once done. */
 wk_req *wk_req_new_embed(int32_t n_prompt, int32_t dim);
 void wk_req_release(wk_req *r);
+/* Admit r only once lead's prompt has been computed (lead sampled its
+ * first token, or ended), so that r, another choice of the same prompt,
+ * finds the prompt's blocks in the prefix cache instead of computing them
+ * again: blocks join the cache after the step that computed them, and
+ * siblings admitted in the same step share nothing. Takes a reference on
+ * lead. Before wk_submit of r; lead is submitted first. */
+void wk_req_after(wk_req *r, wk_req *lead);
 /* Record the logprobs of each generated token (and the top top_k
  * alternatives, 0..SMP_MAX_TOP) in r->lps, and with prompt those of the
  * prompt's tokens in r->plps. Before wk_submit. 0 or TS_ERR_NOMEM/_INVAL. */
@@ -216,6 +224,7 @@ const tok *wk_tok(const wk_worker *w);
 const model *wk_model(const wk_worker *w);      /* NULL for an encoder */
 const enc_model *wk_encoder(const wk_worker *w); /* NULL for a decoder */
 int32_t wk_ctx_len(const wk_worker *w);          /* positions a request may use */
+int wk_prefix_cache(const wk_worker *w);         /* 1: the model caches prompt blocks */
 /* The most positions (prompt + max_tokens) one request of tenant can ever
  * hold in this model's KV pool: the pool, or the tenant's KV quota when
  * smaller (max_kv_blocks, max_kv_fraction), in tokens, capped at the

@@ -32,6 +32,9 @@ def setUpModule():
     tiny = make_model(ENV)
     S = Server(ENV, "prefix", [
         Model("cached", tiny, threads=2),
+        # A step takes every choice's whole prompt at once: without
+        # wk_req_after they would all be computed in one step, sharing none.
+        Model("wide", tiny, threads=2, budget_max=8192, max_seqs=8),
         Model("plain", tiny, threads=1, prefix_cache="{enabled: false}"),
         Model("public", tiny, threads=1, prefix_cache='{shared_prefixes: ["%s"]}' % SYSTEM),
     ], [Tenant(ENV, "a", "gold"), Tenant(ENV, "b", "gold")]).start()
@@ -120,6 +123,24 @@ class PrefixCache(unittest.TestCase):
         text("public", SYSTEM + " Question five: where are you?", "b")
         qb1, hb1 = counters("b")
         self.assertGreater(hb1 - hb0, 0.5 * (qb1 - qb0), "the declared prefix is shared across tenants")
+
+    def test_5_choices_share_the_prompt(self):
+        """n choices of one prompt: the first computes the prompt, the
+        others start after it and find its blocks (wk_req_after); the
+        cache-off model computes every one."""
+        prompt = SYSTEM + " Question six: how many rules?"
+        q0, h0 = counters("a")
+        r = complete("wide", prompt, n=4, temperature=1, seed=5)
+        self.assertEqual(r.status, 200, r)
+        self.assertEqual(len(r.json()["choices"]), 4)
+        deadline = time.time() + 5
+        while counters("a")[0] - q0 < 4 and time.time() < deadline:
+            time.sleep(0.02)
+        q1, h1 = counters("a")
+        looked = q1 - q0                      # four prompts looked up
+        self.assertGreater(h1 - h0, 0.6 * looked, "three of the four choices found the prompt cached")
+        r = complete("plain", prompt, n=4, temperature=1, seed=5)
+        self.assertEqual(r.status, 200, r)
 
 
 if __name__ == "__main__":
