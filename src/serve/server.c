@@ -814,18 +814,29 @@ static void stream_news(conn *c, int k, const gen_news *n, const int32_t *eids, 
         free(ev);
         g->first_sent = 1;
     }
-    if (n->len || n->n_lp || n->done) {
+    if (n->len || n->n_lp) {
         oai_choice ch = {.index = (uint32_t)k, .first = !g->first_sent, .text_offset = &g->text_offset};
         if (n->len || c->kind != OAI_CHAT) ch.text = n->text ? n->text : "", ch.len = n->len;
         if (n->n_lp) ch.has_logprobs = true, ch.ids = n->ids, ch.lps = n->lps, ch.n_lp = (size_t)n->n_lp;
-        ch.finish = n->done ? n->finish : OAI_FINISH_NONE;
         char *ev = oai_choice_sse(&h, &ch, &pc);
         if (ev) strbuf_put(out, ev, strlen(ev));
         free(ev);
         g->sent_text += n->len;
         g->sent_lp += n->n_lp;
         g->first_sent = 1;
-        g->done_sent = n->done;
+    }
+    /* The finish goes in a chunk of its own, as OpenAI sends it: the
+     * stream's shape must not depend on whether the last text was read
+     * before or after the sequence ended. */
+    if (n->done) {
+        oai_choice ch = {.index = (uint32_t)k, .first = !g->first_sent, .text_offset = &g->text_offset,
+                         .finish = n->finish};
+        if (c->kind != OAI_CHAT) ch.text = "";
+        char *ev = oai_choice_sse(&h, &ch, &pc);
+        if (ev) strbuf_put(out, ev, strlen(ev));
+        free(ev);
+        g->first_sent = 1;
+        g->done_sent = 1;
     }
 }
 
