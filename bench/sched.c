@@ -30,6 +30,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "bench_util.h"
 #include "sched.h"
 
 typedef struct opts {
@@ -54,16 +55,7 @@ static uint64_t rng_next(uint64_t *s) {     /* splitmix64 */
 static double rng_unif(uint64_t *s) { return (double)(rng_next(s) >> 11) / 9007199254740992.0; }
 static int rng_in(uint64_t *s, int lo, int hi) { return lo + (int)(rng_next(s) % (uint64_t)(hi - lo + 1)); }
 
-static double now_us(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e6 + ts.tv_nsec / 1e3;
-}
-
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
+static double now_us(void) { return bu_now_s() * 1e6; }
 
 /* One arrival from the trace. A rejected one (bronze's predicted wait with
  * --tiers) is counted and retried from another random tenant, so that the
@@ -175,7 +167,7 @@ static void inst_finish(inst *in) {
     int n = res->steps;
     double sum = 0;
     for (int i = 0; i < n; i++) sum += in->lat[i];
-    qsort(in->lat, (size_t)n, sizeof(double), cmp_double);
+    qsort(in->lat, (size_t)n, sizeof(double), bu_cmp_double);
     res->p50 = in->lat[n / 2];
     res->p99 = in->lat[(int)(0.99 * (n - 1))];
     res->max = in->lat[n - 1];
