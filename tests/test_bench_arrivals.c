@@ -11,13 +11,16 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <malloc.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "bench/arrivals.h"
 #include "bench/scenario.h"
 #include "err.h"
+#include "testutil.h"
 
 #define N_SAMPLES 400000
 
@@ -259,11 +262,320 @@ static void test_schedule_trace(void **state) {
     scn_free(&s);
 }
 
+/* ---- streaming ------------------------------------------------------------- */
+
+/* The reference: arr_schedule as it was before streaming, a linear scan of
+ * the tenants' next arrivals and a cursor over the sorted trace (default
+ * options only). The stream must give exactly its events. */
+static size_t ref_schedule(const scn *s, uint64_t seed, double until_s, size_t max, arr_event *out, size_t cap) {
+    typedef struct {
+        double next;
+        rng gaps, lens;
+    } src_t;
+    int nt = s->n_tenants;
+    src_t *src = calloc((size_t)nt, sizeof *src);
+    if (until_s <= 0) until_s = INFINITY;
+    for (int i = 0; i < nt; i++) {
+        const scn_tenant *t = &s->tenants[i];
+        rng_seed_stream(&src[i].gaps, seed, 2 * (uint64_t)i);
+        rng_seed_stream(&src[i].lens, seed, 2 * (uint64_t)i + 1);
+        double first = t->arrival.process == SCN_ARR_NONE ? INFINITY : t->start_s + arr_gap(&t->arrival, &src[i].gaps);
+        src[i].next = t->stop_s > 0 && first >= t->stop_s ? INFINITY : first;
+    }
+    rng req;
+    rng_seed_stream(&req, seed, UINT64_C(0xfeedface));
+    size_t ti = 0, cnt = 0;
+    for (;;) {
+        int best = -1;
+        double bt = INFINITY;
+        for (int i = 0; i < nt; i++)
+            if (src[i].next < bt) bt = src[i].next, best = i;
+        while (ti < s->n_trace) {
+            const scn_trace_row *row = &s->trace[ti];
+            const scn_tenant *t = &s->tenants[row->tenant];
+            if (row->t_s >= t->start_s && (t->stop_s <= 0 || row->t_s < t->stop_s)) break;
+            ti++;
+        }
+        int from_trace = ti < s->n_trace && s->trace[ti].t_s < bt;
+        double t = from_trace ? s->trace[ti].t_s : bt;
+        if (!(t < until_s) || (max && cnt >= max)) break;
+        assert_true(cnt < cap);
+        arr_event *e = &out[cnt++];
+        e->t_s = t;
+        e->seed = rng_next(&req);
+        if (from_trace) {
+            const scn_trace_row *row = &s->trace[ti++];
+            e->tenant = row->tenant;
+            e->prompt_tokens = row->prompt_tokens;
+            e->output_tokens = row->output_tokens;
+        } else {
+            const scn_tenant *tn = &s->tenants[best];
+            e->tenant = best;
+            e->prompt_tokens = arr_len(&tn->prompt, &src[best].lens);
+            e->output_tokens = arr_len(&tn->output, &src[best].lens);
+            double nx = bt + arr_gap(&tn->arrival, &src[best].gaps);
+            src[best].next = tn->stop_s > 0 && nx >= tn->stop_s ? INFINITY : nx;
+        }
+    }
+    free(src);
+    return cnt;
+}
+
+/* Everything the stream gives, into a malloc'd array. */
+static arr_event *drain(const scn *s, uint64_t seed, double until_s, size_t max, size_t *n) {
+    arr_stream *st;
+    char err[512];
+    if (arr_stream_open(&st, s, seed, until_s, max, err, sizeof err)) fail_msg("%s", err);
+    size_t cap = 1024;
+    arr_event *ev = malloc(cap * sizeof *ev);
+    int rc;
+    for (*n = 0; (rc = arr_stream_next(st, &ev[*n])) == 1;)
+        if (++*n == cap) ev = realloc(ev, (cap *= 2) * sizeof *ev);
+    if (rc) fail_msg("stream: %s", arr_stream_error(st));
+    assert_int_equal(arr_stream_count(st), *n);
+    assert_int_equal(arr_stream_next(st, &ev[*n]), 0);    /* the end stays the end */
+    arr_stream_close(st);
+    return ev;
+}
+
+/* Ties on purpose: constant processes at the same rate, a trace on the
+ * same grid, and a burst of equal trace times. */
+static const char MIXED[] =
+    "model: m\ntrace: t.csv\ntenants:\n"
+    "  - {name: a, key: k, arrival: {process: constant, rate: 2}, start: 1s,"
+    " prompt_tokens: {dist: lognormal, mean: 50, cv: 1, min: 1, max: 400}, output_tokens: {dist: fixed, value: 4}}\n"
+    "  - {name: tr, key: k, stop: 20s}\n"
+    "  - {name: b, key: k, arrival: {process: constant, rate: 2}, stop: 30s,"
+    " prompt_tokens: {dist: uniform, min: 1, max: 9}, output_tokens: {dist: uniform, min: 1, max: 9}}\n"
+    "  - {name: c, key: k, arrival: {process: gamma, rate: 7, cv: 4}, start: 2s, stop: 9s,"
+    " prompt_tokens: {dist: fixed, value: 2}, output_tokens: {dist: fixed, value: 3}}\n"
+    "  - {name: tr2, key: k, start: 3s}\n"
+    "  - {name: d, key: k, arrival: {process: poisson, rate: 11},"
+    " prompt_tokens: {dist: fixed, value: 2}, output_tokens: {dist: fixed, value: 3}}\n";
+
+/* sorted: the burst at 7.25 s in its place; else at the end, for the
+ * sort of a trace loaded whole. */
+static char *mixed_trace(size_t *len, int sorted) {
+    size_t cap = 64 * 1024, off = 0;
+    char *csv = malloc(cap);
+    off += (size_t)snprintf(csv + off, cap - off, "timestamp_s,tenant,prompt_tokens,output_tokens\n");
+    for (int i = 0; i <= 120; i++) {
+        if (i == (sorted ? 15 : 120))
+            for (int j = 0; j < 5; j++) off += (size_t)snprintf(csv + off, cap - off, "7.25,tr2,%d,1\n", 100 + j);
+        if (i < 120)
+            off += (size_t)snprintf(csv + off, cap - off, "%g,%s,%d,%d\n", i * 0.5, i % 3 ? "tr" : "tr2", i + 1,
+                                    2 * i + 1);
+    }
+    *len = off;
+    return csv;
+}
+
+static void test_stream_matches_reference(void **state) {
+    (void)state;
+    scn two, mixed;
+    char err[256];
+    parse(TWO, &two);
+    parse(MIXED, &mixed);
+    size_t len;
+    char *csv = mixed_trace(&len, 0);
+    if (scn_trace_parse(&mixed, csv, len, "t.csv", err, sizeof err)) fail_msg("%s", err);
+    free(csv);
+    const scn *cases[] = {&two, &mixed};
+    static const struct {
+        double until;
+        size_t max;
+    } bounds[] = {{100, 0}, {0, 777}, {25, 300}, {0.5, 0}, {40, 1}};
+    enum { CAP = 20000 };
+    arr_event *want = malloc(CAP * sizeof *want);
+    size_t total = 0;
+    for (size_t c = 0; c < 2; c++)
+        for (uint64_t seed = 1; seed <= 4; seed++)
+            for (size_t b = 0; b < sizeof bounds / sizeof bounds[0]; b++) {
+                size_t nw = ref_schedule(cases[c], seed, bounds[b].until, bounds[b].max, want, CAP), n, n2;
+                arr_event *got = drain(cases[c], seed, bounds[b].until, bounds[b].max, &n), *sched;
+                if (n != nw) fail_msg("case %zu seed %llu bound %zu: %zu events, want %zu", c, (unsigned long long)seed, b, n, nw);
+                same_events(got, want, n);
+                assert_int_equal(arr_schedule(cases[c], seed, bounds[b].until, bounds[b].max, &sched, &n2), 0);
+                assert_int_equal(n2, n);
+                same_events(sched, want, n);
+                free(got);
+                free(sched);
+                total += n;
+            }
+    assert_true(total > 10000);     /* the cases are not empty */
+    free(want);
+    scn_free(&two);
+    scn_free(&mixed);
+}
+
+/* The same trace streamed from a file gives the events of the trace
+ * loaded whole, and the stream counts its rows. */
+static void test_stream_trace_file(void **state) {
+    (void)state;
+    char path[512], err[256];
+    size_t len;
+    char *csv = mixed_trace(&len, 1);
+    tu_path(path, sizeof path, "mixed.csv");
+    assert_int_equal(tu_write_file(path, csv, len), 0);
+    scn whole, streamed;
+    parse(MIXED, &whole);
+    parse(MIXED, &streamed);
+    if (scn_trace_parse(&whole, csv, len, "t.csv", err, sizeof err)) fail_msg("%s", err);
+    free(csv);
+    for (int k = 0; k < 2; k++) {
+        /* k = 1: at twice the load and a time scale, both ways alike. */
+        scn_opts o = {.stream = 1, .load = k ? 2 : 0, .time_scale = k ? 3 : 0};
+        if (scn_opts_apply(&streamed, &o, err, sizeof err)) fail_msg("%s", err);
+        o.stream = 0;
+        if (scn_opts_apply(&whole, &o, err, sizeof err)) fail_msg("%s", err);
+        if (scn_trace_load(&streamed, path, err, sizeof err)) fail_msg("%s", err);
+        assert_null(streamed.trace);
+        size_t n1, n2;
+        arr_event *a = drain(&whole, 5, 60, 0, &n1), *b = drain(&streamed, 5, 60, 0, &n2);
+        assert_int_equal(n1, n2);
+        same_events(a, b, n1);
+        size_t rows = 0;
+        for (size_t i = 0; i < n1; i++) rows += a[i].tenant == 1 || a[i].tenant == 4;
+        assert_true(rows > 30);
+        free(a);
+        free(b);
+    }
+    arr_stream *st;
+    if (arr_stream_open(&st, &streamed, 5, 0, 1000000, err, sizeof err)) fail_msg("%s", err);
+    arr_event e;
+    while (arr_stream_next(st, &e) == 1) {}
+    scn_trace_stats ts = arr_stream_trace_stats(st);
+    assert_int_equal(ts.rows, 125);
+    assert_int_equal(ts.used, 125);
+    arr_stream_close(st);
+    /* A bad row: every event before it, then the error, which stays. */
+    static const char bad[] = "timestamp_s,tenant,prompt_tokens,output_tokens\n0.5,tr,1,1\n1,tr,1,1\n0.75,tr,1,1\n";
+    assert_int_equal(tu_write_file(path, bad, sizeof bad - 1), 0);
+    static const char one[] = "model: m\ntrace: t.csv\ntenants:\n  - {name: tr, key: k}\n";
+    scn s1;
+    parse(one, &s1);
+    scn_opts o = {.stream = 1};
+    if (scn_opts_apply(&s1, &o, err, sizeof err)) fail_msg("%s", err);
+    if (scn_trace_load(&s1, path, err, sizeof err)) fail_msg("%s", err);
+    if (arr_stream_open(&st, &s1, 1, 100, 0, err, sizeof err)) fail_msg("%s", err);
+    assert_string_equal(arr_stream_error(st), "");
+    assert_int_equal(arr_stream_next(st, &e), 1);
+    assert_true(e.t_s == 0.5);
+    assert_int_equal(arr_stream_next(st, &e), 1);
+    assert_true(e.t_s == 1);
+    assert_int_equal(arr_stream_next(st, &e), TS_ERR_SCENARIO);
+    assert_non_null(strstr(arr_stream_error(st), "mixed.csv:4: timestamp_s '0.75' is earlier than the row before"));
+    assert_int_equal(arr_stream_next(st, &e), TS_ERR_SCENARIO);
+    arr_stream_close(st);
+    /* arr_schedule passes the code on. */
+    arr_event *ev;
+    size_t n;
+    assert_int_equal(arr_schedule(&s1, 1, 100, 0, &ev, &n), TS_ERR_SCENARIO);
+    assert_null(ev);
+    remove(path);
+    assert_int_equal(arr_stream_open(&st, &s1, 1, 100, 0, err, sizeof err), TS_ERR_IO);
+    assert_null(st);
+    assert_non_null(strstr(err, "mixed.csv: No such file"));
+    assert_int_equal(arr_stream_open(&st, &s1, 1, 0, 0, err, sizeof err), TS_ERR_INVAL);
+    scn_free(&s1);
+    scn_free(&whole);
+    scn_free(&streamed);
+}
+
+/* load multiplies rates and divides trace times; time_scale multiplies
+ * trace times; starts and stops stay where they are. */
+static void test_stream_load(void **state) {
+    (void)state;
+    static const char y[] =
+        "model: m\ntrace: t.csv\ntenants:\n"
+        "  - {name: p, key: k, arrival: {process: constant, rate: 1}, stop: 3.1s,"
+        " prompt_tokens: {dist: fixed, value: 1}, output_tokens: {dist: fixed, value: 1}}\n"
+        "  - {name: tr, key: k}\n";
+    static const char csv[] = "timestamp_s,tenant,prompt_tokens,output_tokens\n1,tr,1,1\n4,tr,1,1\n8,tr,1,1\n";
+    scn s;
+    char err[256];
+    parse(y, &s);
+    static const struct {
+        double load, scale;
+        size_t n;
+        double t[10];
+        int who[10];
+    } cases[] = {
+        {0, 0, 5, {1, 1, 2, 3, 4}, {0, 1, 0, 0, 1}},
+        {2, 0, 9, {0.5, 0.5, 1, 1.5, 2, 2, 2.5, 3, 4}, {0, 1, 0, 0, 0, 1, 0, 0, 1}},
+        {1, 0.5, 6, {0.5, 1, 2, 2, 3, 4}, {1, 0, 0, 1, 0, 1}},
+        {0.5, 0.25, 4, {0.5, 2, 2, 4}, {1, 0, 1, 1}},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        scn_opts o = {.load = cases[c].load, .time_scale = cases[c].scale};
+        if (scn_opts_apply(&s, &o, err, sizeof err)) fail_msg("%s", err);
+        if (scn_trace_parse(&s, csv, strlen(csv), "t.csv", err, sizeof err)) fail_msg("%s", err);
+        size_t n;
+        arr_event *ev = drain(&s, 1, 4.5, 0, &n);
+        if (n != cases[c].n) fail_msg("case %zu: %zu events, want %zu", c, n, cases[c].n);
+        for (size_t i = 0; i < n; i++)
+            if (ev[i].t_s != cases[c].t[i] || ev[i].tenant != cases[c].who[i])
+                fail_msg("case %zu event %zu: t %g tenant %d", c, i, ev[i].t_s, ev[i].tenant);
+        free(ev);
+    }
+    scn_free(&s);
+}
+
+/* An hour of 500 tenants, streamed: the heap and the generators are all
+ * the stream holds, so the heap in use does not grow with the events. */
+static void test_stream_memory(void **state) {
+    (void)state;
+    static const char one[] =
+        "model: m\ntenants:\n  - {name: t, key: k, arrival: {process: poisson, rate: 0.3},"
+        " prompt_tokens: {dist: lognormal, mean: 200, cv: 1, min: 1, max: 8000}, output_tokens: {dist: fixed, value: 9}}\n";
+    scn s;
+    parse(one, &s);
+    enum { NT = 500 };
+    scn_tenant *t = calloc(NT, sizeof *t);
+    for (int i = 0; i < NT; i++) {
+        t[i] = s.tenants[0];
+        snprintf(t[i].name, sizeof t[i].name, "t%d", i);
+        t[i].key = strdup("k");
+        t[i].arrival.rate = 0.1 + 0.001 * i;
+    }
+    free(s.tenants[0].key);
+    free(s.tenants);
+    s.tenants = t;
+    s.n_tenants = NT;
+    arr_stream *st;
+    char err[256];
+    if (arr_stream_open(&st, &s, 3, 3600, 0, err, sizeof err)) fail_msg("%s", err);
+    arr_event e;
+    assert_int_equal(arr_stream_next(st, &e), 1);
+#ifdef __GLIBC__
+    size_t before = mallinfo2().uordblks;
+#endif
+    double last = e.t_s;
+    size_t n = 1, per[NT] = {0};
+    while (arr_stream_next(st, &e) == 1) {
+        assert_true(e.t_s >= last && e.t_s < 3600);
+        last = e.t_s;
+        per[e.tenant]++;
+        n++;
+    }
+#ifdef __GLIBC__
+    assert_int_equal(mallinfo2().uordblks, before);
+#endif
+    /* Sum of rates 500 * 0.1 + 0.001 * 124750 = 174.75/s over 3600 s:
+     * 629100 arrivals, sd 793. */
+    assert_true(n > 629100 - 4000 && n < 629100 + 4000);
+    assert_true(per[0] > 300 && per[NT - 1] > per[0] * 4);
+    arr_stream_close(st);
+    scn_free(&s);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_uniform_and_normal), cmocka_unit_test(test_poisson),  cmocka_unit_test(test_gamma),
         cmocka_unit_test(test_constant),           cmocka_unit_test(test_lengths),  cmocka_unit_test(test_schedule),
-        cmocka_unit_test(test_schedule_trace),
+        cmocka_unit_test(test_schedule_trace),     cmocka_unit_test(test_stream_matches_reference),
+        cmocka_unit_test(test_stream_trace_file),  cmocka_unit_test(test_stream_load),
+        cmocka_unit_test(test_stream_memory),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -10,6 +10,8 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <limits.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -323,11 +325,341 @@ static void test_load_files(void **state) {
     assert_non_null(strstr(err, "No such file"));
 }
 
+/* ---- trace formats, options, streaming ------------------------------------- */
+
+/* tests/data/traces/<name>, absolute: found from this file's own path
+ * (CMake passes it to the compiler in full; a relative one is taken from
+ * the current folder). */
+static const char *data_path(char *buf, size_t cap, const char *name) {
+    const char *slash = strrchr(__FILE__, '/');
+    int dl = slash ? (int)(slash - __FILE__) : 1;
+    char rel[PATH_MAX], abs_path[PATH_MAX];
+    snprintf(rel, sizeof rel, "%.*s/data/traces/%s", dl, slash ? __FILE__ : ".", name);
+    const char *p = realpath(rel, abs_path) ? abs_path : rel;
+    if (strlen(p) >= cap) fail_msg("path too long: %s", p);
+    memcpy(buf, p, strlen(p) + 1);
+    return buf;
+}
+
+/* Two trace tenants (acme weight 1, globex weight 3) and one with a
+ * process. */
+static const char MAPPED[] =
+    "model: m\ntrace: t.csv\ntenants:\n"
+    "  - {name: acme, key: ka}\n"
+    "  - {name: globex, key: kg, weight: 3}\n"
+    "  - {name: solo, key: ks, arrival: {process: poisson, rate: 1},"
+    " prompt_tokens: {dist: fixed, value: 1}, output_tokens: {dist: fixed, value: 1}}\n";
+
+static void parse_mapped(scn *s, const scn_opts *o) {
+    char err[512];
+    if (scn_parse(MAPPED, strlen(MAPPED), "m.yaml", ".", s, err, sizeof err)) fail_msg("%s", err);
+    if (scn_opts_apply(s, o, err, sizeof err)) fail_msg("%s", err);
+}
+
+static int near_s(double a, double b) { return fabs(a - b) < 1e-9; }
+
+static void test_trace_azure(void **state) {
+    (void)state;
+    scn s;
+    char path[1024], err[512];
+    parse_mapped(&s, NULL);
+    /* 2023: seven fractional digits; no tenant column, so round-robin. */
+    if (scn_trace_load(&s, data_path(path, sizeof path, "azure_2023.csv"), err, sizeof err)) fail_msg("%s", err);
+    assert_int_equal(s.trace_format, SCN_TRACE_AZURE);
+    assert_string_equal(scn_trace_format_name(s.trace_format), "Azure");
+    assert_int_equal(s.n_trace, 5);
+    assert_int_equal(s.trace_stats.rows, 6);
+    assert_int_equal(s.trace_stats.zero, 1);        /* ContextTokens 0 */
+    assert_int_equal(s.trace_stats.used, 5);
+    static const double t[] = {0, 4.314579, 4.822473, 6.040124, 8.7304950};
+    for (size_t i = 0; i < 5; i++) {
+        if (!near_s(s.trace[i].t_s, t[i])) fail_msg("row %zu: t %.9f, want %.9f", i, s.trace[i].t_s, t[i]);
+        assert_int_equal(s.trace[i].tenant, (int)(i % 2));
+    }
+    assert_int_equal(s.trace[0].prompt_tokens, 374);
+    assert_int_equal(s.trace[0].output_tokens, 44);
+    assert_int_equal(s.trace[4].prompt_tokens, 1848);
+    /* 2024: six digits and a +00:00 offset. */
+    if (scn_trace_load(&s, data_path(path, sizeof path, "azure_2024.csv"), err, sizeof err)) fail_msg("%s", err);
+    assert_int_equal(s.n_trace, 4);
+    assert_true(near_s(s.trace[1].t_s, 0.48762) && near_s(s.trace[3].t_s, 2.92111));
+    assert_int_equal(s.trace[3].output_tokens, 241);
+    scn_free(&s);
+}
+
+static void test_trace_burstgpt(void **state) {
+    (void)state;
+    scn s;
+    char path[1024], err[512];
+    scn_opts o = {.tenant_map = "ChatGPT=acme,GPT-4=globex"};
+    parse_mapped(&s, &o);
+    if (scn_trace_load(&s, data_path(path, sizeof path, "burstgpt.csv"), err, sizeof err)) fail_msg("%s", err);
+    assert_int_equal(s.trace_format, SCN_TRACE_BURSTGPT);
+    assert_int_equal(s.n_trace, 5);
+    assert_int_equal(s.trace_stats.zero, 1);        /* the failed request: Response tokens 0 */
+    static const double t[] = {5, 45, 118, 124, 135.5};
+    static const int who[] = {0, 0, 1, 0, 1};
+    for (size_t i = 0; i < 5; i++) {
+        assert_true(s.trace[i].t_s == t[i]);
+        assert_int_equal(s.trace[i].tenant, who[i]);
+    }
+    assert_int_equal(s.trace[4].prompt_tokens, 1502);
+    assert_int_equal(s.trace[4].output_tokens, 388);
+    /* Unmapped: the error names the line and the name. */
+    o.tenant_map = "ChatGPT=acme";
+    scn_free(&s);
+    parse_mapped(&s, &o);
+    assert_int_equal(scn_trace_load(&s, path, err, sizeof err), TS_ERR_SCENARIO);
+    assert_non_null(strstr(err, "burstgpt.csv:4: tenant 'GPT-4' is not in the scenario"));
+    /* *=- drops the rest and counts them; GPT-4=- alone drops GPT-4. */
+    o.tenant_map = "ChatGPT=acme,*=-";
+    scn_free(&s);
+    parse_mapped(&s, &o);
+    assert_int_equal(scn_trace_load(&s, path, err, sizeof err), TS_ERR_SCENARIO);   /* globex gets no rows */
+    assert_non_null(strstr(err, "tenant 'globex' has no arrival process and no rows"));
+    o.tenant_map = "*=globex,ChatGPT=-";
+    scn_free(&s);
+    parse_mapped(&s, &o);
+    s.tenants[0].arrival = (scn_arrival){SCN_ARR_CONSTANT, 1, 0};   /* acme needs no rows now */
+    if (scn_trace_load(&s, path, err, sizeof err)) fail_msg("%s", err);
+    assert_int_equal(s.n_trace, 2);
+    assert_int_equal(s.trace_stats.dropped, 3);
+    assert_int_equal(s.trace[0].tenant, 1);
+    scn_free(&s);
+}
+
+static void test_trace_own_format_file(void **state) {
+    (void)state;
+    scn s;
+    char path[1024], err[512];
+    parse_mapped(&s, NULL);
+    if (scn_trace_load(&s, data_path(path, sizeof path, "tessera.csv"), err, sizeof err)) fail_msg("%s", err);
+    assert_int_equal(s.trace_format, SCN_TRACE_TESSERA);
+    assert_int_equal(s.n_trace, 4);
+    assert_true(s.trace[2].t_s == 1.5 && s.trace[2].tenant == 0 && s.trace[2].prompt_tokens == 32);
+    scn_free(&s);
+}
+
+static void test_trace_options(void **state) {
+    (void)state;
+    scn s;
+    char err[512];
+    parse_mapped(&s, NULL);
+    static const struct {
+        scn_opts o;
+        const char *want;
+    } bad[] = {
+        {{.tenant_map = "ChatGPT=zz"}, "tenant_map: 'ChatGPT=zz': no tenant 'zz' in the scenario"},
+        {{.tenant_map = "ChatGPT=solo"}, "tenant 'solo' has an arrival process"},
+        {{.tenant_map = "ChatGPT"}, "tenant_map: 'ChatGPT' is not from=to"},
+        {{.tenant_map = "=acme"}, "is not from=to"},
+        {{.tenant_map = "a=acme,,b=acme"}, "an empty entry"},
+        {{.tenant_map = "a=acme,a=globex"}, "'a' mapped twice"},
+        {{.tenant_map = "*=acme,*=-"}, "* given twice"},
+        {{.time_scale = -1}, "time_scale: -1 is not a factor"},
+        {{.load = 1e9}, "load: 1e+09 is not a factor"},
+        {{.assign = (scn_assign)7}, "assign: 7 is not a rule"},
+    };
+    s.feed.time_scale = 2;
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        int rc = scn_opts_apply(&s, &bad[i].o, err, sizeof err);
+        if (rc != TS_ERR_SCENARIO || !strstr(err, bad[i].want))
+            fail_msg("option case %zu: rc %d, message '%s', wanted '%s'", i, rc, err, bad[i].want);
+        assert_true(s.feed.time_scale == 2);   /* unchanged */
+    }
+    scn_free(&s);
+
+    /* The command-line form. */
+    scn_opts o = {0};
+    assert_int_equal(scn_opts_arg(&o, "load", "2", err, sizeof err), 0);
+    assert_int_equal(scn_opts_arg(&o, "time-scale", "0.5", err, sizeof err), 0);
+    assert_int_equal(scn_opts_arg(&o, "tenant-map", "a=b", err, sizeof err), 0);
+    assert_int_equal(scn_opts_arg(&o, "assign", "weighted", err, sizeof err), 0);
+    assert_int_equal(scn_opts_arg(&o, "stream", NULL, err, sizeof err), 0);
+    assert_true(o.load == 2 && o.time_scale == 0.5 && !strcmp(o.tenant_map, "a=b"));
+    assert_true(o.assign == SCN_ASSIGN_WEIGHTED && o.stream == 1);
+    assert_int_equal(scn_opts_arg(&o, "load", "0", err, sizeof err), TS_ERR_INVAL);
+    assert_non_null(strstr(err, "--load wants a factor"));
+    assert_int_equal(scn_opts_arg(&o, "time-scale", "2x", err, sizeof err), TS_ERR_INVAL);
+    assert_int_equal(scn_opts_arg(&o, "assign", "random", err, sizeof err), TS_ERR_INVAL);
+    assert_non_null(strstr(err, "--assign wants column, round-robin or weighted, got 'random'"));
+    assert_int_equal(scn_opts_arg(&o, "speed", "1", err, sizeof err), TS_ERR_INVAL);
+}
+
+static void test_trace_assign(void **state) {
+    (void)state;
+    /* 4000 rows of the own format, all naming acme. */
+    size_t cap = 4000 * 24 + 64, off = 0;
+    char *csv = malloc(cap), err[512];
+    off += (size_t)snprintf(csv + off, cap - off, "timestamp_s,tenant,prompt_tokens,output_tokens\n");
+    for (int i = 0; i < 4000; i++) off += (size_t)snprintf(csv + off, cap - off, "%d,acme,1,1\n", i);
+    scn s;
+    /* column: acme, as named. round-robin: in turn, ignoring the column. */
+    scn_opts o = {.assign = SCN_ASSIGN_ROUND_ROBIN};
+    parse_mapped(&s, &o);
+    if (scn_trace_parse(&s, csv, off, "t.csv", err, sizeof err)) fail_msg("%s", err);
+    for (size_t i = 0; i < s.n_trace; i++) assert_int_equal(s.trace[i].tenant, (int)(i % 2));
+    /* weighted: acme 1, globex 3, so about a quarter for acme (binomial
+     * sd 27: within 5 sd), and the same seed gives the same draws. */
+    o = (scn_opts){.assign = SCN_ASSIGN_WEIGHTED, .assign_seed = 11};
+    if (scn_opts_apply(&s, &o, err, sizeof err)) fail_msg("%s", err);
+    if (scn_trace_parse(&s, csv, off, "t.csv", err, sizeof err)) fail_msg("%s", err);
+    int32_t first[4000];
+    size_t acme = 0;
+    for (size_t i = 0; i < 4000; i++) acme += (first[i] = s.trace[i].tenant) == 0;
+    assert_true(acme > 1000 - 135 && acme < 1000 + 135);
+    if (scn_trace_parse(&s, csv, off, "t.csv", err, sizeof err)) fail_msg("%s", err);
+    for (size_t i = 0; i < 4000; i++) assert_int_equal(s.trace[i].tenant, first[i]);
+    o.assign_seed = 12;
+    if (scn_opts_apply(&s, &o, err, sizeof err)) fail_msg("%s", err);
+    if (scn_trace_parse(&s, csv, off, "t.csv", err, sizeof err)) fail_msg("%s", err);
+    size_t same = 0;
+    for (size_t i = 0; i < 4000; i++) same += s.trace[i].tenant == first[i];
+    assert_true(same < 3900);
+    free(csv);
+    scn_free(&s);
+}
+
+static void test_trace_bad_rows(void **state) {
+    (void)state;
+    scn s;
+    parse_mapped(&s, NULL);
+    static const char AZ[] = "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.6805900,374,44\n";
+    static const char BG[] = "Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n";
+    static const struct {
+        const char *head, *row, *want;
+    } bad[] = {
+        {AZ, "2023-11-16 18:15:47,-3,4\n", "t.csv:3: ContextTokens '-3' is not an integer from 0 to 1000000"},
+        {AZ, "2023-11-16 18:15:47,3,x\n", "t.csv:3: GeneratedTokens 'x' is not an integer"},
+        {AZ, "2023-11-16 18:15:47,3,4,5\n", "t.csv:3: expected 3 fields, got 4"},
+        {AZ, "2023-11-16 18:15:47,3\n", "expected 3 fields, got 2"},
+        {AZ, "2023-02-29 18:15:47,3,4\n", "TIMESTAMP '2023-02-29 18:15:47' is not a date-time"},
+        {AZ, "2023-11-16 24:00:00,3,4\n", "is not a date-time"},
+        {AZ, "2023-11-16 18:15:47.1234567891,3,4\n", "is not a date-time"},
+        {AZ, "2023-11-16 18:15:47+0100,3,4\n", "is not a date-time"},
+        {AZ, "1700000000,3,4\n", "is not a date-time"},
+        {AZ, "2023-11-16 18:15:47.,3,4\n", "is not a date-time"},
+        {BG, "5,ChatGPT,1,1,2,x\n", "t.csv:2: tenant 'ChatGPT' is not in the scenario"},
+        {BG, "-5,acme,1,1,2,x\n", "t.csv:2: Timestamp '-5' is not a time in seconds >= 0"},
+        {BG, "5,acme,1,1,2,x,y,z,a,b,c,d,e,f,g,h,i,j\n", "t.csv:2: expected 6 fields, got 17 or more"},
+        {BG, "5,acme,1,2000000,2,x\n", "Response tokens '2000000' is not an integer from 0 to 1000000"},
+        {"TIMESTAMP,ContextTokens\n", "", "t.csv:1: expected the header timestamp_s,tenant,prompt_tokens,output_tokens (tessera), TIMESTAMP"},
+        {"# only a comment\n", "", "t.csv:1: empty: no header line"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char csv[512], e[512] = "";
+        snprintf(csv, sizeof csv, "%s%s", bad[i].head, bad[i].row);
+        int rc = scn_trace_parse(&s, csv, strlen(csv), "t.csv", e, sizeof e);
+        if (rc != TS_ERR_SCENARIO || !strstr(e, bad[i].want))
+            fail_msg("bad row %zu: rc %d, message '%s', wanted '%s'", i, rc, e, bad[i].want);
+        assert_null(s.trace);
+    }
+    /* Date-times: Z, an offset, a T, a leap day, a BOM; the earliest row
+     * of a trace loaded whole is its zero even when it is not the first. */
+    static const char ok[] = "\xef\xbb\xbfTIMESTAMP,ContextTokens,GeneratedTokens\r\n"
+                             "2024-02-29T01:00:00Z,1,1\r\n"
+                             "2024-02-29 02:30:00.5+02:00,1,1\r\n"      /* 00:30:00.5 UTC */
+                             "2024-03-01 00:00:00-01:00,1,1\r\n";       /* 01:00 UTC, a day on */
+    char e[512];
+    if (scn_trace_parse(&s, ok, strlen(ok), "t.csv", e, sizeof e)) fail_msg("%s", e);
+    assert_int_equal(s.n_trace, 3);
+    assert_true(s.trace[0].t_s == 0 && s.trace[1].t_s == 1799.5 && s.trace[2].t_s == 1799.5 + 86400);
+    assert_int_equal(s.trace[0].tenant, 1);          /* the second row, round-robin's second tenant */
+    /* Over-long lines and NUL bytes are errors at their line. */
+    char lng[2100];
+    int n = snprintf(lng, sizeof lng, "timestamp_s,tenant,prompt_tokens,output_tokens\n0,acme,1,1\n");
+    memset(lng + n, 'x', 1100);
+    strcpy(lng + n + 1100, "\n");
+    assert_int_equal(scn_trace_parse(&s, lng, strlen(lng), "t.csv", e, sizeof e), TS_ERR_SCENARIO);
+    assert_non_null(strstr(e, "t.csv:3: line too long"));
+    static const char nul[] = "timestamp_s,tenant,prompt_tokens,output_tokens\n0,ac\0me,1,1\n";
+    assert_int_equal(scn_trace_parse(&s, nul, sizeof nul - 1, "t.csv", e, sizeof e), TS_ERR_SCENARIO);
+    assert_non_null(strstr(e, "t.csv:2: NUL byte"));
+    scn_free(&s);
+}
+
+/* A streamed trace is read row by row from the file, which must be in time
+ * order; loaded whole, the same file is sorted. */
+static void test_trace_stream_reader(void **state) {
+    (void)state;
+    char cpath[512], err[512];
+    tu_path(cpath, sizeof cpath, "order.csv");
+    static const char csv[] = "Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n"
+                              "1,acme,1,1,2,x\n2,globex,1,0,1,x\n# note\n3,globex,2,2,4,x\n2.5,acme,1,1,2,x\n";
+    assert_int_equal(tu_write_file(cpath, csv, strlen(csv)), 0);
+    scn s;
+    scn_opts o = {.stream = 1};
+    parse_mapped(&s, &o);
+    if (scn_trace_load(&s, cpath, err, sizeof err)) fail_msg("%s", err);    /* the header only */
+    assert_null(s.trace);
+    assert_int_equal(s.trace_format, SCN_TRACE_BURSTGPT);
+    scn_trace_reader *r;
+    if (scn_trace_open(&s, &r, err, sizeof err)) fail_msg("%s", err);
+    scn_trace_row row;
+    assert_int_equal(scn_trace_next(r, &row, err, sizeof err), 1);
+    assert_true(row.t_s == 1 && row.tenant == 0);
+    assert_int_equal(scn_trace_next(r, &row, err, sizeof err), 1);   /* the zero row is skipped */
+    assert_true(row.t_s == 3 && row.tenant == 1 && row.prompt_tokens == 2);
+    assert_int_equal(scn_trace_next(r, &row, err, sizeof err), TS_ERR_SCENARIO);
+    assert_non_null(strstr(err, "order.csv:6: Timestamp '2.5' is earlier than the row before (3 s)"));
+    assert_int_equal(scn_trace_next(r, &row, err, sizeof err), TS_ERR_SCENARIO);    /* it stays */
+    scn_trace_stats st = scn_trace_reader_stats(r);
+    assert_int_equal(st.rows, 4);
+    assert_int_equal(st.zero, 1);
+    assert_int_equal(st.used, 2);
+    scn_trace_close(r);
+    /* Whole: sorted. */
+    o.stream = 0;
+    if (scn_opts_apply(&s, &o, err, sizeof err)) fail_msg("%s", err);
+    if (scn_trace_load(&s, cpath, err, sizeof err)) fail_msg("%s", err);
+    assert_int_equal(s.n_trace, 3);
+    assert_true(s.trace[1].t_s == 2.5 && s.trace[2].t_s == 3);
+    /* A streamed file whose header is wrong fails at load. */
+    assert_int_equal(tu_write_file(cpath, "a,b\n", 4), 0);
+    o.stream = 1;
+    if (scn_opts_apply(&s, &o, err, sizeof err)) fail_msg("%s", err);
+    assert_int_equal(scn_trace_load(&s, cpath, err, sizeof err), TS_ERR_SCENARIO);
+    assert_non_null(strstr(err, "order.csv:1: expected the header"));
+    remove(cpath);
+    assert_int_equal(scn_trace_load(&s, cpath, err, sizeof err), TS_ERR_IO);
+    scn_free(&s);
+}
+
+/* scn_load_opts applies the options before the trace is read. */
+static void test_load_opts(void **state) {
+    (void)state;
+    char ypath[512], tpath[1024], err[512], y[2048];
+    tu_path(ypath, sizeof ypath, "opts.yaml");
+    snprintf(y, sizeof y,
+             "model: m\ntrace: %s\ntenants:\n  - {name: acme, key: ka}\n  - {name: globex, key: kg}\n",
+             data_path(tpath, sizeof tpath, "burstgpt.csv"));
+    assert_int_equal(tu_write_file(ypath, y, strlen(y)), 0);
+    scn s;
+    int rc = scn_load(ypath, &s, err, sizeof err);
+    if (rc != TS_ERR_SCENARIO) fail_msg("rc %d: %s", rc, err);                   /* ChatGPT is no tenant */
+    assert_non_null(strstr(err, "burstgpt.csv:2: tenant 'ChatGPT' is not in the scenario"));
+    assert_null(s.tenants);
+    scn_opts o = {.tenant_map = "ChatGPT=globex,GPT-4=acme", .load = 2};
+    if (scn_load_opts(ypath, &o, &s, err, sizeof err)) fail_msg("%s", err);
+    assert_int_equal(s.n_trace, 5);
+    assert_int_equal(s.trace[0].tenant, 1);
+    assert_true(s.feed.load == 2);
+    scn_free(&s);
+    o.tenant_map = "ChatGPT=nobody";
+    assert_int_equal(scn_load_opts(ypath, &o, &s, err, sizeof err), TS_ERR_SCENARIO);
+    assert_non_null(strstr(err, "no tenant 'nobody'"));
+    assert_null(s.tenants);
+    remove(ypath);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_full),       cmocka_unit_test(test_defaults),  cmocka_unit_test(test_errors),
         cmocka_unit_test(test_ydoc_rules), cmocka_unit_test(test_durations), cmocka_unit_test(test_trace),
-        cmocka_unit_test(test_load_files),
+        cmocka_unit_test(test_load_files), cmocka_unit_test(test_trace_azure), cmocka_unit_test(test_trace_burstgpt),
+        cmocka_unit_test(test_trace_own_format_file), cmocka_unit_test(test_trace_options),
+        cmocka_unit_test(test_trace_assign), cmocka_unit_test(test_trace_bad_rows),
+        cmocka_unit_test(test_trace_stream_reader), cmocka_unit_test(test_load_opts),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 
 #include "err.h"
+#include "heap.h"
 
 /* An upper bound on a schedule's length, so a typo such as rate: 1e6 over an
  * hour fails as out of memory politely instead of eating the machine. */
@@ -62,52 +63,179 @@ int32_t arr_len(const scn_len *l, rng *r) {
     return v < l->min ? l->min : v > l->max ? l->max : (int32_t)v;
 }
 
-/* One source of the merge: a tenant's process, or the trace. */
-typedef struct source {
-    double next;              /* s; INFINITY when exhausted */
+/* ---- the stream ----------------------------------------------------------- */
+
+/* A heap element: a source and the time of its next event. */
+typedef struct arr_src {
+    double next;              /* s */
+    int32_t id;               /* tenant index, or n_tenants for the trace */
+} arr_src;
+
+static int src_less(const void *a, const void *b) {
+    const arr_src *x = a, *y = b;
+    if (x->next != y->next) return x->next < y->next;
+    return x->id < y->id;
+}
+
+static const heap_ops SRC_OPS = {sizeof(arr_src), src_less, NULL};
+
+/* A tenant's generator: its streams and its process at the run's load. */
+typedef struct arr_gen {
     rng gaps, lens;
-} source;
+    scn_arrival a;            /* rate multiplied by the load */
+} arr_gen;
+
+struct arr_stream {
+    const scn *s;
+    double until_s;           /* s; INFINITY when only counted */
+    size_t max;               /* events; 0 = no count bound */
+    size_t cnt;               /* events delivered */
+    double t_mul;             /* trace times: time_scale / load */
+    rng req_seeds;
+    arr_gen *gen;             /* (n_tenants) */
+    heap h;                   /* arr_src, fixed: n_tenants + 1 */
+    size_t ti;                /* a loaded trace: its next row */
+    scn_trace_reader *rd;     /* a streamed trace; NULL otherwise */
+    scn_trace_row row;        /* the trace's next row, scaled, when it is in the heap */
+    int rc;                   /* a sticky error */
+    char err[512];
+};
+
+static double factor(double v) { return v > 0 ? v : 1; }
+
+/* The trace's next row inside its tenant's [start, stop) into st->row: 1,
+ * 0 when the trace is done, or an error. */
+static int trace_advance(arr_stream *st) {
+    const scn *s = st->s;
+    for (;;) {
+        scn_trace_row r;
+        if (st->rd) {
+            int rc = scn_trace_next(st->rd, &r, st->err, sizeof st->err);
+            if (rc <= 0) return rc;
+        } else {
+            if (st->ti >= s->n_trace) return 0;
+            r = s->trace[st->ti++];
+        }
+        r.t_s *= st->t_mul;
+        const scn_tenant *t = &s->tenants[r.tenant];
+        if (r.t_s >= t->start_s && (t->stop_s <= 0 || r.t_s < t->stop_s)) {
+            st->row = r;
+            return 1;
+        }
+    }
+}
+
+/* A tenant's next arrival after now, or INFINITY at its stop. */
+static double gen_next(const scn_tenant *t, arr_gen *g, double now) {
+    double nx = now + arr_gap(&g->a, &g->gaps);
+    return t->stop_s > 0 && nx >= t->stop_s ? INFINITY : nx;
+}
+
+int arr_stream_open(arr_stream **out, const scn *s, uint64_t seed, double until_s, size_t max_requests, char *err,
+                    size_t errlen) {
+    *out = NULL;
+    if (until_s <= 0 && max_requests == 0)
+        return err_set(err, errlen, TS_ERR_INVAL, "a schedule needs a time or a count bound");
+    /* A count bound alone always ends: either the count is met (every
+     * process has a rate > 0) or every source runs dry (stops, trace end). */
+    int nt = s->n_tenants, rc = TS_ERR_NOMEM;
+    arr_stream *st = calloc(1, sizeof *st);
+    if (!st) return err_set(err, errlen, rc, "out of memory");
+    *st = (arr_stream){.s = s, .until_s = until_s > 0 ? until_s : INFINITY, .max = max_requests,
+                       .t_mul = factor(s->feed.time_scale) / factor(s->feed.load)};
+    st->gen = calloc((size_t)nt + 1, sizeof *st->gen);
+    if (!st->gen || heap_init(&st->h, &SRC_OPS, (size_t)nt + 1, HEAP_FIXED)) goto err;
+    for (int i = 0; i < nt; i++) {
+        const scn_tenant *t = &s->tenants[i];
+        arr_gen *g = &st->gen[i];
+        rng_seed_stream(&g->gaps, seed, 2 * (uint64_t)i);
+        rng_seed_stream(&g->lens, seed, 2 * (uint64_t)i + 1);
+        g->a = t->arrival;
+        g->a.rate *= factor(s->feed.load);
+        if (t->arrival.process == SCN_ARR_NONE) continue;
+        arr_src src = {gen_next(t, g, t->start_s), i};
+        if (src.next < INFINITY) heap_push(&st->h, &SRC_OPS, &src);
+    }
+    rng_seed_stream(&st->req_seeds, seed, UINT64_C(0xfeedface));
+    if (!s->trace && s->feed.stream && s->trace_path[0] &&
+        (rc = scn_trace_open(s, &st->rd, st->err, sizeof st->err)))
+        goto err;
+    if ((rc = trace_advance(st)) < 0) goto err;
+    if (rc == 1) heap_push(&st->h, &SRC_OPS, &(arr_src){st->row.t_s, nt});
+    *out = st;
+    return 0;
+err:
+    err_set(err, errlen, rc, "%s", st->err[0] ? st->err : err_str(rc));
+    arr_stream_close(st);
+    return rc;
+}
+
+int arr_stream_next(arr_stream *st, arr_event *ev) {
+    if (st->rc) return st->rc;
+    arr_src *top = heap_top(&st->h);
+    if (!top || !(top->next < st->until_s) || (st->max && st->cnt >= st->max)) return 0;
+    const scn *s = st->s;
+    int32_t id = top->id;
+    ev->t_s = top->next;
+    ev->seed = rng_next(&st->req_seeds);
+    if (id == s->n_tenants) {
+        ev->tenant = st->row.tenant;
+        ev->prompt_tokens = st->row.prompt_tokens;
+        ev->output_tokens = st->row.output_tokens;
+        int rc = trace_advance(st);
+        /* A bad row ends the stream after this event, which is good. */
+        if (rc < 0) st->rc = rc;
+        if (rc == 1) {
+            top->next = st->row.t_s;
+            heap_sink(&st->h, &SRC_OPS, 0);   /* rows come in time order */
+        } else {
+            heap_pop(&st->h, &SRC_OPS, NULL);
+        }
+    } else {
+        const scn_tenant *tn = &s->tenants[id];
+        arr_gen *g = &st->gen[id];
+        ev->tenant = id;
+        ev->prompt_tokens = arr_len(&tn->prompt, &g->lens);
+        ev->output_tokens = arr_len(&tn->output, &g->lens);
+        double nx = gen_next(tn, g, top->next);
+        if (nx < INFINITY) {
+            top->next = nx;
+            heap_sink(&st->h, &SRC_OPS, 0);
+        } else {
+            heap_pop(&st->h, &SRC_OPS, NULL);
+        }
+    }
+    st->cnt++;
+    return 1;
+}
+
+const char *arr_stream_error(const arr_stream *st) { return st->rc ? st->err : ""; }
+size_t arr_stream_count(const arr_stream *st) { return st->cnt; }
+
+scn_trace_stats arr_stream_trace_stats(const arr_stream *st) {
+    return st->rd ? scn_trace_reader_stats(st->rd) : st->s->trace_stats;
+}
+
+void arr_stream_close(arr_stream *st) {
+    if (!st) return;
+    scn_trace_close(st->rd);
+    heap_deinit(&st->h);
+    free(st->gen);
+    free(st);
+}
+
+/* ---- the whole schedule ---------------------------------------------------- */
 
 int arr_schedule(const scn *s, uint64_t seed, double until_s, size_t max_requests, arr_event **ev,
                  size_t *n) {
     *ev = NULL;
     *n = 0;
-    if (until_s <= 0 && max_requests == 0) return TS_ERR_INVAL;
-    /* A count bound alone always ends: either the count is met (every
-     * process has a rate > 0) or every source runs dry (stops, trace end). */
-    if (until_s <= 0) until_s = INFINITY;
-    int nt = s->n_tenants;
-    source *src = calloc((size_t)nt, sizeof *src);
-    if (!src) return TS_ERR_NOMEM;
-    for (int i = 0; i < nt; i++) {
-        const scn_tenant *t = &s->tenants[i];
-        rng_seed_stream(&src[i].gaps, seed, 2 * (uint64_t)i);
-        rng_seed_stream(&src[i].lens, seed, 2 * (uint64_t)i + 1);
-        double first = t->arrival.process == SCN_ARR_NONE ? INFINITY : t->start_s + arr_gap(&t->arrival, &src[i].gaps);
-        src[i].next = t->stop_s > 0 && first >= t->stop_s ? INFINITY : first;
-    }
-    rng req_seeds;
-    rng_seed_stream(&req_seeds, seed, UINT64_C(0xfeedface));
-    size_t ti = 0, cap = 0, cnt = 0;
-    arr_event *out = NULL;
-    int rc = 0;
-    for (;;) {
-        /* The earliest source; a trace row ties after tenants' processes at
-         * the same instant, and lower tenant indices go first. */
-        int best = -1;
-        double bt = INFINITY;
-        for (int i = 0; i < nt; i++)
-            if (src[i].next < bt) bt = src[i].next, best = i;
-        /* Skip trace rows outside their tenant's [start, stop). */
-        while (ti < s->n_trace) {
-            const scn_trace_row *row = &s->trace[ti];
-            const scn_tenant *t = &s->tenants[row->tenant];
-            if (row->t_s >= t->start_s && (t->stop_s <= 0 || row->t_s < t->stop_s)) break;
-            ti++;
-        }
-        int from_trace = ti < s->n_trace && s->trace[ti].t_s < bt;
-        double t = from_trace ? s->trace[ti].t_s : bt;
-        if (!(t < until_s) || (max_requests && cnt >= max_requests)) break;
+    arr_stream *st;
+    int rc = arr_stream_open(&st, s, seed, until_s, max_requests, NULL, 0);
+    if (rc) return rc;
+    size_t cap = 0, cnt = 0;
+    arr_event *out = NULL, e;
+    while ((rc = arr_stream_next(st, &e)) == 1) {
         if (cnt >= ARR_MAX_EVENTS) {
             rc = TS_ERR_NOMEM;
             break;
@@ -122,24 +250,9 @@ int arr_schedule(const scn *s, uint64_t seed, double until_s, size_t max_request
             out = g;
             cap = nc;
         }
-        arr_event *e = &out[cnt++];
-        e->t_s = t;
-        e->seed = rng_next(&req_seeds);
-        if (from_trace) {
-            const scn_trace_row *row = &s->trace[ti++];
-            e->tenant = row->tenant;
-            e->prompt_tokens = row->prompt_tokens;
-            e->output_tokens = row->output_tokens;
-        } else {
-            const scn_tenant *tn = &s->tenants[best];
-            e->tenant = best;
-            e->prompt_tokens = arr_len(&tn->prompt, &src[best].lens);
-            e->output_tokens = arr_len(&tn->output, &src[best].lens);
-            double nx = bt + arr_gap(&tn->arrival, &src[best].gaps);
-            src[best].next = tn->stop_s > 0 && nx >= tn->stop_s ? INFINITY : nx;
-        }
+        out[cnt++] = e;
     }
-    free(src);
+    arr_stream_close(st);
     if (rc) {
         free(out);
         return rc;
