@@ -14,6 +14,7 @@
 #include <cmocka.h>
 
 #include <ctype.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -248,6 +249,23 @@ static const bad_case bad_cases[] = {
      ":2: metrics_key_sha256: same key hash as admin_key_sha256"},
     {"metrics_key_sha256: " H_GOLD "\n" MINIMAL,
      ":8: tenants[0].key_sha256: same key hash as metrics_key_sha256"},
+    /* Prices: a finite number in [0, CFG_PRICE_MAX], per model or as the
+     * file's default. */
+    {"models:\n  - name: m\n    path: m.gguf\n    price_per_hour: -1\n"
+     "tenants:\n  - {name: a, tier: gold, key_sha256: " H_GOLD "}\n",
+     ":4:21: models[0].price_per_hour: expected a number in [0, 1e+09], got '-1'"},
+    {"models:\n  - name: m\n    path: m.gguf\n    price_per_hour: .nan\n"
+     "tenants:\n  - {name: a, tier: gold, key_sha256: " H_GOLD "}\n",
+     ":4: models[0].price_per_hour: expected a number in [0, 1e+09], got '.nan'"},
+    {"models:\n  - name: m\n    path: m.gguf\n    price_per_hour: 2e9\n"
+     "tenants:\n  - {name: a, tier: gold, key_sha256: " H_GOLD "}\n",
+     ":4: models[0].price_per_hour: expected a number in [0, 1e+09]"},
+    {"models:\n  - {name: m, path: m.gguf, price_per_hour: [1]}\n"
+     "tenants:\n  - {name: a, tier: gold, key_sha256: " H_GOLD "}\n",
+     ":2: models[0].price_per_hour: expected a single value, not a list"},
+    {"price_per_hour: cheap\n" MINIMAL, ":1:17: price_per_hour: expected a number in [0, 1e+09], got 'cheap'"},
+    {"price_per_hour: .inf\n" MINIMAL, ":1: price_per_hour: expected a number"},
+    {"price_per_hour: 1\nprice_per_hour: 2\n" MINIMAL, ":2: price_per_hour: repeated key (first at line 1)"},
     {"listen: 127.0.0.1:0\n" MINIMAL, ":1: listen: expected host:port"},
     {"listen: 127.0.0.1:65536\n" MINIMAL, ":1: listen: expected host:port"},
     {"listen: localhost\n" MINIMAL, ":1: listen: expected host:port"},
@@ -446,6 +464,9 @@ static void test_defaults(void **st) {
     assert_int_equal(m->budget_min, 64);
     assert_int_equal(m->budget_max, 512);
     assert_int_equal(m->threads, 0);
+    assert_true(m->price_per_hour == 0);    /* unknown */
+    assert_true(c.price_per_hour == 0);
+    assert_true(isnan(cfg_cost(m->price_per_hour, 1e6)));   /* an unknown price costs no number */
     /* Default tiers, as sched_tiers_default() adds them. */
     assert_int_equal(c.n_tiers, 3);
     assert_string_equal(c.tiers[0].name, "gold");
@@ -498,6 +519,53 @@ static void test_null_is_default(void **st) {
     assert_int_equal(c.models[0].block_size, 16);
     assert_true(c.tenants[0].sched.weight == 1.0);
     assert_int_equal(c.tenants[0].sched.max_queued, 0);
+    cfg_free(&c);
+}
+
+/* price_per_hour: a model's own, else the file's default, else 0
+ * (unknown); an explicit 0 on a model overrides the default; null counts
+ * as absent. cfg_cost is engine seconds x price / 3600. */
+static void test_prices(void **st) {
+    (void)st;
+    static const char text[] =
+        "price_per_hour: 2.5\n"
+        "models:\n"
+        "  - {name: own, path: m.gguf, price_per_hour: 3.6}\n"
+        "  - {name: inherits, path: m.gguf}\n"
+        "  - {name: unknown, path: m.gguf, price_per_hour: 0}\n"
+        "  - {name: nulled, path: m.gguf, price_per_hour: ~}\n"
+        "  - {name: mig, path: m.gguf, price_per_hour: 1e-3}\n"
+        "tenants:\n"
+        "  - {name: a, tier: gold, key_sha256: " H_GOLD "}\n";
+    char path[PATH_MAX], err[512];
+    cfg c;
+    int rc = load_text("prices.yaml", text, &c, err, sizeof err, path, sizeof path);
+    if (rc) fail_msg("%s", err);
+    assert_true(c.price_per_hour == 2.5);
+    assert_true(c.models[0].price_per_hour == 3.6);
+    assert_true(c.models[1].price_per_hour == 2.5);
+    assert_true(c.models[2].price_per_hour == 0);
+    assert_true(c.models[3].price_per_hour == 2.5);
+    assert_true(c.models[4].price_per_hour == 1e-3);
+    /* 1000 s at 3.6 an hour is 1; an hour at 2.5 is 2.5. */
+    assert_true(fabs(cfg_cost(c.models[0].price_per_hour, 1e9) - 1.0) < 1e-12);
+    assert_true(fabs(cfg_cost(c.models[1].price_per_hour, 3.6e9) - 2.5) < 1e-12);
+    assert_true(cfg_cost(c.models[1].price_per_hour, 0) == 0);
+    assert_true(isnan(cfg_cost(c.models[2].price_per_hour, 3.6e9)));
+    assert_true(isnan(cfg_cost(NAN, 1)));
+    assert_true(isnan(cfg_cost(-1, 1)));
+    cfg_free(&c);
+    /* Without a top-level price a model's own still counts, others are unknown. */
+    static const char text2[] =
+        "models:\n"
+        "  - {name: a, path: m.gguf}\n"
+        "  - {name: b, path: m.gguf, price_per_hour: 12}\n"
+        "tenants:\n"
+        "  - {name: a, tier: gold, key_sha256: " H_GOLD "}\n";
+    rc = load_text("prices2.yaml", text2, &c, err, sizeof err, path, sizeof path);
+    if (rc) fail_msg("%s", err);
+    assert_true(c.models[0].price_per_hour == 0);
+    assert_true(c.models[1].price_per_hour == 12);
     cfg_free(&c);
 }
 
@@ -759,6 +827,7 @@ int main(void) {
         cmocka_unit_test(test_truncations),
         cmocka_unit_test(test_defaults),
         cmocka_unit_test(test_null_is_default),
+        cmocka_unit_test(test_prices),
         cmocka_unit_test(test_full_values),
         cmocka_unit_test(test_reserve_default),
         cmocka_unit_test(test_sizes),

@@ -544,7 +544,7 @@ static void test_outcome_series(void **st) {
     (void)st;
     const char *tenants[] = {"a", "b"}, *models[] = {"m"};
     double w[] = {1, 1};
-    obs *o = obs_new(tenants, w, 2, models, 1);
+    obs *o = obs_new(tenants, w, 2, models, NULL, 1);
     assert_non_null(o);
     obs_request(o, 0, 200);                         /* the stream's 200 went out */
     obs_outcome_count(o, 0, OBS_FAIL_QUEUE_TIMEOUT); /* and then it failed */
@@ -573,6 +573,44 @@ static void test_outcome_series(void **st) {
     obs_free(o);
 }
 
+/* Cost: a priced model has its price gauge and a cost counter per tenant
+ * that follows the tenants' cumulative engine time after every step
+ * (engine seconds x price / 3600); an unpriced model has no cost series
+ * at all, so it never reads as free. */
+static void test_cost_series(void **st) {
+    (void)st;
+    const char *tenants[] = {"a", "b"}, *models[] = {"p", "u"};
+    double w[] = {1, 1}, price[] = {7.2, 0};
+    obs *o = obs_new(tenants, w, 2, models, price, 2);
+    assert_non_null(o);
+    sched_tenant_stats ts[2];
+    memset(ts, 0, sizeof ts);
+    wk_step_info si = {.now_us = 1000000, .tenants = ts, .n_tenants = 2};
+    wk_hooks hp = obs_hooks(o, 0), hu = obs_hooks(o, 1);
+    ts[0].engine_us = 1e6;      /* 1 s: 0.002 at 7.2 an hour */
+    ts[1].engine_us = 0.5e6;
+    hp.on_step(hp.ctx, &si);
+    hu.on_step(hu.ctx, &si);
+    ts[0].engine_us = 3e6;      /* cumulative: 2 s more */
+    si.now_us += 1000000;
+    hp.on_step(hp.ctx, &si);
+    hp.on_step(hp.ctx, &si);    /* the same totals again charge nothing */
+    char *text;
+    size_t len;
+    assert_int_equal(obs_render(o, &text, &len), 0);
+    assert_true(fabs(sample(text, "tessera_tenant_cost_total{tenant=\"a\",model=\"p\"}") - 0.006) < 1e-15);
+    assert_true(fabs(sample(text, "tessera_tenant_cost_total{tenant=\"b\",model=\"p\"}") - 0.001) < 1e-15);
+    assert_true(sample(text, "tessera_model_price_per_hour{model=\"p\"}") == 7.2);
+    assert_non_null(strstr(text, "# TYPE tessera_tenant_cost_total counter\n"));
+    assert_non_null(strstr(text, "# TYPE tessera_model_price_per_hour gauge\n"));
+    /* The unpriced model: no price, no cost, though its worker stepped. */
+    assert_null(strstr(text, "tessera_model_price_per_hour{model=\"u\"}"));
+    assert_null(strstr(text, "tessera_tenant_cost_total{tenant=\"a\",model=\"u\"}"));
+    assert_null(strstr(text, "tessera_tenant_cost_total{tenant=\"b\",model=\"u\"}"));
+    free(text);
+    obs_free(o);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_render_small_registry),
@@ -593,6 +631,7 @@ int main(void) {
         cmocka_unit_test(test_outcome_of_req),
         cmocka_unit_test(test_outcome_of_status),
         cmocka_unit_test(test_outcome_series),
+        cmocka_unit_test(test_cost_series),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -586,6 +586,18 @@ void sched_stats_get(const sched *s, sched_stats *o) {
     o->kv_evicted = s->kv.n_evicted;
     o->steps = s->steps;
     cost_theta(&s->cost, o->cost_theta);
+    o->cost_err_us = cost_err_us(&s->cost);
+    o->cost_steps = s->cost.n_obs;  /* cost.h has no accessor for it */
+    o->copy_bytes_per_us = cost_copy_bytes_per_us(&s->cost);
+    o->policy = s->cfg.policy;
+    o->block_size = s->cfg.block_size;
+    o->block_bytes = s->cfg.block_bytes;
+    o->max_running = s->cfg.max_running;
+    o->max_ctx = s->cfg.max_ctx;
+    o->budget_min = s->cfg.budget_min;
+    o->budget_max = s->cfg.budget_max;
+    o->kv_high = s->cfg.kv_high;
+    o->kv_low = s->cfg.kv_low;
 }
 
 /* ---- planning helpers ------------------------------------------------------ */

@@ -412,7 +412,20 @@ typedef struct sched_stats {
     int32_t kv_cache_only;  /* ... of which cache-only (free, evictable; in kv_free) */
     uint64_t kv_evicted;    /* cache-only blocks evicted by allocations */
     uint64_t steps;
-    double cost_theta[4];   /* current fit */
+    double cost_theta[4];   /* current fit (a, b, c, d), raw units as cost_theta() */
+    double cost_err_us;     /* us; the fit's running |residual| scale (cost_err_us) */
+    uint64_t cost_steps;    /* step times the fit has used (cost_model.n_obs) */
+    double copy_bytes_per_us; /* the fit's host<->device copy bandwidth */
+    /* The configuration the scheduler runs with (sched_config), so that a
+     * reader of the stats (the server's /admin/models, a simulator
+     * calibrating from it) sees the geometry beside the fit. */
+    int policy;             /* SCHED_POLICY_* */
+    int block_size;         /* positions per block */
+    double block_bytes;     /* bytes per block */
+    int32_t max_running;    /* sequences per step */
+    int32_t max_ctx;        /* positions per sequence */
+    int budget_min, budget_max; /* tokens per step */
+    double kv_high, kv_low; /* admission watermarks, fractions of kv_total */
 } sched_stats;
 void sched_stats_get(const sched *s, sched_stats *out);
 

@@ -15,6 +15,7 @@
 #include "config.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -231,10 +232,11 @@ static int parse_prefix_cache(const ydoc *d, const yaml_node_t *n, const char *p
 }
 
 static int parse_model(const ydoc *d, const yaml_node_t *n, const char *path, cfg_model *m) {
-    enum { NAME, PATH, KV, SWAP, BS, SEQS, BMIN, BMAX, THREADS, TPL, TPLF, PFX, NK };
+    enum { NAME, PATH, KV, SWAP, BS, SEQS, BMIN, BMAX, THREADS, TPL, TPLF, PFX, PRICE, NK };
     static const char *const keys[NK] = {"name", "path", "kv_cache_bytes", "swap_bytes",
                                          "block_size", "max_seqs", "budget_min", "budget_max",
-                                         "threads", "chat_template", "chat_template_file", "prefix_cache"};
+                                         "threads", "chat_template", "chat_template_file", "prefix_cache",
+                                         "price_per_hour"};
     const yaml_node_t *v[NK];
     char fp[YDOC_PATH_MAX];
     const char *p = NULL;
@@ -259,6 +261,7 @@ static int parse_model(const ydoc *d, const yaml_node_t *n, const char *path, cf
     }
     if ((rc = parse_chat_template(d, v[TPL], v[TPLF], FP(TPL), FP(TPLF), m))) return rc;
     if ((rc = parse_prefix_cache(d, v[PFX], FP(PFX), m))) return rc;
+    if ((rc = ydoc_get_number(d, v[PRICE], FP(PRICE), 0, CFG_PRICE_MAX, 0, &m->price_per_hour))) return rc;
 #undef FP
     m->path = resolve_path(ydoc_name(d), p);
     return m->path ? 0 : ydoc_nomem(d);
@@ -277,6 +280,7 @@ static int parse_models(const ydoc *d, const yaml_node_t *n, cfg *g) {
         ydoc_path_index(path, "models", i);
         cfg_model *m = &g->models[i];
         model_defaults(m);
+        m->price_per_hour = g->price_per_hour;   /* the file's default, unless the model sets one */
         g->n_models = i + 1;   /* so cfg_free sees m->path even on error */
         if ((rc = parse_model(d, item, path, m))) return rc;
         for (size_t j = 0; j < i; j++)
@@ -445,10 +449,10 @@ static int parse_metrics_key(const ydoc *d, const yaml_node_t *n, cfg *g) {
 }
 
 static int parse_root(const ydoc *d, const yaml_node_t *root, cfg *g) {
-    enum { LISTEN, POLICY, LIMITS, MODELS, TIERS, TENANTS, ADMIN, METRICS, NK };
+    enum { LISTEN, POLICY, LIMITS, MODELS, TIERS, TENANTS, ADMIN, METRICS, PRICE, NK };
     static const char *const keys[NK] = {"listen", "policy", "limits", "models",
                                          "tiers", "tenants", "admin_key_sha256",
-                                         "metrics_key_sha256"};
+                                         "metrics_key_sha256", "price_per_hour"};
     const yaml_node_t *v[NK];
     int rc = ydoc_map_fields(d, root, "", keys, NK, v);
     if (rc) return rc;
@@ -457,6 +461,8 @@ static int parse_root(const ydoc *d, const yaml_node_t *root, cfg *g) {
     if ((rc = parse_listen(d, v[LISTEN], g))) return rc;
     if ((rc = parse_policy(d, v[POLICY], g))) return rc;
     if ((rc = parse_limits(d, v[LIMITS], &g->limits))) return rc;
+    /* The default price before the models, which inherit it. */
+    if ((rc = ydoc_get_number(d, v[PRICE], "price_per_hour", 0, CFG_PRICE_MAX, 0, &g->price_per_hour))) return rc;
     if ((rc = parse_models(d, v[MODELS], g))) return rc;
     if (v[TIERS] && (rc = parse_tiers(d, v[TIERS], g))) return rc;
     /* The admin and metrics keys first, so that tenants' keys are checked
@@ -586,4 +592,9 @@ int cfg_tenant_find(const cfg *c, const char *name) {
     for (size_t i = 0; c && name && i < c->n_tenants; i++)
         if (!strcmp(c->tenants[i].sched.name, name)) return (int)i;
     return -1;
+}
+
+double cfg_cost(double price_per_hour, double engine_us) {
+    if (!(price_per_hour > 0)) return NAN;
+    return engine_us / 3.6e9 * price_per_hour;
 }

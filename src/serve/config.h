@@ -56,6 +56,11 @@
  *       chat_template_file: t.jinja  the same, read from a file (relative
  *                              to the config's folder, at most 1 MiB); not
  *                              both
+ *       price_per_hour: 0      the price of the device, MIG slice or MPS share
+ *                              this model's engine runs on, per hour, in the
+ *                              operator's currency; a number in
+ *                              0..CFG_PRICE_MAX; default: the top-level
+ *                              price_per_hour; 0 = unknown (see "Cost" below)
  *       prefix_cache:          automatic prefix caching (sched.h, "Prefix cache")
  *         enabled: true        default true; each tenant's cache is its own
  *         shared_prefixes: []  texts (at most CFG_MAX_SHARED_PREFIXES, each
@@ -90,6 +95,20 @@
  *   metrics_key_sha256: <64 hex> optional; a key that reads /metrics only.
  *                              Without it /metrics needs the admin key; with
  *                              neither, /metrics answers 401 to everyone
+ *   price_per_hour: 0          the default of every model's price_per_hour
+ *
+ * Cost. A tenant's cost on a model is its engine time on that model's
+ * device times the device's price:
+ *     cost = engine_seconds x price_per_hour / 3600
+ * where engine_seconds is sched_tenant_stats.engine_us / 1e6: each step's
+ * measured time split among the step's tenants by their share of its
+ * tokens. It leaves out the device's idle time (nobody's: an operator
+ * pays for it, no tenant caused it), host-side work outside engine steps
+ * (tokenizing, HTTP), and the weights' memory held while idle; so the
+ * tenants' costs add up to the price of the device's busy time, not of
+ * the hour. A price of 0 means unknown, not free: the server then reports
+ * no cost numbers for the model (null in /admin JSON, no cost series in
+ * /metrics), so an unpriced model never reads as costing nothing.
  *
  * Sizes are a plain integer of bytes or a number with a unit: B, KB, MB, GB,
  * TB (powers of 1000) or KiB, MiB, GiB, TiB (powers of 1024), any case, an
@@ -109,6 +128,7 @@
 #define CFG_HOST_MAX 256            /* bytes of the listen host, with the NUL */
 #define CFG_MAX_SHARED_PREFIXES 16  /* public prefixes per model */
 #define CFG_SHARED_PREFIX_MAX (1u << 20) /* bytes of one */
+#define CFG_PRICE_MAX 1e9           /* price_per_hour at most, currency units per hour */
 
 typedef struct cfg_limits {
     uint64_t max_body_bytes;        /* bytes */
@@ -134,6 +154,7 @@ typedef struct cfg_model {
     int prefix_cache;               /* 1: automatic prefix caching (default) */
     char **shared_prefixes;         /* owned (n_shared_prefixes) public prefix texts */
     size_t n_shared_prefixes;
+    double price_per_hour;          /* currency units per hour of the device; 0 = unknown */
 } cfg_model;
 
 typedef struct cfg_tenant {
@@ -160,7 +181,15 @@ typedef struct cfg {
     uint8_t admin_key[AUTH_HASH_LEN];
     int has_metrics;
     uint8_t metrics_key[AUTH_HASH_LEN];
+    double price_per_hour;          /* the file's default for models; 0 = unknown */
 } cfg;
+
+/* Cost of engine_us of engine time on a device of price_per_hour:
+ * engine_us / 3.6e9 x price_per_hour (see "Cost" above); NaN when the
+ * price is unknown (0, or not a positive number), so that no caller can
+ * mistake an unpriced model for a free one. The one copy of the formula:
+ * /admin/tenants and /metrics both use it. */
+double cfg_cost(double price_per_hour, double engine_us);
 
 /* Load and check the YAML file at path into *out.
  *   err, errlen: OUT, may be NULL/0; on failure a one-line message

@@ -1,10 +1,14 @@
 /* obs.c - see obs.h. */
 #include "obs.h"
 
+#include <math.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "config.h"
+
 
 static const int STATUS_CODES[] = {200, 400, 401, 404, 405, 413, 429, 499, 500, 503};
 #define N_CODES ((int)(sizeof(STATUS_CODES) / sizeof(STATUS_CODES[0])))
@@ -31,6 +35,10 @@ typedef struct obs_tenant {
     double seen_service;
     met_series *pfx_query, *pfx_hit;    /* prefix cache tokens looked up / found */
     uint64_t seen_pfx_query, seen_pfx_hit;
+    /* per-model state only: the tenant's cost on this model, and the engine
+     * time already charged to it (NULL series: the model has no price) */
+    met_series *cost;
+    double seen_engine_us;
     /* this model's latest gauge values (per-model state only); the tenant's
      * gauges are their sum over models, taken when /metrics is rendered */
     atomic_int cur_queue, cur_running, cur_kv;
@@ -41,6 +49,8 @@ typedef struct obs_model {
     int index;
     met_series *step, *tokens, *kv_util, *busy, *busy_seconds, *jain, *resident;
     met_series *pfx_blocks; /* blocks in the prefix cache */
+    met_series *price;      /* price per hour, or NULL when unknown */
+    double price_per_hour;  /* currency units per hour; 0 = unknown (no cost series) */
     const gguf_ctx *weights; /* the model's file, set once at start-up (obs_model_weights) */
     uint64_t owned_bytes;   /* and what it converted beside the mapping */
     /* model_resident_bytes walks the whole mapping (a 40 GB file is 10 M
@@ -181,6 +191,49 @@ static int setup_prefix_metrics(obs *o, const char *const *tenant_names, const c
     return 0;
 }
 
+/* The cost series: per tenant and model the cost of its engine time
+ * (a counter), per model its price (a gauge); only for a model with a
+ * price, so that an unknown price shows as no series rather than as a
+ * cost of 0. prices: (n_models) or NULL (none known). */
+static int setup_cost_metrics(obs *o, const char *const *tenant_names, const char *const *model_names,
+                              const double *prices) {
+    const char *tm[] = {"tenant", "model"}, *ml[] = {"model"};
+    met_family *cost = met_counter(o->reg, "tessera_tenant_cost_total",
+                                   "Cost of the tenant's engine time on the model: engine seconds x price_per_hour "
+                                   "/ 3600, in the operator's currency",
+                                   tm, 2);
+    met_family *price = met_gauge(o->reg, "tessera_model_price_per_hour",
+                                  "Price per hour of the device the model runs on (the config's price_per_hour)",
+                                  ml, 1);
+    if (!cost || !price) return -1;
+    for (int m = 0; prices && m < o->n_models; m++) {
+        obs_model *om = &o->models[m];
+        if (!isfinite(prices[m]) || !(prices[m] > 0)) continue;
+        const char *mv[] = {model_names[m]};
+        if (!(om->price = met_series_get(price, mv))) return -1;
+        for (int i = 0; i < o->n_tenants; i++) {
+            const char *v[] = {tenant_names[i], model_names[m]};
+            if (!(om->tenant_state[i].cost = met_series_get(cost, v))) return -1;
+        }
+        met_set(om->price, prices[m]);
+        om->price_per_hour = prices[m];
+    }
+    return 0;
+}
+
+/* Charge each tenant's new engine time on this model at the model's price.
+ * The tenants' engine_us are cumulative, so the increment is the part not
+ * yet charged: the counter tracks /admin/tenants' cost exactly. */
+static void cost_step(obs_model *m, const wk_step_info *s) {
+    if (!(m->price_per_hour > 0)) return;
+    for (int i = 0; i < s->n_tenants && i < m->o->n_tenants; i++) {
+        obs_tenant *seen = &m->tenant_state[i];
+        double delta = s->tenants[i].engine_us - seen->seen_engine_us;
+        seen->seen_engine_us = s->tenants[i].engine_us;
+        met_inc(seen->cost, cfg_cost(m->price_per_hour, delta));
+    }
+}
+
 /* A step's prefix cache figures: the tenants' cumulative counts as
  * increments, the model's cached blocks as they are. */
 static void prefix_step(obs_model *m, const wk_step_info *s) {
@@ -196,7 +249,7 @@ static void prefix_step(obs_model *m, const wk_step_info *s) {
 }
 
 obs *obs_new(const char *const *tenant_names, const double *weights, int n_tenants,
-             const char *const *model_names, int n_models) {
+             const char *const *model_names, const double *prices_per_hour, int n_models) {
     obs *o = calloc(1, sizeof(*o));
     if (!o) return NULL;
     o->n_tenants = n_tenants;
@@ -206,7 +259,8 @@ obs *obs_new(const char *const *tenant_names, const double *weights, int n_tenan
     o->tenants = calloc((size_t)n_tenants + 1, sizeof(obs_tenant));
     o->models = calloc((size_t)(n_models ? n_models : 1), sizeof(obs_model));
     if (!o->reg || !o->weights || !o->tenants || !o->models || setup_families(o, tenant_names) ||
-        setup_models(o, model_names) || setup_prefix_metrics(o, tenant_names, model_names)) {
+        setup_models(o, model_names) || setup_prefix_metrics(o, tenant_names, model_names) ||
+        setup_cost_metrics(o, tenant_names, model_names, prices_per_hour)) {
         obs_free(o);
         return NULL;
     }
@@ -396,6 +450,7 @@ static void on_step(void *ctx, const wk_step_info *s) {
     }
     met_set(m->jain, met_window_jain(m->window, s->now_us));
     prefix_step(m, s);
+    cost_step(m, s);
 }
 
 wk_hooks obs_hooks(obs *o, int m) {

@@ -9,8 +9,8 @@
  * code, TTFT, inter-token and
  * end-to-end latency histograms, prompt and completion tokens, queue depth,
  * running requests, KV blocks, preemptions by mode, rejections by reason,
- * engine seconds. Per model: step time, tokens per step, KV utilisation,
- * busy ratio, and Jain's fairness index of weighted service among the
+ * engine seconds, and per priced model its cost. Per model: step time, tokens per step, KV utilisation,
+ * busy ratio, price per hour when known, and Jain's fairness index of weighted service among the
  * tenants that were backlogged during the last minute.
  */
 #ifndef TS_OBS_H
@@ -79,9 +79,16 @@ obs_outcome obs_outcome_of_req(const wk_req *r);
  * 413, 499 cancelled, 503 shutting down, other 5xx internal). */
 obs_outcome obs_outcome_of_status(int status);
 
-/* tenant_names: (n_tenants); weights: (n_tenants), for the fairness index. */
+/* tenant_names: (n_tenants); weights: (n_tenants), for the fairness index;
+ * prices_per_hour: (n_models) each model's price_per_hour (config.h,
+ * "Cost"), 0 = unknown, or NULL when none is known. A priced model gets
+ * tessera_model_price_per_hour{model} and, per tenant,
+ * tessera_tenant_cost_total{tenant, model}: the tenant's engine time on
+ * the model x price / 3600, charged after every step from the
+ * scheduler's cumulative engine_us, so it equals /admin/tenants' cost. An
+ * unpriced model has neither series. */
 obs *obs_new(const char *const *tenant_names, const double *weights, int n_tenants,
-             const char *const *model_names, int n_models);
+             const char *const *model_names, const double *prices_per_hour, int n_models);
 void obs_free(obs *o);
 
 /* Hooks for model m's worker (ctx is private to obs). */

@@ -26,6 +26,7 @@
 #include "server.h"
 
 #include <arpa/inet.h>
+#include <math.h>
 #include <microhttpd.h>
 #include <openssl/rand.h>
 #include <netdb.h>
@@ -104,7 +105,7 @@ struct srv {
 };
 
 enum { R_NONE, R_COMPLETIONS, R_CHAT, R_EMBEDDINGS, R_TOKENIZE, R_DETOKENIZE, R_MODELS, R_HEALTH, R_METRICS, R_ADMIN,
-       R_BAD_METHOD };
+       R_ADMIN_MODELS, R_BAD_METHOD };
 
 typedef struct conn {
     srv *s;
@@ -1316,20 +1317,41 @@ static enum MHD_Result route_metrics(conn *c) {
     return reply(c, 200, "text/plain; version=0.0.4", text, len, 0);
 }
 
+/* ,"key":v with that many significant digits, or ,"key":null when v is
+ * not finite (a cost whose price is unknown, a ratio over nothing). */
+static void put_num(strbuf *b, const char *key, int digits, double v) {
+    if (isfinite(v)) strbuf_printf(b, ",\"%s\":%.*g", key, digits, v);
+    else strbuf_printf(b, ",\"%s\":null", key);
+}
+
+/* A tenant's cost on model m (config.h, "Cost"): the total, per completed
+ * request and per 1000 tokens processed (prompt and output), each null
+ * where the price is unknown or the divisor is 0; and the model's price. */
+static void put_tenant_cost(strbuf *b, const cfg_model *cm, const sched_tenant_stats *st) {
+    double cost = cfg_cost(cm->price_per_hour, st->engine_us);
+    double tokens = (double)st->prompt_tokens + (double)st->output_tokens;
+    put_num(b, "price_per_hour", 15, cm->price_per_hour > 0 ? cm->price_per_hour : NAN);
+    put_num(b, "cost", 9, cost);
+    put_num(b, "cost_per_request", 9, st->completed ? cost / (double)st->completed : NAN);
+    put_num(b, "cost_per_1k_tokens", 9, tokens > 0 ? cost / tokens * 1000 : NAN);
+}
+
 /* One tenant's row of /admin/tenants. */
 static void put_tenant_row(strbuf *b, const cfg *c, int m, size_t i, const sched_tenant_stats *st) {
     const cfg_tenant *t = &c->tenants[i];
     strbuf_printf(b,
         "%s{\"model\":\"%s\",\"tenant\":\"%s\",\"tier\":\"%s\",\"weight\":%g,\"queued\":%d,\"running\":%d,"
         "\"swapped\":%d,\"kv_blocks\":%d,\"service\":%.0f,\"prompt_tokens\":%llu,\"output_tokens\":%llu,"
-        "\"engine_seconds\":%.3f,\"submitted\":%llu,\"completed\":%llu,\"cancelled\":%llu,\"failed\":%llu,"
-        "\"preempt_swap\":%llu,\"preempt_recompute\":%llu}",
+        "\"engine_seconds\":%.6f,\"submitted\":%llu,\"completed\":%llu,\"cancelled\":%llu,\"failed\":%llu,"
+        "\"preempt_swap\":%llu,\"preempt_recompute\":%llu",
         (m || i) ? "," : "", c->models[m].name, t->sched.name, c->tiers[t->sched.tier].name,
         t->sched.weight, st->queued, st->running, st->swapped, st->kv_blocks, st->service,
         (unsigned long long)st->prompt_tokens, (unsigned long long)st->output_tokens,
         st->engine_us / 1e6, (unsigned long long)st->submitted, (unsigned long long)st->completed,
         (unsigned long long)st->cancelled, (unsigned long long)st->failed,
         (unsigned long long)st->preempt_swap, (unsigned long long)st->preempt_recompute);
+    put_tenant_cost(b, &c->models[m], st);
+    strbuf_puts(b, "}");
 }
 
 /* Live per-tenant state of every model, from the workers' snapshots. An
@@ -1348,6 +1370,46 @@ static enum MHD_Result route_admin(conn *c) {
         for (size_t i = 0; i < nt; i++) put_tenant_row(&b, s->c, m, i, &st[i]);
     }
     free(st);
+    strbuf_puts(&b, "]}");
+    char *out = strbuf_steal(&b, &len);
+    return out ? reply(c, 200, "application/json", out, len, 0) : MHD_NO;
+}
+
+/* One model's entry of /admin/models: what a simulator needs to run the
+ * same scheduler on a modelled device (README, "GET /admin/models"). The
+ * geometry is the scheduler's own (sched_stats), not the config's: n_blocks
+ * is what the KV bytes made, max_seqs the seats. cost_model is the step-time
+ * fit of cost.h in raw units, err_us its running residual scale and steps
+ * the step times it has used (0: still the seed). */
+static void put_model_entry(strbuf *b, const srv *s, int m, const sched_stats *p) {
+    const cfg_model *cm = &s->c->models[m];
+    strbuf_printf(b,
+        "%s{\"model\":\"%s\",\"kind\":\"%s\",\"policy\":\"%s\",\"context_length\":%d,"
+        "\"n_blocks\":%d,\"block_size\":%d,\"block_bytes\":%.0f,\"swap_blocks\":%d,\"max_seqs\":%d,"
+        "\"budget_min\":%d,\"budget_max\":%d,\"kv_high\":%.15g,\"kv_low\":%.15g,\"kv_used\":%d,\"steps\":%llu,"
+        "\"cost_model\":{\"a_us\":%.9g,\"b_us_per_prefill_token\":%.9g,\"c_us_per_decode_seq\":%.9g,"
+        "\"d_us_per_attended_position\":%.9g,\"err_us\":%.9g,\"steps\":%llu,\"copy_bytes_per_us\":%.9g}",
+        m ? "," : "", cm->name, s->models[m].embed ? "embedding" : "chat",
+        p->policy == SCHED_POLICY_FCFS ? "fcfs" : "fair", wk_ctx_len(s->models[m].w), p->kv_total, p->block_size,
+        p->block_bytes, p->swap_total, p->max_running, p->budget_min, p->budget_max, p->kv_high, p->kv_low,
+        p->kv_used, (unsigned long long)p->steps, p->cost_theta[0], p->cost_theta[1], p->cost_theta[2],
+        p->cost_theta[3], p->cost_err_us, (unsigned long long)p->cost_steps, p->copy_bytes_per_us);
+    put_num(b, "price_per_hour", 15, cm->price_per_hour > 0 ? cm->price_per_hour : NAN);
+    strbuf_puts(b, "}");
+}
+
+/* Every model's scheduler geometry and cost-model fit, from the workers'
+ * snapshots (the latest step's). */
+static enum MHD_Result route_admin_models(conn *c) {
+    srv *s = c->s;
+    size_t len;
+    strbuf b = STRBUF_INIT;
+    strbuf_puts(&b, "{\"object\":\"list\",\"data\":[");
+    for (int m = 0; m < s->n_models; m++) {
+        sched_stats pool;
+        wk_snapshot(s->models[m].w, NULL, &pool);
+        put_model_entry(&b, s, m, &pool);
+    }
     strbuf_puts(&b, "]}");
     char *out = strbuf_steal(&b, &len);
     return out ? reply(c, 200, "application/json", out, len, 0) : MHD_NO;
@@ -1658,6 +1720,7 @@ static int route_of(const char *method, const char *url, const char **allow) {
         {"POST", "/v1/completions", R_COMPLETIONS}, {"POST", "/v1/chat/completions", R_CHAT},
         {"GET", "/v1/models", R_MODELS},           {"GET", "/health", R_HEALTH},
         {"GET", "/metrics", R_METRICS},            {"GET", "/admin/tenants", R_ADMIN},
+        {"GET", "/admin/models", R_ADMIN_MODELS},
         {"POST", "/v1/embeddings", R_EMBEDDINGS},  {"POST", "/tokenize", R_TOKENIZE},
         {"POST", "/detokenize", R_DETOKENIZE},
     };
@@ -1692,6 +1755,10 @@ static enum MHD_Result act(conn *c) {
         if (c->who != AUTH_ADMIN)
             return reply_err(c, 401, "authentication_error", NULL, "invalid_api_key", 0, "this route needs the admin key");
         return route_admin(c);
+    case R_ADMIN_MODELS:
+        if (c->who != AUTH_ADMIN)
+            return reply_err(c, 401, "authentication_error", NULL, "invalid_api_key", 0, "this route needs the admin key");
+        return route_admin_models(c);
     case R_BAD_METHOD: return reply_err(c, 405, "invalid_request_error", NULL, "method_not_allowed", 0, "method not allowed on this route");
     default: return reply_err(c, 404, "not_found_error", NULL, "unknown_route", 0, "no such route");
     }
@@ -2018,30 +2085,33 @@ int srv_new(const cfg *c, srv **out, char *err, size_t errlen) {
     gate_init(&s->gate, (int64_t)c->limits.header_timeout_s * 1000000,
               c->limits.max_connections - c->limits.reserved_connections);
     const char **tn = calloc(c->n_tenants, sizeof(char *)), **mn = calloc(c->n_models, sizeof(char *));
-    double *wt = calloc(c->n_tenants, sizeof(double));
+    double *wt = calloc(c->n_tenants, sizeof(double)), *price = calloc(c->n_models, sizeof(double));
     s->models = calloc(c->n_models, sizeof(srv_model));
     s->lims = calloc(c->n_tenants, sizeof(lim_tenant));
     int rc = TS_ERR_NOMEM;
-    if (!tn || !mn || !wt || !s->models || !s->lims) goto err;
+    if (!tn || !mn || !wt || !price || !s->models || !s->lims) goto err;
     for (size_t i = 0; i < c->n_tenants; i++) {
         tn[i] = c->tenants[i].sched.name;
         wt[i] = c->tenants[i].sched.weight;
         lim_tenant_init(&s->lims[i], c->tenants[i].requests_per_minute, c->tenants[i].tokens_per_minute,
                         c->tenants[i].max_concurrent, wk_now_us());
     }
-    for (size_t i = 0; i < c->n_models; i++) mn[i] = c->models[i].name;
-    if (!(s->obs = obs_new(tn, wt, (int)c->n_tenants, mn, (int)c->n_models))) goto err;
+    for (size_t i = 0; i < c->n_models; i++) {
+        mn[i] = c->models[i].name;
+        price[i] = c->models[i].price_per_hour;
+    }
+    if (!(s->obs = obs_new(tn, wt, (int)c->n_tenants, mn, price, (int)c->n_models))) goto err;
     if ((rc = cfg_auth_table(c, &s->auth))) {
         snprintf(err, errlen, "cannot build the key table");
         goto err;
     }
     if ((rc = start_workers(s, err, errlen))) goto err;
-    free(tn); free(mn); free(wt);
+    free(tn); free(mn); free(wt); free(price);
     *out = s;
     return 0;
 err:
     if (rc == TS_ERR_NOMEM && err && !err[0]) snprintf(err, errlen, "out of memory");
-    free(tn); free(mn); free(wt);
+    free(tn); free(mn); free(wt); free(price);
     srv_free(s);
     return rc;
 }

@@ -241,6 +241,9 @@ static int setup_sched(wk_worker *w, char *err, size_t errlen) {
             snprintf(err, errlen, "tenant %s rejected", w->tenants[i].name);
             return rc;
         }
+    /* The pool's snapshot before any step (the thread is not started yet,
+     * so no lock): /admin/models shows the geometry from the start. */
+    sched_stats_get(w->s, &w->snap_pool);
     return 0;
 }
 

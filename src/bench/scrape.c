@@ -1,0 +1,355 @@
+/* scrape.c - reading a tessera server's admin routes; see scrape.h.
+ *
+ * The parsers walk the answer along its expected shape ({"data": [...]},
+ * then each entry's known fields) rather than the tree, so each error can
+ * say which entry and which field, and a field the parser does not read
+ * cannot fail it.
+ */
+#include "scrape.h"
+
+#include <curl/curl.h>
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "err.h"
+#include "loadgen.h"
+#include "strbuf.h"
+
+/* ---- fetch -------------------------------------------------------------------- */
+
+typedef struct sink {
+    strbuf b;
+    int over;               /* the body passed SCR_BODY_MAX */
+} sink;
+
+static size_t on_body(char *p, size_t size, size_t n, void *ctx) {
+    sink *s = ctx;
+    size_t k = size * n;
+    if (s->b.len + k > SCR_BODY_MAX) {
+        s->over = 1;
+        return 0;           /* ends the transfer with CURLE_WRITE_ERROR */
+    }
+    strbuf_put(&s->b, p, k);
+    return strbuf_failed(&s->b) ? 0 : k;
+}
+
+/* The "message" of an OpenAI-shaped error answer, or "" when it is not one. */
+static const char *error_message(const char *body, size_t len, char *buf, size_t cap) {
+    buf[0] = 0;
+    cJSON *j = body ? cJSON_ParseWithLength(body, len) : NULL;
+    const cJSON *m = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(j, "error"), "message");
+    if (cJSON_IsString(m)) snprintf(buf, cap, ": %s", m->valuestring);
+    cJSON_Delete(j);
+    return buf;
+}
+
+/* One GET on an easy handle the caller made; the answer's status in *code. */
+static CURLcode get(CURL *h, const char *target, struct curl_slist *hdrs, double timeout_s, sink *s, long *code,
+                    char *cerr) {
+    curl_easy_setopt(h, CURLOPT_URL, target);
+    curl_easy_setopt(h, CURLOPT_HTTPGET, 1L);
+    if (hdrs) curl_easy_setopt(h, CURLOPT_HTTPHEADER, hdrs);
+    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_body);
+    curl_easy_setopt(h, CURLOPT_WRITEDATA, s);
+    curl_easy_setopt(h, CURLOPT_ERRORBUFFER, cerr);
+    curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, (long)(timeout_s * 1e3));
+    /* Only ever the URL given, as loadgen does. */
+    curl_easy_setopt(h, CURLOPT_FOLLOWLOCATION, 0L);
+    curl_easy_setopt(h, CURLOPT_NOPROXY, "*");
+    curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http,https");
+    CURLcode res = curl_easy_perform(h);
+    *code = 0;
+    curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, code);
+    return res;
+}
+
+int scr_fetch(const char *url, const char *path, const char *key, double timeout_s, char **body, size_t *len,
+              char *err, size_t errlen) {
+    if (body) *body = NULL;
+    if (len) *len = 0;
+    if (!url || !path || path[0] != '/' || !body || !len || !(timeout_s > 0) || timeout_s > 3600)
+        return err_set(err, errlen, TS_ERR_INVAL, "scr_fetch: no URL, a path without '/', or a timeout outside (0, 3600] s");
+    int rc = lg_url_check(url, err, errlen);
+    if (rc) return rc;
+    size_t ul = strlen(url);
+    while (ul && url[ul - 1] == '/') ul--;
+    char target[1024], auth[600], cerr[CURL_ERROR_SIZE] = "", msg[256];
+    if (snprintf(target, sizeof target, "%.*s%s", (int)ul, url, path) >= (int)sizeof target)
+        return err_set(err, errlen, TS_ERR_INVAL, "URL too long");
+    if (key && snprintf(auth, sizeof auth, "Authorization: Bearer %s", key) >= (int)sizeof auth)
+        return err_set(err, errlen, TS_ERR_INVAL, "key too long");
+    if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK)
+        return err_set(err, errlen, TS_ERR_IO, "libcurl failed to initialise");
+    CURL *h = curl_easy_init();
+    struct curl_slist *hdrs = key ? curl_slist_append(NULL, auth) : NULL;
+    sink s = {STRBUF_INIT, 0};
+    long code = 0;
+    if (!h || (key && !hdrs)) {
+        rc = err_set(err, errlen, TS_ERR_NOMEM, "out of memory");
+        goto out;
+    }
+    CURLcode res = get(h, target, hdrs, timeout_s, &s, &code, cerr);
+    if (strbuf_failed(&s.b)) rc = err_set(err, errlen, TS_ERR_NOMEM, "out of memory reading %s", target);
+    else if (s.over) rc = err_set(err, errlen, TS_ERR_IO, "%s: answer larger than %u bytes", target, SCR_BODY_MAX);
+    else if (res != CURLE_OK)
+        rc = err_set(err, errlen, TS_ERR_IO, "%s: %s", target, cerr[0] ? cerr : curl_easy_strerror(res));
+    else if (code == 401)
+        rc = err_set(err, errlen, TS_ERR_AUTH, "%s: the server refused the admin key (401)%s", target,
+                     error_message(s.b.p, s.b.len, msg, sizeof msg));
+    else if (code != 200)
+        rc = err_set(err, errlen, TS_ERR_IO, "%s: HTTP %ld%s", target, code,
+                     error_message(s.b.p, s.b.len, msg, sizeof msg));
+    if (!rc && !(*body = strbuf_steal(&s.b, len))) rc = err_set(err, errlen, TS_ERR_NOMEM, "out of memory");
+out:
+    strbuf_free(&s.b);
+    curl_slist_free_all(hdrs);
+    if (h) curl_easy_cleanup(h);
+    curl_global_cleanup();
+    return rc;
+}
+
+/* ---- parse -------------------------------------------------------------------- */
+
+/* Where a parser is, for messages: the route, the entry and the object
+ * inside it ("" for the entry itself, "cost_model." for a nested one). */
+typedef struct where {
+    const char *route;
+    size_t i;
+    const char *in;
+    char *err;
+    size_t errlen;
+} where;
+
+/* The value of a required field; NULL with the error set when missing. */
+static const cJSON *field(const where *w, const cJSON *o, const char *key) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    if (!v) err_set(w->err, w->errlen, TS_ERR_INVAL, "%s: data[%zu].%s%s: missing", w->route, w->i, w->in, key);
+    return v;
+}
+
+static int bad(const where *w, const char *key, const char *what) {
+    return err_set(w->err, w->errlen, TS_ERR_INVAL, "%s: data[%zu].%s%s: expected %s", w->route, w->i, w->in, key,
+                   what);
+}
+
+/* A finite number >= lo; with nullable, null reads as -1 (unknown). */
+static int get_num(const where *w, const cJSON *o, const char *key, double lo, int nullable, double *out) {
+    const cJSON *v = field(w, o, key);
+    if (!v) return TS_ERR_INVAL;
+    if (nullable && cJSON_IsNull(v)) {
+        *out = -1;
+        return 0;
+    }
+    if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble) || v->valuedouble < lo) {
+        char what[64];
+        snprintf(what, sizeof what, "a number >= %g%s", lo, nullable ? " or null" : "");
+        return bad(w, key, what);
+    }
+    *out = v->valuedouble;
+    return 0;
+}
+
+/* A count: a whole number in [0, 2^53] (what a double holds exactly). */
+static int get_count(const where *w, const cJSON *o, const char *key, uint64_t *out) {
+    double d;
+    if (get_num(w, o, key, 0, 0, &d)) return TS_ERR_INVAL;
+    if (d != floor(d) || d > 9007199254740992.0) return bad(w, key, "a whole number in 0..2^53");
+    *out = (uint64_t)d;
+    return 0;
+}
+
+/* A whole number in [lo, hi]. */
+static int get_i32(const where *w, const cJSON *o, const char *key, int32_t lo, int32_t hi, int32_t *out) {
+    const cJSON *v = field(w, o, key);
+    if (!v) return TS_ERR_INVAL;
+    double d = cJSON_IsNumber(v) ? v->valuedouble : NAN;
+    if (!(d >= lo && d <= hi) || d != floor(d)) {
+        char what[64];
+        snprintf(what, sizeof what, "a whole number in %d..%d", lo, hi);
+        return bad(w, key, what);
+    }
+    *out = (int32_t)d;
+    return 0;
+}
+
+/* A name of 1..SCHED_NAME_MAX-1 bytes. */
+static int get_name(const where *w, const cJSON *o, const char *key, char out[SCHED_NAME_MAX]) {
+    const cJSON *v = field(w, o, key);
+    if (!v) return TS_ERR_INVAL;
+    size_t n = cJSON_IsString(v) ? strlen(v->valuestring) : 0;
+    if (n == 0 || n >= SCHED_NAME_MAX) {
+        char what[64];
+        snprintf(what, sizeof what, "a name of 1..%d bytes", SCHED_NAME_MAX - 1);
+        return bad(w, key, what);
+    }
+    memcpy(out, v->valuestring, n + 1);
+    return 0;
+}
+
+/* One of names; its index in *out. */
+static int get_enum(const where *w, const cJSON *o, const char *key, const char *const *names, int n, const char *what,
+                    int *out) {
+    const cJSON *v = field(w, o, key);
+    if (!v) return TS_ERR_INVAL;
+    for (int k = 0; cJSON_IsString(v) && k < n; k++)
+        if (!strcmp(v->valuestring, names[k])) {
+            *out = k;
+            return 0;
+        }
+    return bad(w, key, what);
+}
+
+static int parse_tenant(const where *w, const cJSON *o, scr_tenant *t) {
+    if (!cJSON_IsObject(o))
+        return err_set(w->err, w->errlen, TS_ERR_INVAL, "%s: data[%zu]: expected an object", w->route, w->i);
+    if (get_name(w, o, "tenant", t->name) || get_name(w, o, "model", t->model) ||
+        get_num(w, o, "engine_seconds", 0, 0, &t->engine_seconds) || get_num(w, o, "cost", 0, 1, &t->cost) ||
+        get_num(w, o, "price_per_hour", 0, 1, &t->price_per_hour) || get_count(w, o, "submitted", &t->submitted) ||
+        get_count(w, o, "completed", &t->completed) || get_count(w, o, "prompt_tokens", &t->prompt_tokens) ||
+        get_count(w, o, "output_tokens", &t->output_tokens))
+        return TS_ERR_INVAL;
+    return 0;
+}
+
+/* The cost_model object of a model entry. */
+static int parse_fit(const where *w, const cJSON *o, scr_model *m) {
+    static const char *const coef[4] = {"a_us", "b_us_per_prefill_token", "c_us_per_decode_seq",
+                                        "d_us_per_attended_position"};
+    const cJSON *f = field(w, o, "cost_model");
+    if (!f) return TS_ERR_INVAL;
+    if (!cJSON_IsObject(f)) return bad(w, "cost_model", "an object");
+    where in = *w;
+    in.in = "cost_model.";
+    for (int k = 0; k < 4; k++)
+        if (get_num(&in, f, coef[k], 0, 0, &m->theta[k])) return TS_ERR_INVAL;
+    if (get_num(&in, f, "err_us", 0, 0, &m->err_us) || get_count(&in, f, "steps", &m->fit_steps) ||
+        get_num(&in, f, "copy_bytes_per_us", 0, 0, &m->copy_bytes_per_us))
+        return TS_ERR_INVAL;
+    return 0;
+}
+
+static int parse_model(const where *w, const cJSON *o, scr_model *m) {
+    static const char *const kinds[] = {"chat", "embedding"}, *const policies[] = {"fair", "fcfs"};
+    static const int policy_of[] = {SCHED_POLICY_FAIR, SCHED_POLICY_FCFS};
+    int pol = 0;
+    if (!cJSON_IsObject(o))
+        return err_set(w->err, w->errlen, TS_ERR_INVAL, "%s: data[%zu]: expected an object", w->route, w->i);
+    if (get_name(w, o, "model", m->name) || get_enum(w, o, "kind", kinds, 2, "\"chat\" or \"embedding\"", &m->embedding) ||
+        get_enum(w, o, "policy", policies, 2, "\"fair\" or \"fcfs\"", &pol) ||
+        get_i32(w, o, "context_length", 1, INT32_MAX, &m->context_length) ||
+        get_i32(w, o, "n_blocks", 1, INT32_MAX, &m->n_blocks) || get_i32(w, o, "block_size", 1, INT32_MAX, &m->block_size) ||
+        get_num(w, o, "block_bytes", 0, 0, &m->block_bytes) ||
+        get_i32(w, o, "swap_blocks", 0, INT32_MAX, &m->swap_blocks) ||
+        get_i32(w, o, "max_seqs", 1, INT32_MAX, &m->max_seqs) ||
+        get_i32(w, o, "budget_min", 1, INT32_MAX, &m->budget_min) ||
+        get_i32(w, o, "budget_max", 1, INT32_MAX, &m->budget_max) || get_num(w, o, "kv_high", 0, 0, &m->kv_high) ||
+        get_num(w, o, "kv_low", 0, 0, &m->kv_low) || get_count(w, o, "steps", &m->steps) || parse_fit(w, o, m) ||
+        get_num(w, o, "price_per_hour", 0, 1, &m->price_per_hour))
+        return TS_ERR_INVAL;
+    m->policy = policy_of[pol];
+    if (m->budget_min > m->budget_max) return bad(w, "budget_min", "at most budget_max");
+    if (m->kv_high > 1 || m->kv_low > m->kv_high) return bad(w, "kv_low", "kv_low <= kv_high <= 1");
+    return 0;
+}
+
+typedef int (*parse_fn)(const where *w, const cJSON *o, void *row);
+
+static int parse_tenant_v(const where *w, const cJSON *o, void *row) { return parse_tenant(w, o, row); }
+static int parse_model_v(const where *w, const cJSON *o, void *row) { return parse_model(w, o, row); }
+
+/* {"data": [entry, ...]} into a calloc'd array of n rows of size bytes. */
+static int parse_list(const char *route, const char *text, size_t len, size_t size, parse_fn fn, void **rows,
+                      size_t *n, char *err, size_t errlen) {
+    if (rows) *rows = NULL;
+    if (n) *n = 0;
+    if (!text || !rows || !n) return err_set(err, errlen, TS_ERR_INVAL, "%s: no text or output", route);
+    const char *end = NULL;
+    cJSON *j = cJSON_ParseWithLengthOpts(text, len, &end, 0);
+    const cJSON *data = cJSON_GetObjectItemCaseSensitive(j, "data");
+    int cnt = cJSON_IsArray(data) ? cJSON_GetArraySize(data) : 0;
+    int rc = 0;
+    char *out = NULL;
+    if (!j) rc = err_set(err, errlen, TS_ERR_INVAL, "%s: not JSON (near byte %zu)", route,
+                         end ? (size_t)(end - text) : (size_t)0);
+    else if (!cJSON_IsArray(data)) rc = err_set(err, errlen, TS_ERR_INVAL, "%s: expected an object with a \"data\" list", route);
+    else if (cnt && !(out = calloc((size_t)cnt, size))) rc = err_set(err, errlen, TS_ERR_NOMEM, "out of memory");
+    where w = {route, 0, "", err, errlen};
+    const cJSON *e = data ? data->child : NULL;
+    for (; !rc && e; e = e->next, w.i++) rc = fn(&w, e, out + w.i * size);
+    cJSON_Delete(j);
+    if (rc) {
+        free(out);
+        return rc;
+    }
+    *rows = out;
+    *n = (size_t)cnt;
+    return 0;
+}
+
+int scr_parse_tenants(const char *text, size_t len, scr_tenant **rows, size_t *n, char *err, size_t errlen) {
+    return parse_list("/admin/tenants", text, len, sizeof(scr_tenant), parse_tenant_v, (void **)rows, n, err, errlen);
+}
+
+int scr_parse_models(const char *text, size_t len, scr_model **rows, size_t *n, char *err, size_t errlen) {
+    return parse_list("/admin/models", text, len, sizeof(scr_model), parse_model_v, (void **)rows, n, err, errlen);
+}
+
+size_t scr_tenant_total(const scr_tenant *rows, size_t n, const char *tenant, const char *model, scr_tenant *out) {
+    memset(out, 0, sizeof *out);
+    out->cost = out->price_per_hour = -1;
+    if (!rows || !tenant) return 0;
+    snprintf(out->name, sizeof out->name, "%s", tenant);
+    if (model) snprintf(out->model, sizeof out->model, "%s", model);
+    size_t k = 0;
+    int cost_known = 1, price_same = 1;
+    double cost = 0, price = -1;
+    for (size_t i = 0; i < n; i++) {
+        const scr_tenant *r = &rows[i];
+        if (strcmp(r->name, tenant) || (model && strcmp(r->model, model))) continue;
+        out->engine_seconds += r->engine_seconds;
+        out->submitted += r->submitted;
+        out->completed += r->completed;
+        out->prompt_tokens += r->prompt_tokens;
+        out->output_tokens += r->output_tokens;
+        /* An unpriced model where the tenant ran nothing costs it nothing
+         * either way; where it ran, its share of the cost is unknown. */
+        if (r->cost >= 0) cost += r->cost;
+        else if (r->engine_seconds > 0) cost_known = 0;
+        if (k == 0) price = r->price_per_hour;
+        else if (r->price_per_hour != price) price_same = 0;
+        k++;
+    }
+    if (k && cost_known) out->cost = cost;
+    if (k && price_same && price >= 0) out->price_per_hour = price;
+    return k;
+}
+
+int scr_get_tenants(const char *url, const char *admin_key, double timeout_s, scr_tenant **rows, size_t *n,
+                    char *err, size_t errlen) {
+    char *body;
+    size_t len;
+    if (rows) *rows = NULL;
+    if (n) *n = 0;
+    int rc = scr_fetch(url, "/admin/tenants", admin_key, timeout_s, &body, &len, err, errlen);
+    if (rc) return rc;
+    rc = scr_parse_tenants(body, len, rows, n, err, errlen);
+    free(body);
+    return rc;
+}
+
+int scr_get_models(const char *url, const char *admin_key, double timeout_s, scr_model **rows, size_t *n,
+                   char *err, size_t errlen) {
+    char *body;
+    size_t len;
+    if (rows) *rows = NULL;
+    if (n) *n = 0;
+    int rc = scr_fetch(url, "/admin/models", admin_key, timeout_s, &body, &len, err, errlen);
+    if (rc) return rc;
+    rc = scr_parse_models(body, len, rows, n, err, errlen);
+    free(body);
+    return rc;
+}

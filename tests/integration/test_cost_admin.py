@@ -1,0 +1,160 @@
+"""test_cost_admin.py - cost per device-hour and the cost-model fit, against
+the real `tessera serve` on 127.0.0.1 (issue 15):
+
+- three models on the tiny synthetic GGUF: "priced" sets its own
+  price_per_hour, "inherits" takes the file's top-level price_per_hour,
+  "unknown" sets 0 (unknown, which overrides the default);
+- two tenants send completions to each; once the server has settled,
+  /admin/tenants' cost of every row equals engine_seconds x price / 3600
+  (to the printed rounding), cost_per_request and cost_per_1k_tokens follow
+  from it, and the unknown model's row has null price and costs;
+- /metrics has tessera_tenant_cost_total{tenant, model} equal to that cost
+  and tessera_model_price_per_hour for the priced models, and neither for
+  the unknown one;
+- GET /admin/models (admin key only) gives each model's scheduler geometry
+  as configured (block_size, max_seqs, budgets, KV and swap blocks from the
+  configured bytes) and its step-time fit, which has seen the steps run.
+
+Run by tests/cost_admin.sh (ctest) with TS_TESSERA and TS_TMPDIR set.
+"""
+
+import json
+import math
+import os
+import sys
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from harness import Env, Model, Server, Tenant, get_metrics, make_model, metric_value, request, wait_until  # noqa: E402
+
+ENV = Env("cost_admin_test")
+S = None
+PRICE = {"priced": 3.6, "inherits": 1.8, "unknown": None}
+GEOMETRY = {"block_size": 8, "max_seqs": 4, "budget_min": 16, "budget_max": 128}
+KV_BYTES, SWAP_BYTES = 4 << 20, 1 << 20
+
+
+def setUpModule():
+    global S
+    tiny = make_model(ENV)
+    geo = dict(GEOMETRY, threads=1, kv_cache_bytes="4MiB", swap_bytes="1MiB")
+    S = Server(ENV, "cost", [
+        Model("priced", tiny, price_per_hour=3.6, **geo),
+        Model("inherits", tiny, **geo),
+        Model("unknown", tiny, price_per_hour=0, **geo),
+    ], [Tenant(ENV, "a", "gold"), Tenant(ENV, "b", "silver")])
+    # The file's default price, which "inherits" takes.
+    with open(S.config, "a") as f:
+        f.write("price_per_hour: 1.8\n")
+    S.start()
+    for model in PRICE:
+        for tenant, n in (("a", 3), ("b", 1)):
+            for i in range(n):
+                r = request(S.port, "POST", "/v1/completions",
+                            {"model": model, "prompt": "cost test %d %s" % (i, tenant), "max_tokens": 5,
+                             "temperature": 0}, key=S.key(tenant))
+                if r.status != 200:
+                    raise AssertionError(r)
+
+
+def tearDownModule():
+    if S:
+        S.stop()
+
+
+def admin(path):
+    r = request(S.port, "GET", path, key=S.admin_key)
+    if r.status != 200:
+        raise AssertionError(r)
+    return r.json()["data"]
+
+
+def settled_rows():
+    """/admin/tenants once nothing is live and two reads agree."""
+    def idle():
+        rows = admin("/admin/tenants")
+        if not all(d["running"] + d["queued"] + d["swapped"] == 0 and
+                   d["submitted"] == d["completed"] + d["cancelled"] + d["failed"] for d in rows):
+            return None
+        return json.dumps(rows, sort_keys=True)
+
+    def stable():
+        a = idle()
+        return a if a is not None and a == idle() else None
+    return json.loads(wait_until(stable, 20, what="the server to settle"))
+
+
+def close(a, b, rel=1e-8, abs_=1e-12):
+    return abs(a - b) <= abs_ + rel * max(abs(a), abs(b))
+
+
+class Cost(unittest.TestCase):
+    def test_1_admin_tenants_cost(self):
+        rows = settled_rows()
+        self.assertEqual(len(rows), 6)
+        for d in rows:
+            price = PRICE[d["model"]]
+            self.assertEqual(d["completed"], 3 if d["tenant"] == "a" else 1, d)
+            if price is None:
+                for k in ("price_per_hour", "cost", "cost_per_request", "cost_per_1k_tokens"):
+                    self.assertIsNone(d[k], (k, d))
+                continue
+            self.assertEqual(d["price_per_hour"], price, d)
+            self.assertGreater(d["engine_seconds"], 0, d)
+            # engine_seconds is printed to the microsecond: 5e-7 s of rounding.
+            want = d["engine_seconds"] * price / 3600
+            self.assertTrue(abs(d["cost"] - want) <= 5e-7 * price / 3600 + 1e-9 * want, (d, want))
+            self.assertTrue(close(d["cost_per_request"], d["cost"] / d["completed"]), d)
+            tokens = d["prompt_tokens"] + d["output_tokens"]
+            self.assertTrue(close(d["cost_per_1k_tokens"], d["cost"] / tokens * 1000), d)
+
+    def test_2_metrics_cost(self):
+        rows = settled_rows()
+        m = get_metrics(S.port, S.admin_key)
+        for d in rows:
+            v = metric_value(m, "tessera_tenant_cost_total", tenant=d["tenant"], model=d["model"])
+            if d["cost"] is None:
+                self.assertIsNone(v, d)
+            else:
+                self.assertIsNotNone(v, d)
+                self.assertTrue(close(v, d["cost"], rel=1e-7), (v, d))
+        self.assertEqual(metric_value(m, "tessera_model_price_per_hour", model="priced"), 3.6)
+        self.assertEqual(metric_value(m, "tessera_model_price_per_hour", model="inherits"), 1.8)
+        self.assertIsNone(metric_value(m, "tessera_model_price_per_hour", model="unknown"))
+
+    def test_3_admin_models(self):
+        settled_rows()
+        data = admin("/admin/models")
+        self.assertEqual([d["model"] for d in data], list(PRICE))
+        for d in data:
+            self.assertEqual(d["price_per_hour"], PRICE[d["model"]], d)
+            self.assertEqual(d["kind"], "chat")
+            self.assertEqual(d["policy"], "fair")
+            for k, v in GEOMETRY.items():
+                self.assertEqual(d[k], v, (k, d))
+            bb = d["block_bytes"]
+            self.assertGreater(bb, 0)
+            self.assertEqual(d["n_blocks"], KV_BYTES // bb, d)
+            self.assertEqual(d["swap_blocks"], SWAP_BYTES // bb, d)
+            self.assertEqual(d["kv_high"], 0.85)
+            self.assertEqual(d["kv_low"], 0.7)
+            self.assertEqual(d["context_length"], 1024)
+            self.assertGreater(d["steps"], 0, d)
+            fit = d["cost_model"]
+            for k in ("a_us", "b_us_per_prefill_token", "c_us_per_decode_seq", "d_us_per_attended_position",
+                      "err_us", "copy_bytes_per_us"):
+                self.assertTrue(isinstance(fit[k], (int, float)) and math.isfinite(fit[k]) and fit[k] >= 0, (k, fit))
+            # Every step the model ran was fed to the fit (none skipped this early).
+            self.assertGreater(fit["steps"], 0, fit)
+            self.assertLessEqual(fit["steps"], d["steps"], d)
+            self.assertGreater(fit["a_us"] + fit["b_us_per_prefill_token"] + fit["c_us_per_decode_seq"], 0, fit)
+
+    def test_4_admin_models_needs_the_admin_key(self):
+        self.assertEqual(request(S.port, "GET", "/admin/models").status, 401)
+        self.assertEqual(request(S.port, "GET", "/admin/models", key=S.key("a")).status, 401)
+        self.assertEqual(request(S.port, "GET", "/admin/models", key=S.metrics_key).status, 401)
+        self.assertEqual(request(S.port, "POST", "/admin/models", {}, key=S.admin_key).status, 405)
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,371 @@
+/* test_bench_scrape.c - unit tests of src/bench/scrape.c: the parsers of
+ * /admin/tenants and /admin/models read the server's answers field by field
+ * (null prices and costs as unknown, unknown fields ignored), every
+ * malformed or incomplete answer fails with the route, the entry and the
+ * field in the message and returns nothing, a tenant's totals over models
+ * keep an unknown cost unknown, and scr_fetch against a one-shot loopback
+ * server sends the admin key and tells a 200, a 401 and a 500 apart.
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <arpa/inet.h>
+#include <math.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "bench/scrape.h"
+#include "err.h"
+#include "testutil.h"
+
+/* Two rows as route_admin writes them: a priced model and an unpriced one. */
+static const char TENANTS[] =
+    "{\"object\":\"list\",\"data\":["
+    "{\"model\":\"m\",\"tenant\":\"acme\",\"tier\":\"gold\",\"weight\":1,\"queued\":0,\"running\":0,"
+    "\"swapped\":0,\"kv_blocks\":0,\"service\":120,\"prompt_tokens\":100,\"output_tokens\":20,"
+    "\"engine_seconds\":1.500000,\"submitted\":5,\"completed\":4,\"cancelled\":1,\"failed\":0,"
+    "\"preempt_swap\":0,\"preempt_recompute\":0,\"price_per_hour\":3.6,\"cost\":0.0015,"
+    "\"cost_per_request\":0.000375,\"cost_per_1k_tokens\":0.0125},"
+    "{\"model\":\"u\",\"tenant\":\"acme\",\"tier\":\"gold\",\"weight\":1,\"queued\":0,\"running\":0,"
+    "\"swapped\":0,\"kv_blocks\":0,\"service\":0,\"prompt_tokens\":7,\"output_tokens\":3,"
+    "\"engine_seconds\":0.250000,\"submitted\":1,\"completed\":1,\"cancelled\":0,\"failed\":0,"
+    "\"preempt_swap\":0,\"preempt_recompute\":0,\"price_per_hour\":null,\"cost\":null,"
+    "\"cost_per_request\":null,\"cost_per_1k_tokens\":null,\"some_future_field\":[1,2]}]}";
+
+static const char MODELS[] =
+    "{\"object\":\"list\",\"data\":[{\"model\":\"m\",\"kind\":\"chat\",\"policy\":\"fcfs\",\"context_length\":1024,"
+    "\"n_blocks\":2048,\"block_size\":16,\"block_bytes\":16384,\"swap_blocks\":512,\"max_seqs\":32,"
+    "\"budget_min\":32,\"budget_max\":256,\"kv_high\":0.85,\"kv_low\":0.7,\"kv_used\":3,\"steps\":77,"
+    "\"cost_model\":{\"a_us\":1500,\"b_us_per_prefill_token\":20.5,\"c_us_per_decode_seq\":300,"
+    "\"d_us_per_attended_position\":0.01,\"err_us\":42.5,\"steps\":70,\"copy_bytes_per_us\":1000},"
+    "\"price_per_hour\":2.5},"
+    "{\"model\":\"e\",\"kind\":\"embedding\",\"policy\":\"fair\",\"context_length\":512,"
+    "\"n_blocks\":64,\"block_size\":16,\"block_bytes\":0,\"swap_blocks\":0,\"max_seqs\":8,"
+    "\"budget_min\":64,\"budget_max\":512,\"kv_high\":0.85,\"kv_low\":0.7,\"kv_used\":0,\"steps\":0,"
+    "\"cost_model\":{\"a_us\":0,\"b_us_per_prefill_token\":0,\"c_us_per_decode_seq\":0,"
+    "\"d_us_per_attended_position\":0,\"err_us\":0,\"steps\":0,\"copy_bytes_per_us\":1000},"
+    "\"price_per_hour\":null}]}";
+
+static void test_tenants_good(void **st) {
+    (void)st;
+    scr_tenant *t;
+    size_t n;
+    char err[256];
+    assert_int_equal(scr_parse_tenants(TENANTS, strlen(TENANTS), &t, &n, err, sizeof err), 0);
+    assert_int_equal(n, 2);
+    assert_string_equal(t[0].name, "acme");
+    assert_string_equal(t[0].model, "m");
+    assert_true(t[0].engine_seconds == 1.5);
+    assert_true(t[0].cost == 0.0015);
+    assert_true(t[0].price_per_hour == 3.6);
+    assert_int_equal(t[0].submitted, 5);
+    assert_int_equal(t[0].completed, 4);
+    assert_int_equal(t[0].prompt_tokens, 100);
+    assert_int_equal(t[0].output_tokens, 20);
+    /* null: unknown, report.h's negative */
+    assert_string_equal(t[1].model, "u");
+    assert_true(t[1].cost == -1);
+    assert_true(t[1].price_per_hour == -1);
+    assert_true(t[1].engine_seconds == 0.25);
+    free(t);
+    /* The text need not be NUL-terminated: only len bytes are read. */
+    char *copy = malloc(sizeof TENANTS - 1);
+    memcpy(copy, TENANTS, sizeof TENANTS - 1);
+    assert_int_equal(scr_parse_tenants(copy, sizeof TENANTS - 1, &t, &n, err, sizeof err), 0);
+    assert_int_equal(n, 2);
+    free(t);
+    free(copy);
+    /* An empty list is no rows. */
+    const char *empty = "{\"object\":\"list\",\"data\":[]}";
+    assert_int_equal(scr_parse_tenants(empty, strlen(empty), &t, &n, err, sizeof err), 0);
+    assert_int_equal(n, 0);
+    assert_null(t);
+}
+
+static void test_models_good(void **st) {
+    (void)st;
+    scr_model *m;
+    size_t n;
+    char err[256];
+    assert_int_equal(scr_parse_models(MODELS, strlen(MODELS), &m, &n, err, sizeof err), 0);
+    assert_int_equal(n, 2);
+    assert_string_equal(m[0].name, "m");
+    assert_int_equal(m[0].embedding, 0);
+    assert_int_equal(m[0].policy, SCHED_POLICY_FCFS);
+    assert_int_equal(m[0].context_length, 1024);
+    assert_int_equal(m[0].n_blocks, 2048);
+    assert_int_equal(m[0].block_size, 16);
+    assert_true(m[0].block_bytes == 16384);
+    assert_int_equal(m[0].swap_blocks, 512);
+    assert_int_equal(m[0].max_seqs, 32);
+    assert_int_equal(m[0].budget_min, 32);
+    assert_int_equal(m[0].budget_max, 256);
+    assert_true(m[0].kv_high == 0.85 && m[0].kv_low == 0.7);
+    assert_int_equal(m[0].steps, 77);
+    assert_true(m[0].theta[0] == 1500 && m[0].theta[1] == 20.5 && m[0].theta[2] == 300 && m[0].theta[3] == 0.01);
+    assert_true(m[0].err_us == 42.5);
+    assert_int_equal(m[0].fit_steps, 70);
+    assert_true(m[0].copy_bytes_per_us == 1000);
+    assert_true(m[0].price_per_hour == 2.5);
+    assert_int_equal(m[1].embedding, 1);
+    assert_int_equal(m[1].policy, SCHED_POLICY_FAIR);
+    assert_true(m[1].price_per_hour == -1);
+    free(m);
+}
+
+typedef struct bad_case {
+    int models;             /* 0: /admin/tenants, 1: /admin/models */
+    const char *find, *put; /* replace the first find in the good answer by put; find NULL: put is the text */
+    const char *want;       /* the message */
+} bad_case;
+
+static const bad_case BAD[] = {
+    {0, NULL, "", "/admin/tenants: not JSON (near byte 0)"},
+    {0, NULL, "{\"data\":[}", "/admin/tenants: not JSON (near byte 9)"},
+    {0, NULL, "[1,2]", "/admin/tenants: expected an object with a \"data\" list"},
+    {0, NULL, "{\"data\":{}}", "/admin/tenants: expected an object with a \"data\" list"},
+    {0, NULL, "{\"data\":[{\"tenant\":\"a\"},3]}", "/admin/tenants: data[0].model: missing"},
+    {0, NULL, "{\"data\":[3]}", "/admin/tenants: data[0]: expected an object"},
+    {0, "\"engine_seconds\":1.500000,", "", "/admin/tenants: data[0].engine_seconds: missing"},
+    {0, "\"engine_seconds\":0.250000", "\"engine_seconds\":-0.25", "/admin/tenants: data[1].engine_seconds: expected a number >= 0"},
+    {0, "\"engine_seconds\":1.500000", "\"engine_seconds\":null", "/admin/tenants: data[0].engine_seconds: expected a number >= 0"},
+    {0, "\"cost\":0.0015", "\"cost\":\"0.0015\"", "/admin/tenants: data[0].cost: expected a number >= 0 or null"},
+    {0, "\"cost\":null", "\"cost\":-1", "/admin/tenants: data[1].cost: expected a number >= 0 or null"},
+    {0, "\"price_per_hour\":3.6,", "", "/admin/tenants: data[0].price_per_hour: missing"},
+    {0, "\"completed\":4", "\"completed\":4.5", "/admin/tenants: data[0].completed: expected a whole number in 0..2^53"},
+    {0, "\"output_tokens\":3,", "", "/admin/tenants: data[1].output_tokens: missing"},
+    {0, "\"tenant\":\"acme\"", "\"tenant\":\"\"", "/admin/tenants: data[0].tenant: expected a name of 1..47 bytes"},
+    {0, "\"tenant\":\"acme\"", "\"tenant\":\"a-very-long-tenant-name-that-goes-past-the-limit-of-47\"",
+     "/admin/tenants: data[0].tenant: expected a name of 1..47 bytes"},
+    {0, "\"model\":\"u\"", "\"model\":7", "/admin/tenants: data[1].model: expected a name of 1..47 bytes"},
+    {1, "\"cost_model\":{\"a_us\":1500,\"b_us_per_prefill_token\":20.5,\"c_us_per_decode_seq\":300,"
+        "\"d_us_per_attended_position\":0.01,\"err_us\":42.5,\"steps\":70,\"copy_bytes_per_us\":1000},",
+     "", "/admin/models: data[0].cost_model: missing"},
+    {1, "\"cost_model\":{\"a_us\":0,", "\"cost_model\":[],\"x\":{\"a_us\":0,", "/admin/models: data[1].cost_model: expected an object"},
+    {1, "\"b_us_per_prefill_token\":20.5", "\"b_us_per_prefill_token\":-20.5",
+     "/admin/models: data[0].cost_model.b_us_per_prefill_token: expected a number >= 0"},
+    {1, "\"d_us_per_attended_position\":0.01,", "", "/admin/models: data[0].cost_model.d_us_per_attended_position: missing"},
+    {1, "\"err_us\":42.5,\"steps\":70,", "\"err_us\":42.5,", "/admin/models: data[0].cost_model.steps: missing"},
+    {1, "\"policy\":\"fcfs\"", "\"policy\":\"lottery\"", "/admin/models: data[0].policy: expected \"fair\" or \"fcfs\""},
+    {1, "\"kind\":\"embedding\"", "\"kind\":1", "/admin/models: data[1].kind: expected \"chat\" or \"embedding\""},
+    {1, "\"block_size\":16", "\"block_size\":0", "/admin/models: data[0].block_size: expected a whole number in 1..2147483647"},
+    {1, "\"n_blocks\":2048", "\"n_blocks\":1e10", "/admin/models: data[0].n_blocks: expected a whole number in 1..2147483647"},
+    {1, "\"swap_blocks\":512", "\"swap_blocks\":1.5", "/admin/models: data[0].swap_blocks: expected a whole number in 0..2147483647"},
+    {1, "\"budget_min\":32", "\"budget_min\":300", "/admin/models: data[0].budget_min: expected at most budget_max"},
+    {1, "\"kv_low\":0.7", "\"kv_low\":0.9", "/admin/models: data[0].kv_low: expected kv_low <= kv_high <= 1"},
+    {1, "\"price_per_hour\":2.5", "\"price_per_hour\":\"2.5\"", "/admin/models: data[0].price_per_hour: expected a number >= 0 or null"},
+    {1, "\"steps\":77,", "", "/admin/models: data[0].steps: missing"},
+};
+
+/* The good answer with one replacement. */
+static char *edit(const char *good, const char *find, const char *put) {
+    if (!find) return strdup(put);
+    const char *at = strstr(good, find);
+    assert_non_null(at);
+    size_t a = (size_t)(at - good), f = strlen(find), p = strlen(put), n = strlen(good);
+    char *s = malloc(n - f + p + 1);
+    memcpy(s, good, a);
+    memcpy(s + a, put, p);
+    memcpy(s + a + p, at + f, n - a - f + 1);
+    return s;
+}
+
+static void test_bad_answers(void **st) {
+    (void)st;
+    for (size_t i = 0; i < sizeof BAD / sizeof BAD[0]; i++) {
+        const bad_case *b = &BAD[i];
+        char *text = edit(b->models ? MODELS : TENANTS, b->find, b->put), err[256] = "";
+        void *rows = (void *)1;
+        size_t n = 99;
+        int rc = b->models ? scr_parse_models(text, strlen(text), (scr_model **)&rows, &n, err, sizeof err)
+                           : scr_parse_tenants(text, strlen(text), (scr_tenant **)&rows, &n, err, sizeof err);
+        if (rc != TS_ERR_INVAL || strcmp(err, b->want))
+            fail_msg("case %zu: rc %d, message\n  %s\nwanted\n  %s", i, rc, err, b->want);
+        assert_null(rows);
+        assert_int_equal(n, 0);
+        free(text);
+    }
+    /* No text or no output: refused, not a crash. */
+    char err[128];
+    scr_tenant *t;
+    size_t n;
+    assert_int_equal(scr_parse_tenants(NULL, 0, &t, &n, err, sizeof err), TS_ERR_INVAL);
+    assert_int_equal(scr_parse_tenants("{}", 2, NULL, &n, NULL, 0), TS_ERR_INVAL);
+}
+
+/* A tenant's totals: sums, and an unknown cost stays unknown where the
+ * unpriced model did work for the tenant. */
+static void test_totals(void **st) {
+    (void)st;
+    scr_tenant rows[4] = {
+        {.name = "a", .model = "m", .engine_seconds = 2, .cost = 0.5, .price_per_hour = 900, .submitted = 3,
+         .completed = 2, .prompt_tokens = 10, .output_tokens = 5},
+        {.name = "a", .model = "u", .engine_seconds = 1, .cost = -1, .price_per_hour = -1, .submitted = 1,
+         .completed = 1, .prompt_tokens = 4, .output_tokens = 2},
+        {.name = "b", .model = "m", .engine_seconds = 4, .cost = 1, .price_per_hour = 900, .completed = 4},
+        {.name = "b", .model = "u", .engine_seconds = 0, .cost = -1, .price_per_hour = -1},
+    };
+    scr_tenant t;
+    assert_int_equal(scr_tenant_total(rows, 4, "a", NULL, &t), 2);
+    assert_string_equal(t.name, "a");
+    assert_true(t.engine_seconds == 3);
+    assert_int_equal(t.submitted, 4);
+    assert_int_equal(t.completed, 3);
+    assert_int_equal(t.prompt_tokens, 14);
+    assert_int_equal(t.output_tokens, 7);
+    assert_true(t.cost == -1);              /* a's second is on the unpriced model */
+    assert_true(t.price_per_hour == -1);    /* two prices */
+    assert_int_equal(scr_tenant_total(rows, 4, "a", "m", &t), 1);
+    assert_true(t.cost == 0.5 && t.price_per_hour == 900 && t.engine_seconds == 2);
+    assert_int_equal(scr_tenant_total(rows, 4, "b", NULL, &t), 2);
+    assert_true(t.cost == 1);               /* b never ran on the unpriced model */
+    assert_true(t.price_per_hour == -1);
+    assert_int_equal(scr_tenant_total(rows, 4, "c", NULL, &t), 0);
+    assert_true(t.cost == -1 && t.engine_seconds == 0 && t.completed == 0);
+}
+
+/* ---- scr_fetch against a one-shot loopback server ------------------------------ */
+
+typedef struct oneshot {
+    int fd;
+    int port;
+    const char *answer;
+    char request[2048];
+} oneshot;
+
+static void *serve_once(void *arg) {
+    oneshot *o = arg;
+    int c = accept(o->fd, NULL, NULL);
+    if (c < 0) return NULL;
+    size_t got = 0;
+    /* Read the head (a GET has no body). */
+    while (got + 1 < sizeof o->request && !strstr(o->request, "\r\n\r\n")) {
+        ssize_t k = read(c, o->request + got, sizeof o->request - 1 - got);
+        if (k <= 0) break;
+        got += (size_t)k;
+        o->request[got] = 0;
+    }
+    size_t n = strlen(o->answer), off = 0;
+    while (off < n) {
+        ssize_t k = write(c, o->answer + off, n - off);
+        if (k <= 0) break;
+        off += (size_t)k;
+    }
+    close(c);
+    return NULL;
+}
+
+static void oneshot_start(oneshot *o, const char *answer, pthread_t *th) {
+    memset(o->request, 0, sizeof o->request);
+    o->answer = answer;
+    o->fd = socket(AF_INET, SOCK_STREAM, 0);
+    assert_true(o->fd >= 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = 0};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    assert_int_equal(bind(o->fd, (struct sockaddr *)&a, sizeof a), 0);
+    assert_int_equal(listen(o->fd, 1), 0);
+    socklen_t l = sizeof a;
+    assert_int_equal(getsockname(o->fd, (struct sockaddr *)&a, &l), 0);
+    o->port = ntohs(a.sin_port);
+    assert_int_equal(pthread_create(th, NULL, serve_once, o), 0);
+}
+
+static void oneshot_stop(oneshot *o, pthread_t th) {
+    pthread_join(th, NULL);
+    close(o->fd);
+}
+
+static char *http(const char *status, const char *body) {
+    char *s = malloc(strlen(body) + 256);
+    sprintf(s, "HTTP/1.1 %s\r\nContent-Type: application/json\r\nContent-Length: %zu\r\nConnection: close\r\n\r\n%s",
+            status, strlen(body), body);
+    return s;
+}
+
+static void test_fetch(void **st) {
+    (void)st;
+    oneshot o;
+    pthread_t th;
+    char url[64], err[512];
+    scr_model *m;
+    size_t n;
+    /* 200: the admin key went out as a Bearer token to /admin/models. */
+    char *ok = http("200 OK", MODELS);
+    oneshot_start(&o, ok, &th);
+    snprintf(url, sizeof url, "http://127.0.0.1:%d/", o.port);
+    int rc = scr_get_models(url, "tsk-admin", 10, &m, &n, err, sizeof err);
+    oneshot_stop(&o, th);
+    if (rc) fail_msg("%s", err);
+    assert_int_equal(n, 2);
+    assert_true(m[0].price_per_hour == 2.5);
+    free(m);
+    assert_non_null(strstr(o.request, "GET /admin/models HTTP/1.1\r\n"));
+    assert_non_null(strstr(o.request, "\r\nAuthorization: Bearer tsk-admin\r\n"));
+    free(ok);
+    /* 401: TS_ERR_AUTH, with the server's message. */
+    char *no = http("401 Unauthorized", "{\"error\":{\"message\":\"this route needs the admin key\"}}");
+    oneshot_start(&o, no, &th);
+    snprintf(url, sizeof url, "http://127.0.0.1:%d", o.port);
+    scr_tenant *t = (scr_tenant *)1;
+    rc = scr_get_tenants(url, "wrong", 10, &t, &n, err, sizeof err);
+    oneshot_stop(&o, th);
+    assert_int_equal(rc, TS_ERR_AUTH);
+    assert_null(t);
+    char want[256];
+    snprintf(want, sizeof want,
+             "http://127.0.0.1:%d/admin/tenants: the server refused the admin key (401): this route needs the admin key",
+             o.port);
+    assert_string_equal(err, want);
+    free(no);
+    /* 500 without a JSON body: TS_ERR_IO with the status. */
+    char *boom = http("500 Internal Server Error", "oops");
+    oneshot_start(&o, boom, &th);
+    snprintf(url, sizeof url, "http://127.0.0.1:%d", o.port);
+    char *body = (char *)1;
+    size_t len = 9;
+    rc = scr_fetch(url, "/admin/models", NULL, 10, &body, &len, err, sizeof err);
+    oneshot_stop(&o, th);
+    assert_int_equal(rc, TS_ERR_IO);
+    assert_null(body);
+    assert_int_equal(len, 0);
+    snprintf(want, sizeof want, "http://127.0.0.1:%d/admin/models: HTTP 500", o.port);
+    assert_string_equal(err, want);
+    assert_null(strstr(o.request, "Authorization"));   /* no key, no header */
+    free(boom);
+    /* A 200 whose body is not the expected JSON fails in the parser. */
+    char *junk = http("200 OK", "<html>");
+    oneshot_start(&o, junk, &th);
+    snprintf(url, sizeof url, "http://127.0.0.1:%d", o.port);
+    rc = scr_get_models(url, "k", 10, &m, &n, err, sizeof err);
+    oneshot_stop(&o, th);
+    assert_int_equal(rc, TS_ERR_INVAL);
+    assert_string_equal(err, "/admin/models: not JSON (near byte 0)");
+    free(junk);
+    /* Bad URLs and paths never reach the network. */
+    assert_int_equal(scr_fetch("http://127.0.0.1:8080/v1", "/admin/models", "k", 10, &body, &len, err, sizeof err),
+                     TS_ERR_INVAL);
+    assert_non_null(strstr(err, "without a path"));
+    assert_int_equal(scr_fetch("http://127.0.0.1:8080", "admin/models", "k", 10, &body, &len, err, sizeof err),
+                     TS_ERR_INVAL);
+    assert_int_equal(scr_fetch("http://127.0.0.1:8080", "/admin/models", "k", 0, &body, &len, err, sizeof err),
+                     TS_ERR_INVAL);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_tenants_good),
+        cmocka_unit_test(test_models_good),
+        cmocka_unit_test(test_bad_answers),
+        cmocka_unit_test(test_totals),
+        cmocka_unit_test(test_fetch),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
