@@ -96,7 +96,8 @@ static void add_tenant(plan_input *in, rng *r, int i, double lo, double hi) {
 static void big_fleet(const char *label, int runs, double lo, double hi) {
     plan_input in;
     plan_input_init(&in);
-    plan_pool a = {"a100", gpucat_find("A100-80GB"), 8, 63}, h = {"h100", gpucat_find("H100-80GB"), 8, 62};
+    plan_pool a = {.name = "a100", .gpu = gpucat_find("A100-80GB"), .gpus_per_node = 8, .nodes = 63};
+    plan_pool h = {.name = "h100", .gpu = gpucat_find("H100-80GB"), .gpus_per_node = 8, .nodes = 62};
     plan_input_add_pool(&in, &a);
     plan_input_add_pool(&in, &h);
     in.max_replicas = 1000;
@@ -141,7 +142,7 @@ static void small_fleets(int n) {
         in.exact_limit = 64;
         int pools = 1 + pick(&r, 2);
         for (int i = 0; i < pools; i++) {
-            plan_pool pl = {"", gpucat_find(types[pick(&r, 4)]), 1 + pick(&r, 3), 1 + pick(&r, 2)};
+            plan_pool pl = {.gpu = gpucat_find(types[pick(&r, 4)]), .gpus_per_node = 1 + pick(&r, 3), .nodes = 1 + pick(&r, 2)};
             snprintf(pl.name, sizeof pl.name, "p%d", i);
             plan_input_add_pool(&in, &pl);
         }

@@ -11,6 +11,9 @@
  * outputs parse, every tessera.yaml of --emit serve loads in `tessera
  * serve`'s own config loader, the nvidia-smi lists are landing orders, and
  * the binary's exit status is 0 / 1 / 2 for feasible / infeasible / bad.
+ * The JSON report reads back (planjson.h) into a plan that emits the same
+ * bytes and runs on the same slices, and the reader names every field it
+ * refuses.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -19,6 +22,7 @@
 #include <cmocka.h>
 
 #include <cjson/cJSON.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,6 +34,7 @@
 #include "cluster/mig.h"
 #include "cluster/plan.h"
 #include "cluster/planio.h"
+#include "cluster/planjson.h"
 #include "config.h"
 #include "err.h"
 #include "testutil.h"
@@ -208,9 +213,137 @@ static void test_serve_configs_load(void **st) {
         assert_true((double)c.models[0].kv_cache_bytes >= in->est.kv_bytes);
         assert_int_equal(c.n_tenants, w->n_tenants);
         assert_int_equal(c.n_tiers, fx.in.n_tiers);
+        /* The instance's price reaches serve's cost accounting (%.6g). */
+        double price = plan_inst_price(&fx.p, in);
+        assert_true(price > 0);
+        if (fabs(c.models[0].price_per_hour - price) > 1e-5 * price)
+            fail_msg("%s: price_per_hour %g, plan %g", out.files[i].path, c.models[0].price_per_hour, price);
         cfg_free(&c);
     }
     emit_out_free(&out);
+    unload(&fx);
+}
+
+/* ---- the JSON read back ------------------------------------------------------- */
+
+static char *json_of(const plan *p, size_t *len) { return render(p, EMIT_JSON, len); }
+
+/* build -> json -> read -> json is byte-identical, for both golden inputs
+ * and the waste example; the plan read back runs every instance on the
+ * same slice and price, and its table is the same too. */
+static void test_json_roundtrip(void **st) {
+    (void)st;
+    static const char *const inputs[] = {"examples/plan/fleet.yaml", "tests/golden/plan/mixed.yaml",
+                                         "examples/plan/waste-3x7b.yaml", "examples/plan/light-3x7b.yaml"};
+    for (size_t k = 0; k < sizeof inputs / sizeof inputs[0]; k++) {
+        fixture fx, back;
+        load(inputs[k], &fx);
+        size_t len, len2;
+        char *json = json_of(&fx.p, &len), err[512];
+        int rc = planjson_read(json, len, &back.in, &back.p, err, sizeof err);
+        if (rc) fail_msg("%s: read back: %s", inputs[k], err);
+        char *again = json_of(&back.p, &len2);
+        if (len != len2 || memcmp(json, again, len)) fail_msg("%s: the JSON read back emits other bytes", inputs[k]);
+        char *t1 = render(&fx.p, EMIT_TABLE, &len), *t2 = render(&back.p, EMIT_TABLE, &len2);
+        assert_int_equal(len, len2);
+        assert_memory_equal(t1, t2, len);
+        assert_int_equal(back.p.n_insts, fx.p.n_insts);
+        for (size_t i = 0; i < fx.p.n_insts; i++) {
+            perf_slice a, b;
+            int ra = plan_inst_slice(&fx.p, &fx.p.insts[i], &a), rb = plan_inst_slice(&back.p, &back.p.insts[i], &b);
+            assert_int_equal(ra, rb);
+            if (ra) continue;
+            if (a.flops != b.flops || a.bw != b.bw || a.mem != b.mem) fail_msg("%s: instance %zu: slices differ", inputs[k], i);
+            assert_true(plan_inst_price(&fx.p, &fx.p.insts[i]) == plan_inst_price(&back.p, &back.p.insts[i]));
+            assert_true(fx.p.insts[i].est.kv_bytes == back.p.insts[i].est.kv_bytes);
+            if (fx.p.insts[i].est.ttft_p99_s != back.p.insts[i].est.ttft_p99_s)
+                fail_msg("%s: instance %zu: p99 %.17g vs %.17g (mean %.17g vs %.17g)", inputs[k], i, fx.p.insts[i].est.ttft_p99_s,
+                         back.p.insts[i].est.ttft_p99_s, fx.p.insts[i].est.ttft_s, back.p.insts[i].est.ttft_s);
+        }
+        for (size_t t = 0; t < fx.in.n_tenants; t++)
+            assert_true(fx.p.results[t].ttft_p99_s == back.p.results[t].ttft_p99_s);
+        free(t1);
+        free(t2);
+        free(json);
+        free(again);
+        unload(&back);
+        unload(&fx);
+    }
+}
+
+/* Edit one field of mixed.yaml's JSON report (remove it, or set it to
+ * `value`, a JSON text) and expect the reader to refuse naming it. */
+static void test_planjson_errors(void **st) {
+    (void)st;
+    static const struct {
+        const char *path;           /* dot path; a number indexes a list */
+        const char *value;          /* NULL: delete the field */
+        const char *want;
+    } cases[] = {
+        {"input", NULL, "input: missing"},
+        {"input.pools.0.gpu", NULL, "input.pools[0].gpu: missing"},
+        {"input.pools.0.gpu", "\"V100\"", "input.pools[0].gpu: unknown GPU type 'V100'"},
+        {"input.pools.0.price_per_hour", "-1", "input.pools[0].price_per_hour: -1 is outside 0..1e+09"},
+        {"input.pools.0.mig_prices", "{\"9g.1gb\": 1}", "input.pools[0].mig_prices.9g.1gb: no MIG profile of A100-40GB"},
+        {"input.models.1.layers", "\"many\"", "input.models[1].layers: expected a number"},
+        {"input.tenants.0.tier", "\"platinum\"", "input.tenants[0].tier: unknown tier 'platinum'"},
+        {"input.tenants.2.load.rps", NULL, "input.tenants[2].load.rps: missing"},
+        {"input.options.max_replicas", "2.5", "input.options.max_replicas: expected an integer"},
+        {"workers.0.tenants.0", "\"nobody\"", "workers[0].tenants[0]: expected the name of a tenant"},
+        {"workers.1.mode", "\"sharded\"", "workers[1].mode: unknown value 'sharded'"},
+        {"slices.0.gpu", "99", "slices[0].gpu: 99 is outside -1..4"},
+        {"slices.0.gi_start", "0", "slices[0].gi_start: 0, but the layout puts it at"},
+        {"instances.0.worker", "\"ghost\"", "instances[0].worker: unknown worker 'ghost'"},
+        {"instances.2.slice", "0", "slices[1]: instance 2 of its range is on slice 0"},
+        {"instances.0.replica", "1", "instances[0]: is not replica 1 of worker"},
+        {"tenants.0.ok", "1", "tenants[0].ok: expected true or false"},
+        {"problems", "[{\"tenant\": null, \"constraint\": \"greed\", \"text\": \"x\"}]",
+         "problems[0].constraint: unknown value 'greed'"},
+        {"totals.feasible", NULL, "totals.feasible: missing"},
+    };
+    fixture fx;
+    load("tests/golden/plan/mixed.yaml", &fx);
+    size_t len;
+    char *json = json_of(&fx.p, &len);
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        cJSON *root = cJSON_Parse(json), *parent = NULL, *node = root;
+        char path[128], *save = NULL, *last = NULL;
+        snprintf(path, sizeof path, "%s", cases[c].path);
+        for (char *tok = strtok_r(path, ".", &save); tok; tok = strtok_r(NULL, ".", &save)) {
+            parent = node;
+            last = tok;
+            node = cJSON_IsArray(node) ? cJSON_GetArrayItem(node, atoi(tok)) : cJSON_GetObjectItemCaseSensitive(node, tok);
+            if (!node) fail_msg("case %zu: no %s in the report", c, cases[c].path);
+        }
+        if (!cases[c].value) {
+            if (cJSON_IsArray(parent)) cJSON_DeleteItemFromArray(parent, atoi(last));
+            else cJSON_DeleteItemFromObjectCaseSensitive(parent, last);
+        } else {
+            cJSON *v = cJSON_Parse(cases[c].value);
+            assert_non_null(v);
+            if (cJSON_IsArray(parent)) cJSON_ReplaceItemInArray(parent, atoi(last), v);
+            else cJSON_ReplaceItemInObjectCaseSensitive(parent, last, v);
+        }
+        char *text = cJSON_PrintUnformatted(root), err[512];
+        cJSON_Delete(root);
+        plan_input in;
+        plan p;
+        int rc = planjson_read(text, strlen(text), &in, &p, err, sizeof err);
+        free(text);
+        if (rc != TS_ERR_CONFIG) fail_msg("case %zu (%s): rc %d, want CONFIG", c, cases[c].path, rc);
+        if (!strstr(err, cases[c].want)) fail_msg("case %zu: '%s' lacks '%s'", c, err, cases[c].want);
+        /* A refused report leaves nothing behind. */
+        assert_null(in.pools);
+        assert_null(p.workers);
+    }
+    char err[256];
+    plan_input in;
+    plan p;
+    assert_int_equal(planjson_read("{\"input\": ", 11, &in, &p, err, sizeof err), TS_ERR_CONFIG);
+    assert_non_null(strstr(err, "not JSON"));
+    assert_int_equal(planjson_read("[]", 2, &in, &p, err, sizeof err), TS_ERR_CONFIG);
+    assert_int_equal(planjson_read(NULL, 0, &in, &p, err, sizeof err), TS_ERR_INVAL);
+    free(json);
     unload(&fx);
 }
 
@@ -305,6 +438,8 @@ int main(void) {
         cmocka_unit_test(test_outputs_parse),
         cmocka_unit_test(test_serve_configs_load),
         cmocka_unit_test(test_default_tiers_reach_serve),
+        cmocka_unit_test(test_json_roundtrip),
+        cmocka_unit_test(test_planjson_errors),
         cmocka_unit_test(test_command),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

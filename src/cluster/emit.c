@@ -104,11 +104,6 @@ static const char *gpu_mode_name(int mode) {
     return mode >= 0 && mode < 5 ? n[mode] : "?";
 }
 
-static const char *why_name(int why) {
-    static const char *const n[] = {"memory", "ttft", "tpot", "load", "profile", "capacity"};
-    return why >= 0 && why < 6 ? n[why] : "?";
-}
-
 /* MPS client priority from the tier's band: 0 normal, 1 below normal [S]. */
 static int mps_priority(const plan *p, const plan_worker *w) {
     return p->in->tiers[w->tier].band == 0 ? 0 : 1;
@@ -120,6 +115,27 @@ static double mib_up(double bytes) { return ceil(bytes / MIB); }
 static double rnd(double x, int d) {
     double k = d == 0 ? 1 : d == 1 ? 10 : d == 2 ? 100 : 1000;
     return round(x * k) / k;
+}
+
+/* x to d significant digits: costs per request are fractions of a cent. */
+static double sig(double x, int d) {
+    if (x == 0 || !isfinite(x)) return x;
+    double k = pow(10.0, d - 1 - (int)floor(log10(fabs(x))));
+    return round(x * k) / k;
+}
+
+/* A tenant's costs at its planned load; per request and per 1k tokens
+ * (prompt + output) are NAN when it has no arrivals. */
+typedef struct cost { double hour, request, ktok; } cost;
+
+static cost tenant_cost(const plan *p, size_t t) {
+    const perf_load *l = &p->in->tenants[t].load;
+    cost c = {plan_tenant_cost(p, t), NAN, NAN};
+    if (l->rps > 0) {
+        c.request = c.hour / (l->rps * 3600.0);
+        if (l->prompt + l->output > 0) c.ktok = c.request * 1000.0 / (l->prompt + l->output);
+    }
+    return c;
 }
 
 /* ---- table -------------------------------------------------------------------- */
@@ -135,7 +151,8 @@ static void table_header(const plan *p, strbuf *b) {
     }
     strbuf_printf(b, "); %zu model%s, %zu tenant%s\n", in->n_models, in->n_models == 1 ? "" : "s", in->n_tenants,
               in->n_tenants == 1 ? "" : "s");
-    strbuf_printf(b, "memory in GB (1e9 bytes); latency predicted by the roofline + Little's law model\n\n");
+    strbuf_printf(b, "memory in GB (1e9 bytes); latency predicted by the roofline + Little's law model,\n"
+                     "the TTFT p99 by an M/G/1 queue of prompts (perf.h); prices per hour\n\n");
     strbuf_printf(b, "placement: first-fit decreasing %d GPU%s", p->heuristic_gpus, p->heuristic_gpus == 1 ? "" : "s");
     if (p->exact_ran) {
         strbuf_printf(b, "; exact branch and bound %d GPU%s (%s, %ld nodes)", p->exact_gpus,
@@ -197,8 +214,9 @@ static void table_gpus(const plan *p, strbuf *b) {
 }
 
 static void table_insts(const plan *p, strbuf *b) {
-    strbuf_printf(b, "\nINSTANCES\n%-26s %-9s %-16s %-20s %7s %7s %7s %7s %5s %8s %8s %5s\n", "instance", "mode",
-              "node/gpu", "slice", "alloc", "need", "weights", "kv", "seqs", "ttft ms", "tpot ms", "util");
+    strbuf_printf(b, "\nINSTANCES\n%-26s %-9s %-16s %-20s %7s %7s %7s %7s %5s %8s %8s %8s %5s %8s\n", "instance",
+              "mode", "node/gpu", "slice", "alloc", "need", "weights", "kv", "seqs", "ttft ms", "p99 ms", "tpot ms",
+              "util", "$/hour");
     for (size_t i = 0; i < p->n_insts; i++) {
         const plan_inst *in = &p->insts[i];
         const plan_worker *w = &p->workers[in->worker];
@@ -212,9 +230,10 @@ static void table_insts(const plan *p, strbuf *b) {
         snprintf(where, sizeof where, "%s/%d", p->nodes[g->node].name, g->index);
         slice_desc(p, in, slice, sizeof slice);
         const perf_est *e = &in->est;
-        strbuf_printf(b, "%-26s %-9s %-16s %-20s %7.1f %7.1f %7.1f %7.1f %5d %8.1f %8.1f %5.2f\n", name,
+        strbuf_printf(b, "%-26s %-9s %-16s %-20s %7.1f %7.1f %7.1f %7.1f %5d %8.1f %8.1f %8.1f %5.2f %8.3f\n", name,
                   plan_mode_name(w->mode), where, slice, in->mem_limit / GB, e->need_bytes / GB,
-                  e->weight_bytes / GB, e->kv_bytes / GB, e->seqs, e->ttft_s * 1e3, e->step_s * 1e3, e->util);
+                  e->weight_bytes / GB, e->kv_bytes / GB, e->seqs, e->ttft_s * 1e3, e->ttft_p99_s * 1e3,
+                  e->step_s * 1e3, e->util, plan_inst_price(p, in));
     }
 }
 
@@ -225,20 +244,27 @@ static void target_str(double pred_s, double target_ms, int have, char *buf, siz
 }
 
 static void table_tenants(const plan *p, strbuf *b) {
-    strbuf_printf(b, "\nTENANTS\n%-16s %-16s %-8s %-11s %-26s %7s %13s %13s  %s\n", "tenant", "model", "tier", "isolation",
-              "worker", "rps", "ttft ms p/t", "tpot ms p/t", "status");
+    strbuf_printf(b, "\nTENANTS\n%-16s %-16s %-8s %-11s %-26s %7s %9s %13s %13s %9s %10s  %s\n", "tenant", "model",
+              "tier", "isolation", "worker", "rps", "ttft mean", "ttft p99/t", "tpot ms p/t", "$/req", "$/1k tok",
+              "status");
     for (size_t t = 0; t < p->in->n_tenants; t++) {
         const plan_tenant *tn = &p->in->tenants[t];
         const plan_result *r = &p->results[t];
         const plan_tier *tr = &p->in->tiers[tn->tier];
-        char ttft[32], tpot[32];
+        char mean[32], ttft[32], tpot[32], req[32] = "-", ktok[32] = "-";
         int have = r->worker >= 0 && (r->ttft_s > 0 || r->tpot_s > 0);
-        target_str(r->ttft_s, tn->iso == PLAN_ISO_BEST_EFFORT ? 0 : tr->ttft_ms, have, ttft, sizeof ttft);
+        if (have) snprintf(mean, sizeof mean, "%.0f", r->ttft_s * 1e3);
+        else snprintf(mean, sizeof mean, "-");
+        target_str(r->ttft_p99_s, tn->iso == PLAN_ISO_BEST_EFFORT ? 0 : tr->ttft_ms, have, ttft, sizeof ttft);
         target_str(r->tpot_s, tn->iso == PLAN_ISO_BEST_EFFORT ? 0 : tr->tpot_ms, have, tpot, sizeof tpot);
+        cost c = tenant_cost(p, t);
+        if (c.hour > 0 && isfinite(c.request)) snprintf(req, sizeof req, "%.6f", c.request);
+        if (c.hour > 0 && isfinite(c.ktok)) snprintf(ktok, sizeof ktok, "%.6f", c.ktok);
         const char *status = r->ok ? (tn->iso == PLAN_ISO_BEST_EFFORT ? "ok (best effort)" : "ok") : "INFEASIBLE";
-        strbuf_printf(b, "%-16s %-16s %-8s %-11s %-26s %7.2f %13s %13s  %s\n", tn->name, p->in->models[tn->model].name,
-                  tr->name, plan_iso_name(tn->iso), r->worker >= 0 ? p->workers[r->worker].name : "-", tn->load.rps,
-                  ttft, tpot, status);
+        strbuf_printf(b, "%-16s %-16s %-8s %-11s %-26s %7.2f %9s %13s %13s %9s %10s  %s\n", tn->name,
+                  p->in->models[tn->model].name, tr->name, plan_iso_name(tn->iso),
+                  r->worker >= 0 ? p->workers[r->worker].name : "-", tn->load.rps, mean, ttft, tpot, req, ktok,
+                  status);
     }
 }
 
@@ -251,7 +277,10 @@ static void table_totals(const plan *p, strbuf *b) {
     strbuf_printf(b, "memory: allocated %.1f, needed %.1f, waste %.1f (%.1f%% of allocated); GPUs used hold %.1f\n",
               p->mem_alloc / GB, p->mem_need / GB, waste / GB, p->mem_alloc > 0 ? 100.0 * waste / p->mem_alloc : 0.0,
               p->mem_capacity / GB);
-    strbuf_printf(b, "verdict: %s\n", p->feasible ? "feasible" : "INFEASIBLE");
+    double price = plan_price(p);
+    if (price > 0) strbuf_printf(b, "price: %.2f per hour for the instances placed\n", price);
+    strbuf_printf(b, "verdict: %s (TTFT checked at p%.0f)\n", p->feasible ? "feasible" : "INFEASIBLE",
+                  PERF_TTFT_Q * 100);
     if (p->n_problems) {
         strbuf_printf(b, "\nPROBLEMS\n");
         for (size_t i = 0; i < p->n_problems; i++) strbuf_printf(b, "- %s\n", p->problems[i].text);
@@ -274,6 +303,143 @@ static int emit_table(const plan *p, emit_out *out) {
 
 /* ---- json --------------------------------------------------------------------- */
 
+/* The machine part of the JSON: what planjson_read needs to rebuild the
+ * input and the plan. Numbers are written unrounded, in the fewest digits
+ * that read back to the same bits: cJSON's own printing accepts a digit
+ * string within an epsilon of the value, which can lose the last bit, and
+ * a plan read back must compute exactly what the plan computed. */
+
+static void add_exact(cJSON *o, const char *key, double v) {
+    char buf[40];
+    for (int digits = 15; digits <= 17; digits++) {
+        snprintf(buf, sizeof buf, "%.*g", digits, v);
+        if (strtod(buf, NULL) == v) break;
+    }
+    cJSON_AddRawToObject(o, key, buf);
+}
+
+static void json_load(cJSON *o, const perf_load *l) {
+    cJSON *ld = cJSON_AddObjectToObject(o, "load");
+    add_exact(ld, "rps", l->rps);
+    add_exact(ld, "prompt_tokens", l->prompt);
+    add_exact(ld, "output_tokens", l->output);
+    add_exact(ld, "prompt_cv", l->prompt_cv);
+}
+
+static void json_input(const plan_input *in, cJSON *root) {
+    cJSON *o = cJSON_AddObjectToObject(root, "input");
+    cJSON *a = cJSON_AddArrayToObject(o, "pools");
+    for (size_t i = 0; i < in->n_pools; i++) {
+        const plan_pool *pl = &in->pools[i];
+        cJSON *e = cJSON_CreateObject();
+        cJSON_AddItemToArray(a, e);
+        cJSON_AddStringToObject(e, "name", pl->name);
+        cJSON_AddStringToObject(e, "gpu", pl->gpu->name);
+        add_exact(e, "gpus_per_node", pl->gpus_per_node);
+        add_exact(e, "nodes", pl->nodes);
+        add_exact(e, "price_per_hour", pl->price_per_hour);
+        cJSON *mp = cJSON_AddObjectToObject(e, "mig_prices");
+        for (int k = 0; k < pl->n_mig_prices; k++)
+            add_exact(mp, pl->mig_prices[k].profile, pl->mig_prices[k].price);
+    }
+    a = cJSON_AddArrayToObject(o, "models");
+    for (size_t i = 0; i < in->n_models; i++) {
+        const plan_model *pm = &in->models[i];
+        cJSON *e = cJSON_CreateObject();
+        cJSON_AddItemToArray(a, e);
+        cJSON_AddStringToObject(e, "name", pm->name);
+        cJSON_AddStringToObject(e, "path", pm->path);
+        add_exact(e, "params", pm->m.params);
+        add_exact(e, "dtype_bytes", pm->m.weight_bytes);
+        add_exact(e, "kv_dtype_bytes", pm->m.kv_bytes);
+        add_exact(e, "layers", pm->m.layers);
+        add_exact(e, "heads", pm->m.heads);
+        add_exact(e, "kv_heads", pm->m.kv_heads);
+        add_exact(e, "head_dim", pm->m.head_dim);
+        add_exact(e, "max_context", pm->m.max_context);
+    }
+    a = cJSON_AddArrayToObject(o, "tiers");
+    for (size_t i = 0; i < in->n_tiers; i++) {
+        const plan_tier *tr = &in->tiers[i];
+        cJSON *e = cJSON_CreateObject();
+        cJSON_AddItemToArray(a, e);
+        cJSON_AddStringToObject(e, "name", tr->name);
+        add_exact(e, "ttft_ms", tr->ttft_ms);
+        add_exact(e, "tpot_ms", tr->tpot_ms);
+        add_exact(e, "band", tr->band);
+        add_exact(e, "min_share", tr->min_share);
+        add_exact(e, "max_queue_ms", tr->max_queue_ms);
+    }
+    a = cJSON_AddArrayToObject(o, "tenants");
+    for (size_t i = 0; i < in->n_tenants; i++) {
+        const plan_tenant *t = &in->tenants[i];
+        cJSON *e = cJSON_CreateObject();
+        cJSON_AddItemToArray(a, e);
+        cJSON_AddStringToObject(e, "name", t->name);
+        cJSON_AddStringToObject(e, "model", in->models[t->model].name);
+        cJSON_AddStringToObject(e, "tier", in->tiers[t->tier].name);
+        cJSON_AddStringToObject(e, "isolation", plan_iso_name(t->iso));
+        cJSON_AddStringToObject(e, "group", t->group);
+        cJSON_AddStringToObject(e, "profile", t->profile);
+        cJSON_AddStringToObject(e, "key_sha256", t->key_sha256);
+        add_exact(e, "weight", t->weight);
+        json_load(e, &t->load);
+    }
+    const perf_opts *po = &in->perf;
+    cJSON *op = cJSON_AddObjectToObject(o, "options");
+    add_exact(op, "compute_efficiency", po->eff_compute);
+    add_exact(op, "bandwidth_efficiency", po->eff_bw);
+    add_exact(op, "step_overhead_s", po->step_overhead_s);
+    add_exact(op, "max_utilization", po->max_util);
+    add_exact(op, "kv_quantile_z", po->kv_z);
+    add_exact(op, "headroom", po->headroom);
+    add_exact(op, "reserve_bytes", po->reserve_bytes);
+    add_exact(op, "tpot_bound_s", po->tpot_bound_s);
+    add_exact(op, "max_replicas", in->max_replicas);
+    add_exact(op, "exact_limit", in->exact_limit);
+    add_exact(op, "exact_budget", (double)in->exact_budget);
+}
+
+static void json_workers(const plan *p, cJSON *root) {
+    cJSON *a = cJSON_AddArrayToObject(root, "workers");
+    for (size_t w = 0; w < p->n_workers; w++) {
+        const plan_worker *pw = &p->workers[w];
+        cJSON *e = cJSON_CreateObject();
+        cJSON_AddItemToArray(a, e);
+        cJSON_AddStringToObject(e, "name", pw->name);
+        cJSON_AddStringToObject(e, "model", p->in->models[pw->model].name);
+        cJSON_AddStringToObject(e, "isolation", plan_iso_name(pw->iso));
+        cJSON_AddStringToObject(e, "mode", plan_mode_name(pw->mode));
+        cJSON_AddStringToObject(e, "tier", p->in->tiers[pw->tier].name);
+        cJSON *tn = cJSON_AddArrayToObject(e, "tenants");
+        for (size_t k = 0; k < pw->n_tenants; k++)
+            cJSON_AddItemToArray(tn, cJSON_CreateString(p->in->tenants[pw->tenants[k]].name));
+        add_exact(e, "replicas", pw->replicas);
+        add_exact(e, "first_inst", (double)pw->first_inst);
+        json_load(e, &pw->load);
+        add_exact(e, "ttft_target_s", pw->ttft_s);
+        add_exact(e, "tpot_target_s", pw->tpot_s);
+        add_exact(e, "tpot_sized_s", pw->tpot_sized_s);
+    }
+}
+
+static void json_slices(const plan *p, cJSON *root) {
+    cJSON *a = cJSON_AddArrayToObject(root, "slices");
+    for (size_t s = 0; s < p->n_slices; s++) {
+        const plan_slice *sl = &p->slices[s];
+        cJSON *e = cJSON_CreateObject();
+        cJSON_AddItemToArray(a, e);
+        cJSON_AddStringToObject(e, "mode", plan_mode_name(sl->mode));
+        add_exact(e, "gpu", sl->gpu);
+        add_exact(e, "gi_id", sl->gi_id);
+        add_exact(e, "gi_start", sl->gi_start);
+        add_exact(e, "pct", sl->pct);
+        add_exact(e, "mem_alloc_bytes", sl->mem_alloc);
+        add_exact(e, "first_inst", (double)sl->first_inst);
+        add_exact(e, "n_inst", sl->n_inst);
+    }
+}
+
 static int emit_json(const plan *p, emit_out *out) {
     cJSON *root = cJSON_CreateObject();
     if (!root) return TS_ERR_NOMEM;
@@ -286,6 +452,8 @@ static int emit_json(const plan *p, emit_out *out) {
         cJSON_AddNumberToObject(pl, "exact_nodes", (double)p->exact_nodes);
     }
     cJSON_AddStringToObject(pl, "method", p->used_exact ? "exact" : "heuristic");
+    cJSON_AddNumberToObject(pl, "heuristic_unplaced", (double)p->heuristic_unplaced);
+    if (p->exact_ran) cJSON_AddNumberToObject(pl, "exact_unplaced", (double)p->exact_unplaced);
     cJSON_AddNumberToObject(pl, "lower_bound", p->lower_bound);
     cJSON_AddNumberToObject(pl, "lower_bound_frac", rnd(p->lower_frac, 3));
 
@@ -331,6 +499,11 @@ static int emit_json(const plan *p, emit_out *out) {
         cJSON_AddStringToObject(o, "model", p->in->models[w->model].name);
         cJSON_AddStringToObject(o, "mode", plan_mode_name(w->mode));
         cJSON_AddBoolToObject(o, "placed", g != NULL);
+        /* Exact values for planjson_read: the rest is rounded for people. */
+        add_exact(o, "replica", in->replica);
+        add_exact(o, "slice", (double)in->slice);
+        add_exact(o, "pct", in->pct);
+        add_exact(o, "mem_limit_bytes", in->mem_limit);
         if (!g) continue;
         cJSON_AddStringToObject(o, "node", p->nodes[g->node].name);
         cJSON_AddNumberToObject(o, "gpu", g->index);
@@ -350,8 +523,11 @@ static int emit_json(const plan *p, emit_out *out) {
         cJSON_AddNumberToObject(o, "in_flight", rnd(e->in_flight, 2));
         cJSON_AddNumberToObject(o, "rps", rnd(w->load.rps / w->replicas, 3));
         cJSON_AddNumberToObject(o, "ttft_ms", rnd(e->ttft_s * 1e3, 1));
+        cJSON_AddNumberToObject(o, "ttft_p99_ms", rnd(e->ttft_p99_s * 1e3, 1));
         cJSON_AddNumberToObject(o, "tpot_ms", rnd(e->step_s * 1e3, 1));
         cJSON_AddNumberToObject(o, "utilization", rnd(e->util, 3));
+        cJSON_AddNumberToObject(o, "prefill_utilization", rnd(e->prefill_util, 3));
+        cJSON_AddNumberToObject(o, "price_per_hour", sig(plan_inst_price(p, in), 6));
     }
 
     cJSON *tens = cJSON_AddArrayToObject(root, "tenants");
@@ -369,9 +545,16 @@ static int emit_json(const plan *p, emit_out *out) {
         else cJSON_AddNullToObject(o, "worker");
         cJSON_AddNumberToObject(o, "rps", tn->load.rps);
         cJSON_AddNumberToObject(o, "ttft_ms", rnd(r->ttft_s * 1e3, 1));
+        cJSON_AddNumberToObject(o, "ttft_p99_ms", rnd(r->ttft_p99_s * 1e3, 1));
         cJSON_AddNumberToObject(o, "tpot_ms", rnd(r->tpot_s * 1e3, 1));
         cJSON_AddNumberToObject(o, "ttft_target_ms", tr->ttft_ms);
         cJSON_AddNumberToObject(o, "tpot_target_ms", tr->tpot_ms);
+        cost c = tenant_cost(p, t);
+        cJSON_AddNumberToObject(o, "cost_per_hour", sig(c.hour, 6));
+        if (isfinite(c.request)) cJSON_AddNumberToObject(o, "cost_per_request", sig(c.request, 4));
+        else cJSON_AddNullToObject(o, "cost_per_request");
+        if (isfinite(c.ktok)) cJSON_AddNumberToObject(o, "cost_per_1k_tokens", sig(c.ktok, 4));
+        else cJSON_AddNullToObject(o, "cost_per_1k_tokens");
         cJSON_AddBoolToObject(o, "ok", r->ok);
     }
 
@@ -382,6 +565,7 @@ static int emit_json(const plan *p, emit_out *out) {
     cJSON_AddNumberToObject(tot, "mem_need_gb", rnd(p->mem_need / GB, 2));
     cJSON_AddNumberToObject(tot, "waste_gb", rnd((p->mem_alloc - p->mem_need) / GB, 2));
     cJSON_AddNumberToObject(tot, "capacity_gb", rnd(p->mem_capacity / GB, 2));
+    cJSON_AddNumberToObject(tot, "price_per_hour", sig(plan_price(p), 6));
     cJSON_AddBoolToObject(tot, "feasible", p->feasible);
 
     cJSON *probs = cJSON_AddArrayToObject(root, "problems");
@@ -391,11 +575,14 @@ static int emit_json(const plan *p, emit_out *out) {
         cJSON_AddItemToArray(probs, o);
         if (q->tenant >= 0) cJSON_AddStringToObject(o, "tenant", p->in->tenants[q->tenant].name);
         else cJSON_AddNullToObject(o, "tenant");
-        cJSON_AddStringToObject(o, "constraint", why_name(q->why));
+        cJSON_AddStringToObject(o, "constraint", plan_why_name(q->why));
         cJSON_AddStringToObject(o, "text", q->text);
     }
     cJSON *notes = cJSON_AddArrayToObject(root, "notes");
     for (size_t i = 0; i < p->n_notes; i++) cJSON_AddItemToArray(notes, cJSON_CreateString(p->notes[i]));
+    json_workers(p, root);
+    json_slices(p, root);
+    json_input(p->in, root);
 
     char *txt = cJSON_Print(root);
     cJSON_Delete(root);
@@ -654,6 +841,10 @@ static void serve_yaml(const plan *p, size_t i, int port, strbuf *b, const char 
     else strbuf_printf(b, "%s    path: models/%s.gguf\n", indent, m->name);
     strbuf_printf(b, "%s    kv_cache_bytes: %.0fMiB\n", indent, mib_up(e->kv_bytes));
     strbuf_printf(b, "%s    max_seqs: %d\n", indent, e->seqs < 1 ? 1 : e->seqs > 65536 ? 65536 : e->seqs);
+    /* The price of this instance's GPU, GI or share, so serve's cost
+     * accounting charges what the plan charged; unpriced pools write none. */
+    double price = plan_inst_price(p, in);
+    if (price > 0) strbuf_printf(b, "%s    price_per_hour: %.6g\n", indent, price);
     strbuf_printf(b, "%stiers:\n", indent);
     for (size_t t = 0; t < p->in->n_tiers; t++) {
         const plan_tier *tr = &p->in->tiers[t];

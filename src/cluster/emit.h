@@ -24,9 +24,13 @@
  *               not both, with 100/replicas % per client: where the plan
  *               asks more than that, the manifest says so in a comment.
  *   serve       one tessera.yaml per instance in serve's schema (config.h):
- *               KV pool and max_seqs from the plan; tenants without a
+ *               KV pool, max_seqs and price_per_hour (where the pool is
+ *               priced) from the plan; tenants without a
  *               key_sha256 in the input get a placeholder that serve
  *               rejects, so a config without real keys cannot start.
+ * The json report carries, beside its rounded figures for people, the
+ * input the plan came from and its workers and slices unrounded, so that
+ * planjson.h rebuilds the same plan from it.
  * Nothing here decides anything: it reads the plan and formats.
  */
 #ifndef TS_EMIT_H

@@ -32,17 +32,43 @@
  * under opts.max_util, a margin for bursts that the mean-value model does
  * not see.
  *
+ * TTFT tail. The mean above waits for one running step only; a p99 must
+ * also see prompts queueing behind each other. The slice is taken as an
+ * M/G/1 server of prefill work: prompts arrive as a Poisson stream at
+ * lambda, and one prompt's service is the time its tokens add to a steady
+ * step, S = step(N, c, I, I/2) - step(N, c, 0, 0) (the decodes run anyway).
+ * With rho = lambda S, the prompt-length coefficient of variation v
+ * (l.prompt_cv; S is taken as proportional to I, so E[S^2] = S^2 (1 + v^2))
+ * and the mean residual service R = E[S^2] / (2 S) = S (1 + v^2) / 2,
+ * Pollaczek-Khinchine gives the mean wait rho R / (1 - rho), and the
+ * exponential tail approximation of the wait is
+ *     P(Wq > x) ~ rho exp(-x (1 - rho) / R),
+ * so its q-quantile (q = PERF_TTFT_Q) is
+ *     x_q = R / (1 - rho) ln(rho / (1 - q))   when rho > 1 - q, else 0.
+ * The p99 TTFT is then x_q, plus the running step at its own q-quantile of
+ * a uniform residual (q t, scaled by min(N, 1) like the mean), plus the
+ * step that carries the prompt. rho >= 1 marks the estimate unstable.
+ * Limits: the approximation is asymptotic (good for rho above ~0.3, a
+ * little pessimistic below); arrivals are assumed Poisson (bursty traffic
+ * has a heavier tail); the prompt's own step uses the mean prompt, so a
+ * long prompt's own prefill beyond the mean is not in the tail; and S
+ * ignores attention's quadratic growth in I when v > 0. The simulator
+ * (tessera sim) checks these numbers against the real scheduler.
+ *
  * Memory: weights, plus KV for the requests in flight, sized at the
  * quantile N + z sqrt(N) of a Poisson count (z = opts.kv_z) rounded up,
  * each charged its full context I + O (the most it holds), and never less
  * than one request at the model's max_context; then a fractional headroom
  * (activations, fragmentation) and a fixed per-process reserve (CUDA
- * context). Known limits: no queueing beyond one step, no prefix sharing,
+ * context). Known limits: the mean TTFT has no queueing beyond one step (the
+ * p99 has, above), no prefix sharing,
  * no speculative decoding, no tensor parallelism (one instance, one slice).
  * Pure arithmetic: no allocation, no state.
  */
 #ifndef TS_PERF_H
 #define TS_PERF_H
+
+#define PERF_TTFT_Q 0.99            /* the TTFT quantile plans are checked at */
 
 typedef struct perf_model {
     double params;                  /* parameters */
@@ -65,6 +91,7 @@ typedef struct perf_load {
     double rps;                     /* arrivals, requests/s */
     double prompt;                  /* mean prompt tokens */
     double output;                  /* mean output tokens, >= 1 */
+    double prompt_cv;               /* coefficient of variation of prompt tokens, 0 = all equal */
 } perf_load;
 
 typedef struct perf_opts {
@@ -75,12 +102,15 @@ typedef struct perf_opts {
     double kv_z;                    /* in-flight quantile: N + z sqrt(N) */
     double headroom;                /* fraction added to weights + KV */
     double reserve_bytes;           /* fixed bytes per process (CUDA context) */
+    double tpot_bound_s;            /* TPOT sizing aims for where a tier sets none, s; 0 = off */
 } perf_opts;
 
 typedef struct perf_est {
     int stable;                     /* 1: the slice keeps up with the load */
     double step_s;                  /* steady-state step time = TPOT, s */
-    double ttft_s;                  /* predicted time to first token, s */
+    double ttft_s;                  /* predicted mean time to first token, s */
+    double ttft_p99_s;              /* its PERF_TTFT_Q quantile, s: what targets are checked at */
+    double prefill_util;            /* rho of the prefill queue, lambda S */
     double latency_s;               /* W, request latency, s */
     double in_flight;               /* N = lambda W, requests (mean) */
     double util;                    /* compute utilisation rho, 0..1+ */
@@ -111,8 +141,9 @@ double perf_step_time(const perf_model *m, const perf_slice *s, const perf_opts 
 void perf_estimate(const perf_model *m, const perf_slice *s, const perf_load *l,
                    const perf_opts *o, perf_est *out);
 
-/* PERF_OK if e fits s (memory, stability) and meets the targets (ttft_s,
- * tpot_s in s; 0 = no target), else the first PERF_FAIL_* that applies. */
+/* PERF_OK if e fits s (memory, stability) and meets the targets (ttft_s
+ * against the p99 TTFT, tpot_s against the step time; in s, 0 = no
+ * target), else the first PERF_FAIL_* that applies. */
 int perf_check(const perf_est *e, const perf_slice *s, const perf_opts *o, double ttft_s,
                double tpot_s);
 

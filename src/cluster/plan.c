@@ -106,6 +106,11 @@ const char *plan_mode_name(int mode) {
     return mode >= 0 && mode < 5 ? n[mode] : "?";
 }
 
+const char *plan_why_name(int why) {
+    static const char *const n[] = {"memory", "ttft", "tpot", "load", "profile", "capacity"};
+    return why >= 0 && why < 6 ? n[why] : "?";
+}
+
 /* ---- slices of a GPU ---------------------------------------------------------- */
 
 /* Peak FLOP/s for m on g: FP8 tensor math for 1-byte weights where the GPU
@@ -135,6 +140,16 @@ static perf_slice slice_share(const gpucat_gpu *g, double pct, const perf_model 
     s.bw = g->bw_gbs * 1e9 * pct / 100.0;
     s.mem = g->mem_gib * GIB;
     return s;
+}
+
+/* pct percent of slice full's SMs and bandwidth; its memory stays whole,
+ * since a share limits SMs, not memory. Sizing and plan_inst_slice both
+ * come here, so a plan read back gives bit-identical slices. */
+static perf_slice share_of(perf_slice full, double pct) {
+    if (pct == 100.0) return full;
+    full.flops = full.flops * pct / 100.0;
+    full.bw = full.bw * pct / 100.0;
+    return full;
 }
 
 /* g's MIG profiles without +me (media engines are no use to an LLM and
@@ -203,9 +218,7 @@ static int smallest_share(const plan *p, const sizing *z, perf_slice full, perf_
     int lo = 0, hi = 100;
     while (hi - lo > 1) {
         int mid = (lo + hi) / 2;
-        perf_slice s = full;
-        s.flops = full.flops * mid / 100.0;
-        s.bw = full.bw * mid / 100.0;
+        perf_slice s = share_of(full, mid);
         if (check_at(p, z, &s, &e) == PERF_OK) {
             hi = mid;
             *best = e;
@@ -508,30 +521,43 @@ static int make_workers(plan *p, int has_mig) {
         if (in->tiers[t->tier].band < in->tiers[pw->tier].band) pw->tier = t->tier;
     }
     free(keys);
-    /* Load adds up; prompt and output are arrival-weighted means. Targets
-     * are the strictest of the tenants (best effort promises none). */
-    for (size_t w = 0; w < p->n_workers; w++) {
-        plan_worker *pw = &p->workers[w];
-        double rps = 0, pr = 0, out = 0, sp = 0, so = 0;
-        for (size_t k = 0; k < pw->n_tenants; k++) {
-            const plan_tenant *t = &in->tenants[pw->tenants[k]];
-            const plan_tier *tr = &in->tiers[t->tier];
-            rps += t->load.rps;
-            pr += t->load.rps * t->load.prompt;
-            out += t->load.rps * t->load.output;
-            sp += t->load.prompt;
-            so += t->load.output;
-            if (pw->iso == PLAN_ISO_BEST_EFFORT) continue;
-            double ttft = tr->ttft_ms / 1e3, tpot = tr->tpot_ms / 1e3;
-            if (ttft > 0 && (pw->ttft_s == 0 || ttft < pw->ttft_s)) pw->ttft_s = ttft;
-            if (tpot > 0 && (pw->tpot_s == 0 || tpot < pw->tpot_s)) pw->tpot_s = tpot;
-        }
-        pw->load.rps = rps;
-        pw->load.prompt = rps > 0 ? pr / rps : sp / (double)pw->n_tenants;
-        pw->load.output = rps > 0 ? out / rps : so / (double)pw->n_tenants;
-        if (pw->load.output < 1) pw->load.output = 1;
-    }
+    for (size_t w = 0; w < p->n_workers; w++) plan_worker_load(in, &p->workers[w]);
     return 0;
+}
+
+void plan_worker_load(const plan_input *in, plan_worker *pw) {
+    /* Load adds up; prompt and output are arrival-weighted means (plain
+     * means when nothing arrives). The prompt's second moment is the
+     * mixture's, so tenants with different prompt lengths give the worker
+     * a prompt_cv even when each of them has none. Targets are the
+     * strictest of the tenants (best effort promises none). */
+    double rps = 0, pr = 0, pr2 = 0, out = 0, sp = 0, sp2 = 0, so = 0;
+    pw->ttft_s = pw->tpot_s = 0;
+    for (size_t k = 0; k < pw->n_tenants; k++) {
+        const plan_tenant *t = &in->tenants[pw->tenants[k]];
+        const plan_tier *tr = &in->tiers[t->tier];
+        double m2 = t->load.prompt * t->load.prompt * (1.0 + t->load.prompt_cv * t->load.prompt_cv);
+        rps += t->load.rps;
+        pr += t->load.rps * t->load.prompt;
+        pr2 += t->load.rps * m2;
+        out += t->load.rps * t->load.output;
+        sp += t->load.prompt;
+        sp2 += m2;
+        so += t->load.output;
+        if (pw->iso == PLAN_ISO_BEST_EFFORT) continue;
+        double ttft = tr->ttft_ms / 1e3, tpot = tr->tpot_ms / 1e3;
+        if (ttft > 0 && (pw->ttft_s == 0 || ttft < pw->ttft_s)) pw->ttft_s = ttft;
+        if (tpot > 0 && (pw->tpot_s == 0 || tpot < pw->tpot_s)) pw->tpot_s = tpot;
+    }
+    double n = pw->n_tenants ? (double)pw->n_tenants : 1.0;
+    pw->load.rps = rps;
+    pw->load.prompt = rps > 0 ? pr / rps : sp / n;
+    pw->load.output = rps > 0 ? out / rps : so / n;
+    if (pw->load.output < 1) pw->load.output = 1;
+    double mean = pw->load.prompt, m2 = rps > 0 ? pr2 / rps : sp2 / n;
+    double var = m2 - mean * mean;
+    /* Equal prompts give exactly 0, not a rounding residue. */
+    pw->load.prompt_cv = mean > 0 && var > 1e-9 * mean * mean ? sqrt(var) / mean : 0.0;
 }
 
 /* The pin of a worker: the first of its tenants' pinned profiles. */
@@ -548,7 +574,7 @@ static sizing worker_sizing(const plan *p, const plan_worker *w) {
     z.m = &p->in->models[w->model].m;
     z.load = w->load;
     z.ttft_s = w->ttft_s;
-    z.tpot_s = w->tpot_s;
+    z.tpot_s = w->tpot_sized_s;
     z.mode = w->mode;
     z.pin = w->mode == PLAN_MODE_MIG ? worker_pin(p, w) : NULL;
     return z;
@@ -647,9 +673,7 @@ static int group_gi(const plan *p, const size_t *members, size_t n, size_t t, fi
             double grown = floor(fits[k].pct * 100.0 / pct);
             if (grown <= fits[k].pct) continue;
             sizing z = worker_sizing(p, &p->workers[members[k]]);
-            perf_slice gi = slice_mig(g, pr[i], z.m);
-            gi.flops *= grown / 100.0;
-            gi.bw *= grown / 100.0;
+            perf_slice gi = share_of(slice_mig(g, pr[i], z.m), grown);
             perf_est e;
             if (check_at(p, &z, &gi, &e) != PERF_OK) continue;
             fits[k].pct = grown;
@@ -852,8 +876,20 @@ static int size_workers(builder *b) {
     }
     for (size_t w = 0; w < p->n_workers; w++) {
         plan_worker *pw = &p->workers[w];
+        /* Without a TPOT target, size for the default bound (perf.h says
+         * why), and without it where no slice or replica count meets it:
+         * a default must never make a tenant infeasible. */
+        const perf_opts *o = &p->in->perf;
+        pw->tpot_sized_s = pw->tpot_s;
+        if (pw->tpot_s == 0 && pw->iso != PLAN_ISO_BEST_EFFORT && o->tpot_bound_s > 0)
+            pw->tpot_sized_s = o->tpot_bound_s;
         sizing z = worker_sizing(p, pw);
         int r = choose_replicas(p, &z, pw->load.rps, b->spread[w], &wfit[w * nt]);
+        if (!r && pw->tpot_sized_s != pw->tpot_s) {
+            pw->tpot_sized_s = pw->tpot_s;
+            z = worker_sizing(p, pw);
+            r = choose_replicas(p, &z, pw->load.rps, b->spread[w], &wfit[w * nt]);
+        }
         int found = r > 0;
         if (found) pw->replicas = r;
         if (!found) {
@@ -942,6 +978,17 @@ out:
 
 /* ---- after placement ---------------------------------------------------------- */
 
+/* What a GPU does for a slice of this mode. */
+static int gpu_mode_of(int slice_mode) {
+    switch (slice_mode) {
+    case PLAN_MODE_MIG:
+    case PLAN_MODE_MIG_MPS: return PLAN_GPU_MIG;
+    case PLAN_MODE_MPS: return PLAN_GPU_MPS;
+    case PLAN_MODE_TIMESLICE: return PLAN_GPU_TIMESLICE;
+    default: return PLAN_GPU_WHOLE;
+    }
+}
+
 static int finish(builder *b) {
     plan *p = b->p;
     size_t nt = p->n_types;
@@ -955,12 +1002,7 @@ static int finish(builder *b) {
         sl->gi_id = ps->gi_id;
         sl->pct = sl->mode == PLAN_MODE_MPS || sl->mode == PLAN_MODE_TIMESLICE ? ps->pct : 100;
         sl->mem_alloc = b->salloc[s * nt + t];
-        g->mode = sl->mode == PLAN_MODE_MIG || sl->mode == PLAN_MODE_MIG_MPS ? PLAN_GPU_MIG
-                  : sl->mode == PLAN_MODE_MPS                                ? PLAN_GPU_MPS
-                  : sl->mode == PLAN_MODE_TIMESLICE                          ? PLAN_GPU_TIMESLICE
-                                                                             : PLAN_GPU_WHOLE;
-        if (sl->mode == PLAN_MODE_MPS || sl->mode == PLAN_MODE_TIMESLICE) g->share_pct += sl->pct;
-        g->mem_alloc += sl->mem_alloc;
+        g->mode = gpu_mode_of(sl->mode);
         for (int k = 0; k < sl->n_inst; k++) {
             size_t i = sl->first_inst + (size_t)k;
             const fit *f = &b->ifit[i * nt + t];
@@ -969,7 +1011,6 @@ static int finish(builder *b) {
             p->insts[i].mem_limit = sl->mode == PLAN_MODE_MIG || sl->mode == PLAN_MODE_WHOLE
                                         ? sl->mem_alloc
                                         : f->mem_alloc;
-            g->mem_need += f->est.need_bytes;
         }
     }
     /* MIG layouts: the creation order that lands them, and each slice's
@@ -993,7 +1034,27 @@ static int finish(builder *b) {
                     break;
                 }
     }
-    /* Totals. */
+    plan_tally(p);
+    return 0;
+}
+
+void plan_tally(plan *p) {
+    for (size_t gi = 0; gi < p->n_gpus; gi++) {
+        plan_gpu *g = &p->gpus[gi];
+        g->mode = PLAN_GPU_IDLE;
+        g->share_pct = g->mem_alloc = g->mem_need = 0;
+    }
+    for (size_t s = 0; s < p->n_slices; s++) {
+        const plan_slice *sl = &p->slices[s];
+        if (sl->gpu < 0) continue;
+        plan_gpu *g = &p->gpus[sl->gpu];
+        g->mode = gpu_mode_of(sl->mode);
+        if (sl->mode == PLAN_MODE_MPS || sl->mode == PLAN_MODE_TIMESLICE) g->share_pct += sl->pct;
+        g->mem_alloc += sl->mem_alloc;
+        for (int k = 0; k < sl->n_inst; k++) g->mem_need += p->insts[sl->first_inst + (size_t)k].est.need_bytes;
+    }
+    p->gpus_used = 0;
+    p->mem_alloc = p->mem_need = p->mem_capacity = 0;
     for (size_t gi = 0; gi < p->n_gpus; gi++) {
         const plan_gpu *g = &p->gpus[gi];
         if (g->mode == PLAN_GPU_IDLE) continue;
@@ -1002,7 +1063,6 @@ static int finish(builder *b) {
         p->mem_need += g->mem_need;
         p->mem_capacity += p->types[g->type]->mem_gib * GIB;
     }
-    return 0;
 }
 
 /* Why worker w's unplaced slices found no GPU, as "what; fix: what would",
@@ -1067,14 +1127,10 @@ static int judge(const builder *b) {
         const plan_worker *pw = &p->workers[w];
         if (pw->replicas == 0) continue;
         int placed = 0, total = 0;
-        const plan_inst *first = NULL;
         for (size_t i = 0; i < p->n_insts; i++) {
             if (p->insts[i].worker != (int)w) continue;
             total++;
-            if (p->slices[p->insts[i].slice].gpu >= 0) {
-                placed++;
-                if (!first) first = &p->insts[i];
-            }
+            placed += p->slices[p->insts[i].slice].gpu >= 0;
         }
         char what[PLAN_TEXT_MAX], fix[PLAN_TEXT_MAX];
         if (placed < total) capacity_text(b, w, placed, total, what, sizeof what, fix, sizeof fix);
@@ -1082,10 +1138,6 @@ static int judge(const builder *b) {
             size_t t = pw->tenants[k];
             plan_result *r = &p->results[t];
             r->worker = (int)w;
-            if (first) {
-                r->ttft_s = first->est.ttft_s;
-                r->tpot_s = first->est.step_s;
-            }
             r->ok = placed == total;
             if (r->ok) continue;
             char name[256];
@@ -1093,6 +1145,7 @@ static int judge(const builder *b) {
             if ((rc = add_problem(p, (int)t, PLAN_WHY_CAPACITY, "%s: %s; fix: %s", name, what, fix))) return rc;
         }
     }
+    plan_predict(p);
     p->feasible = p->n_problems == 0;
     for (size_t t = 0; t < p->in->n_tenants; t++)
         if (!p->results[t].ok) p->feasible = 0;
@@ -1180,7 +1233,9 @@ static int respread(builder *b) {
 static int check_input(const plan_input *in) {
     if (!in || in->n_pools == 0 || in->n_tiers == 0) return TS_ERR_INVAL;
     for (size_t i = 0; i < in->n_pools; i++)
-        if (!in->pools[i].gpu || in->pools[i].gpus_per_node < 1 || in->pools[i].nodes < 1)
+        if (!in->pools[i].gpu || in->pools[i].gpus_per_node < 1 || in->pools[i].nodes < 1 ||
+            !(in->pools[i].price_per_hour >= 0) || in->pools[i].n_mig_prices < 0 ||
+            in->pools[i].n_mig_prices > GPUCAT_MIG_MAX)
             return TS_ERR_INVAL;
     for (size_t i = 0; i < in->n_models; i++) {
         const perf_model *m = &in->models[i].m;
@@ -1198,35 +1253,25 @@ static int check_input(const plan_input *in) {
     return 0;
 }
 
-int plan_build(const plan_input *in, plan *p) {
-    if (!p) return TS_ERR_INVAL;
-    memset(p, 0, sizeof *p);
-    int rc = check_input(in);
-    if (rc) return rc;
-    p->in = in;
-    builder b = {p, NULL, NULL, NULL, 0, 0, NULL, 0};
-    /* (1) Fleet: types in fleet order, then nodes and their GPUs. */
+int plan_fleet_init(const plan_input *in, plan *p) {
     size_t n_nodes = 0, n_gpus = 0;
-    int has_mig = 0;
+    p->in = in;
     for (size_t i = 0; i < in->n_pools; i++) {
         const plan_pool *pl = &in->pools[i];
+        if (!pl->gpu) return TS_ERR_INVAL;
         size_t t = 0;
         while (t < p->n_types && p->types[t] != pl->gpu) t++;
         if (t == p->n_types) {
             if (p->n_types == PLAN_MAX_TYPES) return TS_ERR_INVAL;
             p->types[p->n_types++] = pl->gpu;
         }
-        has_mig |= pl->gpu->n_mig > 0;
         n_nodes += (size_t)pl->nodes;
         n_gpus += (size_t)pl->nodes * (size_t)pl->gpus_per_node;
     }
-    p->nodes = calloc(n_nodes, sizeof *p->nodes);
-    p->gpus = calloc(n_gpus, sizeof *p->gpus);
+    p->nodes = calloc(n_nodes ? n_nodes : 1, sizeof *p->nodes);
+    p->gpus = calloc(n_gpus ? n_gpus : 1, sizeof *p->gpus);
     p->results = calloc(in->n_tenants ? in->n_tenants : 1, sizeof *p->results);
-    if (!p->nodes || !p->gpus || !p->results) {
-        rc = TS_ERR_NOMEM;
-        goto err;
-    }
+    if (!p->nodes || !p->gpus || !p->results) return TS_ERR_NOMEM;
     for (size_t i = 0; i < in->n_pools; i++) {
         const plan_pool *pl = &in->pools[i];
         int t = 0;
@@ -1247,6 +1292,19 @@ int plan_build(const plan_input *in, plan *p) {
         }
     }
     for (size_t t = 0; t < in->n_tenants; t++) p->results[t].worker = -1;
+    return 0;
+}
+
+int plan_build(const plan_input *in, plan *p) {
+    if (!p) return TS_ERR_INVAL;
+    memset(p, 0, sizeof *p);
+    int rc = check_input(in);
+    if (rc) return rc;
+    builder b = {p, NULL, NULL, NULL, 0, 0, NULL, 0};
+    /* (1) Fleet: types in fleet order, then nodes and their GPUs. */
+    if ((rc = plan_fleet_init(in, p))) goto err;
+    int has_mig = 0;
+    for (size_t t = 0; t < p->n_types; t++) has_mig |= p->types[t]->n_mig > 0;
     /* (2) Workers; (3) sizing; (4) packing; (5) the rest. */
     if ((rc = make_workers(p, has_mig))) goto err;
     b.has_mig = has_mig;
@@ -1304,4 +1362,97 @@ const char *plan_slice_profile(const plan *p, const plan_slice *s) {
     if (!g || (s->mode != PLAN_MODE_MIG && s->mode != PLAN_MODE_MIG_MPS)) return "";
     const gpucat_mig *m = gpucat_mig_by_id(g, s->gi_id);
     return m ? m->name : "";
+}
+
+/* ---- exports for the simulator and the reports -------------------------------- */
+
+int plan_inst_slice(const plan *p, const plan_inst *i, perf_slice *out) {
+    const plan_slice *s = &p->slices[i->slice];
+    const gpucat_gpu *g = plan_slice_type(p, s);
+    if (!g) return TS_ERR_INVAL;
+    const perf_model *m = &p->in->models[p->workers[i->worker].model].m;
+    switch (s->mode) {
+    case PLAN_MODE_MIG:
+    case PLAN_MODE_MIG_MPS: {
+        const gpucat_mig *pr = gpucat_mig_by_id(g, s->gi_id);
+        if (!pr) return TS_ERR_INVAL;
+        *out = slice_mig(g, pr, m);
+        if (s->mode == PLAN_MODE_MIG_MPS) *out = share_of(*out, i->pct);
+        return 0;
+    }
+    case PLAN_MODE_MPS:
+    case PLAN_MODE_TIMESLICE: *out = share_of(slice_share(g, 100, m), s->pct); return 0;
+    default: *out = slice_share(g, 100, m); return 0;
+    }
+}
+
+/* A MIG GI's default price: the GPU's price x its compute slices / 7.
+ * Compute slices, not memory slices, because they partition the GPU
+ * exactly: seven 1g instances are the whole GPU and cost its price, where
+ * eighths of memory would leave a full 7 x 1g layout charging 7/8 of it;
+ * a pool whose memory is the scarcer resource overrides with mig_prices. */
+static double gi_price(const plan_pool *pl, const gpucat_gpu *g, int gi_id) {
+    const gpucat_mig *pr = gpucat_mig_by_id(g, gi_id);
+    for (int k = 0; pr && k < pl->n_mig_prices; k++)
+        if (strcasecmp(pl->mig_prices[k].profile, pr->name) == 0) return pl->mig_prices[k].price;
+    const mig_geom *geo = mig_geom_find(gi_id);
+    return geo ? pl->price_per_hour * geo->compute / MIG_COMPUTE_SLICES : 0.0;
+}
+
+double plan_inst_price(const plan *p, const plan_inst *i) {
+    const plan_slice *s = &p->slices[i->slice];
+    if (s->gpu < 0) return 0.0;
+    const plan_gpu *g = &p->gpus[s->gpu];
+    const plan_pool *pl = &p->in->pools[p->nodes[g->node].pool];
+    switch (s->mode) {
+    case PLAN_MODE_MIG: return gi_price(pl, p->types[g->type], s->gi_id);
+    case PLAN_MODE_MIG_MPS: return gi_price(pl, p->types[g->type], s->gi_id) * i->pct / 100.0;
+    case PLAN_MODE_MPS:
+    case PLAN_MODE_TIMESLICE: return pl->price_per_hour * s->pct / 100.0;
+    default: return pl->price_per_hour;
+    }
+}
+
+double plan_tenant_cost(const plan *p, size_t t) {
+    const plan_result *r = &p->results[t];
+    if (r->worker < 0) return 0.0;
+    const plan_worker *w = &p->workers[r->worker];
+    double share = w->load.rps > 0 ? p->in->tenants[t].load.rps / w->load.rps
+                                   : 1.0 / (double)(w->n_tenants ? w->n_tenants : 1);
+    double price = 0.0;
+    for (int k = 0; k < w->replicas; k++) price += plan_inst_price(p, &p->insts[w->first_inst + (size_t)k]);
+    return price * share;
+}
+
+int plan_inst_estimate(const plan *p, const plan_inst *i, perf_est *out) {
+    perf_slice s;
+    int rc = plan_inst_slice(p, i, &s);
+    if (rc) return rc;
+    const plan_worker *w = &p->workers[i->worker];
+    perf_load l = w->load;
+    l.rps = w->load.rps / (w->replicas > 0 ? w->replicas : 1);     /* as fits_at splits it */
+    perf_estimate(&p->in->models[w->model].m, &s, &l, &p->in->perf, out);
+    return 0;
+}
+
+void plan_predict(plan *p) {
+    for (size_t t = 0; t < p->in->n_tenants; t++) {
+        plan_result *r = &p->results[t];
+        r->ttft_s = r->ttft_p99_s = r->tpot_s = 0;
+        if (r->worker < 0) continue;
+        for (size_t i = 0; i < p->n_insts; i++) {
+            const plan_inst *in = &p->insts[i];
+            if (in->worker != r->worker || p->slices[in->slice].gpu < 0) continue;
+            r->ttft_s = in->est.ttft_s;
+            r->ttft_p99_s = in->est.ttft_p99_s;
+            r->tpot_s = in->est.step_s;
+            break;
+        }
+    }
+}
+
+double plan_price(const plan *p) {
+    double sum = 0.0;
+    for (size_t i = 0; i < p->n_insts; i++) sum += plan_inst_price(p, &p->insts[i]);
+    return sum;
 }

@@ -30,7 +30,11 @@
  *                  keeps up with the load; latency is reported, not promised.
  * Sizing uses perf.h on the slice (compute scaled by SMs, bandwidth by
  * memory slices or by the MPS share) and tries 1, 2, ... replicas up to
- * max_replicas when the load is too much for the largest slice.
+ * max_replicas when the load is too much for the largest slice. TTFT
+ * targets are met at perf.h's p99, not the mean; a worker without a TPOT
+ * target (best effort aside) is sized for perf.tpot_bound_s where some
+ * slice and replica count can meet it. Prices (plan_inst_price) come from
+ * the pools and are reported, never used to choose.
  * Placement packs the slices (pack.h): first-fit decreasing always, and the
  * exact branch and bound when there are at most exact_limit slices; the
  * plan keeps the better and reports both. Every tenant that cannot be
@@ -82,11 +86,19 @@ enum {
 
 /* ---- input ------------------------------------------------------------------ */
 
+typedef struct plan_mig_price {     /* a price that overrides a MIG profile's default */
+    char profile[PLAN_NAME_MAX];    /* "3g.40gb", a profile of the pool's GPU */
+    double price;                   /* per hour of one such GI, >= 0 */
+} plan_mig_price;
+
 typedef struct plan_pool {          /* identical nodes: "8 x A100-80GB, 2 nodes" */
     char name[PLAN_NAME_MAX];       /* nodes are <name>-0, <name>-1, ... */
     const gpucat_gpu *gpu;
     int gpus_per_node;
     int nodes;
+    double price_per_hour;          /* one whole GPU of the pool, per hour; 0 = unpriced */
+    int n_mig_prices;
+    plan_mig_price mig_prices[GPUCAT_MIG_MAX];
 } plan_pool;
 
 typedef struct plan_model {
@@ -151,6 +163,7 @@ int plan_tier_find(const plan_input *in, const char *name);
 
 const char *plan_iso_name(int iso);     /* "strict", "shared", "best-effort" */
 const char *plan_mode_name(int mode);   /* "mig", "mig+mps", "mps", "timeslice", "whole" */
+const char *plan_why_name(int why);     /* "memory", "ttft", "tpot", "load", "profile", "capacity" */
 
 /* ---- the plan --------------------------------------------------------------- */
 
@@ -203,6 +216,9 @@ typedef struct plan_worker {
     size_t n_tenants;
     perf_load load;                 /* all its tenants together */
     double ttft_s, tpot_s;          /* strictest targets of its tenants, 0 = none */
+    double tpot_sized_s;            /* TPOT its slices were sized for: tpot_s, else the
+                                     * default bound (perf.tpot_bound_s) where it was
+                                     * reachable; 0 = none */
     int replicas;
     size_t first_inst;              /* its instances: insts[first_inst .. + replicas) */
 } plan_worker;
@@ -210,7 +226,8 @@ typedef struct plan_worker {
 typedef struct plan_result {        /* per tenant */
     int worker;                     /* -1 when not served */
     int ok;                         /* placed and meeting its targets */
-    double ttft_s, tpot_s;          /* predicted at its worker's load */
+    double ttft_s, tpot_s;          /* predicted at its worker's load (TTFT: the mean) */
+    double ttft_p99_s;              /* the PERF_TTFT_Q quantile, checked against the target */
 } plan_result;
 
 typedef struct plan_problem {
@@ -270,5 +287,53 @@ const gpucat_gpu *plan_slice_type(const plan *p, const plan_slice *s);
 
 /* Name of a slice's profile ("3g.40gb"), "" for non-MIG slices. */
 const char *plan_slice_profile(const plan *p, const plan_slice *s);
+
+/* The perf_slice instance i runs on, exactly as sizing computed it: a MIG
+ * GI, an MPS share of a GI (mig+mps), an MPS or time-slice share of a GPU,
+ * or a whole GPU. A share keeps the whole memory of what it shares (MPS
+ * limits SMs; the pinned limit is i->mem_limit). Returns 0, or
+ * TS_ERR_INVAL when i's slice is not placed or names no known profile. */
+int plan_inst_slice(const plan *p, const plan_inst *i, perf_slice *out);
+
+/* Price per hour of instance i: its pool's price_per_hour for a whole GPU;
+ * for a MIG GI the pool's mig_prices entry for its profile, else the GPU's
+ * price x compute slices / 7; x pct / 100 for an MPS share of a GI, and
+ * GPU price x pct / 100 for MPS and time-slice shares. 0 when unplaced or
+ * unpriced. */
+double plan_inst_price(const plan *p, const plan_inst *i);
+
+/* Cost per hour of tenant t: each instance of its worker's price, split by
+ * the tenant's share of the worker's arrivals (equally when the worker has
+ * no load). Per request and per 1k tokens follow from its load. */
+double plan_tenant_cost(const plan *p, size_t t);
+
+/* The estimate of instance i on its placed slice at its worker's load per
+ * replica: what sizing computed, recomputed (perf_estimate on
+ * plan_inst_slice). Returns 0, or TS_ERR_INVAL when i is not placed. */
+int plan_inst_estimate(const plan *p, const plan_inst *i, perf_est *out);
+
+/* Every served tenant's predictions (results' ttft_s, ttft_p99_s, tpot_s)
+ * from its worker's first placed instance; results' worker must be set. */
+void plan_predict(plan *p);
+
+/* Sum of plan_inst_price over the placed instances. */
+double plan_price(const plan *p);
+
+/* For readers that rebuild a plan (planjson.h) rather than build one. */
+
+/* Fill p's types, nodes and GPUs (all idle) from in's pools: the first
+ * pass of plan_build. p must be zeroed; p->in is set. Returns 0,
+ * TS_ERR_INVAL (a pool without a GPU, too many types) or TS_ERR_NOMEM. */
+int plan_fleet_init(const plan_input *in, plan *p);
+
+/* The load of worker w from its tenants (rates add up; prompt and output
+ * are arrival-weighted means; prompt_cv that of the mixture) and its
+ * targets (the strictest; none for best effort). */
+void plan_worker_load(const plan_input *in, plan_worker *w);
+
+/* From the placed slices and instances: each GPU's mode, shares and
+ * memory, then the plan's totals (gpus_used, mem_alloc, mem_need,
+ * mem_capacity). MIG layouts (gpu.gi) are not touched. */
+void plan_tally(plan *p);
 
 #endif

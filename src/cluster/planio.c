@@ -44,13 +44,35 @@ static int added(const ydoc *d, int rc) { return rc < 0 ? ydoc_nomem(d) : 0; }
 
 /* ---- sections ------------------------------------------------------------------ */
 
+/* mig_prices: a map from the pool GPU's profile names to prices; any
+ * other key is an unknown profile, which ydoc_map_fields names. */
+static int read_mig_prices(const ydoc *d, const yaml_node_t *map, const char *path, plan_pool *p) {
+    const char *names[GPUCAT_MIG_MAX];
+    const yaml_node_t *v[GPUCAT_MIG_MAX];
+    char fp[YDOC_PATH_MAX];
+    if (p->gpu->n_mig == 0) return ydoc_fail(d, map, path, "%s has no MIG profiles to price", p->gpu->name);
+    for (int k = 0; k < p->gpu->n_mig; k++) names[k] = p->gpu->mig[k].name;
+    int rc = ydoc_map_fields(d, map, path, names, (size_t)p->gpu->n_mig, v);
+    for (int k = 0; k < p->gpu->n_mig && rc == 0; k++) {
+        if (!v[k]) continue;
+        plan_mig_price *mp = &p->mig_prices[p->n_mig_prices];
+        rc = ydoc_get_number(d, v[k], ydoc_path_field(fp, path, names[k]), 0, 1e9, 0, &mp->price);
+        snprintf(mp->profile, sizeof mp->profile, "%s", names[k]);
+        if (rc == 0) p->n_mig_prices++;
+    }
+    return rc;
+}
+
 static int read_pool(const ydoc *d, const yaml_node_t *item, const char *path, plan_input *in) {
-    enum { NAME, GPU, GPN, NODES, NK };
-    static const char *const K[NK] = {"name", "gpu", "gpus_per_node", "nodes"};
+    enum { NAME, GPU, GPN, NODES, PRICE, MIGP, NK };
+    static const char *const K[NK] = {"name", "gpu", "gpus_per_node", "nodes", "price_per_hour", "mig_prices"};
     const yaml_node_t *v[NK];
     char fp[YDOC_PATH_MAX];
     const char *g = NULL;
-    plan_pool p = {.gpus_per_node = 8, .nodes = 1};
+    plan_pool p;
+    memset(&p, 0, sizeof p);
+    p.gpus_per_node = 8;
+    p.nodes = 1;
     int rc = ydoc_map_fields(d, item, path, K, NK, v);
     if (rc) return rc;
 #define FP(k) ydoc_path_field(fp, path, K[k])
@@ -68,6 +90,8 @@ static int read_pool(const ydoc *d, const yaml_node_t *item, const char *path, p
     }
     if ((rc = ydoc_get_i32(d, v[GPN], FP(GPN), 1, 64, &p.gpus_per_node))) return rc;
     if ((rc = ydoc_get_i32(d, v[NODES], FP(NODES), 1, 100000, &p.nodes))) return rc;
+    if ((rc = ydoc_get_number(d, v[PRICE], FP(PRICE), 0, 1e9, 0, &p.price_per_hour))) return rc;
+    if (v[MIGP] && (rc = read_mig_prices(d, v[MIGP], FP(MIGP), &p))) return rc;
 #undef FP
     return added(d, plan_input_add_pool(in, &p));
 }
@@ -136,14 +160,15 @@ static int read_tier(const ydoc *d, const yaml_node_t *item, const char *path, p
 }
 
 static int read_load(const ydoc *d, const yaml_node_t *map, const char *path, perf_load *l) {
-    static const char *const K[] = {"rps", "prompt_tokens", "output_tokens"};
-    const yaml_node_t *v[3];
+    static const char *const K[] = {"rps", "prompt_tokens", "output_tokens", "prompt_cv"};
+    const yaml_node_t *v[4];
     char fp[YDOC_PATH_MAX];
-    int rc = ydoc_map_fields(d, map, path, K, 3, v);
+    int rc = ydoc_map_fields(d, map, path, K, 4, v);
     if (rc) return rc;
     if ((rc = ydoc_get_number(d, v[0], ydoc_path_field(fp, path, K[0]), 0, 1e7, 0, &l->rps))) return rc;
     if ((rc = ydoc_get_number(d, v[1], ydoc_path_field(fp, path, K[1]), 0, 1 << 24, 0, &l->prompt))) return rc;
-    return ydoc_get_number(d, v[2], ydoc_path_field(fp, path, K[2]), 1, 1 << 24, 0, &l->output);
+    if ((rc = ydoc_get_number(d, v[2], ydoc_path_field(fp, path, K[2]), 1, 1 << 24, 0, &l->output))) return rc;
+    return ydoc_get_number(d, v[3], ydoc_path_field(fp, path, K[3]), 0, 100, 0, &l->prompt_cv);
 }
 
 static const char *model_name(const plan_input *in, size_t i) { return in->models[i].name; }
@@ -225,15 +250,16 @@ static int read_tenant(const ydoc *d, const yaml_node_t *item, const char *path,
 }
 
 static int read_options(const ydoc *d, const yaml_node_t *map, plan_input *in) {
-    enum { CE, BE, OVH, UTIL, Z, HR, RES, REPL, EXL, EXB, NK };
+    enum { CE, BE, OVH, UTIL, Z, HR, RES, REPL, EXL, EXB, TPOT, NK };
     static const char *const K[NK] = {"compute_efficiency", "bandwidth_efficiency", "step_overhead_ms",
                                       "max_utilization",    "kv_quantile_z",        "headroom",
                                       "reserve_gib",        "max_replicas",         "exact_limit",
-                                      "exact_budget"};
+                                      "exact_budget",       "tpot_bound_ms"};
     const yaml_node_t *v[NK];
     char fp[YDOC_PATH_MAX];
     perf_opts *o = &in->perf;
     double ovh_ms = o->step_overhead_s * 1e3, res_gib = o->reserve_bytes / 1073741824.0;
+    double tpot_ms = o->tpot_bound_s * 1e3;
     int64_t budget = in->exact_budget;
     int rc = ydoc_map_fields(d, map, "options", K, NK, v);
     if (rc) return rc;
@@ -248,8 +274,10 @@ static int read_options(const ydoc *d, const yaml_node_t *map, plan_input *in) {
     if ((rc = ydoc_get_i32(d, v[REPL], FP(REPL), 1, 100000, &in->max_replicas))) return rc;
     if ((rc = ydoc_get_i32(d, v[EXL], FP(EXL), 0, 64, &in->exact_limit))) return rc;
     if ((rc = ydoc_get_int(d, v[EXB], FP(EXB), 1, 10000000000LL, &budget))) return rc;
+    if ((rc = ydoc_get_number(d, v[TPOT], FP(TPOT), 0, 1e7, 0, &tpot_ms))) return rc;
 #undef FP
     if (v[OVH]) o->step_overhead_s = ovh_ms / 1e3;
+    if (v[TPOT]) o->tpot_bound_s = tpot_ms / 1e3;
     if (v[RES]) o->reserve_bytes = res_gib * 1073741824.0;
     in->exact_budget = (long)budget;
     return 0;

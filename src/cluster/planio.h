@@ -20,6 +20,10 @@
  *       gpu: A100-80GB           required; a catalog type (gpucat.h)
  *       gpus_per_node: 8         1..64 (default 8)
  *       nodes: 1                 1..100000 (default 1)
+       price_per_hour: 2.5      one whole GPU, per hour, >= 0 (default 0: unpriced)
+       mig_prices: {3g.40gb: 0.9}   per-GI prices overriding the default of
+                                price_per_hour x compute slices / 7; keys are
+                                the GPU's profile names
  *   models:                      required
  *     - name: llama-3-8b         required; letters, digits, ._:/-
  *       params: 8.03B            required; a number, or with K, M, B (1e9), T
@@ -49,6 +53,8 @@
  *         rps: 2.5               requests/s, >= 0
  *         prompt_tokens: 512     mean, >= 0 (default 512)
  *         output_tokens: 128     mean, >= 1 (default 128)
+         prompt_cv: 0           coefficient of variation of the prompt length, 0..100
+                                (default 0: all prompts equal); widens the p99 TTFT
  *       key_sha256: <64 hex>     for --emit serve (default: a placeholder)
  *       weight: 1                > 0, serve's share within the band
  *   options:                     model knobs (perf.h), all optional
@@ -62,6 +68,8 @@
  *     max_replicas: 64           1..100000
  *     exact_limit: 12            0..64 slices for the exact search
  *     exact_budget: 2000000      1..10000000000 search nodes
+     tpot_bound_ms: 100         TPOT sizing aims for where a tier sets none
+                                (best effort excepted), 0..1e7, 0 = off
  */
 #ifndef TS_PLANIO_H
 #define TS_PLANIO_H
