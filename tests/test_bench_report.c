@@ -1,7 +1,11 @@
 /* test_bench_report.c - unit tests of the bench figures (src/bench/report.c)
  * against values worked out by hand: percentiles, Jain's index, backlogged
  * slots, TTFT/TPOT/E2E, SLO attainment, errors by status, censored TTFTs,
- * weighted service rates, the JSON document and the table.
+ * weighted service rates, the JSON document and the table; and the shared
+ * report's additions: the all-tenants row, request throughput and goodput,
+ * ITL, Gini, Jain shown only with two backlogged tenants, cost, the
+ * streaming accumulator (exact = rpt_compute, bounded within 1%,
+ * deterministic) and the plots' SLO lines.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -14,11 +18,15 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <errno.h>
+#include <sys/stat.h>
 
 #include "bench/report.h"
 #include "bench/scenario.h"
 #include "err.h"
 #include "fq.h"
+#include "bench/plot.h"
+#include "testutil.h"
 
 #define EPS 1e-9
 
@@ -269,10 +277,475 @@ static void test_status_names(void **state) {
     assert_string_equal(rpt_status_name(RPT_ST_SKIPPED, b), "skipped");
 }
 
+static void test_gini(void **state) {
+    (void)state;
+    /* Sum over ordered pairs |xi - xj| / (2 n sum). */
+    const double eq[] = {3, 3, 3, 3}, half[] = {1, 0}, x[] = {1, 2, 3}, one[] = {0, 0, 0, 4}, zero[] = {0, 0};
+    close_to(fq_gini(eq, 4), 0, "equal");
+    close_to(fq_gini(half, 2), 0.5, "one of two");          /* 2 x 1 / (2 x 2 x 1) */
+    close_to(fq_gini(x, 3), 8.0 / 36.0, "1,2,3");           /* pairs 1+2+1, twice: 8 / (2 x 3 x 6) */
+    close_to(fq_gini(one, 4), 0.75, "one has all");         /* (n - 1) / n */
+    close_to(fq_gini(zero, 2), 0, "all zero");
+    close_to(fq_gini(x, 0), 0, "none");
+    close_to(fq_gini(x, 1), 0, "one");
+}
+
+/* The records as rpt_compute feeds them, into any accumulator. */
+static void feed(rpt_acc *a, const scn *s, const rpt_req *r, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        const rpt_req *q = &r[i];
+        assert_int_equal(rpt_acc_request(a, q), 0);
+        if (!q->ev_t || q->n_events <= 0) {
+            if (q->t_first >= 0) rpt_acc_event(a, q->tenant, q->t_first, 0, s->w_in * q->n_prompt);
+            if (q->n_out > 0) rpt_acc_event(a, q->tenant, q->t_end, q->n_out, s->w_out * q->n_out);
+        }
+        if (q->status != RPT_ST_SKIPPED)
+            assert_int_equal(rpt_acc_backlog(a, q->tenant, q->t_sched, q->t_first >= 0 ? q->t_first : q->t_end), 0);
+    }
+}
+
+static char *table_of(const scn *s, const rpt *p) {
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    assert_non_null(f);
+    rpt_table(f, s, p);
+    fclose(f);
+    return buf;
+}
+
+/* build()'s run: the all-tenants row, request throughput and goodput. */
+static void test_all_row(void **state) {
+    (void)state;
+    scn s;
+    char err[256];
+    assert_int_equal(scn_parse(SCN, strlen(SCN), "t.yaml", ".", &s, err, sizeof err), 0);
+    rpt_req r[16];
+    size_t n = build(r);
+    rpt p;
+    assert_int_equal(rpt_compute(&s, r, n, 5.0, &p), 0);
+    const rpt_tenant *al = &p.all;
+    assert_int_equal(al->due, 9);
+    assert_int_equal(al->sent, 8);
+    assert_int_equal(al->completed, 6);
+    assert_int_equal(al->errors, 3);
+    /* skipped (c), aborted and 429 (a): one each, ties by status */
+    assert_int_equal(al->n_codes, 3);
+    assert_int_equal(al->codes[0].status, RPT_ST_SKIPPED);
+    assert_int_equal(al->codes[1].status, RPT_ST_ABORTED);
+    assert_int_equal(al->codes[2].status, 429);
+    close_to(al->tokens_in, 15 + 21 + 1, "all tokens in");   /* a 3+10+2, b 1+20, c 1 */
+    close_to(al->tokens_out, 18 + 31 + 2, "all tokens out");
+    /* TTFT over all: a .05 .2 .4 4.5, b 4.2 .4, c .1 -> sorted .05 .1 .2 .4 .4 4.2 4.5 */
+    assert_int_equal(al->ttft.n, 7);
+    assert_int_equal(al->ttft_censored, 1);
+    close_to(al->ttft.p50, 0.4, "all ttft p50");
+    close_to(al->ttft.mean, 9.85 / 7, "all ttft mean");
+    close_to(al->ttft.max, 4.5, "all ttft max");
+    /* E2E: a 4.9 .41 .5, b 4.3 2.4, c .3 -> p50 at rank 2.5: (.5 + 2.4) / 2 */
+    assert_int_equal(al->e2e.n, 6);
+    close_to(al->e2e.p50, 1.45, "all e2e p50");
+    /* TPOT: a's three, b's 2.0 / 29, c's 0.2 */
+    assert_int_equal(al->tpot.n, 5);
+    /* ITL: a 5 gaps, b 2 (1.0 each), c 1 (0.2) */
+    assert_int_equal(al->itl.n, 8);
+    assert_true(fabs(al->itl.max - 1.0) < 1e-6);
+    /* SLO: only a has targets (1 of 5 met); b and c have none, so their
+     * completed requests all count as met for goodput. */
+    close_to(al->slo_attainment, 0.2, "all slo");
+    assert_int_equal(p.t[1].slo_met, 2);
+    assert_int_equal(al->slo_met, 1 + 2 + 1);
+    close_to(p.t[0].req_s, 3 / 5.0, "a req/s");
+    close_to(p.t[0].goodput_s, 1 / 5.0, "a goodput");
+    close_to(p.t[1].goodput_s, 2 / 5.0, "b goodput");
+    close_to(al->req_s, 6 / 5.0, "all req/s");
+    close_to(al->goodput_s, 4 / 5.0, "all goodput");
+    close_to(al->tok_s, 51 / 5.0, "all tok/s");
+    assert_true(fabs(al->service - (51 + 3 + 80 + 5)) < 1e-6);   /* a; b 1 + 2 and 20 + 60; c 1 + 4 */
+    assert_int_equal(p.due, al->due);
+
+    /* The table: two tables with an (all) row each, the legend, mean/p50/p90/p99. */
+    char *buf = table_of(&s, &p);
+    assert_non_null(strstr(buf, "svc/s/w: weighted service per backlogged second = (w_in x prompt + w_out x output "
+                                "tokens) / weight / s (w_in 1, w_out 2)"));
+    assert_non_null(strstr(buf, "ITL mean/p50/p90/p99"));
+    /* a's TTFT: mean (0.05 + 0.2 + 0.4 + 4.5) / 4 = 1.2875 s, p50 300 ms,
+     * p90 at rank 2.7: 0.4 + 0.7 x 4.1 = 3.27 s, p99 at 2.97: 4.377 s;
+     * b's TPOT: one sample, 2.0 / 29 = 69.0 ms. */
+    assert_non_null(strstr(buf, "\na              1288/300/3270/4377 "));
+    assert_non_null(strstr(buf, " 69.0/69.0/69.0/69.0 "));
+    free(buf);
+    /* Below a millisecond, three significant figures (CPU decode steps). */
+    rpt_dist keep = p.t[2].tpot;
+    p.t[2].tpot = (rpt_dist){1, 12.3e-6, 4.56e-6, 7.891e-4, 0.5e-3, 1e-3};
+    buf = table_of(&s, &p);
+    assert_non_null(strstr(buf, " 0.0123/0.00456/0.789/0.5 "));
+    p.t[2].tpot = keep;
+    size_t rows = 0;
+    for (size_t o = 0; buf[o]; o++) rows += !strncmp(buf + o, "(all)", 5);
+    assert_int_equal(rows, 2);
+    assert_non_null(strstr(buf, "   1.20    0.80     10.2   20.0%"));   /* (all): req/s good/s tok/s SLO */
+    assert_non_null(strstr(buf, "6 completed, 3 errors; 1.20 requests/s, goodput 0.80 requests/s"));
+    free(buf);
+
+    /* The JSON: the all object and the new per-tenant names. */
+    char *js = rpt_json(&s, &p, r, n, "u", 1);
+    cJSON *j = cJSON_Parse(js);
+    assert_non_null(j);
+    cJSON *ja = cJSON_GetObjectItem(j, "all");
+    assert_int_equal(cJSON_GetObjectItem(ja, "completed")->valueint, 6);
+    close_to(cJSON_GetObjectItem(ja, "goodput_requests_per_s")->valuedouble, 0.8, "json all goodput");
+    close_to(cJSON_GetObjectItem(cJSON_GetObjectItem(ja, "itl"), "n")->valuedouble, 8, "json all itl n");
+    close_to(cJSON_GetObjectItem(j, "requests_per_s")->valuedouble, 1.2, "json req/s");
+    cJSON *ta = cJSON_GetArrayItem(cJSON_GetObjectItem(j, "tenants"), 0);
+    close_to(cJSON_GetObjectItem(ta, "requests_per_s")->valuedouble, 0.6, "json a req/s");
+    assert_true(cJSON_IsNull(cJSON_GetObjectItem(ta, "cost")));
+    assert_true(cJSON_IsNull(cJSON_GetObjectItem(ta, "cost_per_1k_tokens")));
+    assert_string_equal(cJSON_GetObjectItem(j, "percentiles")->valuestring, "exact");
+    cJSON_Delete(j);
+    free(js);
+    rpt_free(&p);
+    rpt_reqs_free(r, n);
+    scn_free(&s);
+}
+
+/* With one backlogged tenant, Jain and Gini are not shown (null in JSON);
+ * with two, both are, Gini beside Jain. */
+static void test_fairness_shown(void **state) {
+    (void)state;
+    scn s;
+    char err[256];
+    assert_int_equal(scn_parse(SCN, strlen(SCN), "t.yaml", ".", &s, err, sizeof err), 0);
+    rpt_req r[16];
+    size_t n = build(r);
+    rpt p;
+    assert_int_equal(rpt_compute(&s, r, 5, 5.0, &p), 0);   /* a's requests only */
+    assert_int_equal(p.n_jain, 1);
+    char *buf = table_of(&s, &p);
+    assert_null(strstr(buf, "Jain's index of weighted service"));
+    assert_non_null(strstr(buf, "Jain's index and Gini coefficient: not shown: 1 tenant was backlogged"));
+    free(buf);
+    char *js = rpt_json(&s, &p, r, 5, "u", 1);
+    cJSON *j = cJSON_Parse(js);
+    assert_true(cJSON_IsNull(cJSON_GetObjectItem(cJSON_GetObjectItem(j, "jain"), "index")));
+    assert_true(cJSON_IsNull(cJSON_GetObjectItem(cJSON_GetObjectItem(j, "jain"), "gini")));
+    cJSON_Delete(j);
+    free(js);
+    rpt_free(&p);
+
+    /* Both tenants, b's service halved: rates 10 and 5, Gini 5 x 2 / (2 x 2 x 15) = 1/6. */
+    r[6].n_prompt = 10;
+    r[6].n_out = 15;
+    assert_int_equal(rpt_compute(&s, r, n, 5.0, &p), 0);
+    close_to(p.gini, 1.0 / 6, "gini 10, 5");
+    buf = table_of(&s, &p);
+    assert_non_null(strstr(buf, "0.9000 (1 = equal); Gini coefficient: 0.1667 (0 = equal) (2 tenants backlogged)"));
+    free(buf);
+    js = rpt_json(&s, &p, r, n, "u", 1);
+    j = cJSON_Parse(js);
+    close_to(cJSON_GetObjectItem(cJSON_GetObjectItem(j, "jain"), "gini")->valuedouble, 1.0 / 6, "json gini");
+    cJSON_Delete(j);
+    free(js);
+    rpt_free(&p);
+    rpt_reqs_free(r, n);
+    scn_free(&s);
+}
+
+static void test_cost(void **state) {
+    (void)state;
+    scn s;
+    char err[256];
+    assert_int_equal(scn_parse(SCN, strlen(SCN), "t.yaml", ".", &s, err, sizeof err), 0);
+    rpt_req r[16];
+    size_t n = build(r);
+    rpt p;
+    assert_int_equal(rpt_compute(&s, r, n, 5.0, &p), 0);
+    close_to(p.t[0].cost, -1, "unknown by default");
+    close_to(p.t[0].engine_s, -1, "unknown by default");
+    /* a: 2.0 for 10 s of engine time; 3 completed, 15 + 18 tokens. */
+    rpt_cost_set(&p, 0, 10, 2.0);
+    close_to(p.all.cost, -1, "all unknown while b, c are");
+    char *buf = table_of(&s, &p);
+    assert_non_null(strstr(buf, "     10.0     0.667      60.6\n"));   /* engine_s, 2/3, 2/33 x 1000 */
+    free(buf);
+    rpt_cost_set(&p, 1, 4, 1.0);
+    rpt_cost_set(&p, 2, 1, 0.5);
+    close_to(p.all.cost, 3.5, "all cost");
+    close_to(p.all.engine_s, 15, "all engine");
+    char *js = rpt_json(&s, &p, r, n, "u", 1);
+    cJSON *j = cJSON_Parse(js);
+    cJSON *ta = cJSON_GetArrayItem(cJSON_GetObjectItem(j, "tenants"), 0);
+    close_to(cJSON_GetObjectItem(ta, "cost_per_request")->valuedouble, 2.0 / 3, "json cost/req");
+    close_to(cJSON_GetObjectItem(ta, "cost_per_1k_tokens")->valuedouble, 2.0 / 33 * 1000, "json cost/1k");
+    close_to(cJSON_GetObjectItem(ta, "engine_s")->valuedouble, 10, "json engine_s");
+    /* all: 3.5 over 6 completed and 37 + 51 tokens */
+    cJSON *ja = cJSON_GetObjectItem(j, "all");
+    close_to(cJSON_GetObjectItem(ja, "cost_per_request")->valuedouble, 3.5 / 6, "json all cost/req");
+    close_to(cJSON_GetObjectItem(ja, "cost_per_1k_tokens")->valuedouble, 3.5 / 88 * 1000, "json all cost/1k");
+    cJSON_Delete(j);
+    free(js);
+    rpt_cost_set(&p, 1, -1, -1);
+    close_to(p.all.cost, -1, "unknown again");
+    rpt_free(&p);
+    rpt_reqs_free(r, n);
+    scn_free(&s);
+}
+
+/* rpt_compute is the exact accumulator: fed by hand, the same bytes. */
+static void test_acc_exact_is_compute(void **state) {
+    (void)state;
+    scn s;
+    char err[256];
+    assert_int_equal(scn_parse(SCN, strlen(SCN), "t.yaml", ".", &s, err, sizeof err), 0);
+    rpt_req r[16];
+    size_t n = build(r);
+    rpt p, q;
+    assert_int_equal(rpt_compute(&s, r, n, 5.0, &p), 0);
+    rpt_acc a;
+    assert_int_equal(rpt_acc_init(&a, &s, 5.0, 1, 0), 0);
+    feed(&a, &s, r, n);
+    assert_int_equal(rpt_acc_finish(&a, -1, &q), 0);
+    char *jp = rpt_json(&s, &p, r, n, "u", 1), *jq = rpt_json(&s, &q, r, n, "u", 1);
+    assert_string_equal(jp, jq);
+    char *tp = table_of(&s, &p), *tq = table_of(&s, &q);
+    assert_string_equal(tp, tq);
+    free(jp), free(jq), free(tp), free(tq);
+    rpt_free(&q);
+    /* finish again after more adds: the new request is counted once. */
+    rpt_req extra = req(2, 200, 4.0, 4.1, 4.2, 1, 1);
+    assert_int_equal(rpt_acc_request(&a, &extra), 0);
+    assert_int_equal(rpt_acc_finish(&a, -1, &q), 0);
+    assert_int_equal(q.t[2].completed, p.t[2].completed + 1);
+    assert_int_equal(q.all.ttft.n, p.all.ttft.n + 1);
+    rpt_free(&q);
+    /* Bad tenants are refused, and the refusal sticks. */
+    assert_int_equal(rpt_acc_event(&a, 3, 1, 1, 1), TS_ERR_INVAL);
+    assert_int_equal(rpt_acc_itl(&a, -1, 0.1), TS_ERR_INVAL);
+    assert_int_equal(rpt_acc_finish(&a, -1, &q), TS_ERR_INVAL);
+    assert_null(q.t);
+    rpt_acc_deinit(&a);
+    rpt_acc_deinit(&a);   /* twice is safe */
+    rpt_free(&p);
+    rpt_reqs_free(r, n);
+    scn_free(&s);
+}
+
+static void dist_within(const rpt_dist *got, const rpt_dist *want, const char *what) {
+    assert_int_equal(got->n, want->n);
+    const double g[] = {got->p50, got->p90, got->p99}, w[] = {want->p50, want->p90, want->p99};
+    for (int i = 0; i < 3; i++)
+        if (fabs(g[i] - w[i]) > 0.01 * fabs(w[i])) fail_msg("%s p%d: got %.9g, exact %.9g", what, i, g[i], w[i]);
+    if (fabs(got->mean - want->mean) > 1e-9 * want->mean) fail_msg("%s mean: %.12g vs %.12g", what, got->mean, want->mean);
+    close_to(got->max, want->max, what);
+}
+
+/* A synthetic run: n requests over 2 tenants with log-uniform latencies
+ * from 1 ms to 100 s, fed the same to both accumulators. */
+static void gen_run(rpt_acc *a, int n) {
+    tu_rng_seed(7);
+    for (int i = 0; i < n; i++) {
+        double u = (tu_rng_float() + 1) / 2, v = (tu_rng_float() + 1) / 2, w = (tu_rng_float() + 1) / 2;
+        double sched = 100.0 * i / n, ttft = 1e-3 * pow(1e5, u), tpot = 1e-3 * pow(100, v);
+        int nout = 2 + (int)(w * 50);
+        rpt_req q = {i % 2, i % 17 ? 200 : 503, sched, sched, sched + ttft, sched + ttft + tpot * (nout - 1), 10, nout, 0,
+                     NULL};
+        if (q.status != 200) q.t_first = -1, q.n_out = 0;
+        assert_int_equal(rpt_acc_request(a, &q), 0);
+        if (q.status == 200) {
+            rpt_acc_itl(a, q.tenant, tpot);
+            rpt_acc_event(a, q.tenant, q.t_first, nout, 10 + 2.0 * nout);
+        }
+        rpt_acc_backlog(a, q.tenant, sched, sched + 0.5);
+    }
+}
+
+static void test_acc_bounded(void **state) {
+    (void)state;
+    scn s;
+    char err[256];
+    assert_int_equal(scn_parse(SCN, strlen(SCN), "t.yaml", ".", &s, err, sizeof err), 0);
+    rpt_acc ex, bo;
+    assert_int_equal(rpt_acc_init(&ex, &s, 100, 10, 0), 0);
+    assert_int_equal(rpt_acc_init(&bo, &s, 100, 10, 1), 0);
+    gen_run(&ex, 20000);
+    gen_run(&bo, 20000);
+    rpt pe, pb;
+    assert_int_equal(rpt_acc_finish(&ex, -1, &pe), 0);
+    assert_int_equal(rpt_acc_finish(&bo, -1, &pb), 0);
+    assert_int_equal(pb.bounded, 1);
+    assert_int_equal(pb.n_bins, 10);
+    for (int i = 0; i < 2; i++) {
+        const rpt_tenant *e = &pe.t[i], *b = &pb.t[i];
+        assert_int_equal(b->completed, e->completed);
+        assert_int_equal(b->slo_met, e->slo_met);
+        dist_within(&b->ttft, &e->ttft, "ttft");
+        dist_within(&b->tpot, &e->tpot, "tpot");
+        dist_within(&b->e2e, &e->e2e, "e2e");
+        dist_within(&b->itl, &e->itl, "itl");
+        /* In-order, overlapping backlog intervals: the same slots. */
+        close_to(b->backlogged_s, e->backlogged_s, "backlogged");
+        close_to(b->service_rate, e->service_rate, "service rate");
+        /* The CDF: one point per bucket, ending at share 1. */
+        assert_true(b->ttft_cdf.n > 100 && b->ttft_cdf.n < 1400);
+        close_to(b->ttft_cdf.share[b->ttft_cdf.n - 1], 1, "cdf end");
+    }
+    dist_within(&pb.all.ttft, &pe.all.ttft, "all ttft");
+    dist_within(&pb.all.e2e, &pe.all.e2e, "all e2e");
+    close_to(pb.jain, pe.jain, "jain");
+    for (int k = 0; k < 2 * pb.n_bins; k++) close_to(pb.tokens[k], pe.tokens[k], "timeline");
+    char *tb = table_of(&s, &pb);
+    assert_non_null(strstr(tb, "(percentiles from log histograms, within 0.95% of exact; mean and max exact)"));
+    /* Determinism: the same calls again give the same bytes. */
+    rpt_acc bo2;
+    rpt pb2;
+    assert_int_equal(rpt_acc_init(&bo2, &s, 100, 10, 1), 0);
+    gen_run(&bo2, 20000);
+    assert_int_equal(rpt_acc_finish(&bo2, -1, &pb2), 0);
+    char *tb2 = table_of(&s, &pb2), *j1 = rpt_json(&s, &pb, NULL, 0, NULL, 1), *j2 = rpt_json(&s, &pb2, NULL, 0, NULL, 1);
+    assert_string_equal(tb, tb2);
+    assert_string_equal(j1, j2);
+    assert_non_null(strstr(j1, "\"percentiles\":\"histogram\""));
+    free(tb), free(tb2), free(j1), free(j2);
+    rpt_free(&pe), rpt_free(&pb), rpt_free(&pb2);
+    rpt_acc_deinit(&ex), rpt_acc_deinit(&bo), rpt_acc_deinit(&bo2);
+    scn_free(&s);
+}
+
+/* Bounded mode at its edges: values outside the bucket range answer the
+ * exact min and max; backlog intervals merge when they touch, in order. */
+static void test_acc_bounded_edges(void **state) {
+    (void)state;
+    scn s;
+    char err[256];
+    assert_int_equal(scn_parse(SCN, strlen(SCN), "t.yaml", ".", &s, err, sizeof err), 0);
+    rpt_acc a;
+    assert_int_equal(rpt_acc_init(&a, &s, 6, 1, 1), 0);
+    const double gaps[] = {0, 1e-7, 2e5, 3e5, 0.010};
+    for (int i = 0; i < 5; i++) assert_int_equal(rpt_acc_itl(&a, 0, gaps[i]), 0);
+    /* [0, 1.5) and [1.5, 3) touch: slots 0..2; [3.2, 3.9) covers none;
+     * [4.5, 6) covers 5; [4, 4.5) starts earlier than it, so it is marked on
+     * its own and slot 4, covered only by the two together, is missed. */
+    rpt_acc_backlog(&a, 1, 0, 1.5);
+    rpt_acc_backlog(&a, 1, 1.5, 3);
+    rpt_acc_backlog(&a, 1, 3.2, 3.9);
+    rpt_acc_backlog(&a, 1, 4.5, 6);
+    rpt_acc_backlog(&a, 1, 4, 4.5);
+    rpt p;
+    assert_int_equal(rpt_acc_finish(&a, -1, &p), 0);
+    /* sorted 0, 1e-7, 0.01, 2e5, 3e5: p50 0.01 within 1%; the two below
+     * 1 us answer the min (0), the two above 1e5 s the max. */
+    assert_int_equal(p.t[0].itl.n, 5);
+    assert_true(fabs(p.t[0].itl.p50 - 0.01) <= 0.0095 * 0.01);
+    close_to(p.t[0].itl.max, 3e5, "max exact");
+    close_to(p.t[0].itl.p99, 3e5, "p99 from the overflow bucket: the max");   /* rank 3.96: between 2 above */
+    close_to(p.t[0].itl.mean, (1e-7 + 2e5 + 3e5 + 0.01) / 5, "mean exact");
+    close_to(p.t[1].backlogged_s, 4, "slots 0, 1, 2 and 5 (4 is missed: out of order)");
+    rpt_free(&p);
+    rpt_acc_deinit(&a);
+    /* Exact mode resolves the same intervals in any order: 0..2, 4, 5. */
+    assert_int_equal(rpt_acc_init(&a, &s, 6, 1, 0), 0);
+    rpt_acc_backlog(&a, 1, 4, 4.5);
+    rpt_acc_backlog(&a, 1, 1.5, 3);
+    rpt_acc_backlog(&a, 1, 4.5, 6);
+    rpt_acc_backlog(&a, 1, 0, 1.5);
+    rpt_acc_backlog(&a, 1, 3.2, 3.9);
+    assert_int_equal(rpt_acc_finish(&a, -1, &p), 0);
+    close_to(p.t[1].backlogged_s, 5, "exact: slots 0, 1, 2, 4, 5");
+    rpt_free(&p);
+    rpt_acc_deinit(&a);
+    assert_int_equal(rpt_acc_init(&a, &s, -1, 1, 0), TS_ERR_INVAL);
+    scn_free(&s);
+}
+
+/* A run that ends before the length the accumulator was sized for: rates
+ * divide by the real length, slots and bins past it drop out; finishing
+ * again at the full length brings them back. Both modes agree. */
+static void test_acc_short_run(void **state) {
+    (void)state;
+    scn s;
+    char err[256];
+    assert_int_equal(scn_parse(SCN, strlen(SCN), "t.yaml", ".", &s, err, sizeof err), 0);
+    for (int bounded = 0; bounded < 2; bounded++) {
+        rpt_acc a;
+        assert_int_equal(rpt_acc_init(&a, &s, 10, 1, bounded), 0);
+        rpt_req q = req(0, 200, 1, 1.5, 2, 4, 10);
+        assert_int_equal(rpt_acc_request(&a, &q), 0);
+        assert_int_equal(rpt_acc_event(&a, 0, 2.0, 10, 20), 0);
+        assert_int_equal(rpt_acc_event(&a, 0, 7.0, 5, 10), 0);
+        assert_int_equal(rpt_acc_backlog(&a, 0, 0, 3.5), 0);   /* slots 0..2 */
+        assert_int_equal(rpt_acc_backlog(&a, 0, 4.2, 9), 0);   /* slots 5..8 */
+        rpt p;
+        assert_int_equal(rpt_acc_finish(&a, 5, &p), 0);
+        close_to(p.run_s, 5, "short run");
+        assert_int_equal(p.n_bins, 5);
+        close_to(p.tokens[2], 10, "bin 2");
+        close_to(p.t[0].service, 20, "service before 5 s");
+        close_to(p.t[0].backlogged_s, 3, "slots 0..2");
+        close_to(p.t[0].service_rate, 20.0 / 3, "rate");
+        close_to(p.t[0].req_s, 1 / 5.0, "req/s over 5 s");
+        close_to(p.t[0].tok_s, 10 / 5.0, "tok/s over 5 s");
+        rpt_free(&p);
+        assert_int_equal(rpt_acc_finish(&a, 99, &p), 0);   /* beyond: the full 10 s */
+        close_to(p.run_s, 10, "full run");
+        assert_int_equal(p.n_bins, 10);
+        close_to(p.tokens[7], 5, "bin 7");
+        close_to(p.t[0].service, 30, "all service");
+        close_to(p.t[0].backlogged_s, 7, "slots 0..2, 5..8");
+        rpt_free(&p);
+        rpt_acc_deinit(&a);
+    }
+    scn_free(&s);
+}
+
+/* The plots: TTFT and TPOT CDF data from the rpt, and each SLO target as
+ * a labelled dashed line in the curve's line type. */
+static void test_plots(void **state) {
+    (void)state;
+    scn s;
+    char err[256], dir[512], path[600];
+    assert_int_equal(scn_parse(SCN, strlen(SCN), "t.yaml", ".", &s, err, sizeof err), 0);
+    rpt_req r[16];
+    size_t n = build(r);
+    rpt p;
+    assert_int_equal(rpt_compute(&s, r, n, 5.0, &p), 0);
+    tu_path(dir, sizeof dir, "plots");
+    assert_int_equal(mkdir(dir, 0755) == 0 || errno == EEXIST, 1);
+    plot_write(dir, &s, &p, err, sizeof err);   /* gnuplot may be missing: the files are written anyway */
+    snprintf(path, sizeof path, "%s/plots.gp", dir);
+    size_t len;
+    char *gp = tu_read_file(path, &len);
+    assert_non_null(gp);
+    assert_non_null(strstr(gp, "set arrow from first 100, graph 0 to first 100, graph 1 nohead dashtype 2 lt 1\n"));
+    assert_non_null(strstr(gp, "set label 'a SLO 100 ms'"));
+    assert_non_null(strstr(gp, "set arrow from first 50, graph 0 to first 50, graph 1 nohead dashtype 2 lt 1\n"));
+    assert_non_null(strstr(gp, "set output 'tpot_cdf.svg'"));
+    assert_non_null(strstr(gp, "'ttft_cdf.dat' index 1 using 1:2 with steps lt 2 lw 2 title 'b'"));
+    free(gp);
+    snprintf(path, sizeof path, "%s/ttft_cdf.dat", dir);
+    char *dat = tu_read_file(path, &len);
+    assert_non_null(dat);
+    /* a's block: from 0 at 50 ms, then 50 ms, 200, 400, 4500, a quarter each */
+    assert_non_null(strstr(dat, "# a\n50.000 0.000000\n50.000 0.250000\n200.000 0.500000\n400.000 0.750000\n4500.000 1.000000\n"));
+    free(dat);
+    snprintf(path, sizeof path, "%s/tpot_cdf.dat", dir);
+    dat = tu_read_file(path, &len);
+    assert_non_null(dat);
+    assert_non_null(strstr(dat, "# a\n40.000 0.000000\n40.000 0.333333\n"));
+    free(dat);
+    rpt_free(&p);
+    rpt_reqs_free(r, n);
+    scn_free(&s);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_percentile), cmocka_unit_test(test_jain),  cmocka_unit_test(test_slots),
         cmocka_unit_test(test_compute),    cmocka_unit_test(test_empty), cmocka_unit_test(test_status_names),
+        cmocka_unit_test(test_gini),       cmocka_unit_test(test_all_row),
+        cmocka_unit_test(test_fairness_shown), cmocka_unit_test(test_cost),
+        cmocka_unit_test(test_acc_exact_is_compute), cmocka_unit_test(test_acc_bounded),
+        cmocka_unit_test(test_acc_bounded_edges), cmocka_unit_test(test_acc_short_run),
+        cmocka_unit_test(test_plots),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

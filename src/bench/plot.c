@@ -25,30 +25,41 @@ static int close_ok(FILE *f, const char *dir, const char *name, char *err, size_
     return bad ? TS_ERR_IO : 0;
 }
 
-/* ttft_cdf.dat: one block per tenant with samples (gnuplot's index k is the
- * k-th block), "ttft_ms share" per line. has[i] says whether tenant i got a
- * block. */
-static int write_cdf(const char *dir, const scn *s, const rpt_req *r, size_t n, int *has, char *err,
-                     size_t errlen) {
-    FILE *f = open_in(dir, "ttft_cdf.dat", err, errlen);
+/* The CDF a plot draws: TTFT or TPOT. */
+typedef struct cdf_kind {
+    const char *file;         /* the data file, and the plot's base name */
+    const char *what;         /* the x axis */
+    const char *slo;          /* the target's label */
+    int tpot;                 /* 0: TTFT, 1: TPOT */
+} cdf_kind;
+
+static const cdf_kind CDF_TTFT = {"ttft_cdf", "time to first token", "TTFT", 0};
+static const cdf_kind CDF_TPOT = {"tpot_cdf", "time per output token", "TPOT", 1};
+
+static const rpt_cdf *cdf_of(const rpt *p, int i, const cdf_kind *k) {
+    return k->tpot ? &p->t[i].tpot_cdf : &p->t[i].ttft_cdf;
+}
+
+/* <file>.dat: one block per tenant with samples (gnuplot's index k is the
+ * k-th block), "ms share" per line. */
+static int write_cdf(const char *dir, const scn *s, const rpt *p, const cdf_kind *k, char *err, size_t errlen) {
+    char name[64];
+    snprintf(name, sizeof name, "%s.dat", k->file);
+    FILE *f = open_in(dir, name, err, errlen);
     if (!f) return TS_ERR_IO;
-    double *v = malloc((n ? n : 1) * sizeof *v);
-    if (!v) {
-        fclose(f);
-        return TS_ERR_NOMEM;
-    }
     int block = 0;
     for (int i = 0; i < s->n_tenants; i++) {
-        size_t k = rpt_ttft_samples(r, n, i, v, NULL);
-        has[i] = k > 0;
-        if (!k) continue;
-        rpt_dist d;
-        rpt_dist_of(v, k, &d);   /* sorts v */
+        const rpt_cdf *c = cdf_of(p, i, k);
+        if (!c->n) continue;
         fprintf(f, "%s# %s\n", block++ ? "\n\n" : "", s->tenants[i].name);
-        for (size_t j = 0; j < k; j++) fprintf(f, "%.3f %.6f\n", v[j] * 1e3 > 0.001 ? v[j] * 1e3 : 0.001, (double)(j + 1) / (double)k);
+        /* From share 0 at the first sample, so the first step (and a tenant
+         * with one sample) is drawn; a log axis would lose 0 ms, so 1 us. */
+        for (int j = -1; j < c->n; j++) {
+            double ms = c->x[j < 0 ? 0 : j] * 1e3;
+            fprintf(f, "%.3f %.6f\n", ms > 0.001 ? ms : 0.001, j < 0 ? 0.0 : c->share[j]);
+        }
     }
-    free(v);
-    return close_ok(f, dir, "ttft_cdf.dat", err, errlen);
+    return close_ok(f, dir, name, err, errlen);
 }
 
 /* tokens.dat: a header row of tenant names, then per bin its middle time
@@ -68,22 +79,40 @@ static int write_tokens(const char *dir, const scn *s, const rpt *p, char *err, 
     return close_ok(f, dir, "tokens.dat", err, errlen);
 }
 
-/* The plotting commands for one output format (ext: svg or png). */
-static void plots_for(FILE *f, const scn *s, const int *has, const char *ext) {
-    fprintf(f, "set output 'ttft_cdf.%s'\n", ext);
-    fprintf(f, "set title 'TTFT CDF - scenario %s'\n", s->name);
-    fprintf(f, "set xlabel 'time to first token (ms, log scale)'\nset ylabel 'share of requests'\n");
+/* One CDF plot: a curve per tenant with samples, each in its own line
+ * type, and a dashed vertical line of the same type at the tenant's target
+ * (when it has one), labelled, so a curve can be read against its SLO. */
+static void cdf_plot(FILE *f, const scn *s, const rpt *p, const cdf_kind *k, const char *ext) {
+    fprintf(f, "set output '%s.%s'\n", k->file, ext);
+    fprintf(f, "set title '%s CDF - scenario %s'\n", k->slo, s->name);
+    fprintf(f, "set xlabel '%s (ms, log scale)'\nset ylabel 'share of requests'\n", k->what);
     fprintf(f, "set logscale x\nset yrange [0:1]\nset key bottom right\n");
-    int block = 0, first = 1;
-    fprintf(f, "plot ");
+    int block = 0;
     for (int i = 0; i < s->n_tenants; i++) {
-        if (!has[i]) continue;
-        fprintf(f, "%s'ttft_cdf.dat' index %d using 1:2 with steps lw 2 title '%s'", first ? "" : ", \\\n     ",
-                block++, s->tenants[i].name);
-        first = 0;
+        if (!cdf_of(p, i, k)->n) continue;
+        block++;
+        double ms = k->tpot ? s->tenants[i].tpot_ms : s->tenants[i].ttft_ms;
+        if (ms <= 0) continue;
+        fprintf(f, "set arrow from first %g, graph 0 to first %g, graph 1 nohead dashtype 2 lt %d\n", ms, ms, block);
+        fprintf(f, "set label '%s SLO %g ms' at first %g, graph 0.02 rotate by 90 offset 1.2,0 front tc lt %d\n",
+                s->tenants[i].name, ms, ms, block);
     }
-    if (first) fprintf(f, "NaN title 'no requests got a first token'");
-    fprintf(f, "\nunset logscale x\nset autoscale y\n");
+    fprintf(f, "plot ");
+    block = 0;
+    for (int i = 0; i < s->n_tenants; i++) {
+        if (!cdf_of(p, i, k)->n) continue;
+        fprintf(f, "%s'%s.dat' index %d using 1:2 with steps lt %d lw 2 title '%s'", block ? ", \\\n     " : "",
+                k->file, block, block + 1, s->tenants[i].name);
+        block++;
+    }
+    if (!block) fprintf(f, "NaN title 'no samples'");
+    fprintf(f, "\nunset arrow\nunset label\nunset logscale x\nset autoscale y\n");
+}
+
+/* The plotting commands for one output format (ext: svg or png). */
+static void plots_for(FILE *f, const scn *s, const rpt *p, const char *ext) {
+    cdf_plot(f, s, p, &CDF_TTFT, ext);
+    cdf_plot(f, s, p, &CDF_TPOT, ext);
     fprintf(f, "set output 'tokens.%s'\n", ext);
     fprintf(f, "set title 'output tokens per second per tenant - scenario %s'\n", s->name);
     fprintf(f, "set xlabel 'time since the start (s)'\nset ylabel 'tokens/s'\nset yrange [0:*]\nset key top right\n");
@@ -91,19 +120,19 @@ static void plots_for(FILE *f, const scn *s, const int *has, const char *ext) {
             s->n_tenants + 1);
 }
 
-static int write_script(const char *dir, const scn *s, const int *has, char *err, size_t errlen) {
+static int write_script(const char *dir, const scn *s, const rpt *p, char *err, size_t errlen) {
     FILE *f = open_in(dir, "plots.gp", err, errlen);
     if (!f) return TS_ERR_IO;
-    fprintf(f, "# Written by tessera bench; redraw with: cd %s && gnuplot plots.gp\n", dir);
+    fprintf(f, "# Written by tessera; redraw with: cd %s && gnuplot plots.gp\n", dir);
     fprintf(f, "set grid\nset border lw 1\n");
     fprintf(f, "set terminal svg size 900,500 dynamic background rgb 'white' font 'sans,12'\n");
-    plots_for(f, s, has, "svg");
+    plots_for(f, s, p, "svg");
     fprintf(f, "if (strstrt(GPVAL_TERMINALS, 'pngcairo') > 0) {\n"
                "    set terminal pngcairo size 900,500 background rgb 'white' font 'sans,10'\n"
                "} else {\n"
                "    set terminal png size 900,500 background rgb 'white'\n"
                "}\n");
-    plots_for(f, s, has, "png");
+    plots_for(f, s, p, "png");
     fprintf(f, "unset output\n");
     return close_ok(f, dir, "plots.gp", err, errlen);
 }
@@ -138,13 +167,11 @@ static int run_gnuplot(const char *dir, char *err, size_t errlen) {
     return TS_ERR_IO;
 }
 
-int plot_write(const char *dir, const scn *s, const rpt *p, const rpt_req *r, size_t n, char *err, size_t errlen) {
-    int *has = calloc((size_t)s->n_tenants, sizeof *has);
-    if (!has) return TS_ERR_NOMEM;
-    int rc = write_cdf(dir, s, r, n, has, err, errlen);
+int plot_write(const char *dir, const scn *s, const rpt *p, char *err, size_t errlen) {
+    int rc = write_cdf(dir, s, p, &CDF_TTFT, err, errlen);
+    if (!rc) rc = write_cdf(dir, s, p, &CDF_TPOT, err, errlen);
     if (!rc) rc = write_tokens(dir, s, p, err, errlen);
-    if (!rc) rc = write_script(dir, s, has, err, errlen);
-    free(has);
+    if (!rc) rc = write_script(dir, s, p, err, errlen);
     if (!rc) rc = run_gnuplot(dir, err, errlen);
     return rc;
 }

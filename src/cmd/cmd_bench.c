@@ -26,8 +26,10 @@
 #include "bench/plot.h"
 #include "bench/report.h"
 #include "bench/scenario.h"
+#include "bench/scrape.h"
 #include "cmd.h"
 #include "err.h"
+#include "file.h"
 
 #define HARD_MARGIN_S 5.0   /* after send window + drain, the run is cut whatever happens */
 
@@ -51,30 +53,11 @@ static void usage(FILE *f) {
             "  --seed      the schedule's seed (default 1): same seed, same traffic\n"
             "  --tenants   send only these tenants' requests; each keeps exactly the arrivals\n"
             "              it has in the full scenario (e.g. a victim alone, for a baseline)\n"
-            "  --quiet     no live progress line\n");
-}
-
-/* mkdir -p */
-static int make_dirs(const char *path) {
-    char buf[PATH_MAX];
-    if (snprintf(buf, sizeof buf, "%s", path) >= (int)sizeof buf) return -1;
-    for (char *p = buf + 1; *p; p++) {
-        if (*p != '/') continue;
-        *p = 0;
-        if (mkdir(buf, 0755) && errno != EEXIST) return -1;
-        *p = '/';
-    }
-    return mkdir(buf, 0755) && errno != EEXIST ? -1 : 0;
-}
-
-static int write_file(const char *dir, const char *name, const char *text) {
-    char path[PATH_MAX];
-    snprintf(path, sizeof path, "%s/%s", dir, name);
-    FILE *f = fopen(path, "w");
-    if (!f) return -1;
-    fputs(text, f);
-    int bad = ferror(f);
-    return (fclose(f) || bad) ? -1 : 0;
+            "  --quiet     no live progress line\n"
+            "With the server's admin key in TESSERA_ADMIN_KEY, bench also reads each tenant's\n"
+            "engine time and cost over the run (GET /admin/tenants before and after) into the\n"
+            "report, and saves the server's step-time fit and KV geometry (GET /admin/models)\n"
+            "as calibration.json, which `tessera sim --calibration` reads.\n");
 }
 
 static int parse_u64(const char *s, uint64_t *v) {
@@ -129,6 +112,44 @@ static int build_schedule(const scn *s, uint64_t seed, double until_s, size_t co
     }
 }
 
+/* Every tenant's engine time and cost so far, from the server (NULL when
+ * no admin key is set, or the server would not say: then said once). */
+static scr_tenant *admin_rows(const char *url, size_t *n) {
+    const char *key = getenv("TESSERA_ADMIN_KEY");
+    scr_tenant *rows = NULL;
+    char err[512];
+    *n = 0;
+    if (!key || !*key) return NULL;
+    if (scr_get_tenants(url, key, 10.0, &rows, n, err, sizeof err)) {
+        fprintf(stderr, "bench: no engine time or cost in the report: %s\n", err);
+        return NULL;
+    }
+    return rows;
+}
+
+/* Each tenant's engine time and cost over the run: the server's counters
+ * after it less before it, matched by tenant name. */
+static void admin_costs(const scn *s, rpt *p, const scr_tenant *b, size_t nb, const scr_tenant *a, size_t na) {
+    for (int i = 0; i < s->n_tenants; i++) {
+        scr_tenant x, y;
+        if (!scr_tenant_total(a, na, s->tenants[i].name, NULL, &y)) continue;
+        scr_tenant_total(b, nb, s->tenants[i].name, NULL, &x);
+        double cost = y.cost >= 0 && x.cost >= 0 ? y.cost - x.cost : -1;
+        rpt_cost_set(p, i, y.engine_seconds - x.engine_seconds, cost);
+    }
+}
+
+/* The server's /admin/models answer as calibration.json, for tessera sim. */
+static void save_calibration(const char *url, const char *out) {
+    const char *key = getenv("TESSERA_ADMIN_KEY");
+    char *body = NULL, err[512];
+    size_t len;
+    if (!key || !*key) return;
+    if (scr_fetch(url, "/admin/models", key, 10.0, &body, &len, err, sizeof err) || file_write(out, "calibration.json", body))
+        fprintf(stderr, "bench: no calibration.json: %s\n", body ? "cannot write it" : err);
+    free(body);
+}
+
 /* The report: table on stdout and in report.txt, JSON, plots. */
 static int write_report(const char *out, const scn *s, const rpt *p, const rpt_req *r, size_t n, const char *url,
                         uint64_t seed) {
@@ -143,7 +164,7 @@ static int write_report(const char *out, const scn *s, const rpt *p, const rpt_r
         bad |= ferror(f) | (fclose(f) != 0);
     }
     char *json = rpt_json(s, p, r, n, url, seed);
-    bad |= !json || write_file(out, "report.json", json);
+    bad |= !json || file_write(out, "report.json", json);
     free(json);
     if (bad) {
         fprintf(stderr, "bench: cannot write the report into %s\n", out);
@@ -151,8 +172,8 @@ static int write_report(const char *out, const scn *s, const rpt *p, const rpt_r
     }
     char err[512] = "";
     fflush(stdout);
-    if (plot_write(out, s, p, r, n, err, sizeof err)) fprintf(stderr, "bench: plots: %s\n", err);
-    printf("bench: report.txt, report.json, ttft_cdf.{svg,png}, tokens.{svg,png} in %s\n", out);
+    if (plot_write(out, s, p, err, sizeof err)) fprintf(stderr, "bench: plots: %s\n", err);
+    printf("bench: report.txt, report.json, ttft_cdf.{svg,png}, tpot_cdf.{svg,png}, tokens.{svg,png} in %s\n", out);
     return 0;
 }
 
@@ -219,7 +240,7 @@ int cmd_bench(int argc, char **argv) {
         scn_free(&s);
         return 2;
     }
-    if (make_dirs(out)) {
+    if (file_mkdirs(out)) {
         fprintf(stderr, "bench: cannot make the output folder %s: %s\n", out, strerror(errno));
         scn_free(&s);
         return 1;
@@ -256,14 +277,18 @@ int cmd_bench(int argc, char **argv) {
     sigaction(SIGTERM, &sa, NULL);
     signal(SIGPIPE, SIG_IGN);   /* libcurl with NOSIGNAL leaves SIGPIPE to us */
     lg_opts o = {url, send_s, s.drain_s, send_s + s.drain_s + HARD_MARGIN_S, 5.0, !quiet, &stop_flag};
-    size_t done;
+    size_t done, n_before = 0, n_after = 0;
     double run_s;
+    scr_tenant *before = admin_rows(url, &n_before);
     rc = lg_run(&s, ev, n, &o, r, &done, &run_s, err, sizeof err);
     free(ev);
+    scr_tenant *after = before ? admin_rows(url, &n_after) : NULL;
     if (rc) {
         fprintf(stderr, "bench: %s\n", err);
         rpt_reqs_free(r, n);
         free(r);
+        free(before);
+        free(after);
         scn_free(&s);
         return 1;
     }
@@ -274,7 +299,9 @@ int cmd_bench(int argc, char **argv) {
         fprintf(stderr, "bench: out of memory computing the report\n");
         status = 1;
     } else {
+        if (after) admin_costs(&s, &p, before, n_before, after, n_after);
         status = write_report(out, &s, &p, r, done, url, seed);
+        if (after) save_calibration(url, out);
         int transport = 0;
         for (size_t i = 0; i < done; i++) transport += r[i].status == RPT_ST_TRANSPORT;
         if (done && p.completed == 0 && transport == (int)done) {
@@ -285,6 +312,8 @@ int cmd_bench(int argc, char **argv) {
     }
     rpt_reqs_free(r, done);
     free(r);
+    free(before);
+    free(after);
     scn_free(&s);
     return status;
 }

@@ -96,3 +96,15 @@ double fq_jain(const double *x, int n) {
     if (sum2 == 0.0) return 1.0;
     return sum * sum / ((double)n * sum2);
 }
+
+double fq_gini(const double *x, int n) {
+    if (n <= 0) return 0.0;
+    double sum = 0.0, diff = 0.0;
+    for (int i = 0; i < n; i++) {
+        sum += x[i];
+        for (int j = 0; j < n; j++) diff += fabs(x[i] - x[j]);
+    }
+    if (sum == 0.0) return 0.0;
+    /* 2 n^2 mean = 2 n sum */
+    return diff / (2.0 * (double)n * sum);
+}

@@ -92,4 +92,14 @@ static inline int32_t fq_len(const fq *q) { return (int32_t)q->h.n; }
  */
 double fq_jain(const double *x, int n);
 
+/*
+ * Gini coefficient of x[0..n-1]: sum over all ordered pairs |x_i - x_j| /
+ * (2 n^2 mean). 0 when all x are equal, (n - 1) / n when one has everything.
+ * Returns 0 for n <= 0 or when every x is 0. Where Jain's index reads as
+ * "the share of tenants treated fairly", Gini reads as the inequality the
+ * fairness literature (and the seeds' papers) quote. O(n^2) without
+ * allocating: it is meant for tens to hundreds of tenants, in reports.
+ */
+double fq_gini(const double *x, int n);
+
 #endif

@@ -3,6 +3,8 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -31,4 +33,32 @@ int file_open_regular(const char *path, int *fd, struct stat *st, char *err, siz
     else if (!S_ISREG(st->st_mode)) rc = not_regular(path, st->st_mode, err, errlen);
     if (rc) close(*fd);
     return rc;
+}
+
+int file_mkdirs(const char *path) {
+    char buf[PATH_MAX];
+    if (snprintf(buf, sizeof buf, "%s", path) >= (int)sizeof buf) {
+        errno = ENAMETOOLONG;
+        return -1;
+    }
+    for (char *p = buf + 1; *p; p++) {
+        if (*p != '/') continue;
+        *p = 0;
+        if (mkdir(buf, 0755) && errno != EEXIST) return -1;
+        *p = '/';
+    }
+    return mkdir(buf, 0755) && errno != EEXIST ? -1 : 0;
+}
+
+int file_write(const char *dir, const char *name, const char *text) {
+    char path[PATH_MAX];
+    if (snprintf(path, sizeof path, "%s/%s", dir, name) >= (int)sizeof path) {
+        errno = ENAMETOOLONG;
+        return -1;
+    }
+    FILE *f = fopen(path, "w");
+    if (!f) return -1;
+    fputs(text, f);
+    int bad = ferror(f);
+    return (fclose(f) || bad) ? -1 : 0;
 }

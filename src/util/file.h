@@ -22,4 +22,12 @@
  * has the last word. */
 int file_open_regular(const char *path, int *fd, struct stat *st, char *err, size_t errlen);
 
+/* mkdir -p: path and every folder above it that is missing (mode 0755).
+ * 0, or -1 with errno set. */
+int file_mkdirs(const char *path);
+
+/* Write text to dir/name, replacing it. 0, or -1 with errno set (a partial
+ * write removes nothing, but is reported). */
+int file_write(const char *dir, const char *name, const char *text);
+
 #endif
