@@ -14,5 +14,6 @@ int cmd_serve(int argc, char **argv);
 int cmd_keygen(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_plan(int argc, char **argv);
+int cmd_sim(int argc, char **argv);
 
 #endif

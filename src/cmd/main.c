@@ -23,6 +23,7 @@ static const subcommand COMMANDS[] = {
     {"keygen", cmd_keygen, "print a new API key and the SHA-256 the config stores"},
     {"bench", cmd_bench, "open-loop multi-tenant load against a server; isolation and fairness report"},
     {"plan", cmd_plan, "plan GPU sharing (MIG, MPS, time-slicing) for a fleet and emit its configs"},
+    {"sim", cmd_sim, "simulate a plan's fleet under a scenario with the real scheduler; check its SLOs"},
 };
 
 static void usage(FILE *f) {

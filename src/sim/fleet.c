@@ -1,0 +1,215 @@
+/* fleet.c - the simulator's fleets and scenarios; see fleet.h. */
+#include "fleet.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "err.h"
+
+static void tier_of(const plan_tier *t, sched_tier *o) {
+    memset(o, 0, sizeof(*o));
+    snprintf(o->name, sizeof(o->name), "%s", t->name);
+    o->band = t->band;
+    o->ttft_ms = (uint32_t)lround(t->ttft_ms);
+    o->tpot_ms = (uint32_t)lround(t->tpot_ms);
+    o->min_share = t->min_share;
+    o->max_queue_ms = (uint32_t)lround(t->max_queue_ms);
+}
+
+static void tenant_of(const plan *p, size_t t, sim_tenant *o) {
+    const plan_tenant *pt = &p->in->tenants[t];
+    const plan_result *res = &p->results[t];
+    memset(o, 0, sizeof(*o));
+    snprintf(o->name, sizeof(o->name), "%s", pt->name);
+    snprintf(o->cfg.name, sizeof(o->cfg.name), "%s", pt->name);
+    o->cfg.tier = pt->tier;
+    o->cfg.weight = pt->weight > 0 ? pt->weight : 1.0;
+    o->worker = res->worker;
+    o->plan_ttft_s = res->ttft_s;
+    o->plan_ttft_p99_s = res->ttft_p99_s;
+    o->plan_tpot_s = res->tpot_s;
+}
+
+/* The sharing of the instance's slice, on top of its roofline. */
+static void share_of(const plan *p, const plan_inst *pi, const plan_slice *sl, sst_model *m) {
+    const gpucat_gpu *g = plan_slice_type(p, sl);
+    double pct = pi->pct > 0 ? pi->pct : 100.0;
+    if (sl->mode == PLAN_MODE_MPS || sl->mode == PLAN_MODE_TIMESLICE) pct = sl->pct;
+    if (sl->mode == PLAN_MODE_MIG_MPS || sl->mode == PLAN_MODE_MPS) {
+        m->share_mode = SST_MPS;
+        m->share = pct / 100.0;
+        m->gpu_bw = m->bw * 100.0 / pct; /* the share's bandwidth is pct of the device's */
+    } else if (sl->mode == PLAN_MODE_TIMESLICE) {
+        /* Round-robin: a step runs on the whole GPU, waiting for the others. */
+        m->share_mode = SST_TIMESLICE;
+        m->flops *= 100.0 / pct;
+        m->bw *= 100.0 / pct;
+        m->switch_us = SFL_SWITCH_US;
+    }
+    if (g) m->host_bytes_per_us = g->host_gbs * 1e3 / 2.0; /* both directions together */
+}
+
+/* The device instances of a slice share: -1 for a dedicated one. MPS and
+ * time-slicing share a GPU; MIG+MPS clients share their GI. */
+static int device_of(const plan *p, const plan_slice *sl, size_t slice_index) {
+    if (sl->mode == PLAN_MODE_MIG || sl->mode == PLAN_MODE_WHOLE || sl->gpu < 0) return -1;
+    if (sl->mode == PLAN_MODE_MIG_MPS) return (int)(p->n_gpus + slice_index);
+    return sl->gpu;
+}
+
+static int inst_of(const plan *p, size_t i, int policy, sim_inst *o, char *err, size_t errlen) {
+    const plan_inst *pi = &p->insts[i];
+    const plan_worker *w = &p->workers[pi->worker];
+    const plan_model *pm = &p->in->models[w->model];
+    const plan_slice *sl = &p->slices[pi->slice];
+    memset(o, 0, sizeof(*o));
+    snprintf(o->name, sizeof(o->name), "%s-%d", w->name, pi->replica);
+    snprintf(o->model, sizeof(o->model), "%s", pm->name);
+    o->worker = (int)pi->worker;
+    o->device = device_of(p, sl, pi->slice);
+    perf_slice s;
+    if (plan_inst_slice(p, pi, &s)) {
+        snprintf(err, errlen, "instance %s: no slice", o->name);
+        return TS_ERR_INVAL;
+    }
+    sst_roofline(&o->step, &pm->m, &s, &p->in->perf);
+    share_of(p, pi, sl, &o->step);
+    o->price_per_hour = plan_inst_price(p, pi);
+    sched_config *c = &o->sc;
+    sched_config_default(c);
+    c->policy = policy;
+    double kvpos = perf_kv_per_token(&pm->m);
+    c->block_size = SFL_BLOCK_SIZE;
+    c->block_bytes = kvpos * SFL_BLOCK_SIZE;
+    double kv = ceil(pi->est.kv_bytes / 1048576.0) * 1048576.0; /* as --emit serve rounds it */
+    c->n_blocks = c->block_bytes > 0 ? (int32_t)(kv / c->block_bytes) : 0;
+    c->n_swap_blocks = c->block_bytes > 0 ? (int32_t)(SFL_SWAP_BYTES / c->block_bytes) : 0;
+    c->max_ctx = pm->m.max_context;
+    c->max_requests = SFL_MAX_REQUESTS;
+    int seqs = pi->est.seqs < 1 ? 1 : pi->est.seqs;
+    c->max_running = seqs > c->budget_max * 4 ? c->budget_max * 4 : seqs;
+    if (c->n_blocks < 1) {
+        snprintf(err, errlen, "instance %s: a KV pool of %.0f bytes holds no block of %.0f", o->name, kv,
+                 c->block_bytes);
+        return TS_ERR_INVAL;
+    }
+    return 0;
+}
+
+static int alloc_fleet(sfl *o, size_t tiers, size_t tenants, size_t insts) {
+    memset(o, 0, sizeof(*o));
+    o->tiers = calloc(tiers ? tiers : 1, sizeof(sched_tier));
+    o->tenants = calloc(tenants ? tenants : 1, sizeof(sim_tenant));
+    o->insts = calloc(insts ? insts : 1, sizeof(sim_inst));
+    if (!o->tiers || !o->tenants || !o->insts) {
+        sfl_free(o);
+        return TS_ERR_NOMEM;
+    }
+    o->f = (sim_fleet){o->tiers, (int)tiers, o->tenants, (int)tenants, o->insts, 0, 0};
+    return 0;
+}
+
+int sfl_from_plan(const plan *p, int policy, sfl *out, char *err, size_t errlen) {
+    const plan_input *in = p->in;
+    int rc = alloc_fleet(out, in->n_tiers, in->n_tenants, p->n_insts);
+    if (rc) return rc;
+    for (size_t k = 0; k < in->n_tiers; k++) tier_of(&in->tiers[k], &out->tiers[k]);
+    for (size_t t = 0; t < in->n_tenants; t++) tenant_of(p, t, &out->tenants[t]);
+    int n = 0;
+    for (size_t i = 0; i < p->n_insts; i++) {
+        if (p->slices[p->insts[i].slice].gpu < 0) continue; /* not placed: its worker serves nobody */
+        if ((rc = inst_of(p, i, policy, &out->insts[n], err, errlen))) {
+            sfl_free(out);
+            return rc;
+        }
+        n++;
+    }
+    out->f.n_insts = n;
+    out->f.n_devices = (int)(p->n_gpus + p->n_slices);
+    /* A tenant whose worker has no placed instance is unserved. */
+    for (size_t t = 0; t < in->n_tenants; t++) {
+        int w = out->tenants[t].worker, has = 0;
+        for (int i = 0; i < n && !has; i++) has = out->insts[i].worker == w;
+        if (!has) out->tenants[t].worker = -1;
+    }
+    return 0;
+}
+
+int sfl_single(const sched_tier *tiers, int n_tiers, const sim_tenant *tenants, int n_tenants,
+               const sim_inst *inst, sfl *out) {
+    int rc = alloc_fleet(out, (size_t)n_tiers, (size_t)n_tenants, 1);
+    if (rc) return rc;
+    memcpy(out->tiers, tiers, (size_t)n_tiers * sizeof(*tiers));
+    memcpy(out->tenants, tenants, (size_t)n_tenants * sizeof(*tenants));
+    for (int t = 0; t < n_tenants; t++) out->tenants[t].worker = 0;
+    out->insts[0] = *inst;
+    out->insts[0].worker = 0;
+    out->insts[0].device = -1;
+    out->f.n_insts = 1;
+    return 0;
+}
+
+void sfl_free(sfl *f) {
+    free(f->tiers);
+    free(f->tenants);
+    free(f->insts);
+    memset(f, 0, sizeof(*f));
+}
+
+static int scn_alloc(scn *out, int n, const char *name) {
+    memset(out, 0, sizeof(*out));
+    if (n < 1 || n > SFL_MAX_TENANTS) return TS_ERR_INVAL;
+    if (!(out->tenants = calloc((size_t)n, sizeof(scn_tenant)))) return TS_ERR_NOMEM;
+    out->n_tenants = n;
+    snprintf(out->name, sizeof(out->name), "%s", name);
+    out->w_in = 1.0;
+    out->w_out = 2.0;
+    return 0;
+}
+
+int sfl_report_scn(const sfl *f, scn *out) {
+    int rc = scn_alloc(out, f->f.n_tenants, "sim");
+    if (rc) return rc;
+    for (int t = 0; t < f->f.n_tenants; t++) {
+        const sim_tenant *st = &f->tenants[t];
+        const sched_tier *tr = &f->tiers[st->cfg.tier];
+        scn_tenant *o = &out->tenants[t];
+        snprintf(o->name, sizeof(o->name), "%s", st->name);
+        o->weight = st->cfg.weight;
+        o->ttft_ms = tr->ttft_ms;
+        o->tpot_ms = tr->tpot_ms;
+    }
+    return 0;
+}
+
+static void len_of(double mean, double cv, int32_t max, scn_len *l) {
+    int32_t m = (int32_t)lround(mean);
+    if (m < 1) m = 1;
+    if (cv <= 0) {
+        *l = (scn_len){.dist = SCN_LEN_FIXED, .value = m};
+        return;
+    }
+    *l = (scn_len){.dist = SCN_LEN_LOGNORMAL, .mean = mean, .cv = cv, .min = 1, .max = max};
+}
+
+int sfl_load_scn(const plan_input *in, double load, double length_cv, double duration_s, scn *out) {
+    int rc = scn_alloc(out, (int)in->n_tenants, "plan-load");
+    if (rc) return rc;
+    out->duration_s = duration_s;
+    for (size_t t = 0; t < in->n_tenants; t++) {
+        const plan_tenant *pt = &in->tenants[t];
+        const plan_model *pm = &in->models[pt->model];
+        scn_tenant *o = &out->tenants[t];
+        snprintf(o->name, sizeof(o->name), "%s", pt->name);
+        o->weight = pt->weight > 0 ? pt->weight : 1.0;
+        o->ttft_ms = in->tiers[pt->tier].ttft_ms;
+        o->tpot_ms = in->tiers[pt->tier].tpot_ms;
+        if (pt->load.rps * load > 0) o->arrival = (scn_arrival){SCN_ARR_POISSON, pt->load.rps * load, 1.0};
+        int32_t half = pm->m.max_context > 2 ? pm->m.max_context / 2 : 1;
+        len_of(pt->load.prompt, length_cv, half, &o->prompt);
+        len_of(pt->load.output, length_cv, half, &o->output);
+    }
+    return 0;
+}

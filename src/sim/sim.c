@@ -1,0 +1,614 @@
+/* sim.c - the discrete-event fleet simulator; see sim.h. */
+#include "sim.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "err.h"
+#include "heap.h"
+#include "rng.h"
+
+/* One live request, found by its scheduler slot. */
+typedef struct live {
+    int32_t tenant;             /* fleet tenant */
+    int32_t prompt, n_out, want;
+    int64_t t_arr, t_first, t_last;   /* us; t_first < 0: no token yet */
+} live;
+
+typedef struct inst {
+    sched *s;
+    int busy;
+    sched_plan plan;            /* the step in flight (the scheduler's arrays) */
+    double step_us;
+    int64_t t_mark;             /* us; integrals below are taken up to here */
+    int32_t kv_used, queued;    /* since t_mark */
+    int32_t running;            /* since t_mark (routing reads these three) */
+    double kv_int, q_int;       /* integrals over time, us */
+    int32_t n_blocks;
+    live *live;                 /* (max_requests) by slot */
+    rng noise;                  /* step-time noise */
+    sim_inst_stats st;
+} inst;
+
+/* Instances of one worker, and the tenants it serves (local id = rank). */
+typedef struct worker {
+    int *insts;
+    int n_insts;
+    uint64_t rr;
+} worker;
+
+typedef struct tstate {
+    int32_t local;              /* its id in its worker's schedulers */
+    int32_t waiting;            /* accepted, no token yet */
+    int64_t since;              /* us; when waiting became > 0 */
+    int last_inst;              /* affinity; -1 none */
+} tstate;
+
+typedef struct ev {
+    int64_t t;
+    uint64_t seq;
+    int32_t inst;
+    int32_t timer;              /* 1: look at an idle instance again; 0: its step ends */
+} ev;
+
+static int ev_less(const void *a, const void *b) {
+    const ev *x = a, *y = b;
+    return x->t < y->t || (x->t == y->t && x->seq < y->seq);
+}
+static const heap_ops EV_HEAP = {sizeof(ev), ev_less, NULL};
+
+typedef struct run {
+    const sim_fleet *f;
+    const scn *rs;
+    const sim_opts *o;
+    sim_result *out;
+    inst *in;
+    worker *w;
+    int n_workers;
+    tstate *ts;
+    int *dev_busy;              /* (n_devices) steps in flight per device */
+    lim_tenant *lim;            /* (n_tenants) admission limits */
+    heap q;
+    uint64_t seq;
+    rpt_acc acc;
+    int64_t end_us;             /* hard end */
+    int64_t now;
+    double *series;             /* (n_bins, 3) integrals, us-weighted */
+    sched_item_result *none;    /* all "not finished", as long as the largest plan */
+} run;
+
+const char *sim_route_name(int route) {
+    static const char *const n[] = {"least-loaded", "affinity", "round-robin"};
+    return route >= 0 && route < 3 ? n[route] : "?";
+}
+
+int sim_route_parse(const char *s) {
+    for (int i = 0; i < 3; i++)
+        if (strcmp(s, sim_route_name(i)) == 0) return i;
+    return -1;
+}
+
+/* ---- set-up ------------------------------------------------------------------ */
+
+static int check_fleet(const sim_fleet *f, char *err, size_t errlen) {
+    if (f->n_insts < 1 || f->n_tenants < 1 || f->n_tiers < 1) {
+        snprintf(err, errlen, "the fleet needs at least one instance, tenant and tier");
+        return TS_ERR_INVAL;
+    }
+    for (int i = 0; i < f->n_tenants; i++) {
+        const sim_tenant *t = &f->tenants[i];
+        if (t->cfg.tier < 0 || t->cfg.tier >= f->n_tiers || t->worker < -1) {
+            snprintf(err, errlen, "tenant '%s': tier or worker out of range", t->name);
+            return TS_ERR_INVAL;
+        }
+    }
+    for (int i = 0; i < f->n_insts; i++)
+        if (f->insts[i].worker < 0 || f->insts[i].device >= f->n_devices) {
+            snprintf(err, errlen, "instance '%s': worker or device out of range", f->insts[i].name);
+            return TS_ERR_INVAL;
+        }
+    return 0;
+}
+
+static int make_workers(run *r, char *err, size_t errlen) {
+    const sim_fleet *f = r->f;
+    for (int i = 0; i < f->n_insts; i++)
+        if (f->insts[i].worker + 1 > r->n_workers) r->n_workers = f->insts[i].worker + 1;
+    if (!(r->w = calloc((size_t)r->n_workers, sizeof(worker)))) return TS_ERR_NOMEM;
+    for (int i = 0; i < f->n_insts; i++) r->w[f->insts[i].worker].n_insts++;
+    for (int k = 0; k < r->n_workers; k++) {
+        if (!(r->w[k].insts = malloc((size_t)(r->w[k].n_insts ? r->w[k].n_insts : 1) * sizeof(int))))
+            return TS_ERR_NOMEM;
+        r->w[k].n_insts = 0;
+    }
+    for (int i = 0; i < f->n_insts; i++) {
+        worker *w = &r->w[f->insts[i].worker];
+        w->insts[w->n_insts++] = i;
+    }
+    for (int t = 0; t < f->n_tenants; t++) {
+        int k = f->tenants[t].worker;
+        if (k >= r->n_workers || (k >= 0 && r->w[k].n_insts == 0)) {
+            snprintf(err, errlen, "tenant '%s': its worker has no instance", f->tenants[t].name);
+            return TS_ERR_INVAL;
+        }
+    }
+    return 0;
+}
+
+/* One scheduler, with the fleet's tiers and its worker's tenants. */
+static int make_sched(run *r, int i, char *err, size_t errlen) {
+    const sim_inst *si = &r->f->insts[i];
+    sched_config c = si->sc;
+    int n_ten = 0;
+    for (int t = 0; t < r->f->n_tenants; t++) n_ten += r->f->tenants[t].worker == si->worker;
+    c.max_tenants = n_ten > 0 ? n_ten : 1;
+    sst_seed(&si->step, c.cost_seed);
+    int rc = sched_new(&c, &r->in[i].s);
+    if (rc) {
+        snprintf(err, errlen, "instance '%s': the scheduler refuses its configuration (%d blocks, %d seqs, "
+                 "budget %d..%d)", si->name, c.n_blocks, c.max_running, c.budget_min, c.budget_max);
+        return rc;
+    }
+    for (int k = 0; k < r->f->n_tiers; k++)
+        if ((rc = sched_tier_add(r->in[i].s, &r->f->tiers[k])) < 0) {
+            snprintf(err, errlen, "tier '%s' refused", r->f->tiers[k].name);
+            return rc;
+        }
+    for (int t = 0; t < r->f->n_tenants; t++) {
+        if (r->f->tenants[t].worker != si->worker) continue;
+        if ((rc = sched_tenant_add(r->in[i].s, &r->f->tenants[t].cfg)) < 0) {
+            snprintf(err, errlen, "tenant '%s' refused", r->f->tenants[t].name);
+            return rc;
+        }
+        r->ts[t].local = rc;
+    }
+    r->in[i].n_blocks = c.n_blocks;
+    rng_seed_stream(&r->in[i].noise, r->o->seed, (uint64_t)i);
+    if (!(r->in[i].live = calloc((size_t)c.max_requests, sizeof(live)))) return TS_ERR_NOMEM;
+    return 0;
+}
+
+static int setup(run *r, char *err, size_t errlen) {
+    const sim_fleet *f = r->f;
+    int rc = check_fleet(f, err, errlen);
+    if (rc) return rc;
+    r->in = calloc((size_t)f->n_insts, sizeof(inst));
+    r->ts = calloc((size_t)f->n_tenants, sizeof(tstate));
+    r->dev_busy = calloc((size_t)(f->n_devices > 0 ? f->n_devices : 1), sizeof(int));
+    r->out->inst = calloc((size_t)f->n_insts, sizeof(sim_inst_stats));
+    r->out->tenant = calloc((size_t)f->n_tenants, sizeof(sim_tenant_stats));
+    r->lim = calloc((size_t)f->n_tenants, sizeof(lim_tenant));
+    if (!r->in || !r->ts || !r->dev_busy || !r->out->inst || !r->out->tenant || !r->lim) return TS_ERR_NOMEM;
+    for (int t = 0; t < f->n_tenants; t++) {
+        const sim_tenant *st = &f->tenants[t];
+        r->ts[t].last_inst = -1;
+        if (lim_tenant_init(&r->lim[t], st->req_per_min, st->tok_per_min, st->max_concurrent, 0)) {
+            snprintf(err, errlen, "tenant '%s': limits out of range", st->name);
+            return TS_ERR_INVAL;
+        }
+    }
+    if ((rc = make_workers(r, err, errlen))) return rc;
+    for (int i = 0; i < f->n_insts; i++)
+        if ((rc = make_sched(r, i, err, errlen))) return rc;
+    int32_t most = 1;
+    for (int i = 0; i < f->n_insts; i++)
+        if (f->insts[i].sc.max_running > most) most = f->insts[i].sc.max_running;
+    /* A plan holds at most two items per running sequence (sched.c sizes
+     * its own array so). */
+    if (!(r->none = calloc(2 * (size_t)most, sizeof(sched_item_result)))) return TS_ERR_NOMEM;
+    if (heap_init(&r->q, &EV_HEAP, (size_t)f->n_insts + 16, HEAP_GROW)) return TS_ERR_NOMEM;
+    return 0;
+}
+
+/* ---- time integrals ---------------------------------------------------------- */
+
+/* Add v x (overlap of [a, b) with each bin) to column col of the series. */
+static void add_bins(run *r, int64_t a, int64_t b, double v, int col) {
+    if (v == 0 || b <= a) return;
+    double bin_us = r->out->bin_s * 1e6;
+    int64_t k = (int64_t)(a / bin_us);
+    while (a < b && k < r->out->n_bins) {
+        int64_t edge = (int64_t)((double)(k + 1) * bin_us);
+        int64_t e = b < edge ? b : edge;
+        if (e > a) r->series[k * 3 + col] += v * (double)(e - a);
+        a = e;
+        k++;
+    }
+}
+
+/* Take instance i's integrals up to now, then read its state afresh. */
+static void mark(run *r, int i) {
+    inst *n = &r->in[i];
+    int64_t dt = r->now - n->t_mark;
+    if (dt > 0) {
+        double kv = n->n_blocks ? (double)n->kv_used / n->n_blocks : 0;
+        n->kv_int += kv * (double)dt;
+        n->q_int += (double)n->queued * (double)dt;
+        add_bins(r, n->t_mark, r->now, kv, 1);
+        add_bins(r, n->t_mark, r->now, (double)n->queued, 2);
+        n->t_mark = r->now;
+    }
+    sched_stats st;
+    sched_stats_get(n->s, &st);
+    n->kv_used = st.kv_used;
+    n->queued = st.queued + st.swapped;
+    n->running = st.running;
+    double kv = n->n_blocks ? (double)st.kv_used / n->n_blocks : 0;
+    if (kv > n->st.kv_max) n->st.kv_max = kv;
+    if (n->queued > n->st.queue_max) n->st.queue_max = n->queued;
+}
+
+/* ---- requests ---------------------------------------------------------------- */
+
+static void backlog_add(run *r, int32_t t, int d) {
+    tstate *s = &r->ts[t];
+    if (d > 0 && s->waiting++ == 0) s->since = r->now;
+    if (d < 0 && --s->waiting == 0 && r->now > s->since)
+        rpt_acc_backlog(&r->acc, t, (double)s->since / 1e6, (double)r->now / 1e6);
+}
+
+/* A request that was admitted ends: its limits take back what it did not use. */
+static void settle(run *r, const live *l) {
+    lim_finish(&r->lim[l->tenant], (uint64_t)l->prompt + (uint64_t)l->want, (uint64_t)l->prompt + (uint64_t)l->n_out,
+               r->now);
+}
+
+/* A request's record for the report. */
+static void report_req(run *r, const live *l, int status, int64_t t_end) {
+    rpt_req q = {0};
+    q.tenant = l->tenant;
+    q.status = status;
+    q.t_sched = q.t_sent = (double)l->t_arr / 1e6;
+    q.t_first = l->t_first >= 0 ? (double)l->t_first / 1e6 + r->o->overhead_s : -1.0;
+    q.t_end = (double)t_end / 1e6 + (status == 200 ? r->o->overhead_s : 0);
+    q.n_prompt = l->prompt;
+    q.n_out = l->n_out;
+    q.n_events = l->n_out;
+    rpt_acc_request(&r->acc, &q);
+}
+
+/* The instance of worker w for tenant t (sim.h: routing). */
+static int route(run *r, int32_t t) {
+    if (r->f->tenants[t].worker < 0) return -1;
+    worker *w = &r->w[r->f->tenants[t].worker];
+    if (w->n_insts == 1) return w->insts[0];
+    if (r->o->route == SIM_ROUTE_RR) return w->insts[w->rr++ % (uint64_t)w->n_insts];
+    int best = -1, prev = r->ts[t].last_inst;
+    double best_s = 0, prev_s = -1;
+    for (int k = 0; k < w->n_insts; k++) {
+        int i = w->insts[k];
+        const inst *n = &r->in[i];
+        double s = (double)(n->queued + n->running) / r->f->insts[i].sc.max_running +
+                   (n->n_blocks ? (double)n->kv_used / n->n_blocks : 0);
+        if (best < 0 || s < best_s) best = i, best_s = s;
+        if (i == prev) prev_s = s;
+    }
+    if (r->o->route == SIM_ROUTE_AFFINITY && prev >= 0 && prev_s >= 0 && prev_s <= best_s + SIM_AFFINITY_SLACK)
+        return prev;
+    return best;
+}
+
+static void start_step(run *r, int i);
+
+static void arrive(run *r, const arr_event *e) {
+    int32_t t = e->tenant;
+    live l = {t, e->prompt_tokens, 0, e->output_tokens, r->now, -1, -1};
+    uint64_t reserve = (uint64_t)e->prompt_tokens + (uint64_t)e->output_tokens;
+    r->out->requests++;
+    lim_reason lr = lim_admit(&r->lim[t], reserve, r->now, NULL);
+    if (lr != LIM_OK) {
+        r->out->tenant[t].limited[lr]++;
+        report_req(r, &l, 429, r->now);
+        return;
+    }
+    int i = route(r, t);
+    if (i < 0) { /* a tenant the plan could not serve */
+        lim_finish(&r->lim[t], reserve, 0, r->now);
+        r->out->tenant[t].unserved++;
+        report_req(r, &l, 503, r->now);
+        return;
+    }
+    inst *n = &r->in[i];
+    r->ts[t].last_inst = i;
+    n->st.requests++;
+    sched_id id;
+    sched_reason why;
+    if (sched_submit(n->s, r->now, r->ts[t].local, e->prompt_tokens, e->output_tokens, &id, &why) != 0) {
+        lim_finish(&r->lim[t], reserve, 0, r->now);
+        r->out->tenant[t].rejected[why]++;
+        report_req(r, &l, sched_reason_http(why), r->now);
+        return;
+    }
+    n->live[(uint32_t)id] = l;
+    backlog_add(r, t, 1);
+    mark(r, i);
+    if (!n->busy) start_step(r, i);
+}
+
+static void push(run *r, int i, int64_t t, int timer) {
+    ev e = {t, r->seq++, i, timer};
+    if (heap_push(&r->q, &EV_HEAP, &e)) r->end_us = r->now; /* out of memory: stop cleanly */
+}
+
+/* Every end the scheduler has for instance i: into the report. */
+static void drain_ends(run *r, int i) {
+    inst *n = &r->in[i];
+    sched_end e;
+    while (sched_poll_end(n->s, &e)) {
+        live *l = &n->live[(uint32_t)e.id];
+        settle(r, l);
+        int status = e.state == SCHED_FINISHED ? 200 : e.state == SCHED_FAILED ? sched_reason_http(e.reason) : 499;
+        if (e.state == SCHED_FAILED) r->out->tenant[l->tenant].failed[e.reason]++;
+        if (l->t_first < 0) backlog_add(r, l->tenant, -1);
+        report_req(r, l, status, r->now);
+        l->prompt = 0; /* the slot is free */
+        r->out->inst[i].engine_s += e.engine_us / 1e6;
+        sim_tenant_stats *ts = &r->out->tenant[l->tenant];
+        ts->engine_s += e.engine_us / 1e6;
+        ts->cost += e.engine_us / 3.6e9 * r->f->insts[i].price_per_hour;
+    }
+}
+
+/* t plus normal noise of standard deviation sd (Box-Muller), kept >= t / 2. */
+static double noisy(rng *g, double t, double sd) {
+    double u = rng_uniform_open(g), v = rng_uniform(g);
+    double x = t + sd * sqrt(-2.0 * log(u)) * cos(2.0 * M_PI * v);
+    return x > 0.5 * t ? x : 0.5 * t;
+}
+
+static void start_step(run *r, int i) {
+    inst *n = &r->in[i];
+    const sim_inst *si = &r->f->insts[i];
+    sched_step(n->s, r->now, &n->plan);
+    drain_ends(r, i);
+    mark(r, i);
+    if (n->plan.n_items == 0) {
+        n->busy = 0;
+        /* An empty step is still a step: closed at once, as the worker
+         * closes it. */
+        sched_result none = {r->none, 0, 0, 0, 0};
+        sched_step_done(n->s, r->now, &none);
+        drain_ends(r, i);
+        mark(r, i);
+        if (n->queued > 0) push(r, i, r->now + SIM_IDLE_RETRY_US, 1);
+        return;
+    }
+    sst_batch b;
+    sst_batch_of(&n->plan, &b);
+    int k = si->device >= 0 ? ++r->dev_busy[si->device] : 1;
+    n->step_us = sst_step_us(&si->step, &b, k, si->sc.block_bytes);
+    if (si->noise_us > 0) n->step_us = noisy(&n->noise, n->step_us, si->noise_us);
+    n->busy = 1;
+    int64_t d = (int64_t)ceil(n->step_us);
+    add_bins(r, r->now, r->now + d, 1.0, 0);
+    push(r, i, r->now + d, 0);
+}
+
+/* One token for the request at plan item it, at now. */
+static void token(run *r, int i, const sched_item *it) {
+    live *l = &r->in[i].live[(uint32_t)it->id];
+    double svc = r->rs->w_out;
+    if (l->t_first < 0) {
+        l->t_first = r->now;
+        svc += r->rs->w_in * l->prompt;
+        backlog_add(r, l->tenant, -1);
+    } else {
+        rpt_acc_itl(&r->acc, l->tenant, (double)(r->now - l->t_last) / 1e6);
+    }
+    l->t_last = r->now;
+    l->n_out++;
+    r->in[i].st.tokens_out++;
+    rpt_acc_event(&r->acc, l->tenant, (double)r->now / 1e6, 1.0, svc);
+}
+
+static void end_step(run *r, int i) {
+    inst *n = &r->in[i];
+    const sim_inst *si = &r->f->insts[i];
+    for (int32_t k = 0; k < n->plan.n_items; k++)
+        if (n->plan.items[k].sample) token(r, i, &n->plan.items[k]);
+    /* Nothing a simulated model samples is an end token: every result is
+     * "not finished"; the scheduler ends each request at its max_tokens. */
+    sched_result sr = {r->none, n->plan.n_items, n->step_us, 0, 0};
+    sched_step_done(n->s, r->now, &sr);
+    if (si->device >= 0) r->dev_busy[si->device]--;
+    n->st.steps++;
+    n->st.busy_s += n->step_us / 1e6;
+    n->busy = 0;
+    drain_ends(r, i);
+    start_step(r, i);
+}
+
+/* ---- the loop ------------------------------------------------------------------ */
+
+typedef struct feed {
+    sim_source *src;
+    arr_event e;
+    int have;
+    int64_t t;                  /* us of e */
+    int64_t until;              /* us; arrivals at or after are dropped */
+} feed;
+
+static int feed_next(run *r, feed *fd) {
+    int rc = fd->src->next(fd->src->ctx, &fd->e);
+    if (rc < 0) return rc;
+    fd->have = rc == 1;
+    if (fd->have) {
+        fd->t = (int64_t)llround(fd->e.t_s * 1e6);
+        if (fd->t < r->now) fd->t = r->now; /* time never runs backwards */
+        if (fd->t >= fd->until) fd->have = 0;
+        else if (fd->e.tenant < 0 || fd->e.tenant >= r->f->n_tenants || fd->e.prompt_tokens < 1 ||
+                 fd->e.output_tokens < 1)
+            return TS_ERR_INVAL;
+    }
+    if (!fd->have && r->end_us == INT64_MAX) r->end_us = r->now + (int64_t)llround(r->o->drain_s * 1e6);
+    return 0;
+}
+
+static int loop(run *r, sim_source *src) {
+    feed fd = {.src = src};
+    fd.until = r->o->until_s > 0 ? (int64_t)llround(r->o->until_s * 1e6) : INT64_MAX;
+    int rc = feed_next(r, &fd);
+    while (rc == 0) {
+        const ev *top = heap_top(&r->q);
+        if (fd.have && (!top || fd.t <= top->t)) {
+            r->now = fd.t;
+            arrive(r, &fd.e);
+            r->out->events++;
+            rc = feed_next(r, &fd);
+            continue;
+        }
+        if (!top) break;
+        if (top->t > r->end_us) {
+            r->now = r->end_us;
+            break;
+        }
+        ev x;
+        heap_pop(&r->q, &EV_HEAP, &x);
+        r->now = x.t;
+        r->out->events++;
+        inst *n = &r->in[x.inst];
+        if (!x.timer && n->busy) end_step(r, x.inst);
+        else if (x.timer && !n->busy) start_step(r, x.inst);
+    }
+    return rc;
+}
+
+/* Requests still open at the end are cut, as bench cuts them. */
+static void cut_open(run *r) {
+    for (int i = 0; i < r->f->n_insts; i++) {
+        inst *n = &r->in[i];
+        for (int32_t k = 0; k < r->f->insts[i].sc.max_requests; k++) {
+            live *l = &n->live[k];
+            if (l->prompt == 0) continue;
+            if (l->t_first < 0) backlog_add(r, l->tenant, -1);
+            settle(r, l);
+            report_req(r, l, RPT_ST_ABORTED, r->now);
+            l->prompt = 0;
+        }
+    }
+}
+
+static void inst_stats(run *r) {
+    double run_us = r->out->run_s * 1e6;
+    for (int i = 0; i < r->f->n_insts; i++) {
+        inst *n = &r->in[i];
+        mark(r, i);
+        sim_inst_stats *s = &n->st;
+        s->util = run_us > 0 ? s->busy_s * 1e6 / run_us : 0;
+        if (s->util > 1) s->util = 1; /* a step cut at the end */
+        s->kv_mean = run_us > 0 ? n->kv_int / run_us : 0;
+        s->queue_mean = run_us > 0 ? n->q_int / run_us : 0;
+        s->engine_s = r->out->inst[i].engine_s;
+        s->cost = r->out->run_s / 3600.0 * r->f->insts[i].price_per_hour;
+        r->out->inst[i] = *s;
+    }
+}
+
+static void tenant_stats(run *r) {
+    for (int i = 0; i < r->f->n_insts; i++) {
+        const sim_inst *si = &r->f->insts[i];
+        for (int t = 0; t < r->f->n_tenants; t++) {
+            if (r->f->tenants[t].worker != si->worker) continue;
+            sched_tenant_stats st;
+            if (sched_tenant_stats_get(r->in[i].s, r->ts[t].local, &st)) continue;
+            sim_tenant_stats *o = &r->out->tenant[t];
+            o->preempt_swap += st.preempt_swap;
+            o->preempt_recompute += st.preempt_recompute;
+            o->service += st.service;
+        }
+    }
+}
+
+static void series_out(run *r) {
+    int nb = r->out->n_bins;
+    double bin_us = r->out->bin_s * 1e6;
+    for (int k = 0; k < nb * 3; k++) {
+        double v = r->series[k] / bin_us;
+        if (k % 3 < 2) v /= r->f->n_insts;
+        r->out->series[k] = (float)v;
+    }
+}
+
+/* Tenant t's cost is known when every instance of its worker has a price. */
+static int priced(const sim_fleet *f, int t) {
+    int any = 0;
+    for (int i = 0; i < f->n_insts; i++) {
+        if (f->insts[i].worker != f->tenants[t].worker) continue;
+        if (!(f->insts[i].price_per_hour > 0)) return 0;
+        any = 1;
+    }
+    return any;
+}
+
+static void teardown(run *r) {
+    if (r->in)
+        for (int i = 0; i < r->f->n_insts; i++) {
+            sched_free(r->in[i].s);
+            free(r->in[i].live);
+        }
+    if (r->w)
+        for (int k = 0; k < r->n_workers; k++) free(r->w[k].insts);
+    free(r->in);
+    free(r->w);
+    free(r->ts);
+    free(r->dev_busy);
+    free(r->lim);
+    free(r->none);
+    free(r->series);
+    heap_deinit(&r->q);
+}
+
+/* The instance series' bins: the option, else one per second up to an hour
+ * of them and coarser beyond. */
+static int make_series(run *r, double horizon_s) {
+    double b = r->o->bin_s > 0 ? r->o->bin_s : 1.0;
+    while (horizon_s / b > 3600) b *= 2;
+    r->out->bin_s = b;
+    r->out->n_bins = (int)ceil(horizon_s / b) + 1;
+    r->series = calloc((size_t)r->out->n_bins * 3, sizeof(double));
+    r->out->series = calloc((size_t)r->out->n_bins * 3, sizeof(float));
+    return r->series && r->out->series ? 0 : TS_ERR_NOMEM;
+}
+
+int sim_run(const sim_fleet *f, const scn *rs, sim_source *src, const sim_opts *o, sim_result *out,
+            char *err, size_t errlen) {
+    memset(out, 0, sizeof(*out));
+    if (err && errlen) err[0] = 0;
+    if (!(o->until_s > 0)) {
+        snprintf(err, errlen, "the simulation needs an end: until_s > 0");
+        return TS_ERR_INVAL;
+    }
+    run r = {.f = f, .rs = rs, .o = o, .out = out};
+    r.end_us = (int64_t)llround((o->until_s + o->drain_s) * 1e6);
+    int rc = setup(&r, err, errlen);
+    if (!rc) rc = make_series(&r, o->until_s + o->drain_s);
+    if (!rc) rc = rpt_acc_init(&r.acc, rs, o->until_s + o->drain_s, 1.0, o->bounded);
+    if (!rc) {
+        rc = loop(&r, src);
+        if (rc && !err[0]) snprintf(err, errlen, "the arrivals failed (%d)", rc);
+    }
+    if (!rc) {
+        out->run_s = (double)r.now / 1e6;
+        cut_open(&r);
+        inst_stats(&r);
+        tenant_stats(&r);
+        series_out(&r);
+        rc = rpt_acc_finish(&r.acc, out->run_s, &out->report);
+        for (int t = 0; !rc && t < f->n_tenants; t++)
+            rpt_cost_set(&out->report, t, out->tenant[t].engine_s, priced(f, t) ? out->tenant[t].cost : -1);
+    }
+    rpt_acc_deinit(&r.acc);
+    teardown(&r);
+    if (rc) sim_result_free(out);
+    return rc;
+}
+
+void sim_result_free(sim_result *r) {
+    rpt_free(&r->report);
+    free(r->inst);
+    free(r->tenant);
+    free(r->series);
+    memset(r, 0, sizeof(*r));
+}

@@ -1,0 +1,466 @@
+/* test_sim.c - the fleet simulator: step models by hand, exact timings of
+ * small runs, every request ending once, determinism, routing, sharing
+ * modes, fairness against FCFS, bounded against exact reports, and fleets
+ * built from a plan. */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "err.h"
+#include "fleet.h"
+#include "planio.h"
+#include "sim.h"
+#include "sstep.h"
+#include "testutil.h"
+
+/* ---- fixtures ------------------------------------------------------------------ */
+
+typedef struct src_arr {
+    const arr_event *ev;
+    size_t n, i;
+} src_arr;
+
+static int arr_next(void *ctx, arr_event *ev) {
+    src_arr *s = ctx;
+    if (s->i >= s->n) return 0;
+    *ev = s->ev[s->i++];
+    return 1;
+}
+
+static sched_tier TIER = {.name = "std", .band = 0};
+
+static void tenant(sim_tenant *t, const char *name, int worker) {
+    memset(t, 0, sizeof(*t));
+    snprintf(t->name, sizeof(t->name), "%s", name);
+    snprintf(t->cfg.name, sizeof(t->cfg.name), "%s", name);
+    t->cfg.weight = 1.0;
+    t->worker = worker;
+}
+
+/* An instance whose every step takes a_us (linear model, a only). */
+static void inst(sim_inst *o, const char *name, int worker, double a_us, int policy) {
+    memset(o, 0, sizeof(*o));
+    snprintf(o->name, sizeof(o->name), "%s", name);
+    snprintf(o->model, sizeof(o->model), "m");
+    o->worker = worker;
+    o->device = -1;
+    o->step.kind = SST_LINEAR;
+    o->step.theta[0] = a_us;
+    sched_config_default(&o->sc);
+    o->sc.policy = policy;
+    o->sc.n_blocks = 1024;
+    o->sc.block_size = 16;
+    o->sc.block_bytes = 1024;
+    o->sc.max_ctx = 2048;
+    o->sc.max_running = 8;
+    o->sc.max_requests = 1024;
+}
+
+static void report_scn(scn *s, const sim_tenant *t, int n) {
+    memset(s, 0, sizeof(*s));
+    s->tenants = calloc((size_t)n, sizeof(scn_tenant));
+    assert_non_null(s->tenants);
+    s->n_tenants = n;
+    s->w_in = 1;
+    s->w_out = 2;
+    for (int i = 0; i < n; i++) {
+        snprintf(s->tenants[i].name, sizeof(s->tenants[i].name), "%s", t[i].name);
+        s->tenants[i].weight = t[i].cfg.weight;
+    }
+}
+
+static int run(const sim_fleet *f, const arr_event *ev, size_t n, double until, double drain, int route,
+               int bounded, sim_result *r) {
+    scn rs;
+    sim_tenant *ts = (sim_tenant *)f->tenants;
+    report_scn(&rs, ts, f->n_tenants);
+    src_arr s = {ev, n, 0};
+    sim_source src = {arr_next, &s};
+    sim_opts o = {.route = route, .until_s = until, .drain_s = drain, .bounded = bounded};
+    char err[256];
+    int rc = sim_run(f, &rs, &src, &o, r, err, sizeof err);
+    scn_free(&rs);
+    return rc;
+}
+
+/* ---- the step models ----------------------------------------------------------- */
+
+static void test_roofline_hand(void **state) {
+    (void)state;
+    sst_model m = {0};
+    m.kind = SST_ROOFLINE;
+    m.params = 1e9;
+    m.weight_bytes = 2e9;
+    m.kv_per_pos = 1e5;
+    m.attn_flops = 1e6;
+    m.flops = 1e14;
+    m.bw = m.gpu_bw = 1e12;
+    m.eff_c = m.eff_b = 1.0;
+    m.share = 1.0;
+    /* One decode at position 99: 2.1e9 FLOP (21 us), 2.01e9 bytes (2010 us). */
+    sst_batch b = {.decodes = 1, .attended = 100, .kv_read = 100};
+    assert_float_equal(sst_step_us(&m, &b, 1, 0), 2010.0, 1e-6);
+    m.share_mode = SST_TIMESLICE;
+    m.switch_us = 100;
+    assert_float_equal(sst_step_us(&m, &b, 1, 0), 2010.0, 1e-6);
+    assert_float_equal(sst_step_us(&m, &b, 2, 0), 2 * 2010.0 + 100, 1e-6);
+    m.share_mode = SST_MPS;
+    m.share = 0.25;
+    assert_float_equal(sst_step_us(&m, &b, 2, 0), 4020.0, 1e-6);  /* half the bandwidth */
+    assert_float_equal(sst_step_us(&m, &b, 8, 0), 8040.0, 1e-6);  /* its floor, a quarter */
+    /* A swap of 3 blocks of 1000 bytes over 10 bytes/us adds 300 us. */
+    m.share_mode = SST_DEDICATED;
+    m.host_bytes_per_us = 10;
+    b.copy_blocks = 3;
+    assert_float_equal(sst_step_us(&m, &b, 1, 1000), 2310.0, 1e-6);
+}
+
+static void test_linear_and_batch(void **state) {
+    (void)state;
+    sched_item it[2] = {{.pos = 0, .n_tokens = 10, .is_prefill = 1}, {.pos = 4, .n_tokens = 1}};
+    sched_plan p = {.items = it, .n_items = 2, .n_swap_out = 1, .n_swap_in = 2};
+    sst_batch b;
+    sst_batch_of(&p, &b);
+    assert_float_equal(b.prefill, 10, 0);
+    assert_float_equal(b.decodes, 1, 0);
+    assert_float_equal(b.attended, 55 + 5, 0);
+    assert_float_equal(b.kv_read, 10 + 5, 0);
+    assert_float_equal(b.copy_blocks, 3, 0);
+    sst_model m = {.kind = SST_LINEAR, .theta = {100, 2, 3, 0.5}};
+    assert_float_equal(sst_step_us(&m, &b, 1, 0), 100 + 20 + 3 + 30, 1e-9);
+    double seed[4];
+    sst_seed(&m, seed);
+    assert_memory_equal(seed, m.theta, sizeof(seed));
+}
+
+/* ---- runs ---------------------------------------------------------------------- */
+
+/* One request, prompt 10 and 5 tokens out, 1 ms steps: the first token at
+ * the end of the first step, one more per step after. */
+static void test_single_request_exact(void **state) {
+    (void)state;
+    sim_tenant t;
+    tenant(&t, "a", 0);
+    sim_inst in;
+    inst(&in, "i0", 0, 1000, SCHED_POLICY_FAIR);
+    sim_fleet f = {&TIER, 1, &t, 1, &in, 1, 0};
+    arr_event ev = {.t_s = 0.5, .tenant = 0, .prompt_tokens = 10, .output_tokens = 5};
+    sim_result r;
+    assert_int_equal(run(&f, &ev, 1, 1.0, 1.0, SIM_ROUTE_LEAST, 0, &r), 0);
+    const rpt_tenant *rt = &r.report.t[0];
+    assert_int_equal(rt->completed, 1);
+    assert_int_equal(rt->errors, 0);
+    assert_float_equal(rt->ttft.p50, 0.001, 1e-9);
+    assert_float_equal(rt->e2e.p50, 0.005, 1e-9);
+    assert_float_equal(rt->tpot.p50, 0.001, 1e-9);
+    assert_float_equal(rt->itl.max, 0.001, 1e-9);
+    assert_float_equal(rt->tokens_out, 5, 0);
+    assert_int_equal(r.inst[0].steps, 5);
+    assert_float_equal(r.inst[0].busy_s, 0.005, 1e-9);
+    assert_float_equal(r.run_s, 0.505, 1e-9);
+    sim_result_free(&r);
+}
+
+static arr_event *random_arrivals(size_t n, int n_tenants, double span_s, uint64_t seed) {
+    arr_event *ev = calloc(n, sizeof(*ev));
+    assert_non_null(ev);
+    tu_rng_seed(seed);
+    double t = 0;
+    for (size_t i = 0; i < n; i++) {
+        t += span_s / (double)n * (double)(tu_rng_next() % 2000) / 1000.0;
+        ev[i].t_s = t;
+        ev[i].tenant = (int32_t)(tu_rng_next() % (uint64_t)n_tenants);
+        ev[i].prompt_tokens = 1 + (int32_t)(tu_rng_next() % 300);
+        ev[i].output_tokens = 1 + (int32_t)(tu_rng_next() % 100);
+    }
+    return ev;
+}
+
+/* Every arrival is reported exactly once: completed, rejected, failed or
+ * cut at the end; with time enough, all complete. */
+static void test_every_request_ends_once(void **state) {
+    (void)state;
+    sim_tenant t[3];
+    tenant(&t[0], "a", 0);
+    tenant(&t[1], "b", 0);
+    tenant(&t[2], "c", 0);
+    sim_inst in;
+    inst(&in, "i0", 0, 500, SCHED_POLICY_FAIR);
+    in.step.theta[1] = 5;
+    in.step.theta[2] = 50;
+    sim_fleet f = {&TIER, 1, t, 3, &in, 1, 0};
+    arr_event *ev = random_arrivals(400, 3, 4.0, 7);
+    for (int drain = 0; drain < 2; drain++) {
+        sim_result r;
+        double until = ev[399].t_s + 0.001;
+        assert_int_equal(run(&f, ev, 400, until, drain ? 600.0 : 0.01, SIM_ROUTE_LEAST, 0, &r), 0);
+        assert_int_equal(r.requests, 400);
+        assert_int_equal(r.report.due, 400);
+        int done = 0;
+        for (int k = 0; k < 3; k++) done += r.report.t[k].completed + r.report.t[k].errors;
+        assert_int_equal(done, 400);
+        if (drain) assert_int_equal(r.report.completed, 400);
+        else assert_true(r.report.completed < 400); /* a short drain cuts some */
+        sim_result_free(&r);
+    }
+    free(ev);
+}
+
+static char *json_of(const sim_fleet *f, const arr_event *ev, size_t n, int route) {
+    scn rs;
+    report_scn(&rs, f->tenants, f->n_tenants);
+    sim_result r;
+    src_arr s = {ev, n, 0};
+    sim_source src = {arr_next, &s};
+    sim_opts o = {.route = route, .until_s = 5, .drain_s = 30};
+    char err[256];
+    assert_int_equal(sim_run(f, &rs, &src, &o, &r, err, sizeof err), 0);
+    char *js = rpt_json(&rs, &r.report, NULL, 0, "sim", 1);
+    assert_non_null(js);
+    sim_result_free(&r);
+    scn_free(&rs);
+    return js;
+}
+
+static void test_deterministic(void **state) {
+    (void)state;
+    sim_tenant t[2];
+    tenant(&t[0], "a", 0);
+    tenant(&t[1], "b", 0);
+    sim_inst in[2];
+    inst(&in[0], "i0", 0, 700, SCHED_POLICY_FAIR);
+    inst(&in[1], "i1", 0, 900, SCHED_POLICY_FAIR);
+    in[0].step.theta[1] = in[1].step.theta[1] = 3;
+    sim_fleet f = {&TIER, 1, t, 2, in, 2, 0};
+    arr_event *ev = random_arrivals(300, 2, 4.0, 11);
+    char *a = json_of(&f, ev, 300, SIM_ROUTE_LEAST), *b = json_of(&f, ev, 300, SIM_ROUTE_LEAST);
+    assert_string_equal(a, b);
+    free(a);
+    free(b);
+    free(ev);
+}
+
+/* Round-robin alternates; affinity keeps a light tenant on one instance;
+ * least-loaded spreads a burst. */
+static void test_routing(void **state) {
+    (void)state;
+    sim_tenant t;
+    tenant(&t, "a", 0);
+    sim_inst in[2];
+    inst(&in[0], "i0", 0, 1000, SCHED_POLICY_FAIR);
+    inst(&in[1], "i1", 0, 1000, SCHED_POLICY_FAIR);
+    sim_fleet f = {&TIER, 1, &t, 1, in, 2, 0};
+    arr_event ev[40];
+    for (int i = 0; i < 40; i++) ev[i] = (arr_event){.t_s = 0.1 * i, .prompt_tokens = 8, .output_tokens = 4};
+    sim_result r;
+    assert_int_equal(run(&f, ev, 40, 5, 5, SIM_ROUTE_RR, 0, &r), 0);
+    assert_int_equal(r.inst[0].requests, 20);
+    assert_int_equal(r.inst[1].requests, 20);
+    sim_result_free(&r);
+    assert_int_equal(run(&f, ev, 40, 5, 5, SIM_ROUTE_AFFINITY, 0, &r), 0);
+    assert_int_equal(r.inst[0].requests, 40); /* each is done before the next: no reason to move */
+    sim_result_free(&r);
+    for (int i = 0; i < 40; i++) ev[i].t_s = 0.0; /* a burst */
+    assert_int_equal(run(&f, ev, 40, 5, 5, SIM_ROUTE_LEAST, 0, &r), 0);
+    assert_int_equal(r.inst[0].requests, 20);
+    assert_int_equal(r.inst[1].requests, 20);
+    sim_result_free(&r);
+}
+
+/* Two instances time-slicing one GPU: while both are busy, each step waits
+ * for the other's; alone, a step takes its own time. */
+static void test_timeslice(void **state) {
+    (void)state;
+    sim_tenant t[2];
+    tenant(&t[0], "a", 0);
+    tenant(&t[1], "b", 1);
+    sim_inst in[2];
+    for (int i = 0; i < 2; i++) {
+        inst(&in[i], i ? "i1" : "i0", i, 0, SCHED_POLICY_FAIR);
+        sst_model *m = &in[i].step;
+        *m = (sst_model){.kind = SST_ROOFLINE, .weight_bytes = 1e6, .bw = 1e9, .eff_b = 1, .eff_c = 1,
+                         .share_mode = SST_TIMESLICE, .switch_us = 0};
+    }
+    arr_event ev[2] = {{.t_s = 0, .tenant = 0, .prompt_tokens = 1, .output_tokens = 101},
+                       {.t_s = 0, .tenant = 1, .prompt_tokens = 1, .output_tokens = 101}};
+    sim_fleet alone = {&TIER, 1, t, 2, in, 2, 0};
+    sim_result r;
+    assert_int_equal(run(&alone, ev, 1, 1, 5, SIM_ROUTE_LEAST, 0, &r), 0);
+    assert_float_equal(r.report.t[0].tpot.p50, 0.001, 1e-9); /* 1e6 bytes at 1e9 B/s */
+    sim_result_free(&r);
+    in[0].device = in[1].device = 0;
+    sim_fleet shared = {&TIER, 1, t, 2, in, 2, 1};
+    assert_int_equal(run(&shared, ev, 2, 1, 5, SIM_ROUTE_LEAST, 0, &r), 0);
+    for (int k = 0; k < 2; k++) {
+        assert_true(r.report.t[k].tpot.p50 > 0.0019);
+        assert_true(r.report.t[k].tpot.p50 < 0.0021);
+    }
+    sim_result_free(&r);
+}
+
+/* A flood and a light tenant on one instance: the fair scheduler keeps the
+ * light one's first tokens fast, FCFS makes it wait behind the flood. */
+static double victim_p99(int policy) {
+    sim_tenant t[2];
+    tenant(&t[0], "flood", 0);
+    tenant(&t[1], "victim", 0);
+    sim_inst in;
+    inst(&in, "i0", 0, 2000, policy);
+    in.step.theta[1] = 20;
+    in.step.theta[2] = 100;
+    sim_fleet f = {&TIER, 1, t, 2, &in, 1, 0};
+    arr_event ev[300];
+    int n = 0;
+    for (int i = 0; i < 280; i++) ev[n++] = (arr_event){.t_s = 0.001 * i, .tenant = 0, .prompt_tokens = 64,
+                                                        .output_tokens = 64};
+    for (int i = 0; i < 20; i++) ev[n++] = (arr_event){.t_s = 0.5 + 0.1 * i, .tenant = 1, .prompt_tokens = 64,
+                                                       .output_tokens = 8};
+    /* The source must be in time order. */
+    for (int i = 1; i < n; i++)
+        for (int j = i; j > 0 && ev[j].t_s < ev[j - 1].t_s; j--) {
+            arr_event x = ev[j];
+            ev[j] = ev[j - 1];
+            ev[j - 1] = x;
+        }
+    sim_result r;
+    assert_int_equal(run(&f, ev, (size_t)n, 5, 600, SIM_ROUTE_LEAST, 0, &r), 0);
+    assert_int_equal(r.report.completed, n);
+    double p99 = r.report.t[1].ttft.p99;
+    sim_result_free(&r);
+    return p99;
+}
+
+static void test_fair_vs_fcfs(void **state) {
+    (void)state;
+    double fair = victim_p99(SCHED_POLICY_FAIR), fcfs = victim_p99(SCHED_POLICY_FCFS);
+    assert_true(fair * 5 < fcfs);
+}
+
+static void test_unserved_and_bad_fleet(void **state) {
+    (void)state;
+    sim_tenant t[2];
+    tenant(&t[0], "a", 0);
+    tenant(&t[1], "nowhere", -1);
+    sim_inst in;
+    inst(&in, "i0", 0, 1000, SCHED_POLICY_FAIR);
+    sim_fleet f = {&TIER, 1, t, 2, &in, 1, 0};
+    arr_event ev[2] = {{.t_s = 0, .tenant = 0, .prompt_tokens = 4, .output_tokens = 2},
+                       {.t_s = 0.1, .tenant = 1, .prompt_tokens = 4, .output_tokens = 2}};
+    sim_result r;
+    assert_int_equal(run(&f, ev, 2, 1, 1, SIM_ROUTE_LEAST, 0, &r), 0);
+    assert_int_equal(r.report.t[0].completed, 1);
+    assert_int_equal(r.report.t[1].errors, 1);
+    assert_int_equal(r.report.t[1].codes[0].status, 503);
+    assert_int_equal(r.tenant[1].unserved, 1);
+    sim_result_free(&r);
+    sim_fleet empty = {&TIER, 1, t, 1, &in, 0, 0};
+    assert_int_equal(run(&empty, ev, 1, 1, 1, SIM_ROUTE_LEAST, 0, &r), TS_ERR_INVAL);
+    t[1].cfg.tier = 3; /* no such tier */
+    assert_int_equal(run(&f, ev, 2, 1, 1, SIM_ROUTE_LEAST, 0, &r), TS_ERR_INVAL);
+    /* A source out of range stops the run with an error. */
+    t[1].cfg.tier = 0;
+    ev[1].tenant = 7;
+    assert_int_equal(run(&f, ev, 2, 1, 1, SIM_ROUTE_LEAST, 0, &r), TS_ERR_INVAL);
+}
+
+/* The bounded report's percentiles are within 1% of the exact ones. */
+static void test_bounded_matches_exact(void **state) {
+    (void)state;
+    sim_tenant t[2];
+    tenant(&t[0], "a", 0);
+    tenant(&t[1], "b", 0);
+    sim_inst in;
+    inst(&in, "i0", 0, 800, SCHED_POLICY_FAIR);
+    in.step.theta[1] = 4;
+    in.step.theta[2] = 60;
+    sim_fleet f = {&TIER, 1, t, 2, &in, 1, 0};
+    arr_event *ev = random_arrivals(600, 2, 10.0, 3);
+    sim_result a, b;
+    assert_int_equal(run(&f, ev, 600, 20, 600, SIM_ROUTE_LEAST, 0, &a), 0);
+    assert_int_equal(run(&f, ev, 600, 20, 600, SIM_ROUTE_LEAST, 1, &b), 0);
+    for (int k = 0; k < 2; k++) {
+        const rpt_tenant *x = &a.report.t[k], *y = &b.report.t[k];
+        assert_int_equal(x->completed, y->completed);
+        assert_true(fabs(x->ttft.p99 - y->ttft.p99) <= 0.01 * x->ttft.p99);
+        assert_true(fabs(x->tpot.p50 - y->tpot.p50) <= 0.01 * x->tpot.p50);
+        assert_true(fabs(x->e2e.p90 - y->e2e.p90) <= 0.01 * x->e2e.p90);
+    }
+    sim_result_free(&a);
+    sim_result_free(&b);
+    free(ev);
+}
+
+/* ---- fleets from plans ------------------------------------------------------- */
+
+static void test_fleet_from_plan(void **state) {
+    (void)state;
+    plan_input in;
+    char err[1024];
+    char path[1024];
+    const char *src_dir = getenv("TS_SRC");
+    snprintf(path, sizeof path, "%s/examples/plan/fleet.yaml", src_dir ? src_dir : "..");
+    assert_int_equal(planio_load(path, &in, err, sizeof err), 0);
+    plan p;
+    assert_int_equal(plan_build(&in, &p), 0);
+    sfl f;
+    assert_int_equal(sfl_from_plan(&p, SCHED_POLICY_FAIR, &f, err, sizeof err), 0);
+    int placed = 0;
+    for (size_t i = 0; i < p.n_insts; i++) placed += p.slices[p.insts[i].slice].gpu >= 0;
+    assert_int_equal(f.f.n_insts, placed);
+    int modes[3] = {0};
+    for (int i = 0; i < f.f.n_insts; i++) {
+        const sim_inst *si = &f.insts[i];
+        assert_true(si->sc.n_blocks > 0);
+        assert_true(si->sc.max_running >= 1);
+        assert_true(si->step.flops > 0 && si->step.bw > 0);
+        modes[si->step.share_mode]++;
+        if (si->step.share_mode != SST_DEDICATED) assert_true(si->device >= 0);
+    }
+    assert_true(modes[SST_DEDICATED] > 0 && modes[SST_MPS] > 0 && modes[SST_TIMESLICE] > 0);
+    for (int t = 0; t < f.f.n_tenants; t++) assert_true(f.tenants[t].worker >= 0);
+    /* Its own load for 20 s, through the real schedulers. */
+    scn load, rs;
+    assert_int_equal(sfl_load_scn(&in, 1.0, 0, 20, &load), 0);
+    assert_int_equal(sfl_report_scn(&f, &rs), 0);
+    arr_event *ev;
+    size_t n;
+    assert_int_equal(arr_schedule(&load, 1, 20, 0, &ev, &n), 0);
+    src_arr s = {ev, n, 0};
+    sim_source src = {arr_next, &s};
+    sim_opts o = {.until_s = 20, .drain_s = 60};
+    sim_result r;
+    assert_int_equal(sim_run(&f.f, &rs, &src, &o, &r, err, sizeof err), 0);
+    assert_int_equal(r.report.due, (int)n);
+    assert_int_equal(r.report.completed, (int)n);
+    free(ev);
+    sim_result_free(&r);
+    scn_free(&load);
+    scn_free(&rs);
+    sfl_free(&f);
+    plan_free(&p);
+    plan_input_free(&in);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_roofline_hand),
+        cmocka_unit_test(test_linear_and_batch),
+        cmocka_unit_test(test_single_request_exact),
+        cmocka_unit_test(test_every_request_ends_once),
+        cmocka_unit_test(test_deterministic),
+        cmocka_unit_test(test_routing),
+        cmocka_unit_test(test_timeslice),
+        cmocka_unit_test(test_fair_vs_fcfs),
+        cmocka_unit_test(test_unserved_and_bad_fleet),
+        cmocka_unit_test(test_bounded_matches_exact),
+        cmocka_unit_test(test_fleet_from_plan),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
