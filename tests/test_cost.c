@@ -14,6 +14,8 @@
 #include <cmocka.h>
 
 #include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cost.h"
@@ -376,6 +378,38 @@ static void test_deterministic(void **st) {
     assert_memory_equal(&a, &mid, sizeof a);
 }
 
+/* Recorded steps (tessera sim, a time-sliced instance: mixed batches, then
+ * a decode-only drain whose context is nearly a multiple of its decodes).
+ * The projection to theta >= 0 once turned updates around there and the
+ * predictions grew without bound (3x the measurement by step 633, 1e7x
+ * later): every prediction after the first hundred steps stays within 2x. */
+static void test_recorded_drain(void **state) {
+    (void)state;
+    char path[1024];
+    const char *src = getenv("TS_SRC");
+    snprintf(path, sizeof path, "%s/tests/data/cost/timeslice_steps.txt", src ? src : "..");
+    FILE *f = fopen(path, "r");
+    assert_non_null(f);
+    cost_model m;
+    const double seed[4] = {12000, 100, 100, 0.004};
+    assert_int_equal(cost_init(&m, seed, 0.995, 1.0, 5000), 0);
+    char line[256];
+    int n = 0;
+    double worst = 0;
+    while (fgets(line, sizeof line, f)) {
+        cost_features x;
+        double y;
+        if (line[0] == '#') continue;
+        assert_int_equal(sscanf(line, "%lf %lf %lf %lf", &x.prefill_tokens, &x.decode_seqs, &x.context_tokens, &y), 4);
+        double p = cost_predict_us(&m, &x);
+        if (n++ > 100 && p / y > worst) worst = p / y;
+        assert_int_equal(cost_observe(&m, &x, y), 0);
+    }
+    fclose(f);
+    assert_int_equal(n, 700);
+    assert_true(worst < 2.0);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_attended_hand),
@@ -390,6 +424,7 @@ int main(void) {
         cmocka_unit_test(test_budget),
         cmocka_unit_test(test_swap_recompute_hand),
         cmocka_unit_test(test_deterministic),
+        cmocka_unit_test(test_recorded_drain),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

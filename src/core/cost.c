@@ -118,6 +118,28 @@ static void cov_update(cost_model *m, const double k[NF], const double Px[NF]) {
     }
 }
 
+/*
+ * The projection to theta >= 0 can turn an update around. With collinear
+ * features (a long decode-only phase: context ~ decodes x mean length) P
+ * couples the coefficients, so the gain has components of both signs; when
+ * the prediction is too high, the ones that should fall are already at 0
+ * and are clamped there, while the others rise: the prediction grows
+ * further from the measurement on every step, without bound (tessera sim
+ * found it: a time-sliced instance draining its queue predicted 1e11 us
+ * steps of 12 ms after a few hundred steps). So an update that moves the
+ * prediction for its own batch away from the measurement is replaced by
+ * the one move that cannot: every coefficient scaled by the same factor,
+ * (pred + e) / pred, which takes the prediction to the clipped measurement
+ * and keeps theta >= 0.
+ */
+static void keep_direction(cost_model *m, const cost_model *old, const double x[NF], double pred, double e) {
+    double now = dot(m->theta, x);
+    if ((now - pred) * e >= 0.0 || !(pred > 0.0)) return;
+    double f = (pred + e) / pred;
+    if (f < 0.0) f = 0.0;
+    for (int i = 0; i < NF; i++) m->theta[i] = old->theta[i] * f;
+}
+
 int cost_observe(cost_model *m, const cost_features *f, double step_us) {
     if (!m || !f || !feat_ok(f)) return TS_ERR_INVAL;
     if (!(step_us > 0.0 && isfinite(step_us))) return TS_ERR_INVAL;
@@ -140,6 +162,7 @@ int cost_observe(cost_model *m, const cost_features *f, double step_us) {
         m->theta[i] += k[i] * e;
         if (m->theta[i] < 0.0) m->theta[i] = 0.0;   /* keep theta >= 0 */
     }
+    keep_direction(m, &saved, x, pred, e);
     cov_update(m, k, Px);
     if (!model_finite(m)) {
         *m = saved;

@@ -79,6 +79,15 @@
  *    on. Predictions are also floored at COST_PRED_FLOOR_US so that callers
  *    may divide by them. The projection is not exact constrained least
  *    squares; it costs a little bias when a true coefficient is near zero.
+ *  - The projection turning an update around. With collinear features
+ *    (a decode-only phase whose context is nearly a multiple of its
+ *    decodes) the gain has components of both signs, and when the
+ *    coefficients that should fall are already clamped at 0 the others
+ *    rise: the prediction walks away from the measurements without bound.
+ *    An update that moves the prediction of its own batch away from the
+ *    measurement is replaced by scaling every coefficient by (pred + e) /
+ *    pred (e the clipped residual), which moves it the right way and keeps
+ *    theta >= 0 (tests/data/cost holds the steps that showed it).
  *  - Non-finite values. Observations with NaN, infinite or negative inputs
  *    are refused, and an update that would leave anything non-finite is
  *    rolled back.
