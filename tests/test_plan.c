@@ -629,6 +629,14 @@ static void test_planio_errors(void **st) {
         {OK_FLEET OK_MODEL "tenants: [{name: a, model: m, tier: gold, load: {prompt_cv: -1}}]\n",
          "tenants[0].load.prompt_cv: expected a number"},
         {OK_FLEET OK_MODEL OK_TENANT "options: {tpot_bound_ms: -5}\n", "options.tpot_bound_ms: expected a number"},
+        {OK_FLEET OK_MODEL "tenants: [{name: a, model: m, tier: gold, load: {headroom: 0.5}}]\n",
+         "t.yaml:3:60: tenants[0].load.headroom: expected a number in [1, 100], got '0.5'"},
+        {OK_FLEET OK_MODEL "tenants: [{name: a, model: m, tier: gold, load: {rps: 1, headroom: 101}}]\n",
+         "t.yaml:3:68: tenants[0].load.headroom: expected a number in [1, 100], got '101'"},
+        {OK_FLEET OK_MODEL "tenants: [{name: a, model: m, tier: gold, load: {headroom: lots}}]\n",
+         "t.yaml:3:60: tenants[0].load.headroom: expected a number in [1, 100], got 'lots'"},
+        {OK_FLEET OK_MODEL "tenants: [{name: a, model: m, tier: gold, load: {headroom: [2]}}]\n",
+         "t.yaml:3:60: tenants[0].load.headroom: expected"},
         {"fleet: [\n", "t.yaml:2:1: YAML syntax error"},
         {"- 1\n", "expected a mapping"},
     };
@@ -703,6 +711,7 @@ static void test_planio_values(void **st) {
     assert_int_equal(in.tenants[0].iso, PLAN_ISO_STRICT);
     assert_string_equal(in.tenants[0].group, "g");
     assert_true(in.tenants[0].load.rps == 2.5 && in.tenants[0].load.output == 20 && in.tenants[0].weight == 3);
+    assert_true(in.tenants[0].headroom == 1);      /* the default */
     near(in.perf.step_overhead_s, 0.004, 1e-12, "overhead");
     near(in.perf.reserve_bytes, GIB, 1e-12, "reserve");
     assert_int_equal(in.exact_limit, 3);
@@ -958,6 +967,139 @@ static void test_inst_slice(void **st) {
     plan_input_free(&in);
 }
 
+/* ---- headroom -------------------------------------------------------------------- */
+
+/* Compute given to a worker: its instances' slices' FLOP/s summed, that is
+ * replicas x share, comparable across MIG, MPS and replicas. */
+static double capacity(const plan *p, size_t w) {
+    double sum = 0;
+    for (int r = 0; r < p->workers[w].replicas; r++) {
+        perf_slice s;
+        assert_int_equal(plan_inst_slice(p, &p->insts[p->workers[w].first_inst + (size_t)r], &s), 0);
+        sum += s.flops;
+    }
+    return sum;
+}
+
+/* A tenant with headroom 2 is sized exactly as the same tenant at twice the
+ * rate (one tenant: the sized load is that load, bit for bit), so it gets
+ * that capacity, more than without headroom, and the predictions made at
+ * the sized rate; its reported rate stays the real one. Each mode: an MPS
+ * share, a MIG profile, replicas. */
+static void test_headroom_sizes(void **st) {
+    (void)st;
+    static const struct {
+        const char *fleet, *tenant;
+        double rps;
+    } cases[] = {
+        {"fleet: [{name: n, gpu: A100-80GB, gpus_per_node: 8}]\n", "isolation: shared", 3},
+        {"fleet: [{name: n, gpu: A100-80GB, gpus_per_node: 8}]\n", "isolation: strict", 4},
+        {"fleet: [{name: n, gpu: H100-80GB, gpus_per_node: 8, nodes: 2}]\n", "isolation: shared", 60},
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        char yaml[3][1024];
+        const char *extra[3] = {", headroom: 2", "", ""};
+        double rps[3] = {cases[k].rps, 2 * cases[k].rps, cases[k].rps};
+        plan_input in[3];
+        plan p[3];
+        for (int v = 0; v < 3; v++) {
+            char ld[64];
+            snprintf(ld, sizeof ld, "rps: %g%s", rps[v], extra[v]);
+            snprintf(yaml[v], sizeof yaml[v], "%s" TREE_MODELS "tenants:\n  - {name: a, model: m7b, tier: gold, %s, "
+                     "load: {%s, prompt_tokens: 512, output_tokens: 200}}\n", cases[k].fleet, cases[k].tenant, ld);
+            must_plan(yaml[v], &in[v], &p[v]);
+            if (!p[v].feasible) fail_msg("case %zu, plan %d: infeasible", k, v);
+        }
+        const plan_worker *h = &p[0].workers[0], *dbl = &p[1].workers[0], *one = &p[2].workers[0];
+        near(in[0].tenants[0].headroom, 2, 0, "headroom read");
+        /* Reported: the real rate. Sized: twice it. */
+        assert_true(in[0].tenants[0].load.rps == cases[k].rps);
+        assert_true(h->load.rps == cases[k].rps);
+        assert_true(h->sized.rps == 2 * cases[k].rps);
+        assert_true(one->sized.rps == one->load.rps);
+        double ch = capacity(&p[0], 0), cd = capacity(&p[1], 0), c1 = capacity(&p[2], 0);
+        if (!(ch >= cd)) fail_msg("case %zu: capacity %g with headroom < %g at twice the rate", k, ch, cd);
+        if (!(ch > c1)) fail_msg("case %zu: capacity %g with headroom, not above %g without", k, ch, c1);
+        assert_int_equal(h->replicas, dbl->replicas);
+        /* Predictions are as sized: those of the doubled rate. */
+        assert_true(p[0].results[0].ttft_p99_s == p[1].results[0].ttft_p99_s);
+        assert_true(p[0].results[0].tpot_s == p[1].results[0].tpot_s);
+        /* plan_inst_estimate recomputes at the sized rate, as sizing did. */
+        for (int r = 0; r < h->replicas; r++) {
+            const plan_inst *pi = &p[0].insts[h->first_inst + (size_t)r];
+            perf_est e;
+            assert_int_equal(plan_inst_estimate(&p[0], pi, &e), 0);
+            assert_true(e.ttft_p99_s == pi->est.ttft_p99_s && e.util == pi->est.util && e.kv_bytes == pi->est.kv_bytes);
+        }
+        if (k == 2) assert_true(h->replicas > one->replicas);
+        for (int v = 0; v < 3; v++) {
+            plan_free(&p[v]);
+            plan_input_free(&in[v]);
+        }
+    }
+}
+
+/* Two tenants share a worker; only a's headroom inflates the sized load
+ * (its mixture weighted by the sized rates), while the cost still splits
+ * by the real rates and a zeroed headroom (a struct built in code) means 1.
+ * An out-of-range headroom set in code is refused by plan_build. */
+static void test_headroom_worker(void **st) {
+    (void)st;
+    plan_input in;
+    plan p;
+    must_plan("fleet: [{name: n, gpu: A100-80GB, gpus_per_node: 2, price_per_hour: 2}]\n" TREE_MODELS
+              "tenants:\n"
+              "  - {name: a, model: m7b, tier: gold, load: {rps: 2, prompt_tokens: 500, output_tokens: 50, headroom: 3}}\n"
+              "  - {name: b, model: m7b, tier: gold, load: {rps: 2, prompt_tokens: 100, output_tokens: 50}}\n",
+              &in, &p);
+    assert_true(p.feasible);
+    assert_int_equal(p.n_workers, 1);
+    const plan_worker *w = &p.workers[0];
+    near(w->load.rps, 4, 0, "real rate");
+    near(w->load.prompt, 300, 1e-12, "real prompt mean");
+    near(w->sized.rps, 8, 0, "sized rate");
+    near(w->sized.prompt, (6 * 500 + 2 * 100) / 8.0, 1e-12, "sized prompt mean");
+    near(plan_tenant_cost(&p, 0), plan_tenant_cost(&p, 1), 1e-12, "cost split by real rates");
+    assert_true(plan_tenant_cost(&p, 0) > 0);
+    double cap = capacity(&p, 0);
+    plan_free(&p);
+    /* Without a's headroom the worker gets less. */
+    in.tenants[0].headroom = 0;
+    near(plan_tenant_headroom(&in.tenants[0]), 1, 0, "zero means 1");
+    assert_int_equal(plan_build(&in, &p), 0);
+    assert_true(p.workers[0].sized.rps == p.workers[0].load.rps);
+    assert_true(capacity(&p, 0) < cap);
+    plan_free(&p);
+    in.tenants[0].headroom = 0.5;
+    assert_int_equal(plan_build(&in, &p), TS_ERR_INVAL);
+    in.tenants[0].headroom = 101;
+    assert_int_equal(plan_build(&in, &p), TS_ERR_INVAL);
+    in.tenants[0].headroom = NAN;
+    assert_int_equal(plan_build(&in, &p), TS_ERR_INVAL);
+    plan_input_free(&in);
+}
+
+/* A load no replica count carries says so at the sized rate and names the
+ * headroom in the problem and its fix. */
+static void test_headroom_infeasible(void **st) {
+    (void)st;
+    plan_input in;
+    plan p;
+    must_plan("fleet: [{name: n, gpu: A100-80GB, gpus_per_node: 8}]\n" TREE_MODELS
+              "options: {max_replicas: 1}\n"
+              "tenants:\n"
+              "  - {name: a, model: m7b, tier: gold, load: {rps: 20, headroom: 100}}\n", &in, &p);
+    assert_false(p.feasible);
+    assert_int_equal(p.n_problems, 1);
+    assert_int_equal(p.problems[0].why, PLAN_WHY_LOAD);
+    const char *t = p.problems[0].text;
+    if (!strstr(t, "load: 2000.0 req/s (sized with headroom: 20.0 req/s of real load)") ||
+        !strstr(t, "fix: lower the load or the headroom"))
+        fail_msg("%s", t);
+    plan_free(&p);
+    plan_input_free(&in);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_kv_and_weights),
@@ -979,6 +1121,9 @@ int main(void) {
         cmocka_unit_test(test_tpot_bound),
         cmocka_unit_test(test_prices),
         cmocka_unit_test(test_inst_slice),
+        cmocka_unit_test(test_headroom_sizes),
+        cmocka_unit_test(test_headroom_worker),
+        cmocka_unit_test(test_headroom_infeasible),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

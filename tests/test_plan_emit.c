@@ -228,47 +228,137 @@ static void test_serve_configs_load(void **st) {
 
 static char *json_of(const plan *p, size_t *len) { return render(p, EMIT_JSON, len); }
 
-/* build -> json -> read -> json is byte-identical, for both golden inputs
- * and the waste example; the plan read back runs every instance on the
- * same slice and price, and its table is the same too. */
+/* build -> json -> read -> json is byte-identical for fx's plan; the plan
+ * read back runs every instance on the same slice and price, and its table
+ * is the same too. Returns the JSON (the caller frees it). */
+static char *roundtrip(const char *what, fixture *fx) {
+    fixture back;
+    size_t len, len2, jlen;
+    char *json = json_of(&fx->p, &jlen), err[512];
+    int rc = planjson_read(json, jlen, &back.in, &back.p, err, sizeof err);
+    if (rc) fail_msg("%s: read back: %s", what, err);
+    char *again = json_of(&back.p, &len2);
+    if (jlen != len2 || memcmp(json, again, jlen)) fail_msg("%s: the JSON read back emits other bytes", what);
+    char *t1 = render(&fx->p, EMIT_TABLE, &len), *t2 = render(&back.p, EMIT_TABLE, &len2);
+    assert_int_equal(len, len2);
+    assert_memory_equal(t1, t2, len);
+    assert_int_equal(back.p.n_insts, fx->p.n_insts);
+    for (size_t i = 0; i < fx->p.n_insts; i++) {
+        perf_slice a, b;
+        int ra = plan_inst_slice(&fx->p, &fx->p.insts[i], &a), rb = plan_inst_slice(&back.p, &back.p.insts[i], &b);
+        assert_int_equal(ra, rb);
+        if (ra) continue;
+        if (a.flops != b.flops || a.bw != b.bw || a.mem != b.mem) fail_msg("%s: instance %zu: slices differ", what, i);
+        assert_true(plan_inst_price(&fx->p, &fx->p.insts[i]) == plan_inst_price(&back.p, &back.p.insts[i]));
+        assert_true(fx->p.insts[i].est.kv_bytes == back.p.insts[i].est.kv_bytes);
+        if (fx->p.insts[i].est.ttft_p99_s != back.p.insts[i].est.ttft_p99_s)
+            fail_msg("%s: instance %zu: p99 %.17g vs %.17g (mean %.17g vs %.17g)", what, i, fx->p.insts[i].est.ttft_p99_s,
+                     back.p.insts[i].est.ttft_p99_s, fx->p.insts[i].est.ttft_s, back.p.insts[i].est.ttft_s);
+    }
+    for (size_t t = 0; t < fx->in.n_tenants; t++) {
+        assert_true(fx->p.results[t].ttft_p99_s == back.p.results[t].ttft_p99_s);
+        assert_true(plan_tenant_headroom(&fx->in.tenants[t]) == plan_tenant_headroom(&back.in.tenants[t]));
+    }
+    free(t1);
+    free(t2);
+    free(again);
+    unload(&back);
+    return json;
+}
+
+/* The round trip for both golden inputs and the waste examples. */
 static void test_json_roundtrip(void **st) {
     (void)st;
     static const char *const inputs[] = {"examples/plan/fleet.yaml", "tests/golden/plan/mixed.yaml",
                                          "examples/plan/waste-3x7b.yaml", "examples/plan/light-3x7b.yaml"};
     for (size_t k = 0; k < sizeof inputs / sizeof inputs[0]; k++) {
-        fixture fx, back;
+        fixture fx;
         load(inputs[k], &fx);
-        size_t len, len2;
-        char *json = json_of(&fx.p, &len), err[512];
-        int rc = planjson_read(json, len, &back.in, &back.p, err, sizeof err);
-        if (rc) fail_msg("%s: read back: %s", inputs[k], err);
-        char *again = json_of(&back.p, &len2);
-        if (len != len2 || memcmp(json, again, len)) fail_msg("%s: the JSON read back emits other bytes", inputs[k]);
-        char *t1 = render(&fx.p, EMIT_TABLE, &len), *t2 = render(&back.p, EMIT_TABLE, &len2);
-        assert_int_equal(len, len2);
-        assert_memory_equal(t1, t2, len);
-        assert_int_equal(back.p.n_insts, fx.p.n_insts);
-        for (size_t i = 0; i < fx.p.n_insts; i++) {
-            perf_slice a, b;
-            int ra = plan_inst_slice(&fx.p, &fx.p.insts[i], &a), rb = plan_inst_slice(&back.p, &back.p.insts[i], &b);
-            assert_int_equal(ra, rb);
-            if (ra) continue;
-            if (a.flops != b.flops || a.bw != b.bw || a.mem != b.mem) fail_msg("%s: instance %zu: slices differ", inputs[k], i);
-            assert_true(plan_inst_price(&fx.p, &fx.p.insts[i]) == plan_inst_price(&back.p, &back.p.insts[i]));
-            assert_true(fx.p.insts[i].est.kv_bytes == back.p.insts[i].est.kv_bytes);
-            if (fx.p.insts[i].est.ttft_p99_s != back.p.insts[i].est.ttft_p99_s)
-                fail_msg("%s: instance %zu: p99 %.17g vs %.17g (mean %.17g vs %.17g)", inputs[k], i, fx.p.insts[i].est.ttft_p99_s,
-                         back.p.insts[i].est.ttft_p99_s, fx.p.insts[i].est.ttft_s, back.p.insts[i].est.ttft_s);
-        }
-        for (size_t t = 0; t < fx.in.n_tenants; t++)
-            assert_true(fx.p.results[t].ttft_p99_s == back.p.results[t].ttft_p99_s);
-        free(t1);
-        free(t2);
-        free(json);
-        free(again);
-        unload(&back);
+        free(roundtrip(inputs[k], &fx));
         unload(&fx);
     }
+}
+
+/* Tenants with a sizing headroom: the JSON echoes it in the input (only
+ * where it is not 1) and reads it back byte for byte; the instances carry
+ * the sized rate beside the real one; the table notes it against the
+ * tenant and keeps the real rps; serve's comment gives both rates. */
+#define HEADROOM_YAML                                                                                  \
+    "fleet: [{name: a, gpu: A100-80GB, gpus_per_node: 4, price_per_hour: 2}]\n"                        \
+    "models: [{name: m, params: 7B, layers: 32, kv_heads: 8, head_dim: 128, max_context: 4096}]\n"     \
+    "tiers: [{name: gold, ttft_ms: 1000, tpot_ms: 100}]\n"                                             \
+    "tenants:\n"                                                                                       \
+    "  - {name: a, model: m, tier: gold, load: {rps: 2, prompt_tokens: 512, output_tokens: 128, headroom: 1.5}}\n" \
+    "  - {name: b, model: m, tier: gold, load: {rps: 1, prompt_tokens: 512, output_tokens: 128}}\n"   \
+    "  - {name: c, model: m, tier: gold, isolation: strict, load: {rps: 1, headroom: 2}}\n"
+
+static void test_json_headroom(void **st) {
+    (void)st;
+    fixture fx;
+    char err[512];
+    if (planio_parse(HEADROOM_YAML, strlen(HEADROOM_YAML), "headroom.yaml", &fx.in, err, sizeof err))
+        fail_msg("headroom.yaml: %s", err);
+    assert_int_equal(plan_build(&fx.in, &fx.p), 0);
+    assert_true(fx.p.feasible);
+    char *json = roundtrip("headroom.yaml", &fx);
+    cJSON *root = cJSON_Parse(json);
+    assert_non_null(root);
+    cJSON *tens = cJSON_GetObjectItem(cJSON_GetObjectItem(root, "input"), "tenants");
+    static const double want[] = {1.5, 0, 2};
+    for (int t = 0; t < 3; t++) {
+        cJSON *ld = cJSON_GetObjectItem(cJSON_GetArrayItem(tens, t), "load");
+        cJSON *h = cJSON_GetObjectItem(ld, "headroom");
+        if (want[t] == 0) assert_null(h);
+        else assert_true(cJSON_IsNumber(h) && h->valuedouble == want[t]);
+    }
+    /* The report's tenant rps is the real one; the instance shows both. */
+    assert_true(cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(root, "tenants"), 0), "rps")->valuedouble == 2);
+    const plan_worker *w = &fx.p.workers[fx.p.results[0].worker];
+    assert_true(w->load.rps == 3 && w->sized.rps == 4);
+    cJSON *i0 = cJSON_GetArrayItem(cJSON_GetObjectItem(root, "instances"), (int)w->first_inst);
+    assert_true(cJSON_GetObjectItem(i0, "rps")->valuedouble * w->replicas == 3);
+    assert_true(cJSON_GetObjectItem(i0, "sized_rps")->valuedouble * w->replicas == 4);
+    cJSON_Delete(root);
+    size_t len;
+    char *table = render(&fx.p, EMIT_TABLE, &len);
+    const char *line = strstr(table, "\na ");
+    assert_non_null(line);
+    const char *eol = strchr(line + 1, '\n');
+    if (!strstr(line, "ok; sized for 1.5x its load") || strstr(line, "ok; sized for 1.5x its load") > eol)
+        fail_msg("tenant a's row lacks its headroom: %.*s", (int)(eol - line), line);
+    assert_non_null(strstr(table, "c                m                gold     strict"));
+    assert_non_null(strstr(table, "sized for 2x its load"));
+    assert_non_null(strstr(table, "tenants with headroom: their workers are sized, and predicted, at rps x headroom"));
+    free(table);
+    char *serve = render(&fx.p, EMIT_SERVE, &len);
+    char want_line[128];
+    snprintf(want_line, sizeof want_line, "# Carries %.2f req/s, sized with headroom for %.2f req/s;\n# as sized: ", 3.0 / w->replicas,
+             4.0 / w->replicas);
+    if (!strstr(serve, want_line)) fail_msg("serve configs lack '%s'", want_line);
+    free(serve);
+    /* The reader checks the range. */
+    static const struct {
+        const char *value, *want;
+    } bad[] = {
+        {"0.5", "input.tenants[0].load.headroom: 0.5 is outside 1..100"},
+        {"101", "input.tenants[0].load.headroom: 101 is outside 1..100"},
+        {"\"2\"", "input.tenants[0].load.headroom: expected a number"},
+    };
+    for (size_t c = 0; c < sizeof bad / sizeof bad[0]; c++) {
+        root = cJSON_Parse(json);
+        cJSON *ld = cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(cJSON_GetObjectItem(root, "input"), "tenants"), 0), "load");
+        cJSON_ReplaceItemInObjectCaseSensitive(ld, "headroom", cJSON_Parse(bad[c].value));
+        char *text = cJSON_PrintUnformatted(root);
+        cJSON_Delete(root);
+        plan_input in;
+        plan p;
+        int rc = planjson_read(text, strlen(text), &in, &p, err, sizeof err);
+        free(text);
+        if (rc != TS_ERR_CONFIG || !strstr(err, bad[c].want)) fail_msg("case %zu: rc %d, '%s'", c, rc, err);
+        assert_null(in.tenants);
+    }
+    free(json);
+    unload(&fx);
 }
 
 /* Edit one field of mixed.yaml's JSON report (remove it, or set it to
@@ -439,6 +529,7 @@ int main(void) {
         cmocka_unit_test(test_serve_configs_load),
         cmocka_unit_test(test_default_tiers_reach_serve),
         cmocka_unit_test(test_json_roundtrip),
+        cmocka_unit_test(test_json_headroom),
         cmocka_unit_test(test_planjson_errors),
         cmocka_unit_test(test_command),
     };

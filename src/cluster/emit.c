@@ -152,7 +152,13 @@ static void table_header(const plan *p, strbuf *b) {
     strbuf_printf(b, "); %zu model%s, %zu tenant%s\n", in->n_models, in->n_models == 1 ? "" : "s", in->n_tenants,
               in->n_tenants == 1 ? "" : "s");
     strbuf_printf(b, "memory in GB (1e9 bytes); latency predicted by the roofline + Little's law model,\n"
-                     "the TTFT p99 by an M/G/1 queue of prompts (perf.h); prices per hour\n\n");
+                     "the TTFT p99 by an M/G/1 queue of prompts (perf.h); prices per hour\n");
+    int headroom = 0;
+    for (size_t t = 0; t < in->n_tenants; t++) headroom |= plan_tenant_headroom(&in->tenants[t]) != 1.0;
+    if (headroom)
+        strbuf_printf(b, "tenants with headroom: their workers are sized, and predicted, at rps x headroom;\n"
+                         "the rps and costs shown are at the real rates\n");
+    strbuf_printf(b, "\n");
     strbuf_printf(b, "placement: first-fit decreasing %d GPU%s", p->heuristic_gpus, p->heuristic_gpus == 1 ? "" : "s");
     if (p->exact_ran) {
         strbuf_printf(b, "; exact branch and bound %d GPU%s (%s, %ld nodes)", p->exact_gpus,
@@ -172,8 +178,11 @@ static void table_header(const plan *p, strbuf *b) {
     } else {
         strbuf_printf(b, "; exact search skipped: %zu slices > exact_limit %d", p->n_slices, p->in->exact_limit);
     }
+    /* The JSON keeps lower_frac to 3 decimals and a plan read back has only
+     * that, so the table prints the same rounded value: from the exact one,
+     * 4.71502 gives 4.72 where the 4.715 read back gives 4.71. */
     strbuf_printf(b, "\nlower bound: %d GPU%s (%.2f GPUs of need)\n", p->lower_bound, p->lower_bound == 1 ? "" : "s",
-              p->lower_frac);
+              rnd(p->lower_frac, 3));
 }
 
 static void table_gpus(const plan *p, strbuf *b) {
@@ -261,10 +270,14 @@ static void table_tenants(const plan *p, strbuf *b) {
         if (c.hour > 0 && isfinite(c.request)) snprintf(req, sizeof req, "%.6f", c.request);
         if (c.hour > 0 && isfinite(c.ktok)) snprintf(ktok, sizeof ktok, "%.6f", c.ktok);
         const char *status = r->ok ? (tn->iso == PLAN_ISO_BEST_EFFORT ? "ok (best effort)" : "ok") : "INFEASIBLE";
-        strbuf_printf(b, "%-16s %-16s %-8s %-11s %-26s %7.2f %9s %13s %13s %9s %10s  %s\n", tn->name,
+        /* rps is the real rate; the predictions are at the sized one. */
+        char sized[64] = "";
+        if (plan_tenant_headroom(tn) != 1.0)
+            snprintf(sized, sizeof sized, "; sized for %gx its load", plan_tenant_headroom(tn));
+        strbuf_printf(b, "%-16s %-16s %-8s %-11s %-26s %7.2f %9s %13s %13s %9s %10s  %s%s\n", tn->name,
                   p->in->models[tn->model].name, tr->name, plan_iso_name(tn->iso),
                   r->worker >= 0 ? p->workers[r->worker].name : "-", tn->load.rps, mean, ttft, tpot, req, ktok,
-                  status);
+                  status, sized);
     }
 }
 
@@ -318,12 +331,13 @@ static void add_exact(cJSON *o, const char *key, double v) {
     cJSON_AddRawToObject(o, key, buf);
 }
 
-static void json_load(cJSON *o, const perf_load *l) {
+static cJSON *json_load(cJSON *o, const perf_load *l) {
     cJSON *ld = cJSON_AddObjectToObject(o, "load");
     add_exact(ld, "rps", l->rps);
     add_exact(ld, "prompt_tokens", l->prompt);
     add_exact(ld, "output_tokens", l->output);
     add_exact(ld, "prompt_cv", l->prompt_cv);
+    return ld;
 }
 
 static void json_input(const plan_input *in, cJSON *root) {
@@ -383,7 +397,9 @@ static void json_input(const plan_input *in, cJSON *root) {
         cJSON_AddStringToObject(e, "profile", t->profile);
         cJSON_AddStringToObject(e, "key_sha256", t->key_sha256);
         add_exact(e, "weight", t->weight);
-        json_load(e, &t->load);
+        cJSON *ld = json_load(e, &t->load);
+        /* Only where set, so plans without headroom keep their bytes. */
+        if (plan_tenant_headroom(t) != 1.0) add_exact(ld, "headroom", plan_tenant_headroom(t));
     }
     const perf_opts *po = &in->perf;
     cJSON *op = cJSON_AddObjectToObject(o, "options");
@@ -522,6 +538,8 @@ static int emit_json(const plan *p, emit_out *out) {
         cJSON_AddNumberToObject(o, "seqs", e->seqs);
         cJSON_AddNumberToObject(o, "in_flight", rnd(e->in_flight, 2));
         cJSON_AddNumberToObject(o, "rps", rnd(w->load.rps / w->replicas, 3));
+        /* The estimates below are at the sized rate where headroom raised it. */
+        if (w->sized.rps != w->load.rps) cJSON_AddNumberToObject(o, "sized_rps", rnd(w->sized.rps / w->replicas, 3));
         cJSON_AddNumberToObject(o, "ttft_ms", rnd(e->ttft_s * 1e3, 1));
         cJSON_AddNumberToObject(o, "ttft_p99_ms", rnd(e->ttft_p99_s * 1e3, 1));
         cJSON_AddNumberToObject(o, "tpot_ms", rnd(e->step_s * 1e3, 1));
@@ -831,8 +849,15 @@ static void serve_yaml(const plan *p, size_t i, int port, strbuf *b, const char 
     slice_desc(p, in, slice, sizeof slice);
     strbuf_printf(b, "%s# tessera plan: worker instance %s, %s on %s GPU %d (%s).\n", indent, name,
               plan_mode_name(w->mode), p->nodes[g->node].name, g->index, slice);
-    strbuf_printf(b, "%s# Sized for %.2f req/s: %d sequences in flight, %.0f KV tokens; predicted TTFT %.0f ms,\n",
-              indent, w->load.rps / w->replicas, e->seqs, e->kv_tokens, e->ttft_s * 1e3);
+    /* The real rate; with headroom, the figures after it are the sized rate's. */
+    if (w->sized.rps != w->load.rps)
+        strbuf_printf(b, "%s# Carries %.2f req/s, sized with headroom for %.2f req/s;\n%s# as sized: %d sequences in "
+                         "flight, %.0f KV tokens; predicted TTFT %.0f ms,\n",
+                      indent, w->load.rps / w->replicas, w->sized.rps / w->replicas, indent, e->seqs, e->kv_tokens,
+                      e->ttft_s * 1e3);
+    else
+        strbuf_printf(b, "%s# Sized for %.2f req/s: %d sequences in flight, %.0f KV tokens; predicted TTFT %.0f ms,\n",
+                      indent, w->load.rps / w->replicas, e->seqs, e->kv_tokens, e->ttft_s * 1e3);
     strbuf_printf(b, "%s# TPOT %.0f ms. Start: tessera serve --config <this file>\n", indent, e->step_s * 1e3);
     strbuf_printf(b, "%slisten: 0.0.0.0:%d\n", indent, port);
     strbuf_printf(b, "%smodels:\n", indent);

@@ -96,6 +96,8 @@ int plan_tier_find(const plan_input *in, const char *name) {
     return -1;
 }
 
+double plan_tenant_headroom(const plan_tenant *t) { return t->headroom >= 1.0 ? t->headroom : 1.0; }
+
 const char *plan_iso_name(int iso) {
     static const char *const n[] = {"strict", "shared", "best-effort"};
     return iso >= 0 && iso < 3 ? n[iso] : "?";
@@ -421,14 +423,18 @@ static int explain(plan *p, const plan_worker *w, const sizing *z0) {
             if (a > lo) lo = a, on = p->types[t]->name;
         }
         why = PLAN_WHY_LOAD;
-        int need_r = lo > 0 ? (int)ceil(w->load.rps / lo) : 0;
+        int need_r = lo > 0 ? (int)ceil(z0->load.rps / lo) : 0;
+        char hr[96] = "";
+        if (w->sized.rps != w->load.rps)
+            snprintf(hr, sizeof hr, " (sized with headroom: %.1f req/s of real load)", w->load.rps);
         snprintf(what, sizeof what,
-                 "load: %.1f req/s is more than %d replicas carry (one slice carries at most %.2f "
-                 "req/s within its targets, on %s)", w->load.rps, p->in->max_replicas, lo, on);
+                 "load: %.1f req/s%s is more than %d replicas carry (one slice carries at most %.2f "
+                 "req/s within its targets, on %s)", z0->load.rps, hr, p->in->max_replicas, lo, on);
+        const char *lower = hr[0] ? "lower the load or the headroom" : "lower the load";
         if (need_r > 0)
-            snprintf(fix, sizeof fix, "lower the load, or options.max_replicas >= %d", need_r);
+            snprintf(fix, sizeof fix, "%s, or options.max_replicas >= %d", lower, need_r);
         else
-            snprintf(fix, sizeof fix, "lower the load, or looser targets");
+            snprintf(fix, sizeof fix, "%s, or looser targets", lower);
     }
     for (size_t k = 0; k < w->n_tenants; k++) {
         char name[256];
@@ -525,39 +531,51 @@ static int make_workers(plan *p, int has_mig) {
     return 0;
 }
 
-void plan_worker_load(const plan_input *in, plan_worker *pw) {
-    /* Load adds up; prompt and output are arrival-weighted means (plain
-     * means when nothing arrives). The prompt's second moment is the
-     * mixture's, so tenants with different prompt lengths give the worker
-     * a prompt_cv even when each of them has none. Targets are the
-     * strictest of the tenants (best effort promises none). */
+/* The mixture of w's tenants' loads, each rate x its headroom when
+ * `sized`: rates add up, prompt and output are arrival-weighted means
+ * (plain means when nothing arrives), and the prompt's second moment is
+ * the mixture's, so tenants with different prompt lengths give the worker
+ * a prompt_cv even when each of them has none. A headroom of 1 multiplies
+ * exactly, so without headroom the sized load is the load, bit for bit. */
+static perf_load mix_load(const plan_input *in, const plan_worker *pw, int sized) {
     double rps = 0, pr = 0, pr2 = 0, out = 0, sp = 0, sp2 = 0, so = 0;
-    pw->ttft_s = pw->tpot_s = 0;
     for (size_t k = 0; k < pw->n_tenants; k++) {
         const plan_tenant *t = &in->tenants[pw->tenants[k]];
-        const plan_tier *tr = &in->tiers[t->tier];
         double m2 = t->load.prompt * t->load.prompt * (1.0 + t->load.prompt_cv * t->load.prompt_cv);
-        rps += t->load.rps;
-        pr += t->load.rps * t->load.prompt;
-        pr2 += t->load.rps * m2;
-        out += t->load.rps * t->load.output;
+        double r = t->load.rps * (sized ? plan_tenant_headroom(t) : 1.0);
+        rps += r;
+        pr += r * t->load.prompt;
+        pr2 += r * m2;
+        out += r * t->load.output;
         sp += t->load.prompt;
         sp2 += m2;
         so += t->load.output;
-        if (pw->iso == PLAN_ISO_BEST_EFFORT) continue;
+    }
+    double n = pw->n_tenants ? (double)pw->n_tenants : 1.0;
+    perf_load l;
+    memset(&l, 0, sizeof l);
+    l.rps = rps;
+    l.prompt = rps > 0 ? pr / rps : sp / n;
+    l.output = rps > 0 ? out / rps : so / n;
+    if (l.output < 1) l.output = 1;
+    double mean = l.prompt, m2 = rps > 0 ? pr2 / rps : sp2 / n;
+    double var = m2 - mean * mean;
+    /* Equal prompts give exactly 0, not a rounding residue. */
+    l.prompt_cv = mean > 0 && var > 1e-9 * mean * mean ? sqrt(var) / mean : 0.0;
+    return l;
+}
+
+void plan_worker_load(const plan_input *in, plan_worker *pw) {
+    /* Targets are the strictest of the tenants (best effort promises none). */
+    pw->ttft_s = pw->tpot_s = 0;
+    for (size_t k = 0; k < pw->n_tenants && pw->iso != PLAN_ISO_BEST_EFFORT; k++) {
+        const plan_tier *tr = &in->tiers[in->tenants[pw->tenants[k]].tier];
         double ttft = tr->ttft_ms / 1e3, tpot = tr->tpot_ms / 1e3;
         if (ttft > 0 && (pw->ttft_s == 0 || ttft < pw->ttft_s)) pw->ttft_s = ttft;
         if (tpot > 0 && (pw->tpot_s == 0 || tpot < pw->tpot_s)) pw->tpot_s = tpot;
     }
-    double n = pw->n_tenants ? (double)pw->n_tenants : 1.0;
-    pw->load.rps = rps;
-    pw->load.prompt = rps > 0 ? pr / rps : sp / n;
-    pw->load.output = rps > 0 ? out / rps : so / n;
-    if (pw->load.output < 1) pw->load.output = 1;
-    double mean = pw->load.prompt, m2 = rps > 0 ? pr2 / rps : sp2 / n;
-    double var = m2 - mean * mean;
-    /* Equal prompts give exactly 0, not a rounding residue. */
-    pw->load.prompt_cv = mean > 0 && var > 1e-9 * mean * mean ? sqrt(var) / mean : 0.0;
+    pw->load = mix_load(in, pw, 0);
+    pw->sized = mix_load(in, pw, 1);
 }
 
 /* The pin of a worker: the first of its tenants' pinned profiles. */
@@ -572,7 +590,7 @@ static const char *worker_pin(const plan *p, const plan_worker *w) {
 static sizing worker_sizing(const plan *p, const plan_worker *w) {
     sizing z;
     z.m = &p->in->models[w->model].m;
-    z.load = w->load;
+    z.load = w->sized;              /* headroom: sizing sees the inflated rates */
     z.ttft_s = w->ttft_s;
     z.tpot_s = w->tpot_sized_s;
     z.mode = w->mode;
@@ -884,16 +902,16 @@ static int size_workers(builder *b) {
         if (pw->tpot_s == 0 && pw->iso != PLAN_ISO_BEST_EFFORT && o->tpot_bound_s > 0)
             pw->tpot_sized_s = o->tpot_bound_s;
         sizing z = worker_sizing(p, pw);
-        int r = choose_replicas(p, &z, pw->load.rps, b->spread[w], &wfit[w * nt]);
+        int r = choose_replicas(p, &z, pw->sized.rps, b->spread[w], &wfit[w * nt]);
         if (!r && pw->tpot_sized_s != pw->tpot_s) {
             pw->tpot_sized_s = pw->tpot_s;
             z = worker_sizing(p, pw);
-            r = choose_replicas(p, &z, pw->load.rps, b->spread[w], &wfit[w * nt]);
+            r = choose_replicas(p, &z, pw->sized.rps, b->spread[w], &wfit[w * nt]);
         }
         int found = r > 0;
         if (found) pw->replicas = r;
         if (!found) {
-            z.load = pw->load;
+            z.load = pw->sized;
             if ((rc = explain(p, pw, &z))) goto out;
             pw->replicas = 0;
             continue;
@@ -1247,7 +1265,8 @@ static int check_input(const plan_input *in) {
         const plan_tenant *t = &in->tenants[i];
         if (t->model < 0 || (size_t)t->model >= in->n_models || t->tier < 0 ||
             (size_t)t->tier >= in->n_tiers || t->iso < 0 || t->iso > PLAN_ISO_BEST_EFFORT ||
-            !(t->load.rps >= 0) || !(t->load.prompt >= 0) || !(t->load.output >= 0))
+            !(t->load.rps >= 0) || !(t->load.prompt >= 0) || !(t->load.output >= 0) ||
+            !(t->headroom == 0 || (t->headroom >= 1 && t->headroom <= 100)))
             return TS_ERR_INVAL;
     }
     return 0;
@@ -1429,8 +1448,8 @@ int plan_inst_estimate(const plan *p, const plan_inst *i, perf_est *out) {
     int rc = plan_inst_slice(p, i, &s);
     if (rc) return rc;
     const plan_worker *w = &p->workers[i->worker];
-    perf_load l = w->load;
-    l.rps = w->load.rps / (w->replicas > 0 ? w->replicas : 1);     /* as fits_at splits it */
+    perf_load l = w->sized;         /* as sized: the rates x headroom */
+    l.rps = w->sized.rps / (w->replicas > 0 ? w->replicas : 1);    /* as fits_at splits it */
     perf_estimate(&p->in->models[w->model].m, &s, &l, &p->in->perf, out);
     return 0;
 }

@@ -35,6 +35,14 @@
  * target (best effort aside) is sized for perf.tpot_bound_s where some
  * slice and replica count can meet it. Prices (plan_inst_price) come from
  * the pools and are reported, never used to choose.
+ * Headroom. A tenant's `headroom` (>= 1) makes sizing treat its arrival
+ * rate as rps x headroom: the queueing model is optimistic near
+ * saturation, and `tessera sim` finds the tenants it misses, so the
+ * operator (or sim --fix) buys margin for those alone. Only sizing sees it:
+ * the worker's `sized` load (replicas, slices, and every estimate in
+ * plan_inst: TTFT, p99, TPOT, utilisation, KV, all "as sized") comes from
+ * the inflated rates, while `load`, the report's rps, the tenants' cost
+ * split and --emit serve's comments keep the real rates.
  * Placement packs the slices (pack.h): first-fit decreasing always, and the
  * exact branch and bound when there are at most exact_limit slices; the
  * plan keeps the better and reports both. Every tenant that cannot be
@@ -126,6 +134,8 @@ typedef struct plan_tenant {
     char profile[PLAN_NAME_MAX];    /* pinned MIG profile ("2g.20gb"), "" = planner's choice */
     char key_sha256[65];            /* for --emit serve, "" = a placeholder */
     double weight;                  /* serve's share within the band, > 0 */
+    double headroom;                /* sizing multiplier on load.rps, 1..100; 0 (a
+                                     * zeroed struct) means 1: plan_tenant_headroom */
 } plan_tenant;
 
 typedef struct plan_input {
@@ -160,6 +170,9 @@ int plan_input_default_tiers(plan_input *in);
 /* Index of the entry with that name, or -1. */
 int plan_model_find(const plan_input *in, const char *name);
 int plan_tier_find(const plan_input *in, const char *name);
+
+/* The factor sizing multiplies t's rps by: t->headroom, or 1 when unset (0). */
+double plan_tenant_headroom(const plan_tenant *t);
 
 const char *plan_iso_name(int iso);     /* "strict", "shared", "best-effort" */
 const char *plan_mode_name(int mode);   /* "mig", "mig+mps", "mps", "timeslice", "whole" */
@@ -214,7 +227,10 @@ typedef struct plan_worker {
     int tier;                       /* its tenants' most urgent tier (lowest band) */
     size_t *tenants;                /* owned; indices into input tenants */
     size_t n_tenants;
-    perf_load load;                 /* all its tenants together */
+    perf_load load;                 /* all its tenants together, at their real rates */
+    perf_load sized;                /* the same with each rate x its tenant's headroom:
+                                     * what sizing and insts' est use; == load when no
+                                     * tenant sets a headroom */
     double ttft_s, tpot_s;          /* strictest targets of its tenants, 0 = none */
     double tpot_sized_s;            /* TPOT its slices were sized for: tpot_s, else the
                                      * default bound (perf.tpot_bound_s) where it was
@@ -226,7 +242,7 @@ typedef struct plan_worker {
 typedef struct plan_result {        /* per tenant */
     int worker;                     /* -1 when not served */
     int ok;                         /* placed and meeting its targets */
-    double ttft_s, tpot_s;          /* predicted at its worker's load (TTFT: the mean) */
+    double ttft_s, tpot_s;          /* predicted at its worker's sized load (TTFT: the mean) */
     double ttft_p99_s;              /* the PERF_TTFT_Q quantile, checked against the target */
 } plan_result;
 
@@ -303,17 +319,19 @@ int plan_inst_slice(const plan *p, const plan_inst *i, perf_slice *out);
 double plan_inst_price(const plan *p, const plan_inst *i);
 
 /* Cost per hour of tenant t: each instance of its worker's price, split by
- * the tenant's share of the worker's arrivals (equally when the worker has
- * no load). Per request and per 1k tokens follow from its load. */
+ * the tenant's share of the worker's arrivals at the real rates, headroom
+ * aside (equally when the worker has no load). Per request and per 1k
+ * tokens follow from its load. */
 double plan_tenant_cost(const plan *p, size_t t);
 
-/* The estimate of instance i on its placed slice at its worker's load per
- * replica: what sizing computed, recomputed (perf_estimate on
+/* The estimate of instance i on its placed slice at its worker's sized
+ * load per replica: what sizing computed, recomputed (perf_estimate on
  * plan_inst_slice). Returns 0, or TS_ERR_INVAL when i is not placed. */
 int plan_inst_estimate(const plan *p, const plan_inst *i, perf_est *out);
 
 /* Every served tenant's predictions (results' ttft_s, ttft_p99_s, tpot_s)
- * from its worker's first placed instance; results' worker must be set. */
+ * from its worker's first placed instance, so at the sized load; results'
+ * worker must be set. */
 void plan_predict(plan *p);
 
 /* Sum of plan_inst_price over the placed instances. */
@@ -327,8 +345,10 @@ double plan_price(const plan *p);
 int plan_fleet_init(const plan_input *in, plan *p);
 
 /* The load of worker w from its tenants (rates add up; prompt and output
- * are arrival-weighted means; prompt_cv that of the mixture) and its
- * targets (the strictest; none for best effort). */
+ * are arrival-weighted means; prompt_cv that of the mixture), its sized
+ * load (the same with every rate x its tenant's headroom, the mixture
+ * weighted by those rates) and its targets (the strictest; none for best
+ * effort). */
 void plan_worker_load(const plan_input *in, plan_worker *w);
 
 /* From the placed slices and instances: each GPU's mode, shares and

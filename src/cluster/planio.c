@@ -159,16 +159,20 @@ static int read_tier(const ydoc *d, const yaml_node_t *item, const char *path, p
     return added(d, plan_input_add_tier(in, &t));
 }
 
-static int read_load(const ydoc *d, const yaml_node_t *map, const char *path, perf_load *l) {
-    static const char *const K[] = {"rps", "prompt_tokens", "output_tokens", "prompt_cv"};
-    const yaml_node_t *v[4];
+/* A tenant's load, and its sizing headroom, which sits beside the rate it
+ * scales (plan.h says what it does). */
+static int read_load(const ydoc *d, const yaml_node_t *map, const char *path, plan_tenant *t) {
+    static const char *const K[] = {"rps", "prompt_tokens", "output_tokens", "prompt_cv", "headroom"};
+    const yaml_node_t *v[5];
     char fp[YDOC_PATH_MAX];
-    int rc = ydoc_map_fields(d, map, path, K, 4, v);
+    perf_load *l = &t->load;
+    int rc = ydoc_map_fields(d, map, path, K, 5, v);
     if (rc) return rc;
     if ((rc = ydoc_get_number(d, v[0], ydoc_path_field(fp, path, K[0]), 0, 1e7, 0, &l->rps))) return rc;
     if ((rc = ydoc_get_number(d, v[1], ydoc_path_field(fp, path, K[1]), 0, 1 << 24, 0, &l->prompt))) return rc;
     if ((rc = ydoc_get_number(d, v[2], ydoc_path_field(fp, path, K[2]), 1, 1 << 24, 0, &l->output))) return rc;
-    return ydoc_get_number(d, v[3], ydoc_path_field(fp, path, K[3]), 0, 100, 0, &l->prompt_cv);
+    if ((rc = ydoc_get_number(d, v[3], ydoc_path_field(fp, path, K[3]), 0, 100, 0, &l->prompt_cv))) return rc;
+    return ydoc_get_number(d, v[4], ydoc_path_field(fp, path, K[4]), 1, 100, 0, &t->headroom);
 }
 
 static const char *model_name(const plan_input *in, size_t i) { return in->models[i].name; }
@@ -226,6 +230,7 @@ static int read_tenant(const ydoc *d, const yaml_node_t *item, const char *path,
     plan_tenant t;
     memset(&t, 0, sizeof t);
     t.weight = 1;
+    t.headroom = 1;
     t.load.prompt = 512;
     t.load.output = 128;
     int rc = ydoc_map_fields(d, item, path, K, NK, v);
@@ -242,7 +247,7 @@ static int read_tenant(const ydoc *d, const yaml_node_t *item, const char *path,
     if ((rc = ydoc_get_enum(d, v[ISO], FP(ISO), "isolation", isos, 3, &iso))) return rc;
     t.iso = iso_of[iso];
     if ((rc = read_strict(d, v[GROUP], v[PROFILE], path, &t))) return rc;
-    if (v[LOAD] && (rc = read_load(d, v[LOAD], FP(LOAD), &t.load))) return rc;
+    if (v[LOAD] && (rc = read_load(d, v[LOAD], FP(LOAD), &t))) return rc;
     if ((rc = read_key(d, v[KEY], FP(KEY), &t))) return rc;
     if ((rc = ydoc_get_number(d, v[WEIGHT], FP(WEIGHT), 0, 1e6, YDOC_LO_OPEN, &t.weight))) return rc;
 #undef FP

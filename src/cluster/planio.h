@@ -55,6 +55,10 @@
  *         output_tokens: 128     mean, >= 1 (default 128)
          prompt_cv: 0           coefficient of variation of the prompt length, 0..100
                                 (default 0: all prompts equal); widens the p99 TTFT
+ *         headroom: 1.5          1..100 (default 1): size the tenant's worker as if
+ *                                rps were rps x headroom (margin where the queueing
+ *                                model is optimistic); the report keeps the real rps.
+ *                                Not options.headroom, which is memory
  *       key_sha256: <64 hex>     for --emit serve (default: a placeholder)
  *       weight: 1                > 0, serve's share within the band
  *   options:                     model knobs (perf.h), all optional

@@ -157,15 +157,20 @@ static int check_obj(rd *r, const cJSON *it, const char *path) {
 
 /* ---- the input ------------------------------------------------------------------- */
 
-static int read_load(rd *r, const cJSON *obj, const char *path, perf_load *l) {
+/* A tenant's load; its headroom is written only where it is not 1, so a
+ * report without one reads as 1. */
+static int read_load(rd *r, const cJSON *obj, const char *path, plan_tenant *t) {
     char fp[FP_MAX];
     const cJSON *o;
+    perf_load *l = &t->load;
     int rc = get_obj(r, obj, path, "load", &o);
     key_path(fp, path, "load");
     if (!rc) rc = get_num(r, o, fp, "rps", 0, 1e7, &l->rps);
     if (!rc) rc = get_num(r, o, fp, "prompt_tokens", 0, 1 << 24, &l->prompt);
     if (!rc) rc = get_num(r, o, fp, "output_tokens", 1, 1 << 24, &l->output);
     if (!rc) rc = get_num(r, o, fp, "prompt_cv", 0, 100, &l->prompt_cv);
+    t->headroom = 1;
+    if (!rc && cJSON_GetObjectItemCaseSensitive(o, "headroom")) rc = get_num(r, o, fp, "headroom", 1, 100, &t->headroom);
     return rc;
 }
 
@@ -271,7 +276,7 @@ static int read_tenant(rd *r, const cJSON *e, const char *path, plan_input *in) 
     if (!rc) rc = get_str(r, e, path, "profile", 1, t.profile, sizeof t.profile);
     if (!rc) rc = get_str(r, e, path, "key_sha256", 1, t.key_sha256, sizeof t.key_sha256);
     if (!rc) rc = get_num(r, e, path, "weight", 1e-300, 1e6, &t.weight);
-    if (!rc) rc = read_load(r, e, path, &t.load);
+    if (!rc) rc = read_load(r, e, path, &t);
     if (rc) return rc;
     return plan_input_add_tenant(in, &t) < 0 ? TS_ERR_NOMEM : 0;
 }
