@@ -21,7 +21,8 @@
 #
 # Environment: TESSERA (default build/tessera), SEED (default 1), CAL_S
 # (default 15), SCENARIOS (default "isolation fairness tiers"), FCFS (1:
-# isolation under FCFS too; default 1).
+# isolation under FCFS too; default 1), DURATION (the measured and simulated
+# send window; default the scenario's).
 set -euo pipefail
 export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}   # see bench/isolation.sh
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -31,6 +32,9 @@ SEED=${SEED:-1}
 CAL_S=${CAL_S:-15}
 SCENARIOS=${SCENARIOS:-isolation fairness tiers}
 FCFS=${FCFS:-1}
+DURATION=${DURATION:-}
+DUR_ARGS=()
+[ -n "$DURATION" ] && DUR_ARGS=(--duration "$DURATION")
 MODEL=$ROOT/models/demo-15m.gguf
 PY=/usr/bin/python3
 export TESSERA_ADMIN_KEY=tsk-demo-admin   # the demo configs' admin key
@@ -98,10 +102,11 @@ run_one() {   # NAME POLICY
     local oh; oh=$(overhead_ms "$dir/cal/report.json" "$dir/cal-sim/report.json")
     echo "   overhead ${oh} ms; measuring (seed $SEED)"
     start_server "$cfg" "$policy" "$dir/server.log"
-    "$TESSERA" bench --scenario "$scn" --url "$URL" --seed "$SEED" --out "$dir/measured" --quiet >"$dir/measured.txt"
+    "$TESSERA" bench --scenario "$scn" --url "$URL" --seed "$SEED" "${DUR_ARGS[@]}" --out "$dir/measured" --quiet \
+        >"$dir/measured.txt"
     stop_server
     "$TESSERA" sim --serve-config "$cfg" --calibration "$dir/cal/calibration.json" --policy "$policy" \
-        --trace "$scn" --seed "$SEED" --overhead-ms "$oh" --out "$dir/sim" \
+        --trace "$scn" --seed "$SEED" "${DUR_ARGS[@]}" --overhead-ms "$oh" --out "$dir/sim" \
         --compare "$dir/measured/report.json" >"$dir/sim.txt" || true
     sed -n '/simulated beside/,$p' "$dir/sim.txt"
 }

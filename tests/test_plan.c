@@ -89,19 +89,26 @@ static void test_little_memory_bound(void **st) {
     near(e.ttft_s, 0.003, 1e-6, "ttft");
     near(e.latency_s, 0.101, 1e-6, "W");
     near(e.in_flight, 1.01, 1e-6, "N");
-    /* KV: ceil(1.01) = 2 sequences x (100 + 50) tokens x 2 B. */
-    assert_int_equal(e.seqs, 2);
-    near(e.kv_tokens, 300, 1e-12, "kv tokens");
-    near(e.kv_bytes, 600, 1e-12, "kv bytes");
-    near(e.need_bytes, 2e9 + 600, 1e-12, "need");
-    /* The quantile and the headroom: N + 2 sqrt(N) = 3.0200 -> 4
-     * sequences = 1200 B; (2e9 + 1200) x 1.1 + 0.5 GiB. */
+    /* Seats: the Poisson(1.01) count is <= 4 with probability 0.9962 (<= 3:
+     * 0.9804), so 4 + 1 = 5 seats; KV: 5 x (100 + 50 + a block of 16)
+     * tokens under the 0.85 watermark, 2 B each. */
+    assert_int_equal(e.seqs, 5);
+    double kv = 5 * (100 + 50 + 16) / 0.85;
+    near(e.kv_tokens, kv, 1e-9, "kv tokens");
+    near(e.kv_bytes, 2 * kv, 1e-9, "kv bytes");
+    near(e.need_bytes, 2e9 + 2 * kv, 1e-9, "need");
+    /* z = 2: N + 2 sqrt(N) = 3.02 -> 4 is below the 5 seats, which stay;
+     * the headroom: (2e9 + KV) x 1.1 + 0.5 GiB. */
     o.kv_z = 2;
     o.headroom = 0.1;
     o.reserve_bytes = 0.5 * GIB;
     perf_estimate(&m, &s, &l, &o, &e);
-    assert_int_equal(e.seqs, 4);
-    near(e.need_bytes, (2e9 + 1200) * 1.1 + 536870912.0, 1e-12, "need with headroom");
+    assert_int_equal(e.seqs, 5);
+    near(e.need_bytes, (2e9 + 2 * kv) * 1.1 + 536870912.0, 1e-6, "need with headroom");
+    /* A larger z wins: N + 5 sqrt(N) = 6.03 -> 7 seats. */
+    o.kv_z = 5;
+    perf_estimate(&m, &s, &l, &o, &e);
+    assert_int_equal(e.seqs, 7);
     /* A request at max_context is the floor of the KV pool. */
     m.max_context = 4096;
     perf_estimate(&m, &s, &l, &o, &e);
@@ -121,7 +128,8 @@ static void test_little_light_load(void **st) {
     perf_estimate(&m, &s, &l, &o, &e);
     near(e.in_flight, 0.1 / 0.999, 1e-6, "N");
     near(e.latency_s, 0.1 / 0.999, 1e-6, "W");
-    assert_int_equal(e.seqs, 1);
+    /* P(Poisson(0.1) <= 1) = 0.9953: one in flight, one arriving. */
+    assert_int_equal(e.seqs, 2);
     /* No load: one idle instance, no waiting, W = one step + 49 steps. */
     l.rps = 0;
     perf_estimate(&m, &s, &l, &o, &e);
@@ -552,7 +560,12 @@ static void test_random_plans(void **st) {
         plan_input in;
         plan p;
         must_plan(yaml, &in, &p);
-        if (p.exact_ran) assert_true(p.exact_gpus <= p.heuristic_gpus);
+        /* The exact search is never worse: it places more slices, or as many
+         * on no more GPUs. */
+        if (p.exact_ran && !(p.exact_unplaced < p.heuristic_unplaced ||
+                             (p.exact_unplaced == p.heuristic_unplaced && p.exact_gpus <= p.heuristic_gpus)))
+            fail_msg("round %d: exact %d GPUs (%zu unplaced) worse than heuristic %d (%zu unplaced)", round,
+                     p.exact_gpus, p.exact_unplaced, p.heuristic_gpus, p.heuristic_unplaced);
         assert_true(p.gpus_used >= (p.lower_bound < (int)p.n_gpus ? p.lower_bound : 0) || !p.feasible);
         for (size_t g = 0; g < p.n_gpus; g++) {
             const plan_gpu *pg = &p.gpus[g];
@@ -779,8 +792,12 @@ static void test_ttft_p99(void **st) {
         perf_est e;
         perf_estimate(&m, &s, &l, &o, &e);
         assert_true(e.stable);
-        double S = 0.010002, rho = 50 * S, R = 0.5 * S * (1 + cv);
-        near(e.prefill_util, rho, 1e-9, "rho");
+        /* A prompt's service: what it adds to a step that carries it whole
+         * (2P x 1000 / F + the attention, 0.010002 s) when prompts are even,
+         * or its two 512-token chunk steps when they are sparse. */
+        double lo = 0.010002, hi = 2 * perf_step_time(&m, &s, &o, e.in_flight, 1000.5, 512, 500);
+        double S = e.prefill_util / 50, rho = e.prefill_util, R = 0.5 * S * (1 + cv);
+        assert_true(S >= lo - 1e-12 && S <= hi + 1e-12);
         double wait = R / (1 - rho) * log(rho / 0.01);
         double busy = 0.49 * e.step_s * (e.in_flight < 1 ? e.in_flight : 1);
         near(e.ttft_p99_s - e.ttft_s, wait + busy, 1e-9, cv ? "p99 - mean, cv 1" : "p99 - mean");
@@ -868,7 +885,7 @@ static void test_tpot_bound(void **st) {
             /* Sane KV: one max_context request's worth beyond a few in flight,
              * and well under what TTFT-only sizing holds. */
             assert_true(i->est.kv_bytes < 0.6 * kv_off);
-            assert_true(i->est.kv_bytes < 6e9);
+            assert_true(i->est.kv_bytes < 7e9);
             assert_true(p.slices[i->slice].pct >= 10);
         }
         for (size_t t = 0; t < 3; t++) near(p.results[t].tpot_s, i->est.step_s, 1e-12, "tenant tpot");
@@ -993,7 +1010,7 @@ static void test_headroom_sizes(void **st) {
         double rps;
     } cases[] = {
         {"fleet: [{name: n, gpu: A100-80GB, gpus_per_node: 8}]\n", "isolation: shared", 3},
-        {"fleet: [{name: n, gpu: A100-80GB, gpus_per_node: 8}]\n", "isolation: strict", 4},
+        {"fleet: [{name: n, gpu: A100-80GB, gpus_per_node: 8}]\n", "isolation: strict", 3},
         {"fleet: [{name: n, gpu: H100-80GB, gpus_per_node: 8, nodes: 2}]\n", "isolation: shared", 60},
     };
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {

@@ -352,7 +352,8 @@ int scn_opts_apply(scn *s, const scn_opts *o, char *err, size_t errlen) {
         rc = err_set(err, errlen, TS_ERR_SCENARIO, "assign: %d is not a rule", (int)o->assign);
     if (rc) return rc;
     scn_feed f = {.time_scale = o->time_scale, .load = o->load, .assign = o->assign,
-                  .assign_seed = o->assign_seed, .stream = !!o->stream};
+                  .assign_seed = o->assign_seed, .stream = !!o->stream,
+                  .idle_ok = !!o->idle_ok};
     if ((rc = parse_map(s, o->tenant_map, &f, err, errlen))) {
         free(f.map);
         return rc;
@@ -851,7 +852,7 @@ int scn_trace_parse(scn *s, const char *csv, size_t len, const char *file, char 
     int rc = rows ? reader_init(&r, s, file, 0, err, errlen) : TS_ERR_NOMEM;
     while (!rc && (rc = scn_trace_next(&r, &row, err, errlen)) == 1) rc = push_row(&rows, &n, &cap, row);
     if (!rc && r.fmt == SCN_TRACE_AZURE) shift_to_zero(rows, n);
-    if (!rc) rc = check_rows_per_tenant(s, rows, n, file, r.line, err, errlen);
+    if (!rc && !s->feed.idle_ok) rc = check_rows_per_tenant(s, rows, n, file, r.line, err, errlen);
     if (!rc) rc = sort_rows(rows, n);
     reader_deinit(&r);
     if (rc) {

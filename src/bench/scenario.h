@@ -178,6 +178,9 @@ typedef struct scn_opts {
     scn_assign assign;
     uint64_t assign_seed;     /* SCN_ASSIGN_WEIGHTED's generator */
     int stream;               /* 1: read the trace file while streaming, in time order */
+    int idle_ok;              /* 1: a trace tenant may have no rows (tessera sim: the
+                                 fleet's tenants a trace does not mention); bench wants
+                                 every trace tenant in the trace */
 } scn_opts;
 
 #define SCN_MAP_DROP (-1)     /* scn_map_entry.to: skip the rows */
@@ -201,6 +204,7 @@ typedef struct scn_feed {
     scn_other other;          /* names the map does not list: kept, dropped, or... */
     int32_t other_tenant;     /* ...sent to this tenant (SCN_OTHER_TENANT) */
     int stream;
+    int idle_ok;
 } scn_feed;
 
 /* What became of a trace's data rows. */

@@ -3,6 +3,8 @@
 
 #include <math.h>
 
+#include "sched.h"
+
 #define MAX_ITER 500            /* fixed-point iterations of N <- lambda W(N) */
 #define N_DIVERGED 1e7          /* requests in flight treated as "does not keep up" */
 
@@ -52,10 +54,11 @@ double perf_step_time(const perf_model *m, const perf_slice *s, const perf_opts 
     return (tc > tm ? tc : tm) + o->step_overhead_s;
 }
 
-/* The steady step time with n requests in flight, or -1 when prefill alone
- * saturates the slice (a slope >= 1). See perf.h for the derivation. */
-static double steady_step(const perf_model *m, const perf_slice *s, const perf_load *l,
-                          const perf_opts *o, double n) {
+/* The step time when every step carries its even share of the prompts,
+ * p = lambda I t tokens (see perf.h, "Steps"), or -1 when prefill alone
+ * saturates the slice (a slope >= 1). */
+static double steady_even(const perf_model *m, const perf_slice *s, const perf_load *l, const perf_opts *o,
+                          double n) {
     double I = l->prompt, c = l->prompt + 0.5 * l->output, A = attn_coeff(m), K = perf_kv_per_token(m);
     double fe = s->flops * o->eff_compute, be = s->bw * o->eff_bw;
     double ac = (2.0 * m->params * n + A * n * c) / fe;
@@ -68,6 +71,33 @@ static double steady_step(const perf_model *m, const perf_slice *s, const perf_l
     return tc > tm ? tc : tm;
 }
 
+/* The mean step when prompts are sparse (fewer than one per step): chunk
+ * steps of B = min(I, budget) tokens among decode-only steps; -1 when they
+ * are not sparse (chunk steps would fill the time: prompts then share
+ * steps, the even case). */
+static double steady_sparse(const perf_model *m, const perf_slice *s, const perf_load *l, const perf_opts *o,
+                            double n) {
+    double I = l->prompt, c = l->prompt + 0.5 * l->output;
+    double B = I < PERF_CHUNK_TOKENS ? I : PERF_CHUNK_TOKENS;
+    double t_dec = perf_step_time(m, s, o, n, c, 0, 0);
+    double chunks = l->rps * I / B;             /* chunk steps per second */
+    double busy = chunks * perf_step_time(m, s, o, n, c, B, 0.5 * I);
+    if (busy >= 1.0) return -1.0;
+    return 1.0 / (chunks + (1.0 - busy) / t_dec);
+}
+
+/* The mean step time (TPOT) with n requests in flight, or -1 when the
+ * slice does not keep up: the larger of the two cases, since the
+ * scheduler runs a sparse load as chunks that the even case would hide
+ * under the decodes' memory time. See perf.h, "Steps". */
+static double steady_step(const perf_model *m, const perf_slice *s, const perf_load *l, const perf_opts *o,
+                          double n) {
+    double even = steady_even(m, s, l, o, n);
+    if (even < 0 || !(l->rps > 0.0 && l->prompt > 0.0)) return even;
+    double sparse = steady_sparse(m, s, l, o, n);
+    return sparse > even ? sparse : even;
+}
+
 /* Latency W with n in flight; also the step time and TTFT. -1 if unstable. */
 static double latency(const perf_model *m, const perf_slice *s, const perf_load *l,
                       const perf_opts *o, double n, double *step, double *ttft) {
@@ -75,7 +105,10 @@ static double latency(const perf_model *m, const perf_slice *s, const perf_load 
     if (t < 0) return -1.0;
     double c = l->prompt + 0.5 * l->output;
     double wait = 0.5 * t * (n < 1.0 ? n : 1.0);
-    double first = wait + perf_step_time(m, s, o, n, c, l->prompt, 0.5 * l->prompt);
+    /* A prompt longer than a step's budget is prefilled in chunks, one
+     * step each, back to back. */
+    double C = l->prompt < PERF_CHUNK_TOKENS ? l->prompt : PERF_CHUNK_TOKENS;
+    double first = wait + ceil(l->prompt / C - 1e-9) * perf_step_time(m, s, o, n, c, C, 0.5 * l->prompt);
     double out = l->output > 1.0 ? l->output - 1.0 : 0.0;
     *step = t;
     *ttft = first;
@@ -87,20 +120,43 @@ static double latency(const perf_model *m, const perf_slice *s, const perf_load 
 static int ttft_tail(const perf_model *m, const perf_slice *s, const perf_load *l, const perf_opts *o,
                      perf_est *e) {
     double I = l->prompt, c = l->prompt + 0.5 * l->output, n = e->in_flight;
-    double with = perf_step_time(m, s, o, n, c, I, 0.5 * I);
-    double serve = with - perf_step_time(m, s, o, n, c, 0, 0);
+    /* A prompt holds the slice for its own chunk steps when prompts are
+     * sparse, and for what its tokens add to a shared step when they are
+     * even (the two cases of "Steps"). */
+    double B = I < PERF_CHUNK_TOKENS ? I : PERF_CHUNK_TOKENS;
+    double own = ceil(I / B - 1e-9) * perf_step_time(m, s, o, n, c, B, 0.5 * I);
+    double sparse = l->rps > 0.0 ? steady_sparse(m, s, l, o, n) : -1.0;
+    double serve = sparse > 0 && sparse >= e->step_s
+                       ? own
+                       : perf_step_time(m, s, o, n, c, I, 0.5 * I) - perf_step_time(m, s, o, n, c, 0, 0);
     double rho = l->rps * serve;
     e->prefill_util = rho;
     e->ttft_p99_s = e->ttft_s;
-    if (rho >= 1.0) return -1;
+    if (!(rho < 1.0)) return -1;          /* NaN too */
     double wait = 0.0;
     if (rho > 1.0 - PERF_TTFT_Q) {
         double resid = 0.5 * serve * (1.0 + l->prompt_cv * l->prompt_cv);
         wait = resid / (1.0 - rho) * log(rho / (1.0 - PERF_TTFT_Q));
     }
     double busy = PERF_TTFT_Q * e->step_s * (n < 1.0 ? n : 1.0);
-    e->ttft_p99_s = wait + busy + with;
+    e->ttft_p99_s = wait + busy + own;
     return 0;
+}
+
+/* The smallest k with P(X <= k) >= p for X ~ Poisson(mean): summed term by
+ * term (in logs, so a large mean does not underflow exp(-mean)) up to a
+ * mean of 1e4, the normal approximation beyond. */
+static double poisson_quantile(double mean, double p) {
+    if (!(mean > 0)) return 0;
+    if (mean > 1e4) return ceil(mean + 2.3263478740 * sqrt(mean) + 0.5);
+    double lp = -mean, cdf = exp(lp);
+    double k = 0;
+    while (cdf < p && k < 10 * mean + 100) {
+        k += 1;
+        lp += log(mean) - log(k);
+        cdf += exp(lp);
+    }
+    return k;
 }
 
 void perf_estimate(const perf_model *m, const perf_slice *s, const perf_load *l,
@@ -134,10 +190,18 @@ void perf_estimate(const perf_model *m, const perf_slice *s, const perf_load *l,
     }
     if (e->stable && ttft_tail(m, s, l, o, e) != 0) e->stable = 0;
     if (e->util > o->max_util) e->stable = 0;
-    double q = n + o->kv_z * sqrt(n);
+    if (!(s->flops > 0 && s->bw > 0)) e->stable = 0; /* a slice with nothing to run on */
+    double q = n + o->kv_z * sqrt(n), seats = poisson_quantile(n, PERF_TTFT_Q) + 1.0;
+    if (seats > q) q = seats;
     e->seqs = l->rps > 0.0 ? (int)ceil(q - 1e-9) : 0;
     if (e->seqs < 1) e->seqs = 1;
-    double tokens = (l->rps > 0.0 ? (double)e->seqs * (I + O) : 0.0);
+    /* The scheduler admits new requests only while the pool is under its
+     * high watermark, and a request holds whole blocks: the seats' KV
+     * must fit under the watermark, each rounded up by a block. */
+    sched_config sc;
+    sched_config_default(&sc);
+    double per_seat = I + O + PERF_BLOCK_TOKENS;
+    double tokens = (l->rps > 0.0 ? (double)e->seqs * per_seat / sc.kv_high : 0.0);
     if (tokens < m->max_context) tokens = m->max_context;
     e->kv_tokens = tokens;
     e->weight_bytes = perf_weight_bytes(m);

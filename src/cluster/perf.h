@@ -16,15 +16,24 @@
  * bytes/s (the GPU's scaled by its share of SMs and of memory slices),
  * e_c and e_b achieved fractions of peak and t0 a fixed per-step cost.
  *
- * Steady state at arrival rate lambda with prompt I and output O tokens:
- * N requests are in flight and all of them decode each step (b = N,
- * c = I + O/2), and prefill is chunked across steps, so each step also
- * carries p = lambda I t prompt tokens (a = I/2). Both roofline terms are
- * then linear in t with slope k < 1 (k_c = (2P + 2 L H D I) lambda I / (F e_c),
- * k_m = K lambda I / (B e_b)), so the step time is the larger of the two
- * fixed points (a_i + t0) / (1 - k_i). TPOT = t; TTFT = the wait for the
- * running step (t/2 when busy, scaled by min(N, 1)) plus one step that
- * carries the whole prompt; the latency is W = TTFT + (O - 1) TPOT. Little's
+ * Steps. At arrival rate lambda with prompt I and output O tokens, N
+ * requests are in flight and all of them decode each step (b = N, c = I +
+ * O/2). The scheduler does not spread prompts thinly over every step: a
+ * step takes what prompt tokens are waiting, up to its budget
+ * (PERF_CHUNK_TOKENS, serve's default budget_max), so a long prompt is a
+ * run of full chunk steps (compute-bound) among decode-only steps (memory-
+ * bound), and the two do not overlap as one evenly loaded step's
+ * roofline would let them (the simulator showed the even-spread model 40%
+ * optimistic on TPOT for 2k-token prompts). So: a chunk carries C = the
+ * prompt tokens that arrive during a decode step, at least one prompt, at
+ * most the budget; chunk steps come lambda I / C times a second and take
+ * t_c = step(N, c, C, I/2) each, the rest of the time is decode steps of
+ * t_d = step(N, c, 0, 0), and the mean step (TPOT) is one over the steps
+ * per second: t = 1 / (lambda I / C + (1 - lambda I t_c / C) / t_d);
+ * lambda I t_c / C >= 1 does not keep up. TTFT = the wait for the running
+ * step (t/2 when busy, scaled by min(N, 1)) plus the prompt's own chunk
+ * steps, ceil(I / B) of them with B = min(I, budget), back to back; the
+ * latency is W = TTFT + (O - 1) TPOT. Little's
  * law closes the loop: N = lambda W. W grows with N, so N is found by
  * iterating N <- lambda W(N) from 0; it converges when the slice keeps up
  * and diverges when it does not, which is reported as unstable. The
@@ -35,8 +44,9 @@
  * TTFT tail. The mean above waits for one running step only; a p99 must
  * also see prompts queueing behind each other. The slice is taken as an
  * M/G/1 server of prefill work: prompts arrive as a Poisson stream at
- * lambda, and one prompt's service is the time its tokens add to a steady
- * step, S = step(N, c, I, I/2) - step(N, c, 0, 0) (the decodes run anyway).
+ * lambda, and one prompt's service is its share of the chunk steps that
+ * carry it, S = (I / C) step(N, c, C, I/2) (while prompts queue, every
+ * step is a chunk step; C as in "Steps").
  * With rho = lambda S, the prompt-length coefficient of variation v
  * (l.prompt_cv; S is taken as proportional to I, so E[S^2] = S^2 (1 + v^2))
  * and the mean residual service R = E[S^2] / (2 S) = S (1 + v^2) / 2,
@@ -47,7 +57,7 @@
  *     x_q = R / (1 - rho) ln(rho / (1 - q))   when rho > 1 - q, else 0.
  * The p99 TTFT is then x_q, plus the running step at its own q-quantile of
  * a uniform residual (q t, scaled by min(N, 1) like the mean), plus the
- * step that carries the prompt. rho >= 1 marks the estimate unstable.
+ * prompt's own chunk steps (as the mean's). rho >= 1 marks the estimate unstable.
  * Limits: the approximation is asymptotic (good for rho above ~0.3, a
  * little pessimistic below); arrivals are assumed Poisson (bursty traffic
  * has a heavier tail); the prompt's own step uses the mean prompt, so a
@@ -55,8 +65,18 @@
  * ignores attention's quadratic growth in I when v > 0. The simulator
  * (tessera sim) checks these numbers against the real scheduler.
  *
- * Memory: weights, plus KV for the requests in flight, sized at the
- * quantile N + z sqrt(N) of a Poisson count (z = opts.kv_z) rounded up,
+ * Seats and memory. The requests in flight are a Poisson count of mean N
+ * (M/G/infinity), and an arrival that finds every seat (max_seqs) taken
+ * waits for a whole request to end, which no TTFT target survives; so the
+ * seats are enough that at most 1 - PERF_TTFT_Q of arrivals find them all
+ * taken: the Poisson PERF_TTFT_Q-quantile of the count plus the arrival's
+ * own, and never fewer than N + z sqrt(N) (z = opts.kv_z). (The simulator
+ * showed the need: three 0.2 req/s tenants sized at N + 2 sqrt(N) = 3 seats
+ * saw a 3 s p99 TTFT against a 1 s target whenever a fourth request came
+ * while three were in flight.) Memory: weights, plus KV for those seats
+ * (each its context rounded up by a block, and all of it under the
+ * scheduler's admission watermark, sched_config_default's kv_high: above
+ * it no request is admitted, so a pool sized to the brim holds fewer),
  * each charged its full context I + O (the most it holds), and never less
  * than one request at the model's max_context; then a fractional headroom
  * (activations, fragmentation) and a fixed per-process reserve (CUDA
@@ -69,6 +89,8 @@
 #define TS_PERF_H
 
 #define PERF_TTFT_Q 0.99            /* the TTFT quantile plans are checked at */
+#define PERF_BLOCK_TOKENS 16        /* KV block of the server (serve's default block_size) */
+#define PERF_CHUNK_TOKENS 512       /* a step's token budget (serve's default budget_max) */
 
 typedef struct perf_model {
     double params;                  /* parameters */
@@ -114,7 +136,7 @@ typedef struct perf_est {
     double latency_s;               /* W, request latency, s */
     double in_flight;               /* N = lambda W, requests (mean) */
     double util;                    /* compute utilisation rho, 0..1+ */
-    int seqs;                       /* sequences sized for: ceil(N + z sqrt N) */
+    int seqs;                       /* sequences sized for (seats; see above) */
     double kv_tokens;               /* KV positions sized for */
     double weight_bytes;            /* bytes */
     double kv_bytes;                /* bytes */

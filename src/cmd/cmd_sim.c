@@ -32,6 +32,7 @@
 #include "bench/report.h"
 #include "bench/scenario.h"
 #include "bench/scrape.h"
+#include "cluster/emit.h"
 #include "cluster/planio.h"
 #include "cluster/planjson.h"
 #include "cmd.h"
@@ -50,6 +51,10 @@
 #define TOL_P50 0.10
 #define TOL_P99 0.20
 #define TOL_JAIN 0.02
+#define FIX_ROUNDS 8            /* --fix: re-plans at most */
+#define FIX_MIN 1.25            /* --fix: a missing tenant's headroom grows by at least, */
+#define FIX_MAX 2.0             /* and at most, this factor a round */
+#define FIX_HEADROOM_MAX 100.0  /* the largest headroom an input may give (planio.h) */
 
 static void usage(FILE *f) {
     fprintf(f,
@@ -93,19 +98,22 @@ static void usage(FILE *f) {
             "                         bounded above %.0f expected requests\n"
             "  --out DIR              report.txt, report.json, instances.csv, series.csv, plots\n"
             "                         (default sim-out)\n"
+            "  --fix                  when a tenant misses, re-plan with more headroom for it\n"
+            "                         (its rate x headroom when sizing) and simulate again, up to\n"
+            "                         %d rounds; fix.txt lists the headroom, plan.json the plan\n"
             "  --compare REPORT.json  lay the simulation beside a measured run (tessera bench's\n"
             "                         report.json of the same scenario): per tenant p50/p99 TTFT\n"
             "                         and TPOT and Jain's index, with their errors (compare.txt)\n"
             "Exit status: 0 every served tenant met its targets at p99 with nothing rejected\n"
             "(with --compare: the simulation is within %.0f%% (p50), %.0f%% (p99) and %.2f (Jain) of\n"
             "the measurement), 1 it did not (or the run failed), 2 bad usage or input.\n",
-            BOUNDED_AUTO, 100 * TOL_P50, 100 * TOL_P99, TOL_JAIN);
+            BOUNDED_AUTO, FIX_ROUNDS, 100 * TOL_P50, 100 * TOL_P99, TOL_JAIN);
 }
 
 typedef struct args {
     const char *input, *plan_json, *serve_cfg, *calibrate, *calibration, *model, *trace, *out, *compare;
     double duration_s, drain_s, length_cv, overhead_ms;
-    int no_noise;
+    int no_noise, fix;
     int route, policy, bounded, quiet;
     uint64_t seed;
     scn_opts so;
@@ -150,6 +158,7 @@ static int parse_opt(args *a, int c, const char *v) {
     case 'v': return parse_num("--length-cv", v, 0, &a->length_cv);
     case 'O': return parse_num("--overhead-ms", v, 0, &a->overhead_ms);
     case 'N': a->no_noise = 1; return 0;
+    case 'X': a->fix = 1; return 0;
     case 'q': a->quiet = 1; return 0;
     case 'b': a->bounded = 1; return 0;
     case 'x': a->bounded = 0; return 0;
@@ -203,7 +212,7 @@ static int parse_args(int argc, char **argv, args *a) {
         {"bounded", no_argument, 0, 'b'},          {"exact", no_argument, 0, 'x'},
         {"compare", required_argument, 0, 'c'},    {"quiet", no_argument, 0, 'q'},
         {"stream", no_argument, 0, 'R'},           {"overhead-ms", required_argument, 0, 'O'},
-        {"no-noise", no_argument, 0, 'N'},
+        {"no-noise", no_argument, 0, 'N'},         {"fix", no_argument, 0, 'X'},
         {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0}};
     memset(a, 0, sizeof(*a));
@@ -236,6 +245,10 @@ static int parse_args(int argc, char **argv, args *a) {
     }
     if (a->so.stream && a->duration_s <= 0) {
         fprintf(stderr, "sim: --stream needs --duration: a streamed trace's end is not known in advance\n");
+        return -1;
+    }
+    if (a->fix && a->serve_cfg) {
+        fprintf(stderr, "sim: --fix re-plans: it needs --input or --plan\n");
         return -1;
     }
     if (a->serve_cfg && !a->trace) {
@@ -438,7 +451,9 @@ static int map_tenants(world *w) {
 static int csv_traffic(const args *a, world *w, char *err, size_t errlen) {
     int rc = sfl_report_scn(&w->fleet, &w->load);
     if (rc) return rc;
-    if ((rc = scn_opts_apply(&w->load, &a->so, err, errlen))) return rc;
+    scn_opts so = a->so;
+    so.idle_ok = 1; /* a trace need not name every tenant of the fleet */
+    if ((rc = scn_opts_apply(&w->load, &so, err, errlen))) return rc;
     return scn_trace_load(&w->load, a->trace, err, errlen);
 }
 
@@ -493,7 +508,7 @@ static double expected_requests(const scn *s, double window_s) {
 
 /* ---- verdicts ------------------------------------------------------------------- */
 
-enum { V_OK = 0, V_MISS, V_OPTIMISTIC, V_UNSERVED, V_IDLE };
+enum { V_OK = 0, V_MISS, V_OPTIMISTIC, V_UNSERVED, V_IDLE, V_BEST_EFFORT };
 
 /* A tenant's outcome against its tier's targets and the plan's promise. */
 static int verdict(const world *w, int t, const rpt_tenant *rt, const sim_tenant_stats *ts) {
@@ -501,6 +516,7 @@ static int verdict(const world *w, int t, const rpt_tenant *rt, const sim_tenant
     const sched_tier *tr = &w->fleet.tiers[st->cfg.tier];
     if (st->worker < 0) return V_UNSERVED;
     if (rt->due == 0) return V_IDLE;
+    if (!tr->ttft_ms && !tr->tpot_ms) return V_BEST_EFFORT; /* nothing was promised */
     int miss = rt->errors > 0 || (tr->ttft_ms > 0 && rt->ttft.p99 * 1e3 > tr->ttft_ms) ||
                (tr->tpot_ms > 0 && rt->tpot.p99 * 1e3 > tr->tpot_ms);
     (void)ts;
@@ -509,7 +525,7 @@ static int verdict(const world *w, int t, const rpt_tenant *rt, const sim_tenant
 }
 
 static const char *verdict_name(int v) {
-    static const char *const n[] = {"ok", "misses", "plan optimistic", "unserved", "no traffic"};
+    static const char *const n[] = {"ok", "misses", "plan optimistic", "unserved", "no traffic", "best effort"};
     return n[v];
 }
 
@@ -517,7 +533,8 @@ static const char *verdict_name(int v) {
  * outcome. Returns how many served tenants missed. */
 static int print_check(FILE *f, const world *w, const sim_result *r) {
     int bad = 0;
-    fprintf(f, "\nplan check (targets are the tier's; p99 over the tenant's requests)\n");
+    fprintf(f, "\n%s (targets are the tier's; p99 over the tenant's requests; a miss also counts refused,\n"
+            "failed or unfinished requests)\n", w->have_plan ? "plan check" : "check");
     fprintf(f, "%-20s %-8s %9s %9s %11s %9s %9s %9s %8s  %s\n", "tenant", "tier", "ttft_tgt", "tpot_tgt",
             "plan_ttft99", "sim_ttft99", "sim_tpot99", "rejected", "preempt", "verdict");
     for (int t = 0; t < w->fleet.f.n_tenants; t++) {
@@ -566,9 +583,9 @@ static void print_insts(FILE *f, const world *w, const sim_result *r) {
     int n = w->fleet.f.n_insts, shown = n > 40 ? 40 : n;
     double util = 0, cost = 0;
     for (int i = 0; i < n; i++) util += r->inst[i].util, cost += r->inst[i].cost;
-    fprintf(f, "\ninstances: %d, mean utilisation %.1f%%, cost of the run %.4f (price per hour x run)\n", n,
-            100.0 * util / n, cost);
-    fprintf(f, "%-32s %-16s %7s %7s %7s %8s %7s %9s %9s\n", "instance", "model", "util", "kv_mean", "kv_max",
+    fprintf(f, "\ninstances: %d, busy %.1f%% of the time on average (a step in flight), cost of the run %.4f "
+            "(price per hour x run)\n", n, 100.0 * util / n, cost);
+    fprintf(f, "%-32s %-16s %7s %7s %7s %8s %7s %9s %9s\n", "instance", "model", "busy", "kv_mean", "kv_max",
             "q_mean", "q_max", "requests", "steps");
     for (int i = 0; i < shown; i++) {
         const sim_inst_stats *s = &r->inst[i];
@@ -584,10 +601,17 @@ static int print_all(FILE *f, const world *w, const sim_result *r, double wall_s
     print_reasons(f, w, r);
     print_insts(f, w, r);
     int bad = print_check(f, w, r);
-    fprintf(f, "\nsimulated %.0f s: %llu requests, %llu events in %.1f s wall (%.0f requests/s)\n", r->run_s,
-            (unsigned long long)r->requests, (unsigned long long)r->events, wall_s,
-            wall_s > 0 ? (double)r->requests / wall_s : 0);
-    fprintf(f, "verdict: %s\n", bad ? "the plan does NOT hold (see the plan check)" : "the plan holds");
+    fprintf(f, "\nsimulated %.0f s: %llu requests, %llu events", r->run_s, (unsigned long long)r->requests,
+            (unsigned long long)r->events);
+    /* The files are the same for the same inputs and seed: no wall time. */
+    if (wall_s >= 0)
+        fprintf(f, " in %.1f s wall (%.0f requests/s)", wall_s, wall_s > 0 ? (double)r->requests / wall_s : 0);
+    fprintf(f, "\n");
+    if (w->have_plan)
+        fprintf(f, "verdict: %s\n", bad ? "the plan does NOT hold (see the plan check)" : "the plan holds");
+    else
+        fprintf(f, "verdict: %s\n", bad ? "some tenant missed its tier's targets (see the check)"
+                                          : "every tenant with targets met them at p99");
     return bad;
 }
 
@@ -596,14 +620,15 @@ static int print_all(FILE *f, const world *w, const sim_result *r, double wall_s
 static int write_insts(const char *dir, const world *w, const sim_result *r) {
     strbuf b = STRBUF_INIT;
     strbuf_puts(&b, "instance,model,device,price_per_hour,util,kv_mean,kv_max,queue_mean,queue_max,requests,"
-                    "tokens_out,steps,engine_s,cost\n");
+                    "tokens_out,steps,engine_s,cost,fit_a_us,fit_b_us,fit_c_us,fit_d_us\n");
     for (int i = 0; i < w->fleet.f.n_insts; i++) {
         const sim_inst *si = &w->fleet.insts[i];
         const sim_inst_stats *s = &r->inst[i];
-        strbuf_printf(&b, "%s,%s,%d,%g,%.4f,%.4f,%.4f,%.3f,%d,%llu,%llu,%llu,%.3f,%.6f\n", si->name, si->model,
-                      si->device, si->price_per_hour, s->util, s->kv_mean, s->kv_max, s->queue_mean, s->queue_max,
-                      (unsigned long long)s->requests, (unsigned long long)s->tokens_out,
-                      (unsigned long long)s->steps, s->engine_s, s->cost);
+        strbuf_printf(&b, "%s,%s,%d,%g,%.4f,%.4f,%.4f,%.3f,%d,%llu,%llu,%llu,%.3f,%.6f,%.2f,%.4f,%.4f,%.6f\n", si->name,
+                      si->model, si->device, si->price_per_hour, s->util, s->kv_mean, s->kv_max, s->queue_mean,
+                      s->queue_max, (unsigned long long)s->requests, (unsigned long long)s->tokens_out,
+                      (unsigned long long)s->steps, s->engine_s, s->cost, s->theta[0], s->theta[1], s->theta[2],
+                      s->theta[3]);
     }
     int rc = strbuf_failed(&b) ? -1 : file_write(dir, "instances.csv", b.p);
     strbuf_free(&b);
@@ -686,7 +711,7 @@ static int write_outputs(const args *a, const world *w, const sim_result *r, dou
     snprintf(path, sizeof path, "%s/report.txt", a->out);
     FILE *f = fopen(path, "w");
     if (!f) return -1;
-    print_all(f, w, r, wall_s);
+    print_all(f, w, r, -1);
     int rc = fclose(f) ? -1 : 0;
     char *js = sim_json(w, r, a);
     if (!js || file_write(a->out, "report.json", js)) rc = -1;
@@ -768,6 +793,95 @@ static int compare(const args *a, const world *w, const sim_result *r) {
     return bad;
 }
 
+static int simulate(const args *a, world *w, sim_result *r, double *wall_s);
+
+/* ---- --fix ---------------------------------------------------------------------- */
+
+/* How far over its targets tenant t was: simulated p99 over target, the
+ * larger of TTFT and TPOT; 1 when it had no target it missed. */
+static double overshoot(const world *w, int t, const rpt_tenant *rt) {
+    const sched_tier *tr = &w->fleet.tiers[w->fleet.tenants[t].cfg.tier];
+    double x = 1.0;
+    if (tr->ttft_ms && rt->ttft.p99 * 1e3 / tr->ttft_ms > x) x = rt->ttft.p99 * 1e3 / tr->ttft_ms;
+    if (tr->tpot_ms && rt->tpot.p99 * 1e3 / tr->tpot_ms > x) x = rt->tpot.p99 * 1e3 / tr->tpot_ms;
+    return x;
+}
+
+/* Raise the headroom of every tenant that missed; how many did. */
+static int raise_headroom(world *w, const sim_result *r, FILE *log, int round) {
+    int n = 0;
+    for (int t = 0; t < w->fleet.f.n_tenants; t++) {
+        int v = verdict(w, t, &r->report.t[t], &r->tenant[t]);
+        if (v != V_MISS && v != V_OPTIMISTIC) continue;
+        plan_tenant *pt = &w->in.tenants[t];
+        double f = overshoot(w, t, &r->report.t[t]);
+        f = f < FIX_MIN ? FIX_MIN : f > FIX_MAX ? FIX_MAX : f;
+        double h = plan_tenant_headroom(pt) * f;
+        pt->headroom = h > FIX_HEADROOM_MAX ? FIX_HEADROOM_MAX : h;
+        fprintf(log, "round %d: %s missed (p99 TTFT %.0f ms, TPOT %.1f ms): headroom %.3g\n", round, pt->name,
+                r->report.t[t].ttft.p99 * 1e3, r->report.t[t].tpot.p99 * 1e3, pt->headroom);
+        n++;
+    }
+    return n;
+}
+
+static int replan(const args *a, world *w) {
+    char err[1024] = "";
+    sfl_free(&w->fleet);
+    plan_free(&w->p);
+    w->have_plan = 0;
+    int rc = plan_build(&w->in, &w->p);
+    if (rc) {
+        fprintf(stderr, "sim: re-planning: %s\n", err_str(rc));
+        return -1;
+    }
+    w->have_plan = 1;
+    int policy = a->policy >= 0 ? a->policy : SCHED_POLICY_FAIR;
+    if ((rc = sfl_from_plan(&w->p, policy, &w->fleet, err, sizeof err))) {
+        fprintf(stderr, "sim: %s\n", err[0] ? err : err_str(rc));
+        return -1;
+    }
+    return 0;
+}
+
+/* What --fix settled on: the headroom in the input's own YAML words, and
+ * the plan as tessera plan --emit json writes it. */
+static int write_fix(const args *a, const world *w, FILE *log) {
+    fprintf(log, "\n%s: add to the tenants' load in the input:\n", w->p.feasible ? "the plan" : "the plan (infeasible)");
+    for (size_t t = 0; t < w->in.n_tenants; t++)
+        if (plan_tenant_headroom(&w->in.tenants[t]) != 1.0)
+            fprintf(log, "  %s: load: {..., headroom: %.3g}\n", w->in.tenants[t].name, w->in.tenants[t].headroom);
+    emit_out out;
+    if (emit_run(&w->p, EMIT_JSON, &out)) return -1;
+    int rc = out.n == 1 && file_write(a->out, "plan.json", out.files[0].data) == 0 ? 0 : -1;
+    emit_out_free(&out);
+    return rc;
+}
+
+/* Simulate, and while a tenant misses, raise its headroom and re-plan.
+ * Returns simulate's status; r holds the last round's result. */
+static int fix_loop(const args *a, world *w, sim_result *r, double *wall_s) {
+    if (file_mkdirs(a->out)) return -1;
+    char path[4096];
+    snprintf(path, sizeof path, "%s/fix.txt", a->out);
+    FILE *log = fopen(path, "w");
+    if (!log) return -1;
+    int rc = 0;
+    for (int round = 1;; round++) {
+        if ((rc = simulate(a, w, r, wall_s))) break;
+        if (round == FIX_ROUNDS || raise_headroom(w, r, log, round) == 0) {
+            fprintf(log, "after %d round%s: %s\n", round, round == 1 ? "" : "s",
+                    round == FIX_ROUNDS ? "rounds spent" : "every tenant holds");
+            break;
+        }
+        sim_result_free(r);
+        if ((rc = replan(a, w))) break;
+    }
+    if (!rc && write_fix(a, w, log)) rc = -1;
+    if (fclose(log)) rc = -1;
+    return rc;
+}
+
 /* ---- main ----------------------------------------------------------------------- */
 
 static double wall_now(void) {
@@ -821,7 +935,7 @@ int cmd_sim(int argc, char **argv) {
         sim_result r;
         double wall_s = 0;
         status = 1;
-        if (simulate(&a, &w, &r, &wall_s) == 0) {
+        if ((a.fix ? fix_loop(&a, &w, &r, &wall_s) : simulate(&a, &w, &r, &wall_s)) == 0) {
             int bad = 0;
             if (write_outputs(&a, &w, &r, wall_s, &bad) == 0) status = bad ? 1 : 0;
             if (a.compare) status = compare(&a, &w, &r) == 0 ? 0 : 1;

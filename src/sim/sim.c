@@ -77,6 +77,9 @@ typedef struct run {
     int64_t now;
     double *series;             /* (n_bins, 3) integrals, us-weighted */
     sched_item_result *none;    /* all "not finished", as long as the largest plan */
+    double *step_tok, *step_svc; /* (n_tenants) this step's tokens and service, */
+    int32_t *touched;           /* for the tenants in touched[0 .. n_touched) */
+    int32_t n_touched;
 } run;
 
 const char *sim_route_name(int route) {
@@ -180,6 +183,10 @@ static int setup(run *r, char *err, size_t errlen) {
     r->out->inst = calloc((size_t)f->n_insts, sizeof(sim_inst_stats));
     r->out->tenant = calloc((size_t)f->n_tenants, sizeof(sim_tenant_stats));
     r->lim = calloc((size_t)f->n_tenants, sizeof(lim_tenant));
+    r->step_tok = calloc((size_t)f->n_tenants, sizeof(double));
+    r->step_svc = calloc((size_t)f->n_tenants, sizeof(double));
+    r->touched = calloc((size_t)f->n_tenants, sizeof(int32_t));
+    if (!r->step_tok || !r->step_svc || !r->touched) return TS_ERR_NOMEM;
     if (!r->in || !r->ts || !r->dev_busy || !r->out->inst || !r->out->tenant || !r->lim) return TS_ERR_NOMEM;
     for (int t = 0; t < f->n_tenants; t++) {
         const sim_tenant *st = &f->tenants[t];
@@ -400,7 +407,19 @@ static void token(run *r, int i, const sched_item *it) {
     l->t_last = r->now;
     l->n_out++;
     r->in[i].st.tokens_out++;
-    rpt_acc_event(&r->acc, l->tenant, (double)r->now / 1e6, 1.0, svc);
+    /* The report hears of a step's tokens once per tenant (flush_tokens). */
+    if (r->step_tok[l->tenant] == 0) r->touched[r->n_touched++] = l->tenant;
+    r->step_tok[l->tenant] += 1.0;
+    r->step_svc[l->tenant] += svc;
+}
+
+static void flush_tokens(run *r) {
+    for (int32_t k = 0; k < r->n_touched; k++) {
+        int32_t t = r->touched[k];
+        rpt_acc_event(&r->acc, t, (double)r->now / 1e6, r->step_tok[t], r->step_svc[t]);
+        r->step_tok[t] = r->step_svc[t] = 0;
+    }
+    r->n_touched = 0;
 }
 
 static void end_step(run *r, int i) {
@@ -408,6 +427,7 @@ static void end_step(run *r, int i) {
     const sim_inst *si = &r->f->insts[i];
     for (int32_t k = 0; k < n->plan.n_items; k++)
         if (n->plan.items[k].sample) token(r, i, &n->plan.items[k]);
+    flush_tokens(r);
     /* Nothing a simulated model samples is an end token: every result is
      * "not finished"; the scheduler ends each request at its max_tokens. */
     sched_result sr = {r->none, n->plan.n_items, n->step_us, 0, 0};
@@ -501,6 +521,9 @@ static void inst_stats(run *r) {
         s->kv_mean = run_us > 0 ? n->kv_int / run_us : 0;
         s->queue_mean = run_us > 0 ? n->q_int / run_us : 0;
         s->engine_s = r->out->inst[i].engine_s;
+        sched_stats st;
+        sched_stats_get(n->s, &st);
+        memcpy(s->theta, st.cost_theta, sizeof(s->theta));
         s->cost = r->out->run_s / 3600.0 * r->f->insts[i].price_per_hour;
         r->out->inst[i] = *s;
     }
@@ -555,6 +578,9 @@ static void teardown(run *r) {
     free(r->ts);
     free(r->dev_busy);
     free(r->lim);
+    free(r->step_tok);
+    free(r->step_svc);
+    free(r->touched);
     free(r->none);
     free(r->series);
     heap_deinit(&r->q);

@@ -133,6 +133,7 @@ typedef struct sim_inst_stats {
     uint64_t requests;          /* routed to it */
     uint64_t tokens_out;
     double engine_s;            /* step time its ended requests were charged (token share) */
+    double theta[4];            /* the scheduler's step-time fit at the end (cost.h, us) */
     double cost;                /* run x price: what holding its device share cost, busy
                                    or idle (tenants are charged their engine time only, as
                                    the server charges them, so the two differ by idle time) */
