@@ -2,8 +2,10 @@
 # End-to-end test of `tessera bench` against a real `tessera serve` on
 # 127.0.0.1 (about 20 s): every arrival process and a trace replay, a tenant
 # with a wrong key (401s counted, not fatal), --requests, --tenants, the
-# report files and plots, a stop by SIGINT that still reports, and the usage
-# and scenario errors.
+# report files and plots, a stop by SIGINT that still reports, the usage
+# and scenario errors, the trace options (--load, --time-scale,
+# --tenant-map, --assign; --stream refused), and engine time and cost read
+# from /admin/tenants for the scenario's model only.
 #
 # Environment: TS_TESSERA (binary), TS_TMPDIR (scratch), TS_SRC (repo root).
 set -euo pipefail
@@ -29,11 +31,16 @@ fail() { echo "bench_e2e: FAIL: $*" >&2; exit 1; }
 K1=$("$TS_TESSERA" keygen); K2=$("$TS_TESSERA" keygen)
 KEY1=$(sed -n 's/^key: *//p' <<<"$K1"); HASH1=$(sed -n 's/^key_sha256: *//p' <<<"$K1")
 KEY2=$(sed -n 's/^key: *//p' <<<"$K2"); HASH2=$(sed -n 's/^key_sha256: *//p' <<<"$K2")
+KA=$("$TS_TESSERA" keygen)
+ADMIN=$(sed -n 's/^key: *//p' <<<"$KA"); HASHA=$(sed -n 's/^key_sha256: *//p' <<<"$KA")
 
 cat >"$W/server.yaml" <<EOF
 listen: 127.0.0.1:8080   # overridden by --listen 127.0.0.1:0 below
+admin_key_sha256: $HASHA
 models:
-  - {name: tiny, path: tiny.gguf, kv_cache_bytes: 8MiB, swap_bytes: 8MiB, max_seqs: 16, threads: 1}
+  - {name: tiny, path: tiny.gguf, kv_cache_bytes: 8MiB, swap_bytes: 8MiB, max_seqs: 16, threads: 1,
+     price_per_hour: 3.6}
+  - {name: other, path: tiny.gguf, kv_cache_bytes: 2MiB, swap_bytes: 1MiB, max_seqs: 4, threads: 1}
 tenants:
   - {name: alpha, tier: gold, weight: 1, key_sha256: $HASH1}
   - {name: beta, tier: silver, weight: 1, key_sha256: $HASH2}
@@ -161,4 +168,58 @@ expect 2 "usage" --scenario "$W/scn.yaml"
 printf 'model: tiny\ntenants:\n  - {name: a, key: k, arrival: {process: gamma, rate: 1}}\n' >"$W/bad.yaml"
 expect 1 "bad.yaml:3:32: tenants\[0\].arrival.cv: required for a gamma process" --scenario "$W/bad.yaml" --url "$URL"
 expect 1 "No such file" --scenario "$W/missing.yaml" --url "$URL"
+printf 'name: "x'"'"'.system('"'"'touch pwned'"'"').'"'"'"\nmodel: tiny\ntenants:\n  - {name: a, key: k, arrival: {process: constant, rate: 1}, prompt_tokens: {dist: fixed, value: 1}, output_tokens: {dist: fixed, value: 1}}\n' >"$W/quote.yaml"
+expect 1 "quote.yaml:1:7: name: may not contain spaces, quotes" --scenario "$W/quote.yaml" --url "$URL"
+
+# 5. The trace options, as tessera sim takes them (scenario.h).
+expect 2 "bench: --stream is tessera sim's" --scenario "$W/scn.yaml" --url "$URL" --stream
+expect 2 "bench: --load wants a factor" --scenario "$W/scn.yaml" --url "$URL" --load 0
+expect 2 "bench: --assign wants column, round-robin or weighted" --scenario "$W/scn.yaml" --url "$URL" --assign x
+expect 1 "tenant_map: 'replay=nobody': no tenant 'nobody'" --scenario "$W/scn.yaml" --url "$URL" --tenant-map replay=nobody
+expect 1 "tenant 'replay' has no arrival process and no rows" --scenario "$W/scn.yaml" --url "$URL" --tenant-map '*=-'
+# --load 2: steady's 2/s becomes 4/s (0.25, 0.5, ..., 2.75: 11 in 3 s) and the
+# trace runs twice as fast; --time-scale 10 slows it tenfold: rows at 0.3,
+# 0.7, 1.1 s land at 1.5, 3.5, 5.5 s, so one is due in the window.
+timeout 30 "$TS_TESSERA" bench --scenario "$W/scn.yaml" --url "$URL" --out "$W/opts" --tenants steady,replay \
+    --load 2 --time-scale 10 --assign round-robin --quiet >"$W/opts.out" 2>&1 || { cat "$W/opts.out" >&2; fail "trace options run"; }
+"$PY" -c '
+import json, sys
+r = json.load(open(sys.argv[1]))
+t = {x["name"]: x for x in r["tenants"]}
+assert t["steady"]["due"] == 11, t["steady"]["due"]
+assert t["replay"]["due"] == 1 and t["replay"]["prompt_tokens"] == 8, t["replay"]
+' "$W/opts/report.json" || fail "--load 2 --time-scale 10"
+
+# 6. Engine time and cost over the run, for the scenario's model only: alpha
+# also ran on the unpriced model "other" (before the run), whose unknown cost
+# must not make alpha's cost on the priced "tiny" unknown.
+"$PY" - "$URL" "$KEY1" <<'EOF' || fail "a completion on the other model"
+import json, sys, urllib.request
+req = urllib.request.Request(sys.argv[1] + "/v1/completions", method="POST",
+    data=json.dumps({"model": "other", "prompt": "hello there", "max_tokens": 4}).encode(),
+    headers={"Authorization": "Bearer " + sys.argv[2], "Content-Type": "application/json"})
+assert urllib.request.urlopen(req, timeout=20).status == 200
+EOF
+cat >"$W/cost.yaml" <<EOF
+model: tiny
+duration: 1s
+drain: 5s
+token_ids: {min: 10, max: 500}
+tenants:
+  - name: alpha
+    key: $KEY1
+    arrival: {process: constant, rate: 3}
+    prompt_tokens: {dist: fixed, value: 8}
+    output_tokens: {dist: fixed, value: 4}
+EOF
+TESSERA_ADMIN_KEY="$ADMIN" timeout 30 "$TS_TESSERA" bench --scenario "$W/cost.yaml" --url "$URL" --out "$W/cost" \
+    --quiet >"$W/cost.out" 2>&1 || { cat "$W/cost.out" >&2; fail "cost run"; }
+"$PY" -c '
+import json, sys
+r = json.load(open(sys.argv[1]))
+a = r["tenants"][0]
+assert a["name"] == "alpha" and a["completed"] == 2, a   # 3/s from 1/3 s: at 0.33, 0.67
+assert a["engine_s"] is not None and a["engine_s"] > 0, a["engine_s"]
+assert a["cost"] is not None and abs(a["cost"] - a["engine_s"] * 3.6 / 3600) < 1e-6, (a["cost"], a["engine_s"])
+' "$W/cost/report.json" || { cat "$W/cost.out" >&2; fail "alpha cost on tiny"; }
 echo "bench_e2e: pass"

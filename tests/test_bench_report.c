@@ -20,10 +20,12 @@
 #include <string.h>
 #include <errno.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "bench/report.h"
 #include "bench/scenario.h"
 #include "err.h"
+#include "file.h"
 #include "fq.h"
 #include "bench/plot.h"
 #include "testutil.h"
@@ -697,6 +699,14 @@ static void test_acc_short_run(void **state) {
     scn_free(&s);
 }
 
+/* A written file as a NUL-terminated string (strstr may read it to the
+ * end; tu_read_file does not terminate). */
+static char *read_text(const char *path) {
+    char *b, err[256];
+    size_t len;
+    return file_read_all(path, 1u << 24, &b, &len, err, sizeof err) ? NULL : b;
+}
+
 /* The plots: TTFT and TPOT CDF data from the rpt, and each SLO target as
  * a labelled dashed line in the curve's line type. */
 static void test_plots(void **state) {
@@ -712,8 +722,7 @@ static void test_plots(void **state) {
     assert_int_equal(mkdir(dir, 0755) == 0 || errno == EEXIST, 1);
     plot_write(dir, &s, &p, err, sizeof err);   /* gnuplot may be missing: the files are written anyway */
     snprintf(path, sizeof path, "%s/plots.gp", dir);
-    size_t len;
-    char *gp = tu_read_file(path, &len);
+    char *gp = read_text(path);
     assert_non_null(gp);
     assert_non_null(strstr(gp, "set arrow from first 100, graph 0 to first 100, graph 1 nohead dashtype 2 lt 1\n"));
     assert_non_null(strstr(gp, "set label 'a SLO 100 ms'"));
@@ -722,16 +731,138 @@ static void test_plots(void **state) {
     assert_non_null(strstr(gp, "'ttft_cdf.dat' index 1 using 1:2 with steps lt 2 lw 2 title 'b'"));
     free(gp);
     snprintf(path, sizeof path, "%s/ttft_cdf.dat", dir);
-    char *dat = tu_read_file(path, &len);
+    char *dat = read_text(path);
     assert_non_null(dat);
     /* a's block: from 0 at 50 ms, then 50 ms, 200, 400, 4500, a quarter each */
     assert_non_null(strstr(dat, "# a\n50.000 0.000000\n50.000 0.250000\n200.000 0.500000\n400.000 0.750000\n4500.000 1.000000\n"));
     free(dat);
     snprintf(path, sizeof path, "%s/tpot_cdf.dat", dir);
-    dat = tu_read_file(path, &len);
+    dat = read_text(path);
     assert_non_null(dat);
     assert_non_null(strstr(dat, "# a\n40.000 0.000000\n40.000 0.333333\n"));
     free(dat);
+    rpt_free(&p);
+    rpt_reqs_free(r, n);
+    scn_free(&s);
+}
+
+/* report.h: "events at or after run_s are outside the run". The last slot
+ * and bin reach past a run of 2.5 s (ceil: 3 of each), so an event at 2.7 s
+ * landed in them by truncation and was counted; one at 2.4 s still is, in
+ * both exact and bounded mode, and through rpt_compute's records too. */
+static void test_events_after_run(void **state) {
+    (void)state;
+    scn s;
+    char err[256];
+    assert_int_equal(scn_parse(SCN, strlen(SCN), "t.yaml", ".", &s, err, sizeof err), 0);
+    for (int bounded = 0; bounded < 2; bounded++) {
+        rpt_acc a;
+        rpt p;
+        assert_int_equal(rpt_acc_init(&a, &s, 2.5, 1, bounded), 0);
+        assert_int_equal(rpt_acc_event(&a, 0, 2.7, 5, 7), 0);
+        assert_int_equal(rpt_acc_event(&a, 0, 2.5, 5, 7), 0);
+        assert_int_equal(rpt_acc_event(&a, 1, 2.4, 3, 4), 0);
+        assert_int_equal(rpt_acc_finish(&a, -1, &p), 0);
+        assert_int_equal(p.n_bins, 3);
+        close_to(p.tokens[2], 0, "a's tokens at 2.5 and 2.7 s");
+        close_to(p.t[0].service, 0, "a's service at 2.5 and 2.7 s");
+        close_to(p.tokens[3 + 2], 3, "b's tokens at 2.4 s");
+        close_to(p.t[1].service, 4, "b's service at 2.4 s");
+        rpt_free(&p);
+        rpt_acc_deinit(&a);
+    }
+    /* A record whose events straddle the end: only those before it count. */
+    rpt_req r[1] = {req(0, RPT_ST_ABORTED, 0, 2.2, 2.6, 3, 2)};
+    r[0].n_events = 2;
+    r[0].ev_t = times(2, 2.3, 2.6);
+    rpt p;
+    assert_int_equal(rpt_compute(&s, r, 1, 2.5, &p), 0);
+    close_to(p.tokens[2], 1, "one output token before 2.5 s");
+    close_to(p.t[0].service, 1 * 3 + 2 * 1, "prompt at 2.2 s, one output token at 2.3 s");
+    rpt_free(&p);
+    rpt_reqs_free(r, 1);
+    scn_free(&s);
+}
+
+/* Sample counts are 64-bit: a fleet simulation passes 2^31 ITL gaps (10M
+ * requests x 256 tokens), and the JSON must carry the count. */
+static void test_counts_64bit(void **state) {
+    (void)state;
+    scn s;
+    char err[256];
+    assert_int_equal(scn_parse(SCN, strlen(SCN), "t.yaml", ".", &s, err, sizeof err), 0);
+    rpt_req r[16];
+    size_t n = build(r);
+    rpt p;
+    assert_int_equal(rpt_compute(&s, r, n, 5.0, &p), 0);
+    const size_t big = (size_t)2560000000u;   /* 10M x 256 */
+    p.t[0].itl.n = big;
+    p.all.itl.n = big + 5;
+    p.t[0].ttft_cdf.n = big;   /* (rpt_free frees the arrays, never walks them) */
+    assert_true(p.t[0].itl.n == (int64_t)big && p.t[0].ttft_cdf.n == (int64_t)big);
+    char *json = rpt_json(&s, &p, NULL, 0, "http://x", 1);
+    assert_non_null(json);
+    cJSON *j = cJSON_Parse(json);
+    assert_non_null(j);
+    const cJSON *t0 = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(j, "tenants"), 0);
+    const cJSON *in = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(t0, "itl"), "n");
+    assert_true(cJSON_IsNumber(in));
+    assert_true(in->valuedouble == 2560000000.0);
+    cJSON_Delete(j);
+    free(json);
+    rpt_free(&p);
+    rpt_reqs_free(r, n);
+    scn_free(&s);
+}
+
+/* Names in plots.gp: a scenario built in code (tessera sim takes tenant
+ * names from a plan) may hold a ' or a newline; each goes into its
+ * single-quoted string escaped (' doubled, control characters as ?), so
+ * gnuplot never runs what a name holds. With gnuplot present, the script
+ * is run, and the command a name smuggles in must not have run. */
+static void test_plot_names_escaped(void **state) {
+    (void)state;
+    scn s;
+    char err[512], dir[512], path[700], mark[600];
+    assert_int_equal(scn_parse(SCN, strlen(SCN), "t.yaml", ".", &s, err, sizeof err), 0);
+    tu_path(dir, sizeof dir, "plots_evil");
+    assert_int_equal(mkdir(dir, 0755) == 0 || errno == EEXIST, 1);
+    snprintf(mark, sizeof mark, "%s/pwned", dir);
+    remove(mark);
+    /* The marker is named relative to the folder gnuplot runs in. */
+    snprintf(s.name, sizeof s.name, "x'.system('touch pwned').'");
+    snprintf(s.tenants[0].name, sizeof s.tenants[0].name, "a'.system('touch pwned').'");
+    snprintf(s.tenants[1].name, sizeof s.tenants[1].name, "b\nsystem('touch pwned')");
+    rpt_req r[16];
+    size_t n = build(r);
+    rpt p;
+    assert_int_equal(rpt_compute(&s, r, n, 5.0, &p), 0);
+    int rc = plot_write(dir, &s, &p, err, sizeof err);
+    snprintf(path, sizeof path, "%s/plots.gp", dir);
+    char *gp = read_text(path);
+    assert_non_null(gp);
+    assert_non_null(strstr(gp, "set title 'TTFT CDF - scenario x''.system(''touch pwned'').'''\n"));
+    assert_non_null(strstr(gp, "set label 'a''.system(''touch pwned'').'' SLO 100 ms'"));
+    assert_non_null(strstr(gp, "with steps lt 1 lw 2 title 'a''.system(''touch pwned'').'''"));
+    assert_non_null(strstr(gp, "'tokens.dat' using 1:3 with lines lw 2 title 'b?system(''touch pwned'')'"));
+    assert_null(strstr(gp, "columnheader"));
+    assert_null(strstr(gp, "\nsystem("));   /* nothing after a newline starts a line */
+    free(gp);
+    snprintf(path, sizeof path, "%s/tokens.dat", dir);
+    char *dat = read_text(path);
+    assert_non_null(dat);
+    assert_non_null(strstr(dat, "# t_s a'.system('touch pwned').' b?system('touch pwned') c\n"));
+    free(dat);
+    struct stat st;
+    if (rc == 0) assert_int_equal(stat(mark, &st), -1);   /* gnuplot ran the script: nothing else ran */
+    else if (!strstr(err, "not found")) fail_msg("gnuplot failed on the escaped script: %s", err);
+    static const char *const files[] = {"plots.gp", "tokens.dat", "ttft_cdf.dat", "tpot_cdf.dat", "tokens.svg",
+                                        "tokens.png", "ttft_cdf.svg", "ttft_cdf.png", "tpot_cdf.svg", "tpot_cdf.png"};
+    for (size_t i = 0; i < sizeof files / sizeof *files; i++) {
+        snprintf(path, sizeof path, "%s/%s", dir, files[i]);
+        remove(path);
+    }
+    rmdir(dir);
     rpt_free(&p);
     rpt_reqs_free(r, n);
     scn_free(&s);
@@ -745,7 +876,8 @@ int main(void) {
         cmocka_unit_test(test_fairness_shown), cmocka_unit_test(test_cost),
         cmocka_unit_test(test_acc_exact_is_compute), cmocka_unit_test(test_acc_bounded),
         cmocka_unit_test(test_acc_bounded_edges), cmocka_unit_test(test_acc_short_run),
-        cmocka_unit_test(test_plots),
+        cmocka_unit_test(test_plots), cmocka_unit_test(test_events_after_run),
+        cmocka_unit_test(test_counts_64bit), cmocka_unit_test(test_plot_names_escaped),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -19,6 +19,7 @@
 
 #include "bench/scenario.h"
 #include "err.h"
+#include "file.h"
 #include "testutil.h"
 
 static const char FULL[] =
@@ -652,6 +653,98 @@ static void test_load_opts(void **state) {
     remove(ypath);
 }
 
+/* A ' in a name would close the gnuplot string plot.c writes it in, and
+ * what followed would run (system() among it): refused at parse time, with
+ * control characters, in every name; the name taken from the file name
+ * when there is no name: key obeys the same rule. */
+static void test_names_for_gnuplot(void **state) {
+    (void)state;
+    static const char *const bad[] = {
+        "name: \"x'.system('touch /tmp/pwned').'\"\nmodel: m\ntenants:\n  - {name: a, key: k, arrival: {process: "
+        "constant, rate: 1}, prompt_tokens: {dist: fixed, value: 1}, output_tokens: {dist: fixed, value: 1}}\n",
+        "model: m\ntenants:\n  - {name: \"a'b\", key: k, arrival: {process: constant, rate: 1}, prompt_tokens: "
+        "{dist: fixed, value: 1}, output_tokens: {dist: fixed, value: 1}}\n",
+        "model: m\ntenants:\n  - {name: \"a\\tb\", key: k, arrival: {process: constant, rate: 1}, prompt_tokens: "
+        "{dist: fixed, value: 1}, output_tokens: {dist: fixed, value: 1}}\n",
+        "name: \"a\\x1bb\"\nmodel: m\ntenants:\n  - {name: a, key: k, arrival: {process: constant, rate: 1}, "
+        "prompt_tokens: {dist: fixed, value: 1}, output_tokens: {dist: fixed, value: 1}}\n",
+    };
+    static const char *const where[] = {"t.yaml:1:7: name:", "t.yaml:3:12: tenants[0].name:",
+                                        "t.yaml:3:12: tenants[0].name:", "t.yaml:1:7: name:"};
+    scn s;
+    char err[512];
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        assert_int_equal(scn_parse(bad[i], strlen(bad[i]), "t.yaml", ".", &s, err, sizeof err), TS_ERR_SCENARIO);
+        if (!strstr(err, where[i]) || !strstr(err, "quotes")) fail_msg("case %zu: %s", i, err);
+        assert_null(s.tenants);
+    }
+    static const char ok[] = "model: m\ntenants:\n  - {name: a, key: k, arrival: {process: constant, rate: 1}, "
+                             "prompt_tokens: {dist: fixed, value: 1}, output_tokens: {dist: fixed, value: 1}}\n";
+    /* No name: key: the file's base name, which must pass too. */
+    assert_int_equal(scn_parse(ok, strlen(ok), "dir/x'.system('id').'.yaml", ".", &s, err, sizeof err),
+                     TS_ERR_SCENARIO);
+    assert_non_null(strstr(err, "dir/x'.system('id').'.yaml: the scenario's name comes from the file name, 'x''"));
+    assert_non_null(strstr(err, "give the scenario a name: key"));
+    assert_null(s.tenants);
+    assert_int_equal(scn_parse(ok, strlen(ok), "dir/.yaml", ".", &s, err, sizeof err), TS_ERR_SCENARIO);
+    assert_non_null(strstr(err, "file name, ''"));
+    assert_int_equal(scn_parse(ok, strlen(ok), "dir/fine-name.v2.yaml", ".", &s, err, sizeof err), 0);
+    assert_string_equal(s.name, "fine-name");
+    scn_free(&s);
+}
+
+/* file_read_all (util/file.h), which scenario and trace files are read
+ * with: the whole file, NUL-terminated, NULs inside counted; over max
+ * refused with the path and *len = max + 1; not a regular file refused
+ * before it is opened; a missing file named. */
+static void test_file_read_all(void **state) {
+    (void)state;
+    char path[512], err[512];
+    tu_path(path, sizeof path, "read_all.bin");
+    static const char data[] = "abc\0def";   /* 7 bytes, a NUL inside */
+    assert_int_equal(tu_write_file(path, data, 7), 0);
+    char *b = (char *)1;
+    size_t len = 99;
+    assert_int_equal(file_read_all(path, 7, &b, &len, err, sizeof err), 0);
+    assert_int_equal(len, 7);
+    assert_memory_equal(b, data, 7);
+    assert_int_equal(b[7], 0);
+    free(b);
+    assert_int_equal(file_read_all(path, 6, &b, &len, err, sizeof err), TS_ERR_IO);
+    assert_null(b);
+    assert_int_equal(len, 7);
+    assert_non_null(strstr(err, path));
+    assert_non_null(strstr(err, "larger than 6 bytes"));
+    /* Larger than the first buffer (4096 bytes, or the size seen): grown. */
+    size_t big = 100000;
+    char *d = malloc(big);
+    assert_non_null(d);
+    for (size_t i = 0; i < big; i++) d[i] = (char)('a' + i % 26);
+    assert_int_equal(tu_write_file(path, d, big), 0);
+    assert_int_equal(file_read_all(path, big, &b, &len, err, sizeof err), 0);
+    assert_int_equal(len, big);
+    assert_memory_equal(b, d, big);
+    free(b);
+    assert_int_equal(file_read_all(path, big - 1, &b, &len, err, sizeof err), TS_ERR_IO);
+    assert_int_equal(len, big);
+    free(d);
+    assert_int_equal(tu_write_file(path, "", 0), 0);
+    assert_int_equal(file_read_all(path, 10, &b, &len, err, sizeof err), 0);
+    assert_int_equal(len, 0);
+    assert_int_equal(b[0], 0);
+    free(b);
+    remove(path);
+    assert_int_equal(file_read_all(path, 10, &b, &len, err, sizeof err), TS_ERR_IO);
+    assert_non_null(strstr(err, path));
+    assert_non_null(strstr(err, "No such file"));
+    assert_int_equal(mkfifo(path, 0600), 0);
+    assert_int_equal(file_read_all(path, 10, &b, &len, err, sizeof err), TS_ERR_IO);
+    assert_non_null(strstr(err, "not a regular file (fifo)"));
+    assert_null(b);
+    assert_int_equal(len, 0);
+    remove(path);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_full),       cmocka_unit_test(test_defaults),  cmocka_unit_test(test_errors),
@@ -660,6 +753,7 @@ int main(void) {
         cmocka_unit_test(test_trace_own_format_file), cmocka_unit_test(test_trace_options),
         cmocka_unit_test(test_trace_assign), cmocka_unit_test(test_trace_bad_rows),
         cmocka_unit_test(test_trace_stream_reader), cmocka_unit_test(test_load_opts),
+        cmocka_unit_test(test_names_for_gnuplot), cmocka_unit_test(test_file_read_all),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -13,6 +13,7 @@
 #include <cmocka.h>
 
 #include <arpa/inet.h>
+#include <cjson/cJSON.h>
 #include <math.h>
 #include <netinet/in.h>
 #include <pthread.h>
@@ -22,6 +23,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "bench/loadgen.h"
 #include "bench/scrape.h"
 #include "err.h"
 #include "testutil.h"
@@ -359,6 +361,80 @@ static void test_fetch(void **st) {
                      TS_ERR_INVAL);
 }
 
+/* Nothing but whitespace may follow the answer's JSON: "{...} junk" is not
+ * an /admin answer (a proxy's page glued on, a truncated rewrite), and a
+ * parser that read past it would report figures from half a document. */
+static void test_trailing_data(void **st) {
+    (void)st;
+    static const struct {
+        const char *text;
+        size_t len;
+        const char *want;
+    } bad[] = {
+        {"{\"data\":[]} junk", 16, "/admin/tenants: more after the JSON (at byte 12)"},
+        {"{\"data\":[]}{\"data\":[]}", 22, "/admin/tenants: more after the JSON (at byte 11)"},
+        {"{\"data\":[]}\n\0x", 14, "/admin/tenants: more after the JSON (at byte 12)"},
+    };
+    char err[256];
+    scr_tenant *t = (scr_tenant *)1;
+    size_t n = 9;
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        err[0] = 0;
+        int rc = scr_parse_tenants(bad[i].text, bad[i].len, &t, &n, err, sizeof err);
+        if (rc != TS_ERR_INVAL || strcmp(err, bad[i].want)) fail_msg("case %zu: rc %d, %s", i, rc, err);
+        assert_null(t);
+        assert_int_equal(n, 0);
+    }
+    /* Whitespace after it is fine, and so is text that ends at len. */
+    assert_int_equal(scr_parse_tenants("{\"data\":[]} \r\n\t", 15, &t, &n, err, sizeof err), 0);
+    assert_int_equal(n, 0);
+    assert_int_equal(scr_parse_tenants("{\"data\":[]}junk", 11, &t, &n, err, sizeof err), 0);
+    char *text = malloc(strlen(TENANTS) + 8);
+    sprintf(text, "%s x", TENANTS);
+    assert_int_equal(scr_parse_tenants(text, strlen(text), &t, &n, err, sizeof err), TS_ERR_INVAL);
+    assert_non_null(strstr(err, "more after the JSON"));
+    free(text);
+}
+
+/* lg_error_message, the one reader of OpenAI-shaped errors (loadgen's SSE
+ * error events, scrape's error answers). */
+static void test_error_message(void **st) {
+    (void)st;
+    cJSON *j = cJSON_Parse("{\"error\":{\"message\":\"bad key\",\"type\":\"auth\"}}");
+    assert_string_equal(lg_error_message(j), "bad key");
+    cJSON_Delete(j);
+    j = cJSON_Parse("{\"error\":{\"message\":7}}");
+    assert_string_equal(lg_error_message(j), "");
+    cJSON_Delete(j);
+    j = cJSON_Parse("{\"error\":\"flat\"}");
+    assert_string_equal(lg_error_message(j), "");
+    cJSON_Delete(j);
+    j = cJSON_Parse("{\"choices\":[]}");
+    assert_null(lg_error_message(j));
+    cJSON_Delete(j);
+    assert_null(lg_error_message(NULL));
+}
+
+/* scr_fetch never follows a redirect (lg_curl_safe): the 302 is the answer. */
+static void test_no_redirect(void **st) {
+    (void)st;
+    oneshot o;
+    pthread_t th;
+    char url[64], err[512], want[256];
+    static const char moved[] = "HTTP/1.1 302 Found\r\nLocation: http://127.0.0.1:1/admin/models\r\n"
+                                "Content-Length: 0\r\nConnection: close\r\n\r\n";
+    oneshot_start(&o, moved, &th);
+    snprintf(url, sizeof url, "http://127.0.0.1:%d", o.port);
+    char *body = (char *)1;
+    size_t len = 9;
+    int rc = scr_fetch(url, "/admin/models", "k", 10, &body, &len, err, sizeof err);
+    oneshot_stop(&o, th);
+    assert_int_equal(rc, TS_ERR_IO);
+    assert_null(body);
+    snprintf(want, sizeof want, "http://127.0.0.1:%d/admin/models: HTTP 302", o.port);
+    assert_string_equal(err, want);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_tenants_good),
@@ -366,6 +442,9 @@ int main(void) {
         cmocka_unit_test(test_bad_answers),
         cmocka_unit_test(test_totals),
         cmocka_unit_test(test_fetch),
+        cmocka_unit_test(test_trailing_data),
+        cmocka_unit_test(test_error_message),
+        cmocka_unit_test(test_no_redirect),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -165,6 +165,21 @@ static int add_event(slot *sl, double t) {
     return 0;
 }
 
+void lg_curl_safe(CURL *h) {
+    /* Only ever the URL given: no redirects, no proxy from the environment,
+     * no other protocol. */
+    curl_easy_setopt(h, CURLOPT_FOLLOWLOCATION, 0L);
+    curl_easy_setopt(h, CURLOPT_NOPROXY, "*");
+    curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http,https");
+}
+
+const char *lg_error_message(const cJSON *j) {
+    const cJSON *e = cJSON_GetObjectItemCaseSensitive(j, "error");
+    if (!e) return NULL;
+    const cJSON *m = cJSON_GetObjectItemCaseSensitive(e, "message");
+    return cJSON_IsString(m) ? m->valuestring : "";
+}
+
 /* One SSE line of a 200 stream. Only data: lines matter; tessera and the
  * OpenAI API put each JSON event on one line. */
 static void on_line(slot *sl, char *line, size_t len) {
@@ -184,11 +199,9 @@ static void on_line(slot *sl, char *line, size_t len) {
         sl->stream_err = 1;
         return;
     }
-    const cJSON *e = cJSON_GetObjectItemCaseSensitive(j, "error");
-    if (e) {
-        const cJSON *m = cJSON_GetObjectItemCaseSensitive(e, "message");
-        snprintf(sl->stream_msg, sizeof sl->stream_msg, "error event: %s",
-                 cJSON_IsString(m) ? m->valuestring : "(no message)");
+    const char *em = lg_error_message(j);
+    if (em) {
+        snprintf(sl->stream_msg, sizeof sl->stream_msg, "error event: %s", *em ? em : "(no message)");
         sl->stream_err = 1;
     }
     const cJSON *ch = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(j, "choices"), 0);
@@ -380,11 +393,7 @@ static int start(run *R, size_t i) {
     curl_easy_setopt(h, CURLOPT_ERRORBUFFER, sl->errbuf);
     curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
     curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, (long)(R->o->connect_timeout_s * 1e3));
-    /* Only ever the URL given: no redirects, no proxy from the environment,
-     * no other protocol. */
-    curl_easy_setopt(h, CURLOPT_FOLLOWLOCATION, 0L);
-    curl_easy_setopt(h, CURLOPT_NOPROXY, "*");
-    curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http,https");
+    lg_curl_safe(h);
     curl_easy_setopt(h, CURLOPT_HTTP_VERSION, (long)CURL_HTTP_VERSION_1_1);
     curl_easy_setopt(h, CURLOPT_TCP_NODELAY, 1L);
     if (curl_multi_add_handle(R->m, h) != CURLM_OK) {

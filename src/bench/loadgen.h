@@ -31,6 +31,8 @@
 #ifndef TS_BENCH_LOADGEN_H
 #define TS_BENCH_LOADGEN_H
 
+#include <cjson/cJSON.h>
+#include <curl/curl.h>
 #include <signal.h>
 #include <stddef.h>
 
@@ -58,6 +60,18 @@ typedef struct lg_opts {
  */
 int lg_run(const scn *s, const arr_event *ev, size_t n, const lg_opts *o, rpt_req *r, size_t *n_done,
            double *run_s, char *err, size_t errlen);
+
+/* The options that keep a libcurl easy handle on the URL it was given: no
+ * redirects followed, no proxy from the environment, http and https only.
+ * Every handle bench makes (loadgen's requests, scrape.h's admin GETs) gets
+ * them, from here, so the rule has one copy. */
+void lg_curl_safe(CURL *h);
+
+/* The message of an OpenAI-shaped error object j ({"error": {"message":
+ * "..."}}, an error answer or an SSE error event): the message (owned by
+ * j); "" when j has an "error" but no string message in it; NULL when j has
+ * no "error" (or j is NULL). */
+const char *lg_error_message(const cJSON *j);
 
 /* Check that url is an http(s) base URL without a path, query or user
  * part, as lg_run requires. 0 or TS_ERR_INVAL with err set. */

@@ -38,7 +38,7 @@ void rpt_dist_of(double *v, size_t n, rpt_dist *d) {
     qsort(v, n, sizeof *v, cmp_double);
     double sum = 0;
     for (size_t i = 0; i < n; i++) sum += v[i];
-    d->n = (int)n;
+    d->n = (int64_t)n;
     d->mean = sum / (double)n;
     d->p50 = rpt_percentile(v, n, 0.50);
     d->p90 = rpt_percentile(v, n, 0.90);
@@ -207,7 +207,7 @@ static int sink_dist(rpt_sink *const *k, int m, rpt_dist *d, rpt_cdf *cdf) {
             cdf->x = malloc(n * sizeof *cdf->x);
             cdf->share = malloc(n * sizeof *cdf->share);
             if (cdf->x && cdf->share) {
-                cdf->n = (int)n;
+                cdf->n = (int64_t)n;
                 for (size_t i = 0; i < n; i++) cdf->x[i] = v[i], cdf->share[i] = (double)(i + 1) / (double)n;
             } else rc = TS_ERR_NOMEM;
         }
@@ -227,7 +227,7 @@ static int sink_dist(rpt_sink *const *k, int m, rpt_dist *d, rpt_cdf *cdf) {
         if (!h.n || k[j]->max > h.max) h.max = k[j]->max;
         h.n += k[j]->n;
     }
-    d->n = (int)n;
+    d->n = (int64_t)n;
     d->mean = sum / (double)n;
     d->p50 = hist_percentile(&h, 0.50);
     d->p90 = hist_percentile(&h, 0.90);
@@ -338,8 +338,11 @@ static void add_code(rpt_tenant *t, int status, int count) {
 
 /* Service (and output tokens) at time t into the tenant's slot and bin.
  * Slots and bins are found by truncation, as they always were: a time in
- * (-1, 0) lands in the first. */
+ * (-1, 0) lands in the first. A time at or after run_s is outside the run
+ * (rpt_acc_event's contract): the last slot and bin may reach past run_s
+ * (ceil), and truncation alone would count t = 2.7 in a 2.5 s run. */
 static void credit(rpt_acc *a, int ti, double t, double tokens, double service) {
+    if (!(t < a->run_s)) return;   /* also NaN */
     long k = (long)(t / 1.0);
     if (k >= 0 && k < a->n_slots) a->t[ti].svc[k] += service;
     long b = (long)(t / a->bin_s);
@@ -755,7 +758,7 @@ void rpt_table(FILE *f, const scn *s, const rpt *p) {
 static cJSON *dist_json(const rpt_dist *d) {
     cJSON *o = cJSON_CreateObject();
     if (!o) return NULL;
-    cJSON_AddNumberToObject(o, "n", d->n);
+    cJSON_AddNumberToObject(o, "n", (double)d->n);   /* exact to 2^53 */
     cJSON_AddNumberToObject(o, "mean_s", d->mean);
     cJSON_AddNumberToObject(o, "p50_s", d->p50);
     cJSON_AddNumberToObject(o, "p90_s", d->p90);

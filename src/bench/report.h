@@ -111,7 +111,7 @@ typedef struct rpt_req {
 void rpt_reqs_free(rpt_req *r, size_t n);
 
 typedef struct rpt_dist {
-    int n;                    /* samples */
+    int64_t n;                /* samples (a fleet's ITL gaps pass 2^31) */
     double mean, p50, p90, p99, max;   /* s; 0 when n is 0 */
 } rpt_dist;
 
@@ -125,7 +125,7 @@ typedef struct rpt_code {
 /* A distribution's cumulative shares, for plots: share[i] of the samples
  * are <= x[i] (exact mode: every sample; bounded: one point per bucket). */
 typedef struct rpt_cdf {
-    int n;                    /* points */
+    int64_t n;                /* points */
     double *x;                /* (n) s, ascending; owned by the rpt */
     double *share;            /* (n) 0..1, ascending; owned by the rpt */
 } rpt_cdf;

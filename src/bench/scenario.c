@@ -29,15 +29,23 @@
 #define MAX_DURATION_S (30 * 86400.0)   /* the longest time in a scenario or trace: 30 days */
 #define KEY_MAX 512                      /* bytes of an API key, with the NUL */
 
-/* A label, key or file name: it goes into HTTP headers and report files
- * as it is, so no spaces, quotes, backslashes or control characters. */
+/* A label, key or file name: it goes into HTTP headers, report files and
+ * the gnuplot script as it is, so no spaces, quotes (' or "), backslashes
+ * or control characters. A ' would end a gnuplot string, and what followed
+ * would run as gnuplot commands, system() among them (plot.c also escapes
+ * names, for scenarios built in code). Returns the first bad byte, or NULL. */
+static const char *label_bad(const char *s) {
+    for (const char *p = s; *p; p++)
+        if ((unsigned char)*p <= ' ' || *p == '"' || *p == '\'' || *p == '\\' || *p == 0x7f) return p;
+    return NULL;
+}
+
+#define LABEL_RULE "may not contain spaces, quotes, backslashes or control characters"
+
 static int get_label(const ydoc *d, const yaml_node_t *n, const char *path, char *out, size_t cap) {
     int rc = ydoc_get_text(d, n, path, out, cap);
     if (rc || !n) return rc;
-    for (const char *p = out; *p; p++)
-        if ((unsigned char)*p <= ' ' || *p == '"' || *p == '\\' || *p == 0x7f)
-            return ydoc_fail(d, n, path, "may not contain spaces, quotes, backslashes or control characters");
-    return 0;
+    return label_bad(out) ? ydoc_fail(d, n, path, LABEL_RULE) : 0;
 }
 
 int scn_duration_parse(const char *s, double *out_s) {
@@ -272,6 +280,14 @@ int scn_parse(const char *yaml, size_t len, const char *file, const char *base_d
         if (n >= sizeof s.name) n = sizeof s.name - 1;
         memcpy(s.name, b, n);
         s.name[n] = 0;
+        /* It obeys the rule a name: would, and the message says how out. */
+        if (label_bad(s.name) || !s.name[0]) {
+            rc = err_set(err, errlen, TS_ERR_SCENARIO,
+                         "%s: the scenario's name comes from the file name, '%s', which is empty or %s: "
+                         "give the scenario a name: key", file, s.name, LABEL_RULE);
+            scn_free(&s);
+            return rc;
+        }
     }
     *out = s;
     return 0;
@@ -869,43 +885,20 @@ int scn_trace_parse(scn *s, const char *csv, size_t len, const char *file, char 
 
 /* ---- files ----------------------------------------------------------------- */
 
-/* The whole file in a malloc'd buffer, or NULL with the reason in err.
- * Scenario and trace files are small; anything over 64 MiB is refused as
- * a mistake, and so is anything but a regular file (a FIFO would hang). */
+#define FILE_MAX (64u << 20)   /* bytes: scenario and trace files loaded whole */
+
+/* The whole file, or NULL with the reason in err. Scenario and trace files
+ * are small; anything over FILE_MAX is refused as a mistake (with the way
+ * out, for a trace), and so is anything but a regular file (a FIFO would
+ * hang). */
 static char *read_all(const char *path, size_t *len, char *err, size_t errlen) {
-    int fd;
-    struct stat st;
-    if (file_open_regular(path, &fd, &st, err, errlen)) return NULL;
-    FILE *f = fdopen(fd, "rb");
-    if (!f) {
-        close(fd);
-        err_set(err, errlen, TS_ERR_NOMEM, "%s: %s", path, strerror(errno));
-        return NULL;
-    }
-    size_t cap = 4096, n = 0;
-    char *b = malloc(cap);
-    for (;;) {
-        if (!b) break;
-        n += fread(b + n, 1, cap - n, f);
-        if (n < cap) break;
-        char *g = cap < (64u << 20) ? realloc(b, cap * 2) : NULL;
-        if (!g) errno = cap < (64u << 20) ? ENOMEM : EFBIG;
-        if (!g) free(b);
-        b = g;
-        cap *= 2;
-    }
-    if (b && ferror(f)) {
-        free(b);
-        b = NULL;
-        errno = EIO;
-    }
-    fclose(f);
-    if (b) *len = n;
-    else if (errno == EFBIG)
-        err_set(err, errlen, TS_ERR_IO, "%s: over 64 MiB, too large to load whole: stream it (rows in time order)",
-                path);
-    else err_set(err, errlen, TS_ERR_IO, "%s: cannot read: %s", path, strerror(errno));
-    return b;
+    char *b;
+    if (!file_read_all(path, FILE_MAX, &b, len, err, errlen)) return b;
+    if (*len > FILE_MAX)
+        err_set(err, errlen, TS_ERR_IO,
+                "%s: over %u MiB, too large to load whole (tessera sim --stream reads a trace of any size, its rows "
+                "in time order)", path, FILE_MAX >> 20);
+    return NULL;
 }
 
 /* The trace at s->trace_path: loaded whole, or (streamed) its header read

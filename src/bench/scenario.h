@@ -38,6 +38,12 @@
  *       start: 0s                     first arrival not before this
  *       stop: 30s                     no arrival at or after this
  *
+ * Names (the scenario's, tenants'), keys, the model and the trace path
+ * may not hold spaces, quotes (' or "), backslashes or control characters:
+ * they go into HTTP headers, report files and gnuplot strings as they
+ * are. Without name:, the scenario is named by the file's base name up to
+ * its first dot, which must obey the same rule.
+ *
  * Durations are a number of seconds, or a number with a unit: ms, s, m, h
  * ("1.5s", "500ms", "2m"). Unknown keys are errors, so a typo cannot pass,
  * and so is a second YAML document; a key whose value is null (empty, ~,
@@ -107,7 +113,8 @@
  *               order, ignoring any tenant column; weighted: a trace tenant
  *               drawn with probability weight / sum of weights, from a
  *               generator seeded with assign_seed (deterministic).
- *   stream      read the trace while streaming (above).
+ *   stream      read the trace while streaming (above); tessera sim
+ *               only: bench builds its whole schedule first and refuses it.
  */
 #ifndef TS_BENCH_SCENARIO_H
 #define TS_BENCH_SCENARIO_H

@@ -40,8 +40,8 @@ static size_t on_body(char *p, size_t size, size_t n, void *ctx) {
 static const char *error_message(const char *body, size_t len, char *buf, size_t cap) {
     buf[0] = 0;
     cJSON *j = body ? cJSON_ParseWithLength(body, len) : NULL;
-    const cJSON *m = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(j, "error"), "message");
-    if (cJSON_IsString(m)) snprintf(buf, cap, ": %s", m->valuestring);
+    const char *m = lg_error_message(j);
+    if (m && *m) snprintf(buf, cap, ": %s", m);
     cJSON_Delete(j);
     return buf;
 }
@@ -57,10 +57,7 @@ static CURLcode get(CURL *h, const char *target, struct curl_slist *hdrs, double
     curl_easy_setopt(h, CURLOPT_ERRORBUFFER, cerr);
     curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
     curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, (long)(timeout_s * 1e3));
-    /* Only ever the URL given, as loadgen does. */
-    curl_easy_setopt(h, CURLOPT_FOLLOWLOCATION, 0L);
-    curl_easy_setopt(h, CURLOPT_NOPROXY, "*");
-    curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http,https");
+    lg_curl_safe(h);   /* only ever the URL given, as loadgen's requests */
     CURLcode res = curl_easy_perform(h);
     *code = 0;
     curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, code);
@@ -273,8 +270,13 @@ static int parse_list(const char *route, const char *text, size_t len, size_t si
     int cnt = cJSON_IsArray(data) ? cJSON_GetArraySize(data) : 0;
     int rc = 0;
     char *out = NULL;
+    /* Past the value, whitespace only: "{...} junk" is not an answer. */
+    size_t tail = j && end ? (size_t)(end - text) : len;
+    while (tail < len && strchr(" \t\n\r", text[tail]) && text[tail]) tail++;
     if (!j) rc = err_set(err, errlen, TS_ERR_INVAL, "%s: not JSON (near byte %zu)", route,
                          end ? (size_t)(end - text) : (size_t)0);
+    else if (tail < len)
+        rc = err_set(err, errlen, TS_ERR_INVAL, "%s: more after the JSON (at byte %zu)", route, tail);
     else if (!cJSON_IsArray(data)) rc = err_set(err, errlen, TS_ERR_INVAL, "%s: expected an object with a \"data\" list", route);
     else if (cnt && !(out = calloc((size_t)cnt, size))) rc = err_set(err, errlen, TS_ERR_NOMEM, "out of memory");
     where w = {route, 0, "", err, errlen};

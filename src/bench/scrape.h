@@ -11,7 +11,8 @@
  * blocking GET with libcurl, to the base URL given only (lg_url_check's
  * rules: http or https, no path, no credentials; redirects not followed,
  * proxies in the environment ignored), with a timeout and a cap on the
- * body. The parsers are pure (cJSON, no I/O) and check everything: a field
+ * body (the curl options are loadgen's lg_curl_safe, the error message
+ * reader its lg_error_message). The parsers are pure (cJSON, no I/O) and check everything: a field
  * that is missing or of the wrong type is an error naming the route, the
  * entry and the field, e.g.
  *     /admin/tenants: data[1].engine_seconds: expected a number >= 0
@@ -82,8 +83,8 @@ int scr_fetch(const char *url, const char *path, const char *key, double timeout
               char *err, size_t errlen);
 
 /* Parse an /admin/tenants answer (text, len bytes: need not be
- * NUL-terminated). OUT rows: n rows in the answer's order (NULL when n is
- * 0). Returns 0, TS_ERR_INVAL (not the expected JSON: err says where and
+ * NUL-terminated; nothing but whitespace may follow the JSON). OUT rows:
+ * n rows in the answer's order (NULL when n is 0). Returns 0, TS_ERR_INVAL (not the expected JSON: err says where and
  * what) or TS_ERR_NOMEM; on failure *rows is NULL and *n 0. */
 int scr_parse_tenants(const char *text, size_t len, scr_tenant **rows, size_t *n, char *err, size_t errlen);
 

@@ -45,6 +45,7 @@ static void usage(FILE *f) {
             "usage: tessera bench --scenario S.yaml --url http://127.0.0.1:8080\n"
             "                     [--duration 60s | --requests N] [--out DIR] [--seed N]\n"
             "                     [--tenants NAME,...] [--quiet]\n"
+            "                     [--load X] [--time-scale X] [--tenant-map M] [--assign A]\n"
             "  --scenario  tenants, keys, arrival processes, lengths, SLOs (see scenarios/*.yaml)\n"
             "  --url       the server's base URL; nothing else is ever contacted\n"
             "  --duration  send window (default: the scenario's duration)\n"
@@ -54,6 +55,11 @@ static void usage(FILE *f) {
             "  --tenants   send only these tenants' requests; each keeps exactly the arrivals\n"
             "              it has in the full scenario (e.g. a victim alone, for a baseline)\n"
             "  --quiet     no live progress line\n"
+            "  --load X        every arrival rate x X and trace timestamps / X (2: twice the traffic)\n"
+            "  --time-scale X  trace timestamps x X\n"
+            "  --tenant-map M  trace tenant names: from=to,... (to '-' drops, from '*' any)\n"
+            "  --assign A      trace rows to tenants: column, round-robin, weighted (by --seed)\n"
+            "  (no --stream: the load generator needs the whole schedule; tessera sim streams)\n"
             "With the server's admin key in TESSERA_ADMIN_KEY, bench also reads each tenant's\n"
             "engine time and cost over the run (GET /admin/tenants before and after) into the\n"
             "report, and saves the server's step-time fit and KV geometry (GET /admin/models)\n"
@@ -128,12 +134,14 @@ static scr_tenant *admin_rows(const char *url, size_t *n) {
 }
 
 /* Each tenant's engine time and cost over the run: the server's counters
- * after it less before it, matched by tenant name. */
+ * after it less before it, matched by tenant name, on the scenario's model
+ * only (bench sends nothing else; a tenant's use of other models on the
+ * same server is not this run's). */
 static void admin_costs(const scn *s, rpt *p, const scr_tenant *b, size_t nb, const scr_tenant *a, size_t na) {
     for (int i = 0; i < s->n_tenants; i++) {
         scr_tenant x, y;
-        if (!scr_tenant_total(a, na, s->tenants[i].name, NULL, &y)) continue;
-        scr_tenant_total(b, nb, s->tenants[i].name, NULL, &x);
+        if (!scr_tenant_total(a, na, s->tenants[i].name, s->model, &y)) continue;
+        scr_tenant_total(b, nb, s->tenants[i].name, s->model, &x);
         double cost = y.cost >= 0 && x.cost >= 0 ? y.cost - x.cost : -1;
         rpt_cost_set(p, i, y.engine_seconds - x.engine_seconds, cost);
     }
@@ -183,11 +191,15 @@ int cmd_bench(int argc, char **argv) {
         {"duration", required_argument, 0, 'd'}, {"requests", required_argument, 0, 'n'},
         {"out", required_argument, 0, 'o'},      {"seed", required_argument, 0, 'S'},
         {"quiet", no_argument, 0, 'q'},          {"tenants", required_argument, 0, 't'},
-        {"help", no_argument, 0, 'h'},
+        {"load", required_argument, 0, 'l'},     {"time-scale", required_argument, 0, 'T'},
+        {"tenant-map", required_argument, 0, 'M'}, {"assign", required_argument, 0, 'A'},
+        {"stream", no_argument, 0, 'R'},         {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0}};
     const char *path = NULL, *url = NULL, *out = "bench-out", *dur = NULL, *only = NULL;
     uint64_t seed = 1, n_req = 0;
     int quiet = 0, ch, have_req = 0;
+    scn_opts so = {0};
+    char err[1024];
     optind = 1;
     while ((ch = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         switch (ch) {
@@ -210,6 +222,18 @@ int cmd_bench(int argc, char **argv) {
             break;
         case 'q': quiet = 1; break;
         case 't': only = optarg; break;
+        case 'l': case 'T': case 'M': case 'A': {
+            const char *name = ch == 'l' ? "load" : ch == 'T' ? "time-scale" : ch == 'M' ? "tenant-map" : "assign";
+            if (scn_opts_arg(&so, name, optarg, err, sizeof err)) {
+                fprintf(stderr, "bench: %s\n", err);
+                return 2;
+            }
+            break;
+        }
+        case 'R':
+            fprintf(stderr, "bench: --stream is tessera sim's: bench sends a schedule it builds whole before the "
+                            "run, so the trace is loaded whole (up to 64 MiB)\n");
+            return 2;
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return 2;
         }
@@ -219,7 +243,6 @@ int cmd_bench(int argc, char **argv) {
         usage(stderr);
         return 2;
     }
-    char err[1024];
     if (lg_url_check(url, err, sizeof err)) {
         fprintf(stderr, "bench: %s\n", err);
         return 2;
@@ -229,8 +252,9 @@ int cmd_bench(int argc, char **argv) {
         fprintf(stderr, "bench: --duration wants a duration such as 60s, 500ms or 2m, got '%s'\n", dur);
         return 2;
     }
+    so.assign_seed = seed;   /* weighted assignment: the same seed, the same rows per tenant */
     scn s;
-    if (scn_load(path, &s, err, sizeof err)) {
+    if (scn_load_opts(path, &so, &s, err, sizeof err)) {
         fprintf(stderr, "bench: %s\n", err);
         return 1;
     }

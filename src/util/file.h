@@ -22,6 +22,15 @@
  * has the last word. */
 int file_open_regular(const char *path, int *fd, struct stat *st, char *err, size_t errlen);
 
+/* The whole of the regular file path (file_open_regular's rules), at most
+ * max bytes (max < SIZE_MAX - 1). OUT buf: the bytes, NUL-terminated (the
+ * file may hold NULs of its own: len counts them), malloc'd, the caller
+ * frees it; OUT len: their count. 0, or on failure *buf NULL, *len 0 and
+ * err naming the path: TS_ERR_IO (cannot open or read, not a regular file,
+ * or larger than max: then "<path>: larger than <max> bytes" and *len is
+ * max + 1, so a caller can add advice) or TS_ERR_NOMEM. */
+int file_read_all(const char *path, size_t max, char **buf, size_t *len, char *err, size_t errlen);
+
 /* mkdir -p: path and every folder above it that is missing (mode 0755).
  * 0, or -1 with errno set. */
 int file_mkdirs(const char *path);
