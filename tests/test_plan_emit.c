@@ -361,6 +361,67 @@ static void test_json_headroom(void **st) {
     unload(&fx);
 }
 
+/* Edit the field of root at a dot path (a number indexes a list): remove
+ * it (value NULL) or set it to value, a JSON text. */
+static void edit_at(cJSON *root, const char *dot_path, const char *value) {
+    cJSON *parent = NULL, *node = root;
+    char path[128], *save = NULL, *last = NULL;
+    snprintf(path, sizeof path, "%s", dot_path);
+    for (char *tok = strtok_r(path, ".", &save); tok; tok = strtok_r(NULL, ".", &save)) {
+        parent = node;
+        last = tok;
+        node = cJSON_IsArray(node) ? cJSON_GetArrayItem(node, atoi(tok)) : cJSON_GetObjectItemCaseSensitive(node, tok);
+        if (!node) fail_msg("no %s in the report", dot_path);
+    }
+    if (!value) {
+        if (cJSON_IsArray(parent)) cJSON_DeleteItemFromArray(parent, atoi(last));
+        else cJSON_DeleteItemFromObjectCaseSensitive(parent, last);
+        return;
+    }
+    cJSON *v = cJSON_Parse(value);
+    if (!v) fail_msg("%s: '%s' is not JSON", dot_path, value);
+    if (cJSON_IsArray(parent)) cJSON_ReplaceItemInArray(parent, atoi(last), v);
+    else cJSON_ReplaceItemInObjectCaseSensitive(parent, last, v);
+}
+
+/* planjson_read of json after n edits, given as (dot path, value) pairs
+ * of strings as edit_at takes them. */
+static int read_edited(const char *json, plan_input *in, plan *p, char *err, size_t errlen, int n, ...) {
+    cJSON *root = cJSON_Parse(json);
+    assert_non_null(root);
+    va_list ap;
+    va_start(ap, n);
+    for (int k = 0; k < n; k++) {
+        const char *path = va_arg(ap, const char *);
+        edit_at(root, path, va_arg(ap, const char *));
+    }
+    va_end(ap);
+    char *text = cJSON_PrintUnformatted(root);
+    cJSON_Delete(root);
+    int rc = planjson_read(text, strlen(text), in, p, err, errlen);
+    free(text);
+    return rc;
+}
+
+/* The reader refused (rc, err) with an error containing want, leaving
+ * nothing behind. */
+static void refused(int rc, const char *err, const plan_input *in, const plan *p, const char *want) {
+    if (rc != TS_ERR_CONFIG) fail_msg("rc %d, want CONFIG (for '%s')", rc, want);
+    if (!strstr(err, want)) fail_msg("'%s' lacks '%s'", err, want);
+    assert_null(in->pools);
+    assert_null(p->workers);
+}
+
+/* A dot path or value from a format. */
+__attribute__((format(printf, 2, 3)))
+static const char *fmt(char buf[160], const char *f, ...) {
+    va_list ap;
+    va_start(ap, f);
+    vsnprintf(buf, 160, f, ap);
+    va_end(ap);
+    return buf;
+}
+
 /* Edit one field of mixed.yaml's JSON report (remove it, or set it to
  * `value`, a JSON text) and expect the reader to refuse naming it. */
 static void test_planjson_errors(void **st) {
@@ -396,35 +457,12 @@ static void test_planjson_errors(void **st) {
     size_t len;
     char *json = json_of(&fx.p, &len);
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
-        cJSON *root = cJSON_Parse(json), *parent = NULL, *node = root;
-        char path[128], *save = NULL, *last = NULL;
-        snprintf(path, sizeof path, "%s", cases[c].path);
-        for (char *tok = strtok_r(path, ".", &save); tok; tok = strtok_r(NULL, ".", &save)) {
-            parent = node;
-            last = tok;
-            node = cJSON_IsArray(node) ? cJSON_GetArrayItem(node, atoi(tok)) : cJSON_GetObjectItemCaseSensitive(node, tok);
-            if (!node) fail_msg("case %zu: no %s in the report", c, cases[c].path);
-        }
-        if (!cases[c].value) {
-            if (cJSON_IsArray(parent)) cJSON_DeleteItemFromArray(parent, atoi(last));
-            else cJSON_DeleteItemFromObjectCaseSensitive(parent, last);
-        } else {
-            cJSON *v = cJSON_Parse(cases[c].value);
-            assert_non_null(v);
-            if (cJSON_IsArray(parent)) cJSON_ReplaceItemInArray(parent, atoi(last), v);
-            else cJSON_ReplaceItemInObjectCaseSensitive(parent, last, v);
-        }
-        char *text = cJSON_PrintUnformatted(root), err[512];
-        cJSON_Delete(root);
+        char err[512];
         plan_input in;
         plan p;
-        int rc = planjson_read(text, strlen(text), &in, &p, err, sizeof err);
-        free(text);
-        if (rc != TS_ERR_CONFIG) fail_msg("case %zu (%s): rc %d, want CONFIG", c, cases[c].path, rc);
-        if (!strstr(err, cases[c].want)) fail_msg("case %zu: '%s' lacks '%s'", c, err, cases[c].want);
+        int rc = read_edited(json, &in, &p, err, sizeof err, 1, cases[c].path, cases[c].value);
         /* A refused report leaves nothing behind. */
-        assert_null(in.pools);
-        assert_null(p.workers);
+        refused(rc, err, &in, &p, cases[c].want);
     }
     char err[256];
     plan_input in;
@@ -434,6 +472,326 @@ static void test_planjson_errors(void **st) {
     assert_int_equal(planjson_read("[]", 2, &in, &p, err, sizeof err), TS_ERR_CONFIG);
     assert_int_equal(planjson_read(NULL, 0, &in, &p, err, sizeof err), TS_ERR_INVAL);
     free(json);
+    unload(&fx);
+}
+
+/* Slice and GPU names as the reader's errors give them. */
+static const char *gpu_name(char buf[160], const plan *p, int g) {
+    return fmt(buf, "GPU %d (%s/%d)", g, p->nodes[p->gpus[g].node].name, p->gpus[g].index);
+}
+
+/* The first placed slice of mode `mode` from slice `from` on, or n_slices. */
+static size_t slice_of_mode(const plan *p, int mode, size_t from) {
+    for (size_t s = from; s < p->n_slices; s++)
+        if (p->slices[s].mode == mode && p->slices[s].gpu >= 0) return s;
+    return p->n_slices;
+}
+
+/* No whole-GPU slices in mixed.yaml's plan: strict tenants on L40S GPUs,
+ * which have no MIG, get one each; a shared worker of two tenants, one
+ * strict group of two, and a best-effort tenant. */
+#define WHOLE_YAML                                                                                     \
+    "fleet: [{name: l, gpu: L40S, gpus_per_node: 4, price_per_hour: 1}]\n"                             \
+    "models: [{name: q, params: 0.49B, layers: 24, heads: 14, kv_heads: 2, head_dim: 64}]\n"           \
+    "tiers: [{name: gold, ttft_ms: 2000, tpot_ms: 200}, {name: silver, ttft_ms: 4000}]\n"              \
+    "tenants:\n"                                                                                       \
+    "  - {name: a, model: q, tier: gold, isolation: strict, group: g, load: {rps: 0.5}}\n"            \
+    "  - {name: b, model: q, tier: gold, isolation: strict, group: g, load: {rps: 0.5}}\n"            \
+    "  - {name: c, model: q, tier: gold, isolation: strict, load: {rps: 0.5}}\n"                      \
+    "  - {name: d, model: q, tier: gold, isolation: shared, load: {rps: 0.5}}\n"                      \
+    "  - {name: e, model: q, tier: gold, isolation: shared, load: {rps: 0.5}}\n"                      \
+    "  - {name: f, model: q, tier: silver, isolation: best-effort, load: {rps: 0.5}}\n"
+
+/* WHOLE_YAML's plan, checked to have the workers the cases below edit:
+ * g-q (a, b) and c-q whole, q-gold (d, e) mps, q-be timeslice. */
+static void load_whole(fixture *fx) {
+    char err[512];
+    if (planio_parse(WHOLE_YAML, strlen(WHOLE_YAML), "whole.yaml", &fx->in, err, sizeof err)) fail_msg("whole.yaml: %s", err);
+    assert_int_equal(plan_build(&fx->in, &fx->p), 0);
+    assert_true(fx->p.feasible);
+    static const int modes[] = {PLAN_MODE_WHOLE, PLAN_MODE_WHOLE, PLAN_MODE_MPS, PLAN_MODE_TIMESLICE};
+    static const size_t tenants[] = {2, 1, 2, 1};
+    assert_int_equal(fx->p.n_workers, 4);
+    for (size_t w = 0; w < 4; w++) {
+        assert_int_equal(fx->p.workers[w].mode, modes[w]);
+        assert_int_equal(fx->p.workers[w].n_tenants, tenants[w]);
+        assert_int_equal(fx->p.workers[w].replicas, 1);
+    }
+}
+
+/* The slice worker w's first replica runs on. */
+static size_t slice_of_worker(const plan *p, size_t w) { return p->insts[p->workers[w].first_inst].slice; }
+
+/* GPUs that cannot exist are refused, naming the slice that breaks one:
+ * two kinds of sharing, MPS shares over 100%, two whole-GPU slices,
+ * memory beyond the GPU's, and a MIG+MPS GI's clients over 100%. */
+static void test_planjson_gpus(void **st) {
+    (void)st;
+    char err[512], path[160], path2[160], val[160], want[160], gn[160];
+    plan_input in;
+    plan rp;
+    fixture fx;
+    load("tests/golden/plan/mixed.yaml", &fx);
+    const plan *p = &fx.p;
+    size_t len;
+    char *json = json_of(p, &len);
+    /* MPS shares over 100%: a later share moved onto an earlier's GPU. */
+    size_t a = p->n_slices, b = p->n_slices;
+    for (size_t s = slice_of_mode(p, PLAN_MODE_MPS, 0); s < p->n_slices && b == p->n_slices;
+         s = slice_of_mode(p, PLAN_MODE_MPS, s + 1))
+        for (size_t t = slice_of_mode(p, PLAN_MODE_MPS, s + 1); t < p->n_slices; t = slice_of_mode(p, PLAN_MODE_MPS, t + 1))
+            if (p->slices[t].gpu != p->slices[s].gpu && p->slices[s].pct + p->slices[t].pct > 100) {
+                a = s;
+                b = t;
+                break;
+            }
+    if (b == p->n_slices) fail_msg("mixed.yaml's plan has no two MPS shares over 100%% together");
+    int ga = p->slices[a].gpu;
+    double sum = 0;
+    for (size_t s = 0; s <= b; s++)
+        if (p->slices[s].mode == PLAN_MODE_MPS && (p->slices[s].gpu == ga || s == b)) sum += p->slices[s].pct;
+    int rc = read_edited(json, &in, &rp, err, sizeof err, 1, fmt(path, "slices.%zu.gpu", b), fmt(val, "%d", ga));
+    refused(rc, err, &in, &rp, fmt(want, "slices[%zu]: %s's MPS shares reach %g%%, over 100%%", b, gpu_name(gn, p, ga), sum));
+    /* An MPS share on a MIG GPU. */
+    size_t m = slice_of_mode(p, PLAN_MODE_MIG, 0), first = m;
+    assert_true(m < a);
+    for (size_t s = 0; s < m; s++)
+        if (p->slices[s].gpu == p->slices[m].gpu) {
+            first = s;
+            break;
+        }
+    rc = read_edited(json, &in, &rp, err, sizeof err, 1, fmt(path, "slices.%zu.gpu", a), fmt(val, "%d", p->slices[m].gpu));
+    refused(rc, err, &in, &rp,
+            fmt(want, "slices[%zu]: a mps slice on %s, which slices[%zu] uses for MIG", a, gpu_name(gn, p, p->slices[m].gpu), first));
+    /* More memory than the GPU has. */
+    rc = read_edited(json, &in, &rp, err, sizeof err, 1, fmt(path, "slices.%zu.mem_alloc_bytes", a), "1e12");
+    refused(rc, err, &in, &rp, fmt(want, "slices[%zu]: %s's slices take ", a, gpu_name(gn, p, ga)));
+    /* A MIG+MPS GI's clients over 100%: one client's share raised to 100. */
+    size_t g = slice_of_mode(p, PLAN_MODE_MIG_MPS, 0);
+    assert_true(g < p->n_slices && p->slices[g].n_inst >= 2);
+    const plan_slice *gs = &p->slices[g];
+    sum = 100;
+    for (int k = 1; k < gs->n_inst; k++) sum += p->insts[gs->first_inst + (size_t)k].pct;
+    rc = read_edited(json, &in, &rp, err, sizeof err, 1, fmt(path, "instances.%zu.pct", gs->first_inst), "100");
+    refused(rc, err, &in, &rp,
+            fmt(want, "slices[%zu]: its MPS clients (instances %zu..%zu) take %g%% of the GI, over 100%%", g, gs->first_inst,
+                gs->first_inst + (size_t)gs->n_inst - 1, sum));
+    free(json);
+    unload(&fx);
+    /* Whole GPUs: a second one on a GPU, and an MPS share beside one. */
+    load_whole(&fx);
+    json = json_of(p, &len);
+    size_t w0 = slice_of_worker(p, 0), w1 = slice_of_worker(p, 1), w2 = slice_of_worker(p, 2);
+    assert_true(w0 < w1 && w1 < w2);
+    int g0 = p->slices[w0].gpu;
+    rc = read_edited(json, &in, &rp, err, sizeof err, 1, fmt(path, "slices.%zu.gpu", w1), fmt(val, "%d", g0));
+    refused(rc, err, &in, &rp, fmt(want, "slices[%zu]: a second whole-GPU slice on %s, after slices[%zu]", w1, gpu_name(gn, p, g0), w0));
+    rc = read_edited(json, &in, &rp, err, sizeof err, 1, fmt(path, "slices.%zu.gpu", w2), fmt(val, "%d", g0));
+    refused(rc, err, &in, &rp,
+            fmt(want, "slices[%zu]: a mps slice on %s, which slices[%zu] uses for one whole-GPU slice", w2, gpu_name(gn, p, g0), w0));
+    /* Both moves at once: the first fault in slice order is named. */
+    rc = read_edited(json, &in, &rp, err, sizeof err, 2, fmt(path, "slices.%zu.gpu", w1), fmt(val, "%d", g0),
+                     fmt(path2, "slices.%zu.gpu", w2), val);
+    refused(rc, err, &in, &rp, fmt(want, "slices[%zu]: a second whole-GPU slice", w1));
+    free(json);
+    unload(&fx);
+}
+
+/* A placed share of 0% has no compute (its estimates would be NaN): the
+ * reader takes a placed slice's and instance's pct in (0, 100]. */
+static void test_planjson_pct(void **st) {
+    (void)st;
+    char err[512], path[160], want[160];
+    plan_input in;
+    plan rp;
+    fixture fx;
+    load("tests/golden/plan/mixed.yaml", &fx);
+    const plan *p = &fx.p;
+    size_t len;
+    char *json = json_of(p, &len);
+    size_t s = slice_of_mode(p, PLAN_MODE_MPS, 0), g = slice_of_mode(p, PLAN_MODE_MIG_MPS, 0);
+    assert_true(s < p->n_slices && g < p->n_slices);
+    int rc = read_edited(json, &in, &rp, err, sizeof err, 1, fmt(path, "slices.%zu.pct", s), "0");
+    refused(rc, err, &in, &rp, fmt(want, "slices[%zu].pct: 0 gives a placed slice no compute", s));
+    size_t i = p->slices[g].first_inst;
+    rc = read_edited(json, &in, &rp, err, sizeof err, 1, fmt(path, "instances.%zu.pct", i), "0");
+    refused(rc, err, &in, &rp, fmt(want, "instances[%zu].pct: 0 gives a placed instance no compute", i));
+    rc = read_edited(json, &in, &rp, err, sizeof err, 1, fmt(path, "slices.%zu.pct", s), "0.5");
+    assert_int_equal(rc, 0);
+    plan_free(&rp);
+    plan_input_free(&in);
+    free(json);
+    unload(&fx);
+}
+
+/* A worker's replica range holds its own instances, and each tenant is
+ * in exactly one worker, one it could share, that its result names. */
+static void test_planjson_members(void **st) {
+    (void)st;
+    char err[512], path[160], val[160], want[160];
+    plan_input in;
+    plan rp;
+    fixture fx;
+    load("tests/golden/plan/mixed.yaml", &fx);
+    const plan *p = &fx.p;
+    size_t len;
+    char *json = json_of(p, &len);
+    /* One more replica, which would take the next worker's instance. */
+    size_t w = 0;
+    while (w < p->n_workers && !(p->workers[w].replicas == 1 && p->workers[w].first_inst + 1 < p->n_insts &&
+                                 p->insts[p->workers[w].first_inst + 1].worker != (int)w))
+        w++;
+    assert_true(w < p->n_workers);
+    size_t next = p->workers[w].first_inst + 1;
+    int rc = read_edited(json, &in, &rp, err, sizeof err, 1, fmt(path, "workers.%zu.replicas", w), "2");
+    refused(rc, err, &in, &rp,
+            fmt(want, "workers[%zu]: replica 1 is instance %zu, which is replica %d of worker '%s'", w, next, p->insts[next].replica,
+                p->workers[p->insts[next].worker].name));
+    /* A tenant listed twice by its worker, and by a second worker of its
+     * model (which would double its load and split its cost). */
+    size_t w1 = 0, w2 = 0;
+    for (size_t u = 0; u < p->n_workers && !w2; u++)
+        for (size_t v = u + 1; v < p->n_workers; v++)
+            if (p->workers[u].model == p->workers[v].model) {
+                w1 = u;
+                w2 = v;
+                break;
+            }
+    assert_true(w2 > 0);
+    const char *t0 = fx.in.tenants[p->workers[w1].tenants[0]].name, *t1 = fx.in.tenants[p->workers[w2].tenants[0]].name;
+    rc = read_edited(json, &in, &rp, err, sizeof err, 1, fmt(path, "workers.%zu.tenants", w1), fmt(val, "[\"%s\", \"%s\"]", t0, t0));
+    refused(rc, err, &in, &rp, fmt(want, "workers[%zu].tenants[1]: tenant '%s' is listed twice", w1, t0));
+    rc = read_edited(json, &in, &rp, err, sizeof err, 1, fmt(path, "workers.%zu.tenants", w2), fmt(val, "[\"%s\", \"%s\"]", t1, t0));
+    refused(rc, err, &in, &rp, fmt(want, "workers[%zu].tenants[1]: tenant '%s' is already in worker '%s'", w2, t0, p->workers[w1].name));
+    /* A served tenant whose result names no worker. */
+    size_t t = p->workers[0].tenants[0];
+    rc = read_edited(json, &in, &rp, err, sizeof err, 1, fmt(path, "tenants.%zu.worker", t), "null");
+    refused(rc, err, &in, &rp, fmt(want, "tenants[%zu].worker: expected '%s', the worker that lists it", t, p->workers[0].name));
+    free(json);
+    unload(&fx);
+    /* Workers of several tenants: g-q (a, b) strict, q-gold (d, e) shared. */
+    load_whole(&fx);
+    json = json_of(p, &len);
+    static const struct {
+        const char *path, *value, *want;
+    } cases[] = {
+        {"input.tenants.1.group", "\"h\"", "workers[0].tenants[1]: tenant 'b' cannot share a worker with 'a': another strict group"},
+        {"input.tenants.4.tier", "\"silver\"", "workers[2].tenants[1]: tenant 'e' cannot share a worker with 'd': another tier"},
+        {"input.tenants.4.isolation", "\"best-effort\"", "workers[2].tenants[1]: tenant 'e' is best-effort, the worker shared"},
+        {"workers.0.tier", "\"silver\"", "workers[0].tier: 'silver' has band 1, but its most urgent tenant's band is 0"},
+        {"workers.2.mode", "\"whole\"", "workers[2].mode: whole is not a mode for shared tenants"},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        rc = read_edited(json, &in, &rp, err, sizeof err, 1, cases[c].path, cases[c].value);
+        refused(rc, err, &in, &rp, cases[c].want);
+    }
+    /* A tenant in no worker, its result unserved to match. */
+    rc = read_edited(json, &in, &rp, err, sizeof err, 2, "workers.2.tenants.1", NULL, "tenants.4.worker", "null");
+    refused(rc, err, &in, &rp, "workers: tenant 'e' is in none of them");
+    size_t s2 = slice_of_worker(p, 2);
+    rc = read_edited(json, &in, &rp, err, sizeof err, 1, fmt(path, "slices.%zu.mode", s2), "\"timeslice\"");
+    refused(rc, err, &in, &rp, "workers[2]: replica 0 runs on a timeslice slice, the worker is mps");
+    free(json);
+    unload(&fx);
+}
+
+/* A tenant's ok and the plan's feasible are recomputed as plan_build
+ * judges them, whatever the report says: a slice unplaced or a share cut
+ * by hand reads back as a plan that misses, and a report that calls a
+ * good plan bad reads back as good. */
+static void test_planjson_recompute(void **st) {
+    (void)st;
+    char err[512], path[160], path2[160], path3[160];
+    plan_input in;
+    plan rp;
+    fixture fx;
+    load("tests/golden/plan/mixed.yaml", &fx);
+    const plan *p = &fx.p;
+    assert_true(p->feasible);
+    size_t len;
+    char *json = json_of(p, &len);
+    /* The largest MPS share (a busy worker) cut to 1%, and the time slice
+     * unplaced (its pct 0, as plan_build leaves an unplaced slice). */
+    size_t big = p->n_slices;
+    for (size_t s = slice_of_mode(p, PLAN_MODE_MPS, 0); s < p->n_slices; s = slice_of_mode(p, PLAN_MODE_MPS, s + 1))
+        if (big == p->n_slices || p->slices[s].pct > p->slices[big].pct) big = s;
+    size_t ts = slice_of_mode(p, PLAN_MODE_TIMESLICE, 0);
+    assert_true(big < p->n_slices && ts < p->n_slices);
+    int wb = p->insts[p->slices[big].first_inst].worker, wt = p->insts[p->slices[ts].first_inst].worker;
+    int rc = read_edited(json, &in, &rp, err, sizeof err, 3, fmt(path, "slices.%zu.pct", big), "1", fmt(path2, "slices.%zu.gpu", ts),
+                         "-1", fmt(path3, "slices.%zu.pct", ts), "0");
+    if (rc) fail_msg("read: %s", err);
+    assert_false(rp.feasible);
+    for (size_t t = 0; t < in.n_tenants; t++) {
+        int w = rp.results[t].worker;
+        assert_int_equal(w, p->results[t].worker);
+        assert_int_equal(rp.results[t].ok, w != wb && w != wt);
+    }
+    plan_free(&rp);
+    plan_input_free(&in);
+    /* The report's own verdict is not what the reader believes. */
+    rc = read_edited(json, &in, &rp, err, sizeof err, 2, "tenants.0.ok", "false", "totals.feasible", "false");
+    if (rc) fail_msg("read: %s", err);
+    assert_true(rp.feasible);
+    assert_true(rp.results[0].ok);
+    plan_free(&rp);
+    plan_input_free(&in);
+    free(json);
+    unload(&fx);
+}
+
+/* MIG+MPS pricing: a GI's clients pay the whole GI between them, each by
+ * its share of the shares, even when group_gi's floored shares sum below
+ * 100 (three equal members get 33% each). */
+#define GI3_YAML                                                                                       \
+    "fleet: [{name: a, gpu: A100-40GB, gpus_per_node: 1, price_per_hour: 7.0}]\n"                      \
+    "models:\n"                                                                                        \
+    "  - {name: m1, params: 0.36B, layers: 32, heads: 15, kv_heads: 5, head_dim: 64, max_context: 1024}\n" \
+    "  - {name: m2, params: 0.36B, layers: 32, heads: 15, kv_heads: 5, head_dim: 64, max_context: 1024}\n" \
+    "  - {name: m3, params: 0.36B, layers: 32, heads: 15, kv_heads: 5, head_dim: 64, max_context: 1024}\n" \
+    "tiers: [{name: gold, ttft_ms: 400, tpot_ms: 60}]\n"                                               \
+    "tenants:\n"                                                                                       \
+    "  - {name: t1, model: m1, tier: gold, isolation: strict, group: g, load: {rps: 0.2, prompt_tokens: 128, output_tokens: 32}}\n" \
+    "  - {name: t2, model: m2, tier: gold, isolation: strict, group: g, load: {rps: 0.2, prompt_tokens: 128, output_tokens: 32}}\n" \
+    "  - {name: t3, model: m3, tier: gold, isolation: strict, group: g, load: {rps: 0.2, prompt_tokens: 128, output_tokens: 32}}\n"
+
+/* a == b but for the rounding of a few additions. */
+static void assert_near(double a, double b) {
+    if (!(fabs(a - b) <= 1e-12 * (fabs(b) > 1 ? fabs(b) : 1))) fail_msg("%.17g, want %.17g", a, b);
+}
+
+static void test_mig_mps_price(void **st) {
+    (void)st;
+    fixture fx;
+    char err[512];
+    if (planio_parse(GI3_YAML, strlen(GI3_YAML), "gi3.yaml", &fx.in, err, sizeof err)) fail_msg("gi3.yaml: %s", err);
+    assert_int_equal(plan_build(&fx.in, &fx.p), 0);
+    plan *p = &fx.p;
+    assert_int_equal(p->n_slices, 1);
+    assert_int_equal(p->slices[0].mode, PLAN_MODE_MIG_MPS);
+    assert_int_equal(p->slices[0].n_inst, 3);
+    /* The GI's price: 7.0 x its compute slices / 7. */
+    const mig_geom *geo = mig_geom_find(p->slices[0].gi_id);
+    assert_non_null(geo);
+    double gi = 7.0 * geo->compute / MIG_COMPUTE_SLICES;
+    static const double shares[][3] = {{33, 33, 33}, {50, 30, 10}};
+    for (size_t c = 0; c < 2; c++) {
+        for (int k = 0; k < 3; k++) p->insts[k].pct = shares[c][k];
+        double sum = shares[c][0] + shares[c][1] + shares[c][2];
+        for (int k = 0; k < 3; k++) assert_near(plan_inst_price(p, &p->insts[k]), gi * shares[c][k] / sum);
+        assert_near(plan_price(p), gi);
+    }
+    unload(&fx);
+    /* mixed.yaml's GI of two clients, priced by the default rule. */
+    load("tests/golden/plan/mixed.yaml", &fx);
+    size_t g = slice_of_mode(p, PLAN_MODE_MIG_MPS, 0);
+    assert_true(g < p->n_slices);
+    geo = mig_geom_find(p->slices[g].gi_id);
+    assert_non_null(geo);
+    assert_string_not_equal(plan_slice_profile(p, &p->slices[g]), "3g.20gb");  /* the one with a mig_prices entry */
+    double sum = 0;
+    for (int k = 0; k < p->slices[g].n_inst; k++) sum += plan_inst_price(p, &p->insts[p->slices[g].first_inst + (size_t)k]);
+    assert_near(sum, 1.20 * geo->compute / MIG_COMPUTE_SLICES);
     unload(&fx);
 }
 
@@ -531,6 +889,11 @@ int main(void) {
         cmocka_unit_test(test_json_roundtrip),
         cmocka_unit_test(test_json_headroom),
         cmocka_unit_test(test_planjson_errors),
+        cmocka_unit_test(test_planjson_gpus),
+        cmocka_unit_test(test_planjson_pct),
+        cmocka_unit_test(test_planjson_members),
+        cmocka_unit_test(test_planjson_recompute),
+        cmocka_unit_test(test_mig_mps_price),
         cmocka_unit_test(test_command),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -1418,6 +1418,17 @@ static double gi_price(const plan_pool *pl, const gpucat_gpu *g, int gi_id) {
     return geo ? pl->price_per_hour * geo->compute / MIG_COMPUTE_SLICES : 0.0;
 }
 
+/* Instance i's part of its MIG+MPS GI: its share over the sum of the
+ * GI's shares, not over 100. group_gi floors the grown shares, so three
+ * members at 33% sum to 99, and the GI's clients must still pay all of
+ * it: nobody else can use the remaining 1%. Equal parts when no member
+ * has a share (a plan read back refuses that; plan_build never makes it). */
+static double gi_part(const plan *p, const plan_slice *s, const plan_inst *i) {
+    double sum = 0.0;
+    for (int k = 0; k < s->n_inst; k++) sum += p->insts[s->first_inst + (size_t)k].pct;
+    return sum > 0.0 ? i->pct / sum : 1.0 / (double)(s->n_inst > 0 ? s->n_inst : 1);
+}
+
 double plan_inst_price(const plan *p, const plan_inst *i) {
     const plan_slice *s = &p->slices[i->slice];
     if (s->gpu < 0) return 0.0;
@@ -1425,7 +1436,7 @@ double plan_inst_price(const plan *p, const plan_inst *i) {
     const plan_pool *pl = &p->in->pools[p->nodes[g->node].pool];
     switch (s->mode) {
     case PLAN_MODE_MIG: return gi_price(pl, p->types[g->type], s->gi_id);
-    case PLAN_MODE_MIG_MPS: return gi_price(pl, p->types[g->type], s->gi_id) * i->pct / 100.0;
+    case PLAN_MODE_MIG_MPS: return gi_price(pl, p->types[g->type], s->gi_id) * gi_part(p, s, i);
     case PLAN_MODE_MPS:
     case PLAN_MODE_TIMESLICE: return pl->price_per_hour * s->pct / 100.0;
     default: return pl->price_per_hour;
@@ -1474,4 +1485,86 @@ double plan_price(const plan *p) {
     double sum = 0.0;
     for (size_t i = 0; i < p->n_insts; i++) sum += plan_inst_price(p, &p->insts[i]);
     return sum;
+}
+
+/* ---- checks for plans read back (planjson.h) ---------------------------------- */
+
+int plan_inst_check(const plan *p, const plan_inst *i) {
+    perf_slice s;
+    if (plan_inst_slice(p, i, &s)) return TS_ERR_INVAL;
+    sizing z = worker_sizing(p, &p->workers[i->worker]);
+    if (z.mode == PLAN_MODE_TIMESLICE) z.ttft_s = z.tpot_s = 0;     /* best effort, as size_on */
+    return perf_check(&i->est, &s, &p->in->perf, z.ttft_s, z.tpot_s);
+}
+
+int plan_tenants_share_worker(const plan_input *in, size_t a, size_t b) {
+    char ka[PLAN_NAME_MAX * 2 + 8], kb[PLAN_NAME_MAX * 2 + 8];
+    const plan_tenant *ta = &in->tenants[a], *tb = &in->tenants[b];
+    if (ta->iso != tb->iso) return 0;
+    worker_key(in, ta, ka, sizeof ka);
+    worker_key(in, tb, kb, sizeof kb);
+    return strcmp(ka, kb) == 0;
+}
+
+static const char *gpu_mode_name(int mode) {
+    static const char *const names[] = {"idle", "MIG", "MPS", "time-slicing", "one whole-GPU slice"};
+    return mode >= 0 && mode <= PLAN_GPU_WHOLE ? names[mode] : "?";
+}
+
+typedef struct gpu_seen {           /* one GPU's placed slices so far, in slice order */
+    long first;                     /* its first slice, -1 = none yet */
+    double share;                   /* percent */
+    double mem;                     /* bytes */
+} gpu_seen;
+
+/* What slice s adds to its GPU that cannot exist, into what; 0 if nothing. */
+static int slice_fault(const plan *p, size_t s, gpu_seen *u, char *what, size_t cap) {
+    const plan_slice *sl = &p->slices[s];
+    const plan_gpu *g = &p->gpus[sl->gpu];
+    const gpucat_gpu *ty = p->types[g->type];
+    char gname[PLAN_NAME_MAX + 40];
+    snprintf(gname, sizeof gname, "GPU %d (%s/%d)", sl->gpu, p->nodes[g->node].name, g->index);
+    int mode = gpu_mode_of(sl->mode);
+    if (u->first < 0) u->first = (long)s;
+    const plan_slice *f = &p->slices[u->first];
+    if (gpu_mode_of(f->mode) != mode)
+        return snprintf(what, cap, "a %s slice on %s, which slices[%ld] uses for %s: a GPU runs one kind of sharing",
+                        plan_mode_name(sl->mode), gname, u->first, gpu_mode_name(gpu_mode_of(f->mode))), 1;
+    if (mode == PLAN_GPU_WHOLE && u->first != (long)s)
+        return snprintf(what, cap, "a second whole-GPU slice on %s, after slices[%ld]", gname, u->first), 1;
+    if (mode == PLAN_GPU_MPS || mode == PLAN_GPU_TIMESLICE) {
+        u->share += sl->pct;
+        /* Shares are whole percents from plan_build; the slack only
+         * forgives the rounding of hand-written fractions. */
+        if (u->share > 100.0 + 1e-9)
+            return snprintf(what, cap, "%s's %s shares reach %g%%, over 100%%", gname, gpu_mode_name(mode), u->share), 1;
+    }
+    u->mem += sl->mem_alloc;
+    double mem = ty->mem_gib * GIB;
+    if (u->mem > mem * (1.0 + 1e-12))
+        return snprintf(what, cap, "%s's slices take %.2f GiB of its %.2f GiB", gname, u->mem / GIB, ty->mem_gib), 1;
+    if (sl->mode == PLAN_MODE_MIG_MPS) {
+        double pct = 0.0;
+        for (int k = 0; k < sl->n_inst; k++) pct += p->insts[sl->first_inst + (size_t)k].pct;
+        if (pct > 100.0 + 1e-9)
+            return snprintf(what, cap, "its MPS clients (instances %zu..%zu) take %g%% of the GI, over 100%%",
+                            sl->first_inst, sl->first_inst + (size_t)sl->n_inst - 1, pct), 1;
+    }
+    return 0;
+}
+
+int plan_slices_check(const plan *p, size_t *slice, char *what, size_t cap) {
+    gpu_seen *u = malloc((p->n_gpus ? p->n_gpus : 1) * sizeof *u);
+    if (!u) return TS_ERR_NOMEM;
+    for (size_t g = 0; g < p->n_gpus; g++) u[g] = (gpu_seen){-1, 0.0, 0.0};
+    int rc = 0;
+    for (size_t s = 0; s < p->n_slices && !rc; s++) {
+        if (p->slices[s].gpu < 0) continue;
+        if (slice_fault(p, s, &u[p->slices[s].gpu], what, cap)) {
+            *slice = s;
+            rc = TS_ERR_INVAL;
+        }
+    }
+    free(u);
+    return rc;
 }

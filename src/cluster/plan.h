@@ -313,9 +313,10 @@ int plan_inst_slice(const plan *p, const plan_inst *i, perf_slice *out);
 
 /* Price per hour of instance i: its pool's price_per_hour for a whole GPU;
  * for a MIG GI the pool's mig_prices entry for its profile, else the GPU's
- * price x compute slices / 7; x pct / 100 for an MPS share of a GI, and
- * GPU price x pct / 100 for MPS and time-slice shares. 0 when unplaced or
- * unpriced. */
+ * price x compute slices / 7; for an MPS client of a GI, the GI's price x
+ * its pct / the sum of the pcts of the GI's clients (they pay the whole
+ * GI between them, even when their shares sum below 100); GPU price x
+ * pct / 100 for MPS and time-slice shares. 0 when unplaced or unpriced. */
 double plan_inst_price(const plan *p, const plan_inst *i);
 
 /* Cost per hour of tenant t: each instance of its worker's price, split by
@@ -355,5 +356,26 @@ void plan_worker_load(const plan_input *in, plan_worker *w);
  * memory, then the plan's totals (gpus_used, mem_alloc, mem_need,
  * mem_capacity). MIG layouts (gpu.gi) are not touched. */
 void plan_tally(plan *p);
+
+/* Whether the placed slices ask of their GPUs only what can exist: one
+ * kind of sharing per GPU (MIG, MPS, time-slicing, or one whole-GPU
+ * slice), MPS or time-slice shares of a GPU summing to <= 100%, the
+ * slices' memory within the GPU's, and the MPS clients of each MIG+MPS GI
+ * at <= 100% together. plan_build's plans always pass. Returns 0;
+ * TS_ERR_INVAL with *slice (OUT) the first slice, in slice order, at which
+ * one fails and what[0..cap) saying what ("a mps slice on GPU 0 (a-0/0),
+ * which slices[1] uses for MIG: ..."); or TS_ERR_NOMEM. */
+int plan_slices_check(const plan *p, size_t *slice, char *what, size_t cap);
+
+/* perf_check of instance i's estimate (i->est) on its slice against its
+ * worker's targets as sizing applied them: its TTFT target and the TPOT
+ * it was sized for (tpot_sized_s), none for a time-sliced worker. Returns
+ * PERF_OK or a PERF_FAIL_*, or TS_ERR_INVAL when i is not placed. */
+int plan_inst_check(const plan *p, const plan_inst *i);
+
+/* 1 when plan_build would put tenants a and b of in into one worker:
+ * the same isolation and model, and the same group (strict; a tenant
+ * without one is alone) or tier (shared); else 0. */
+int plan_tenants_share_worker(const plan_input *in, size_t a, size_t b);
 
 #endif

@@ -2,14 +2,19 @@
  *
  * The reader trusts nothing it can check: names must resolve, indices
  * must lie in range and agree with each other (a slice's instances point
- * back at it, a worker's replicas are its instances), and the MIG layout
- * each GPU's slices imply must exist. What the report derives (estimates,
- * GPU tallies, totals, predictions) is recomputed, not read, so a report
- * edited by hand cannot carry numbers its structure does not give.
+ * back at it, a worker's replicas are its instances and its instances its
+ * replicas, each tenant is in exactly one worker and its result names
+ * that worker), what each GPU's slices ask of it must exist (one kind of
+ * sharing, shares and memory within the GPU), and so must the MIG layout
+ * they imply. What the report derives (estimates, GPU tallies, totals,
+ * predictions, each tenant's ok and the plan's feasible) is recomputed,
+ * not read, so a report edited by hand cannot carry numbers its structure
+ * does not give.
  */
 #include "planjson.h"
 
 #include <cjson/cJSON.h>
+#include <limits.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -24,6 +29,7 @@ typedef struct rd {
     char *err;
     size_t errlen;
     size_t n_insts;                 /* instances the report lists */
+    int *owner;                     /* [input tenants]: the worker listing it, -1 = none yet */
 } rd;
 
 __attribute__((format(printf, 3, 4)))
@@ -335,6 +341,57 @@ static int worker_find(const plan *p, const char *name) {
     return -1;
 }
 
+/* Tenant t may join the worker being read (the last of p's): it is in no
+ * worker yet, and runs the worker's model with its isolation; and it is
+ * one plan_build would group with the worker's first tenant (the same
+ * strict group, the same shared tier), since a worker runs as one trust
+ * domain with one set of targets. */
+static int check_member(rd *r, const char *path, const plan *p, size_t t) {
+    const plan_input *in = p->in;
+    const plan_tenant *tn = &in->tenants[t];
+    int w = (int)p->n_workers - 1;
+    const plan_worker *pw = &p->workers[w];
+    if (r->owner[t] == w) return fail(r, path, "tenant '%s' is listed twice", tn->name);
+    if (r->owner[t] >= 0) return fail(r, path, "tenant '%s' is already in worker '%s'", tn->name, p->workers[r->owner[t]].name);
+    if (tn->model != pw->model) return fail(r, path, "tenant '%s' runs another model", tn->name);
+    if (tn->iso != pw->iso)
+        return fail(r, path, "tenant '%s' is %s, the worker %s", tn->name, plan_iso_name(tn->iso), plan_iso_name(pw->iso));
+    if (pw->n_tenants > 0 && !plan_tenants_share_worker(in, pw->tenants[0], t))
+        return fail(r, path, "tenant '%s' cannot share a worker with '%s': %s", tn->name, in->tenants[pw->tenants[0]].name,
+                    tn->iso == PLAN_ISO_STRICT ? "another strict group" : "another tier");
+    r->owner[t] = w;
+    return 0;
+}
+
+/* The modes each isolation class is given (plan.h's decision tree). */
+static int mode_serves(int iso, int mode) {
+    switch (iso) {
+    case PLAN_ISO_STRICT: return mode == PLAN_MODE_MIG || mode == PLAN_MODE_MIG_MPS || mode == PLAN_MODE_WHOLE;
+    case PLAN_ISO_SHARED: return mode == PLAN_MODE_MPS;
+    default: return mode == PLAN_MODE_TIMESLICE;
+    }
+}
+
+/* The worker just read agrees with its tenants: its mode is one its
+ * isolation gets, and its tier is as urgent as its most urgent tenant's
+ * (serve's priority band comes from it). */
+static int check_worker(rd *r, const char *path, const plan *p) {
+    char fp[FP_MAX];
+    const plan_input *in = p->in;
+    const plan_worker *w = &p->workers[p->n_workers - 1];
+    if (!mode_serves(w->iso, w->mode))
+        return fail(r, key_path(fp, path, "mode"), "%s is not a mode for %s tenants", plan_mode_name(w->mode), plan_iso_name(w->iso));
+    int band = INT_MAX;
+    for (size_t k = 0; k < w->n_tenants; k++) {
+        int b = in->tiers[in->tenants[w->tenants[k]].tier].band;
+        if (b < band) band = b;
+    }
+    if (in->tiers[w->tier].band != band)
+        return fail(r, key_path(fp, path, "tier"), "'%s' has band %d, but its most urgent tenant's band is %d",
+                    in->tiers[w->tier].name, in->tiers[w->tier].band, band);
+    return 0;
+}
+
 static int read_worker(rd *r, const cJSON *e, const char *path, plan *p) {
     char fp[FP_MAX];
     const plan_input *in = p->in;
@@ -365,11 +422,11 @@ static int read_worker(rd *r, const cJSON *e, const char *path, plan *p) {
         index_path(ip, fp, w->n_tenants);
         int t = cJSON_IsString(it) ? tenant_find(in, it->valuestring) : -1;
         if (t < 0) return fail(r, ip, "expected the name of a tenant of the input");
-        if (in->tenants[t].model != w->model) return fail(r, ip, "tenant '%s' runs another model", in->tenants[t].name);
+        if ((rc = check_member(r, ip, p, (size_t)t))) return rc;
         w->tenants[w->n_tenants++] = (size_t)t;
     }
     plan_worker_load(in, w);
-    return 0;
+    return check_worker(r, path, p);
 }
 
 static int read_slice(rd *r, const cJSON *e, const char *path, plan *p) {
@@ -387,8 +444,12 @@ static int read_slice(rd *r, const cJSON *e, const char *path, plan *p) {
     if (!rc) rc = get_i32(r, e, path, "n_inst", 1, (int)(r->n_insts - (size_t)first), &s->n_inst);
     if (rc) return rc;
     s->first_inst = (size_t)first;
+    char fp[FP_MAX];
+    /* A placed share of 0% has no compute: its estimates are NaN. Unplaced
+     * slices keep plan_build's 0. */
+    if (s->gpu >= 0 && !(s->pct > 0))
+        return fail(r, key_path(fp, path, "pct"), "0 gives a placed slice no compute; expected (0, 100]");
     if (s->gpu >= 0 && (s->mode == PLAN_MODE_MIG || s->mode == PLAN_MODE_MIG_MPS)) {
-        char fp[FP_MAX];
         if (!gpucat_mig_by_id(p->types[p->gpus[s->gpu].type], s->gi_id))
             return fail(r, key_path(fp, path, "gi_id"), "no MIG profile %d on GPU %d's type", s->gi_id, s->gpu);
     }
@@ -412,6 +473,8 @@ static int read_inst(rd *r, const cJSON *e, const char *path, plan *p) {
     if (!rc) rc = get_num(r, e, path, "mem_limit_bytes", 0, 1e15, &i->mem_limit);
     if (rc) return rc;
     i->slice = (size_t)slice;
+    if (p->slices[i->slice].gpu >= 0 && !(i->pct > 0))
+        return fail(r, key_path(fp, path, "pct"), "0 gives a placed instance no compute; expected (0, 100]");
     p->n_insts++;
     return 0;
 }
@@ -452,8 +515,27 @@ static int check_links(rd *r, const plan *p) {
         const plan_worker *pw = &p->workers[w];
         if (pw->replicas > 0 && pw->first_inst + (size_t)pw->replicas > p->n_insts)
             return fail(r, index_path(fp, "workers", w), "its replicas run past the instances");
+        /* The other direction: its range holds its own replicas. */
+        for (int k = 0; k < pw->replicas; k++) {
+            const plan_inst *in = &p->insts[pw->first_inst + (size_t)k];
+            if (in->worker != (int)w || in->replica != k)
+                return fail(r, index_path(fp, "workers", w), "replica %d is instance %zu, which is replica %d of worker '%s'", k,
+                            pw->first_inst + (size_t)k, in->replica, p->workers[in->worker].name);
+            if (p->slices[in->slice].mode != pw->mode)
+                return fail(r, index_path(fp, "workers", w), "replica %d runs on a %s slice, the worker is %s", k,
+                            plan_mode_name(p->slices[in->slice].mode), plan_mode_name(pw->mode));
+        }
     }
     return 0;
+}
+
+/* What the GPUs hold can exist (plan_slices_check). */
+static int check_gpus(rd *r, const plan *p) {
+    char fp[FP_MAX], what[PLAN_TEXT_MAX];
+    size_t s = 0;
+    int rc = plan_slices_check(p, &s, what, sizeof what);
+    if (rc == TS_ERR_INVAL) return fail(r, index_path(fp, "slices", s), "%s", what);
+    return rc;
 }
 
 /* MIG layouts as finish() lays them: each GPU's slices in slice order
@@ -471,8 +553,7 @@ static int read_layouts(rd *r, plan *p) {
             who[n] = s;
             ids[n++] = sl->gi_id;
         }
-        if (n == 0) continue;
-        if (g->mode != PLAN_GPU_MIG) return fail(r, "slices", "GPU %zu mixes MIG with other sharing", gi);
+        if (n == 0) continue;           /* else check_gpus made g a MIG GPU */
         if (mig_place(ids, n, g->gi)) return fail(r, "slices", "the GIs on GPU %zu form no MIG layout", gi);
         g->n_gi = (int)n;
         char taken[MIG_MAX_INSTANCES] = {0};
@@ -488,6 +569,17 @@ static int read_layouts(rd *r, plan *p) {
                 }
     }
     return 0;
+}
+
+/* Recomputed, not read: a tenant is ok, as plan_build judges it, when its
+ * worker has replicas, all placed, each meeting the worker's targets on
+ * its slice (plan_inst_check). */
+static int worker_ok(const plan *p, size_t w) {
+    const plan_worker *pw = &p->workers[w];
+    if (pw->replicas == 0) return 0;
+    for (int k = 0; k < pw->replicas; k++)
+        if (plan_inst_check(p, &p->insts[pw->first_inst + (size_t)k]) != PERF_OK) return 0;
+    return 1;
 }
 
 static int read_results(rd *r, const cJSON *root, plan *p) {
@@ -506,15 +598,19 @@ static int read_results(rd *r, const cJSON *root, plan *p) {
         if (strcmp(name, p->in->tenants[i].name) != 0)
             return fail(r, fp, "'%.40s' where the input has '%s'", name, p->in->tenants[i].name);
         if ((rc = get_item(r, e, fp, "worker", &w)) || (rc = get_bool(r, e, fp, "ok", &res->ok))) return rc;
-        res->worker = -1;
-        if (cJSON_IsNull(w)) continue;
         char wp[FP_MAX];
-        if (!cJSON_IsString(w) || (res->worker = worker_find(p, w->valuestring)) < 0)
-            return fail(r, key_path(wp, fp, "worker"), "expected null or a worker's name");
-        const plan_worker *pw = &p->workers[res->worker];
-        int member = 0;
-        for (size_t k = 0; k < pw->n_tenants; k++) member |= pw->tenants[k] == i;
-        if (!member) return fail(r, key_path(wp, fp, "worker"), "worker '%s' does not serve it", pw->name);
+        key_path(wp, fp, "worker");
+        res->worker = -1;
+        if (!cJSON_IsNull(w) && (!cJSON_IsString(w) || (res->worker = worker_find(p, w->valuestring)) < 0))
+            return fail(r, wp, "expected null or a worker's name");
+        /* As judge() has it: the worker that lists the tenant, null when
+         * that worker has no replicas. */
+        const plan_worker *own = &p->workers[r->owner[i]];
+        int want = own->replicas > 0 ? r->owner[i] : -1;
+        if (res->worker != want && want < 0)
+            return fail(r, wp, "expected null: its worker '%s' has no replicas", own->name);
+        if (res->worker != want) return fail(r, wp, "expected '%s', the worker that lists it", own->name);
+        res->ok = res->worker >= 0 && worker_ok(p, (size_t)res->worker);
     }
     return 0;
 }
@@ -594,7 +690,11 @@ static int read_plan(rd *r, const cJSON *root, const plan_input *in, plan *p) {
     p->insts = calloc(ni ? ni : 1, sizeof *p->insts);
     if (!p->workers || !p->slices || !p->insts) return TS_ERR_NOMEM;
     r->n_insts = ni;
+    if (!(r->owner = malloc((in->n_tenants ? in->n_tenants : 1) * sizeof *r->owner))) return TS_ERR_NOMEM;
+    for (size_t t = 0; t < in->n_tenants; t++) r->owner[t] = -1;
     if ((rc = read_plan_list(r, ws, "workers", read_worker, p))) return rc;
+    for (size_t t = 0; t < in->n_tenants; t++)
+        if (r->owner[t] < 0) return fail(r, "workers", "tenant '%s' is in none of them", in->tenants[t].name);
     if ((rc = read_plan_list(r, ss, "slices", read_slice, p))) return rc;
     if ((rc = read_plan_list(r, is, "instances", read_inst, p))) return rc;
     if ((rc = check_links(r, p))) return rc;
@@ -603,13 +703,19 @@ static int read_plan(rd *r, const cJSON *root, const plan_input *in, plan *p) {
         if (p->slices[p->insts[i].slice].gpu >= 0 && plan_inst_estimate(p, &p->insts[i], &p->insts[i].est))
             return fail(r, "instances", "instance %zu has no slice to run on", i);
     plan_tally(p);
+    if ((rc = check_gpus(r, p))) return rc;
     if ((rc = read_layouts(r, p))) return rc;
     if ((rc = read_results(r, root, p))) return rc;
     plan_predict(p);
     if ((rc = read_placement(r, root, p))) return rc;
     if ((rc = read_problems(r, root, p))) return rc;
     if ((rc = get_obj(r, root, "", "totals", &tot))) return rc;
-    return get_bool(r, tot, "totals", "feasible", &p->feasible);
+    /* Read for its type; recomputed as plan_build's judge() does. */
+    if ((rc = get_bool(r, tot, "totals", "feasible", &p->feasible))) return rc;
+    p->feasible = p->n_problems == 0;
+    for (size_t t = 0; t < in->n_tenants; t++)
+        if (!p->results[t].ok) p->feasible = 0;
+    return 0;
 }
 
 int planjson_read(const char *text, size_t len, plan_input *in, plan *p, char *err, size_t errlen) {
@@ -618,7 +724,7 @@ int planjson_read(const char *text, size_t len, plan_input *in, plan *p, char *e
     memset(p, 0, sizeof *p);
     if (err && errlen) err[0] = 0;
     if (!text) return TS_ERR_INVAL;
-    rd r = {err, errlen, 0};
+    rd r = {err, errlen, 0, NULL};
     cJSON *root = cJSON_ParseWithLength(text, len);
     if (!root) {
         const char *at = cJSON_GetErrorPtr();
@@ -629,6 +735,7 @@ int planjson_read(const char *text, size_t len, plan_input *in, plan *p, char *e
     if (!rc) rc = read_input(&r, root, in);
     if (!rc) rc = read_plan(&r, root, in, p);
     cJSON_Delete(root);
+    free(r.owner);
     if (rc) {
         if (rc == TS_ERR_NOMEM && err && errlen && !err[0]) snprintf(err, errlen, "out of memory");
         plan_free(p);

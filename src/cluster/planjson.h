@@ -17,6 +17,23 @@
  * and predictions, the placement figures, problems and notes. Emitting the
  * plan read gives the report it was read from, byte for byte.
  *
+ * Derived values are recomputed, never taken from the file: that includes
+ * each tenant's "ok" (its worker has replicas, all placed, each passing
+ * perf_check against the worker's targets: plan_inst_check) and the
+ * totals' "feasible" (no problems and every tenant ok), as plan_build
+ * judges them. Those two fields must be present and boolean, but a hand
+ * edit (a slice unplaced, a share cut) reads back as the plan it now is,
+ * so `tessera sim --plan` can try it; the report then says it misses.
+ *
+ * What cannot exist is refused rather than recomputed: a GPU given two
+ * kinds of sharing, MPS or time-slice shares over 100%, two whole-GPU
+ * slices, slices' memory beyond the GPU's, a MIG+MPS GI's clients over
+ * 100% (plan_slices_check); a placed slice or instance with a 0% share;
+ * a worker whose replica range holds another worker's instances; a tenant
+ * listed twice, in two workers or in none, or in a worker it could not
+ * share (another model, isolation, strict group or shared tier), or whose
+ * result names another worker than the one listing it.
+ *
  * Every missing or ill-typed field, unknown name and out-of-range index is
  * an error naming the field by its JSON path ("slices[3].gpu: expected a
  * number"). Ownership as for plan_build: *in owns its arrays
