@@ -22,9 +22,10 @@
 #define TARGET_REQ_PER_S 100000.0
 /* Tenants' loads, log-uniform over [LOAD_LO, LOAD_HI] req/s: about the
  * most the planner fits in the 1,000 GPUs with every tenant served at its
- * p99 targets (771 GPUs; bench_plan's 0.3..30 is more than it fits). */
-#define LOAD_LO 0.19
-#define LOAD_HI 19.0
+ * p99 targets (935 GPUs, 1,000 instances; bench_plan's 0.3..30 is more than it
+ * fits). */
+#define LOAD_LO 0.18
+#define LOAD_HI 18.0
 
 typedef struct feed {
     arr_stream *st;

@@ -158,6 +158,25 @@ static int sink_add(rpt_sink *k, double v) {
     return 0;
 }
 
+/* count samples of value v: one bucket's count in bounded mode. */
+static int sink_add_n(rpt_sink *k, double v, int64_t count) {
+    if (count < 1) return 0;
+    if (!k->bounded) {
+        for (int64_t i = 0; i < count; i++) {
+            int rc = sink_add(k, v);
+            if (rc) return rc;
+        }
+        return 0;
+    }
+    if (!k->cnt && !(k->cnt = calloc((size_t)k->nb, sizeof *k->cnt))) return TS_ERR_NOMEM;
+    k->cnt[hist_index(k, v)] += (uint64_t)count;
+    if (!k->n || v < k->min) k->min = v;
+    if (!k->n || v > k->max) k->max = v;
+    k->n += (size_t)count;
+    k->sum += v * (double)count;
+    return 0;
+}
+
 /* The sample of rank r (0-based, ascending) of a bounded sink. */
 static double hist_rank(const rpt_sink *k, size_t r) {
     uint64_t seen = 0;
@@ -355,9 +374,11 @@ int rpt_acc_event(rpt_acc *a, int tenant, double t, double tokens, double servic
     return 0;
 }
 
-int rpt_acc_itl(rpt_acc *a, int tenant, double gap_s) {
-    if (bad_tenant(a, tenant)) return fail(a, TS_ERR_INVAL);
-    return fail(a, sink_add(&a->t[tenant].sk[SK_ITL], gap_s));
+int rpt_acc_itl(rpt_acc *a, int tenant, double gap_s) { return rpt_acc_itl_n(a, tenant, gap_s, 1); }
+
+int rpt_acc_itl_n(rpt_acc *a, int tenant, double gap_s, int64_t count) {
+    if (bad_tenant(a, tenant) || count < 0) return fail(a, TS_ERR_INVAL);
+    return fail(a, sink_add_n(&a->t[tenant].sk[SK_ITL], gap_s, count));
 }
 
 /* Bounded mode: mark in cov (n_slots bytes) the slots [lo, hi) covers

@@ -243,6 +243,8 @@ int rpt_acc_event(rpt_acc *a, int tenant, double t, double tokens, double servic
 
 /* One inter-token gap, gap_s seconds, of a request of tenant. */
 int rpt_acc_itl(rpt_acc *a, int tenant, double gap_s);
+/* count gaps of gap_s seconds at once (a simulated step's decodes). */
+int rpt_acc_itl_n(rpt_acc *a, int tenant, double gap_s, int64_t count);
 
 /*
  * Tenant was backlogged over [from_s, to_s). Exact mode takes intervals in

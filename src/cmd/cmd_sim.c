@@ -270,37 +270,14 @@ typedef struct world {
     int32_t *map;               /* (load.n_tenants) load tenant -> fleet tenant */
 } world;
 
+/* A JSON input (a plan, a calibration, a report) whole. */
+#define JSON_MAX ((size_t)1 << 30)
+
 static int read_text(const char *path, char **text, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        fprintf(stderr, "sim: cannot open %s: %s\n", path, strerror(errno));
-        return -1;
-    }
-    size_t cap = 1 << 16, n = 0;
-    char *b = malloc(cap + 1);
-    size_t k;
-    while (b && (k = fread(b + n, 1, cap - n, f)) > 0) {
-        n += k;
-        if (n == cap) {
-            char *nb = cap < ((size_t)1 << 30) ? realloc(b, 2 * cap + 1) : NULL;
-            if (!nb) {
-                free(b);
-                b = NULL;
-                break;
-            }
-            b = nb;
-            cap *= 2;
-        }
-    }
-    fclose(f);
-    if (!b) {
-        fprintf(stderr, "sim: %s: too large or out of memory\n", path);
-        return -1;
-    }
-    b[n] = 0;
-    *text = b;
-    *len = n;
-    return 0;
+    char err[1024];
+    if (file_read_all(path, JSON_MAX, text, len, err, sizeof err) == 0) return 0;
+    fprintf(stderr, "sim: %s\n", err);
+    return -1;
 }
 
 static int plan_fleet(const args *a, world *w) {

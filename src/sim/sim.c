@@ -22,6 +22,7 @@ typedef struct inst {
     int busy;
     sched_plan plan;            /* the step in flight (the scheduler's arrays) */
     double step_us;
+    int64_t last_end;           /* us; when its previous step ended (-1: none yet) */
     int64_t t_mark;             /* us; integrals below are taken up to here */
     int32_t kv_used, queued;    /* since t_mark */
     int32_t running;            /* since t_mark (routing reads these three) */
@@ -78,6 +79,7 @@ typedef struct run {
     double *series;             /* (n_bins, 3) integrals, us-weighted */
     sched_item_result *none;    /* all "not finished", as long as the largest plan */
     double *step_tok, *step_svc; /* (n_tenants) this step's tokens and service, */
+    int64_t *step_itl;          /* ... and gaps since the instance's previous step end, */
     int32_t *touched;           /* for the tenants in touched[0 .. n_touched) */
     int32_t n_touched;
 } run;
@@ -168,6 +170,7 @@ static int make_sched(run *r, int i, char *err, size_t errlen) {
         r->ts[t].local = rc;
     }
     r->in[i].n_blocks = c.n_blocks;
+    r->in[i].last_end = -1;
     rng_seed_stream(&r->in[i].noise, r->o->seed, (uint64_t)i);
     if (!(r->in[i].live = calloc((size_t)c.max_requests, sizeof(live)))) return TS_ERR_NOMEM;
     return 0;
@@ -186,7 +189,8 @@ static int setup(run *r, char *err, size_t errlen) {
     r->step_tok = calloc((size_t)f->n_tenants, sizeof(double));
     r->step_svc = calloc((size_t)f->n_tenants, sizeof(double));
     r->touched = calloc((size_t)f->n_tenants, sizeof(int32_t));
-    if (!r->step_tok || !r->step_svc || !r->touched) return TS_ERR_NOMEM;
+    r->step_itl = calloc((size_t)f->n_tenants, sizeof(int64_t));
+    if (!r->step_tok || !r->step_svc || !r->touched || !r->step_itl) return TS_ERR_NOMEM;
     if (!r->in || !r->ts || !r->dev_busy || !r->out->inst || !r->out->tenant || !r->lim) return TS_ERR_NOMEM;
     for (int t = 0; t < f->n_tenants; t++) {
         const sim_tenant *st = &f->tenants[t];
@@ -401,6 +405,8 @@ static void token(run *r, int i, const sched_item *it) {
         l->t_first = r->now;
         svc += r->rs->w_in * l->prompt;
         backlog_add(r, l->tenant, -1);
+    } else if (l->t_last == r->in[i].last_end) {
+        r->step_itl[l->tenant]++; /* the common gap: one step; counted once (flush_tokens) */
     } else {
         rpt_acc_itl(&r->acc, l->tenant, (double)(r->now - l->t_last) / 1e6);
     }
@@ -413,11 +419,14 @@ static void token(run *r, int i, const sched_item *it) {
     r->step_svc[l->tenant] += svc;
 }
 
-static void flush_tokens(run *r) {
+static void flush_tokens(run *r, int i) {
+    double gap = (double)(r->now - r->in[i].last_end) / 1e6;
     for (int32_t k = 0; k < r->n_touched; k++) {
         int32_t t = r->touched[k];
         rpt_acc_event(&r->acc, t, (double)r->now / 1e6, r->step_tok[t], r->step_svc[t]);
+        if (r->step_itl[t]) rpt_acc_itl_n(&r->acc, t, gap, r->step_itl[t]);
         r->step_tok[t] = r->step_svc[t] = 0;
+        r->step_itl[t] = 0;
     }
     r->n_touched = 0;
 }
@@ -427,7 +436,8 @@ static void end_step(run *r, int i) {
     const sim_inst *si = &r->f->insts[i];
     for (int32_t k = 0; k < n->plan.n_items; k++)
         if (n->plan.items[k].sample) token(r, i, &n->plan.items[k]);
-    flush_tokens(r);
+    flush_tokens(r, i);
+    n->last_end = r->now;
     /* Nothing a simulated model samples is an end token: every result is
      * "not finished"; the scheduler ends each request at its max_tokens. */
     sched_result sr = {r->none, n->plan.n_items, n->step_us, 0, 0};
@@ -581,6 +591,7 @@ static void teardown(run *r) {
     free(r->step_tok);
     free(r->step_svc);
     free(r->touched);
+    free(r->step_itl);
     free(r->none);
     free(r->series);
     heap_deinit(&r->q);
