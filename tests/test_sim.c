@@ -106,20 +106,27 @@ static void test_roofline_hand(void **state) {
     m.share = 1.0;
     /* One decode at position 99: 2.1e9 FLOP (21 us), 2.01e9 bytes (2010 us). */
     sst_batch b = {.decodes = 1, .attended = 100, .kv_read = 100};
-    assert_float_equal(sst_step_us(&m, &b, 1, 0), 2010.0, 1e-6);
+    assert_float_equal(sst_step_us(&m, &b, 1, 1, 0), 2010.0, 1e-6);
     m.share_mode = SST_TIMESLICE;
     m.switch_us = 100;
-    assert_float_equal(sst_step_us(&m, &b, 1, 0), 2010.0, 1e-6);
-    assert_float_equal(sst_step_us(&m, &b, 2, 0), 2 * 2010.0 + 100, 1e-6);
+    assert_float_equal(sst_step_us(&m, &b, 1, 1, 0), 2010.0, 1e-6);
+    assert_float_equal(sst_step_us(&m, &b, 2, 1, 0), 2 * 2010.0 + 100, 1e-6);
+    /* MPS: alone, all the bandwidth; the busy clients split it by share. */
     m.share_mode = SST_MPS;
     m.share = 0.25;
-    assert_float_equal(sst_step_us(&m, &b, 2, 0), 4020.0, 1e-6);  /* half the bandwidth */
-    assert_float_equal(sst_step_us(&m, &b, 8, 0), 8040.0, 1e-6);  /* its floor, a quarter */
+    assert_float_equal(sst_step_us(&m, &b, 1, 0.25, 0), 2010.0, 1e-6);
+    assert_float_equal(sst_step_us(&m, &b, 2, 0.5, 0), 4020.0, 1e-6);
+    assert_float_equal(sst_step_us(&m, &b, 4, 1.0, 0), 8040.0, 1e-6);
     /* A swap of 3 blocks of 1000 bytes over 10 bytes/us adds 300 us. */
     m.share_mode = SST_DEDICATED;
     m.host_bytes_per_us = 10;
     b.copy_blocks = 3;
-    assert_float_equal(sst_step_us(&m, &b, 1, 1000), 2310.0, 1e-6);
+    assert_float_equal(sst_step_us(&m, &b, 1, 1, 1000), 2310.0, 1e-6);
+    /* A step is never longer than SST_MAX_US, NaN included. */
+    m.weight_bytes = 1e300;
+    assert_float_equal(sst_step_us(&m, &b, 1, 1, 0), SST_MAX_US, 0);
+    m.weight_bytes = NAN;
+    assert_float_equal(sst_step_us(&m, &b, 1, 1, 0), SST_MAX_US, 0);
 }
 
 static void test_linear_and_batch(void **state) {
@@ -134,7 +141,7 @@ static void test_linear_and_batch(void **state) {
     assert_float_equal(b.kv_read, 10 + 5, 0);
     assert_float_equal(b.copy_blocks, 3, 0);
     sst_model m = {.kind = SST_LINEAR, .theta = {100, 2, 3, 0.5}};
-    assert_float_equal(sst_step_us(&m, &b, 1, 0), 100 + 20 + 3 + 30, 1e-9);
+    assert_float_equal(sst_step_us(&m, &b, 1, 0, 0), 100 + 20 + 3 + 30, 1e-9);
     double seed[4];
     sst_seed(&m, seed);
     assert_memory_equal(seed, m.theta, sizeof(seed));

@@ -54,6 +54,11 @@ double perf_step_time(const perf_model *m, const perf_slice *s, const perf_opts 
     return (tc > tm ? tc : tm) + o->step_overhead_s;
 }
 
+/* A prompt of I tokens runs as chunks_of(I) steps of chunk_of(I) tokens
+ * (one step of nothing for an empty prompt). */
+static double chunk_of(double I) { return I < PERF_CHUNK_TOKENS ? I : PERF_CHUNK_TOKENS; }
+static double chunks_of(double I) { return I > 0 ? ceil(I / chunk_of(I) - 1e-9) : 1.0; }
+
 /* The step time when every step carries its even share of the prompts,
  * p = lambda I t tokens (see perf.h, "Steps"), or -1 when prefill alone
  * saturates the slice (a slope >= 1). */
@@ -78,9 +83,10 @@ static double steady_even(const perf_model *m, const perf_slice *s, const perf_l
 static double steady_sparse(const perf_model *m, const perf_slice *s, const perf_load *l, const perf_opts *o,
                             double n) {
     double I = l->prompt, c = l->prompt + 0.5 * l->output;
-    double B = I < PERF_CHUNK_TOKENS ? I : PERF_CHUNK_TOKENS;
+    double B = chunk_of(I);
     double t_dec = perf_step_time(m, s, o, n, c, 0, 0);
-    double chunks = l->rps * I / B;             /* chunk steps per second */
+    double chunks = l->rps * (I > 0 ? I / B : 1.0); /* chunk steps per second (a prompt's share
+                                                       of its last, partial chunk: others fill it) */
     double busy = chunks * perf_step_time(m, s, o, n, c, B, 0.5 * I);
     if (busy >= 1.0) return -1.0;
     return 1.0 / (chunks + (1.0 - busy) / t_dec);
@@ -107,8 +113,8 @@ static double latency(const perf_model *m, const perf_slice *s, const perf_load 
     double wait = 0.5 * t * (n < 1.0 ? n : 1.0);
     /* A prompt longer than a step's budget is prefilled in chunks, one
      * step each, back to back. */
-    double C = l->prompt < PERF_CHUNK_TOKENS ? l->prompt : PERF_CHUNK_TOKENS;
-    double first = wait + ceil(l->prompt / C - 1e-9) * perf_step_time(m, s, o, n, c, C, 0.5 * l->prompt);
+    double C = chunk_of(l->prompt);
+    double first = wait + chunks_of(l->prompt) * perf_step_time(m, s, o, n, c, C, 0.5 * l->prompt);
     double out = l->output > 1.0 ? l->output - 1.0 : 0.0;
     *step = t;
     *ttft = first;
@@ -123,8 +129,8 @@ static int ttft_tail(const perf_model *m, const perf_slice *s, const perf_load *
     /* A prompt holds the slice for its own chunk steps when prompts are
      * sparse, and for what its tokens add to a shared step when they are
      * even (the two cases of "Steps"). */
-    double B = I < PERF_CHUNK_TOKENS ? I : PERF_CHUNK_TOKENS;
-    double own = ceil(I / B - 1e-9) * perf_step_time(m, s, o, n, c, B, 0.5 * I);
+    double B = chunk_of(I);
+    double own = chunks_of(I) * perf_step_time(m, s, o, n, c, B, 0.5 * I);
     double sparse = l->rps > 0.0 ? steady_sparse(m, s, l, o, n) : -1.0;
     double serve = sparse > 0 && sparse >= e->step_s
                        ? own

@@ -339,6 +339,17 @@ static int calibration(const args *a, const char *name, scr_model *out) {
     return i == n ? -1 : 0;
 }
 
+/* The fit and geometry must be a server's: finite, positive where they
+ * must be, and no step longer than SST_MAX_US at any sane batch. */
+static int calibration_ok(const scr_model *m, const char *from) {
+    int ok = m->n_blocks > 0 && m->block_size > 0 && m->max_seqs > 0 && m->budget_min > 0 &&
+             m->budget_max >= m->budget_min && m->context_length > 0 && isfinite(m->err_us) && m->err_us >= 0 &&
+             m->err_us < SST_MAX_US && isfinite(m->copy_bytes_per_us) && m->copy_bytes_per_us >= 0;
+    for (int i = 0; i < 4; i++) ok &= isfinite(m->theta[i]) && m->theta[i] >= 0 && m->theta[i] < SST_MAX_US;
+    if (!ok) fprintf(stderr, "sim: %s: model '%s': its fit or KV geometry is out of range\n", from, m->name);
+    return ok;
+}
+
 static void server_inst(const scr_model *m, int policy, sim_inst *o) {
     memset(o, 0, sizeof(*o));
     snprintf(o->name, sizeof(o->name), "%s", m->name);
@@ -377,7 +388,8 @@ static int server_fleet(const args *a, world *w) {
     int mi = a->model ? cfg_model_find(&c, a->model) : 0;
     scr_model m;
     if (mi < 0) fprintf(stderr, "sim: %s has no model '%s'\n", a->serve_cfg, a->model);
-    if (mi < 0 || calibration(a, c.models[mi].name, &m)) {
+    if (mi < 0 || calibration(a, c.models[mi].name, &m) ||
+        !calibration_ok(&m, a->calibrate ? a->calibrate : a->calibration)) {
         cfg_free(&c);
         return -1;
     }
@@ -470,7 +482,10 @@ static int feed_next(void *ctx, arr_event *ev) {
 static double send_window(const args *a, const scn *s) {
     if (a->duration_s > 0) return a->duration_s;
     if (s->duration_s > 0) return s->duration_s;
-    if (s->n_trace > 0) return s->trace[s->n_trace - 1].t_s + 1.0;
+    if (s->n_trace > 0) { /* the last row, as the arrivals scale it (arrivals.c) */
+        double scale = s->feed.time_scale > 0 ? s->feed.time_scale : 1.0, load = s->feed.load > 0 ? s->feed.load : 1.0;
+        return s->trace[s->n_trace - 1].t_s * scale / load + 1.0;
+    }
     return DEFAULT_DURATION_S;
 }
 
@@ -493,7 +508,8 @@ static int verdict(const world *w, int t, const rpt_tenant *rt, const sim_tenant
     const sched_tier *tr = &w->fleet.tiers[st->cfg.tier];
     if (st->worker < 0) return V_UNSERVED;
     if (rt->due == 0) return V_IDLE;
-    if (!tr->ttft_ms && !tr->tpot_ms) return V_BEST_EFFORT; /* nothing was promised */
+    /* Nothing was promised, but a tenant that got nothing done is not served. */
+    if (!tr->ttft_ms && !tr->tpot_ms) return rt->completed == 0 && rt->errors > 0 ? V_MISS : V_BEST_EFFORT;
     int miss = rt->errors > 0 || (tr->ttft_ms > 0 && rt->ttft.p99 * 1e3 > tr->ttft_ms) ||
                (tr->tpot_ms > 0 && rt->tpot.p99 * 1e3 > tr->tpot_ms);
     (void)ts;
@@ -784,7 +800,18 @@ static double overshoot(const world *w, int t, const rpt_tenant *rt) {
     return x;
 }
 
-/* Raise the headroom of every tenant that missed; how many did. */
+/* Tenants that missed, or that the plan could not serve. */
+static int misses(const world *w, const sim_result *r) {
+    int n = 0;
+    for (int t = 0; t < w->fleet.f.n_tenants; t++) {
+        int v = verdict(w, t, &r->report.t[t], &r->tenant[t]);
+        n += v == V_MISS || v == V_OPTIMISTIC || v == V_UNSERVED;
+    }
+    return n;
+}
+
+/* Raise the headroom of every served tenant that missed; how many. (An
+ * unserved tenant is not helped by more headroom: it counts in misses.) */
 static int raise_headroom(world *w, const sim_result *r, FILE *log, int round) {
     int n = 0;
     for (int t = 0; t < w->fleet.f.n_tenants; t++) {
@@ -842,18 +869,37 @@ static int fix_loop(const args *a, world *w, sim_result *r, double *wall_s) {
     char path[4096];
     snprintf(path, sizeof path, "%s/fix.txt", a->out);
     FILE *log = fopen(path, "w");
-    if (!log) return -1;
-    int rc = 0;
-    for (int round = 1;; round++) {
+    double *best = calloc(w->in.n_tenants ? w->in.n_tenants : 1, sizeof(double));
+    if (!log || !best) {
+        if (log) fclose(log);
+        free(best);
+        return -1;
+    }
+    int rc = 0, best_miss = -1, best_round = 0, round = 1;
+    for (;; round++) {
         if ((rc = simulate(a, w, r, wall_s))) break;
-        if (round == FIX_ROUNDS || raise_headroom(w, r, log, round) == 0) {
-            fprintf(log, "after %d round%s: %s\n", round, round == 1 ? "" : "s",
-                    round == FIX_ROUNDS ? "rounds spent" : "every tenant holds");
-            break;
+        int m = misses(w, r);
+        if (best_miss < 0 || m < best_miss) { /* the round to keep: its headroom */
+            best_miss = m;
+            best_round = round;
+            for (size_t t = 0; t < w->in.n_tenants; t++) best[t] = w->in.tenants[t].headroom;
         }
+        if (m == 0 || round == FIX_ROUNDS || raise_headroom(w, r, log, round) == 0) break;
         sim_result_free(r);
         if ((rc = replan(a, w))) break;
     }
+    if (!rc && best_round != round) { /* a later round did worse: back to the best */
+        for (size_t t = 0; t < w->in.n_tenants; t++) w->in.tenants[t].headroom = best[t];
+        sim_result_free(r);
+        rc = replan(a, w);
+        if (!rc) rc = simulate(a, w, r, wall_s);
+    }
+    if (!rc) {
+        if (best_miss == 0) fprintf(log, "after %d round%s: every tenant holds\n", best_round, best_round == 1 ? "" : "s");
+        else fprintf(log, "after %d rounds: the best was round %d, where %d tenant%s still miss%s\n", round,
+                     best_round, best_miss, best_miss == 1 ? "" : "s", best_miss == 1 ? "es" : "");
+    }
+    free(best);
     if (!rc && write_fix(a, w, log)) rc = -1;
     if (fclose(log)) rc = -1;
     return rc;
@@ -873,7 +919,9 @@ static int simulate(const args *a, world *w, sim_result *r, double *wall_s) {
     double drain = a->drain_s > 0 ? a->drain_s : w->load.drain_s > 0 ? w->load.drain_s : DEFAULT_DRAIN_S;
     sim_opts o = {.route = a->route, .until_s = window, .drain_s = drain, .overhead_s = a->overhead_ms / 1e3,
                   .seed = a->seed};
-    o.bounded = a->bounded >= 0 ? a->bounded : expected_requests(&w->load, window) > BOUNDED_AUTO;
+    /* A streamed trace's size is not known: bounded, unless asked. */
+    o.bounded = a->bounded >= 0 ? a->bounded
+                                : w->load.feed.stream || expected_requests(&w->load, window) > BOUNDED_AUTO;
     feed fd = {.map = w->map};
     int rc = arr_stream_open(&fd.st, &w->load, a->seed, window, 0, err, sizeof err);
     if (rc) {

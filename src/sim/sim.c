@@ -70,6 +70,7 @@ typedef struct run {
     int n_workers;
     tstate *ts;
     int *dev_busy;              /* (n_devices) steps in flight per device */
+    double *dev_share;          /* (n_devices) the MPS shares of those steps' instances */
     lim_tenant *lim;            /* (n_tenants) admission limits */
     heap q;
     uint64_t seq;
@@ -183,6 +184,7 @@ static int setup(run *r, char *err, size_t errlen) {
     r->in = calloc((size_t)f->n_insts, sizeof(inst));
     r->ts = calloc((size_t)f->n_tenants, sizeof(tstate));
     r->dev_busy = calloc((size_t)(f->n_devices > 0 ? f->n_devices : 1), sizeof(int));
+    r->dev_share = calloc((size_t)(f->n_devices > 0 ? f->n_devices : 1), sizeof(double));
     r->out->inst = calloc((size_t)f->n_insts, sizeof(sim_inst_stats));
     r->out->tenant = calloc((size_t)f->n_tenants, sizeof(sim_tenant_stats));
     r->lim = calloc((size_t)f->n_tenants, sizeof(lim_tenant));
@@ -191,7 +193,8 @@ static int setup(run *r, char *err, size_t errlen) {
     r->touched = calloc((size_t)f->n_tenants, sizeof(int32_t));
     r->step_itl = calloc((size_t)f->n_tenants, sizeof(int64_t));
     if (!r->step_tok || !r->step_svc || !r->touched || !r->step_itl) return TS_ERR_NOMEM;
-    if (!r->in || !r->ts || !r->dev_busy || !r->out->inst || !r->out->tenant || !r->lim) return TS_ERR_NOMEM;
+    if (!r->in || !r->ts || !r->dev_busy || !r->dev_share || !r->out->inst || !r->out->tenant || !r->lim)
+        return TS_ERR_NOMEM;
     for (int t = 0; t < f->n_tenants; t++) {
         const sim_tenant *st = &f->tenants[t];
         r->ts[t].last_inst = -1;
@@ -356,9 +359,6 @@ static void drain_ends(run *r, int i) {
         report_req(r, l, status, r->now);
         l->prompt = 0; /* the slot is free */
         r->out->inst[i].engine_s += e.engine_us / 1e6;
-        sim_tenant_stats *ts = &r->out->tenant[l->tenant];
-        ts->engine_s += e.engine_us / 1e6;
-        ts->cost += e.engine_us / 3.6e9 * r->f->insts[i].price_per_hour;
     }
 }
 
@@ -388,9 +388,15 @@ static void start_step(run *r, int i) {
     }
     sst_batch b;
     sst_batch_of(&n->plan, &b);
-    int k = si->device >= 0 ? ++r->dev_busy[si->device] : 1;
-    n->step_us = sst_step_us(&si->step, &b, k, si->sc.block_bytes);
+    int k = 1;
+    double busy_share = si->step.share;
+    if (si->device >= 0) {
+        k = ++r->dev_busy[si->device];
+        busy_share = r->dev_share[si->device] += si->step.share;
+    }
+    n->step_us = sst_step_us(&si->step, &b, k, busy_share, si->sc.block_bytes);
     if (si->noise_us > 0) n->step_us = noisy(&n->noise, n->step_us, si->noise_us);
+    if (!(n->step_us <= SST_MAX_US)) n->step_us = SST_MAX_US;
     n->busy = 1;
     int64_t d = (int64_t)ceil(n->step_us);
     add_bins(r, r->now, r->now + d, 1.0, 0);
@@ -442,7 +448,10 @@ static void end_step(run *r, int i) {
      * "not finished"; the scheduler ends each request at its max_tokens. */
     sched_result sr = {r->none, n->plan.n_items, n->step_us, 0, 0};
     sched_step_done(n->s, r->now, &sr);
-    if (si->device >= 0) r->dev_busy[si->device]--;
+    if (si->device >= 0) {
+        r->dev_busy[si->device]--;
+        r->dev_share[si->device] -= si->step.share;
+    }
     n->st.steps++;
     n->st.busy_s += n->step_us / 1e6;
     n->busy = 0;
@@ -472,7 +481,6 @@ static int feed_next(run *r, feed *fd) {
                  fd->e.output_tokens < 1)
             return TS_ERR_INVAL;
     }
-    if (!fd->have && r->end_us == INT64_MAX) r->end_us = r->now + (int64_t)llround(r->o->drain_s * 1e6);
     return 0;
 }
 
@@ -547,6 +555,10 @@ static void tenant_stats(run *r) {
             sched_tenant_stats st;
             if (sched_tenant_stats_get(r->in[i].s, r->ts[t].local, &st)) continue;
             sim_tenant_stats *o = &r->out->tenant[t];
+            /* The scheduler's own total: the requests still open at the end
+             * ran steps too. */
+            o->engine_s += st.engine_us / 1e6;
+            o->cost += st.engine_us / 3.6e9 * si->price_per_hour;
             o->preempt_swap += st.preempt_swap;
             o->preempt_recompute += st.preempt_recompute;
             o->service += st.service;
@@ -587,6 +599,7 @@ static void teardown(run *r) {
     free(r->w);
     free(r->ts);
     free(r->dev_busy);
+    free(r->dev_share);
     free(r->lim);
     free(r->step_tok);
     free(r->step_svc);
@@ -613,15 +626,18 @@ int sim_run(const sim_fleet *f, const scn *rs, sim_source *src, const sim_opts *
             char *err, size_t errlen) {
     memset(out, 0, sizeof(*out));
     if (err && errlen) err[0] = 0;
-    if (!(o->until_s > 0)) {
-        snprintf(err, errlen, "the simulation needs an end: until_s > 0");
+    if (!(o->until_s > 0) || !(o->drain_s >= 0) || !(o->until_s + o->drain_s <= SIM_MAX_RUN_S)) {
+        snprintf(err, errlen, "the simulation needs an end: 0 < until + drain <= %.0f s (%.0f days)", SIM_MAX_RUN_S,
+                 SIM_MAX_RUN_S / 86400);
         return TS_ERR_INVAL;
     }
     run r = {.f = f, .rs = rs, .o = o, .out = out};
     r.end_us = (int64_t)llround((o->until_s + o->drain_s) * 1e6);
     int rc = setup(&r, err, errlen);
     if (!rc) rc = make_series(&r, o->until_s + o->drain_s);
-    if (!rc) rc = rpt_acc_init(&r.acc, rs, o->until_s + o->drain_s, 1.0, o->bounded);
+    /* The report's timeline as coarse as the instance series (an hour of
+     * bins at most), so its size does not grow with the run's length. */
+    if (!rc) rc = rpt_acc_init(&r.acc, rs, o->until_s + o->drain_s, out->bin_s, o->bounded);
     if (!rc) {
         rc = loop(&r, src);
         if (rc && !err[0]) snprintf(err, errlen, "the arrivals failed (%d)", rc);

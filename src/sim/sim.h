@@ -60,6 +60,7 @@
 
 #define SIM_AFFINITY_SLACK 0.25
 #define SIM_IDLE_RETRY_US 20000
+#define SIM_MAX_RUN_S (2.0 * 86400)    /* longest run: the report keeps one-second slots */
 
 enum { SIM_ROUTE_LEAST = 0, SIM_ROUTE_AFFINITY, SIM_ROUTE_RR };
 
@@ -112,7 +113,8 @@ typedef struct sim_source {
 
 typedef struct sim_opts {
     int route;                  /* SIM_ROUTE_* */
-    double until_s;             /* no arrival at or after this; 0 = the source's end */
+    double until_s;             /* no arrival at or after this; > 0, until + drain at most
+                                   SIM_MAX_RUN_S (a longer trace: a window of it) */
     double drain_s;             /* then requests still open are cut */
     int bounded;                /* report in bounded memory (report.h) */
     double bin_s;               /* instance series bin, s; 0 = picked from the run */

@@ -41,13 +41,13 @@ static double roof_us(const sst_model *m, const sst_batch *b, double bw) {
     return (tc > tm ? tc : tm) * 1e6 + m->overhead_us;
 }
 
-double sst_step_us(const sst_model *m, const sst_batch *b, int k, double block_bytes) {
+double sst_step_us(const sst_model *m, const sst_batch *b, int k, double busy_share, double block_bytes) {
     if (k < 1) k = 1;
     double t;
     if (m->kind == SST_LINEAR) {
         t = m->theta[0] + m->theta[1] * b->prefill + m->theta[2] * b->decodes + m->theta[3] * b->attended;
     } else if (m->share_mode == SST_MPS) {
-        double f = 1.0 / k > m->share ? 1.0 / k : m->share;
+        double f = busy_share > m->share ? m->share / busy_share : 1.0;
         t = roof_us(m, b, m->gpu_bw * f);
     } else if (m->share_mode == SST_TIMESLICE) {
         t = k * roof_us(m, b, m->bw) + (k > 1 ? m->switch_us : 0);
@@ -56,6 +56,7 @@ double sst_step_us(const sst_model *m, const sst_batch *b, int k, double block_b
     }
     if (m->host_bytes_per_us > 0 && b->copy_blocks > 0)
         t += b->copy_blocks * block_bytes / m->host_bytes_per_us;
+    if (!(t <= SST_MAX_US)) return SST_MAX_US;
     return t > 1.0 ? t : 1.0;
 }
 

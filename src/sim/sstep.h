@@ -26,12 +26,14 @@
  *   - MIG: nothing; F and B are the GI's own (its SMs, its memory slices);
  *   - MPS: F is capped at the client's share of SMs (the active thread
  *     percentage is a hard cap), but bandwidth is not partitioned, so the
- *     busy clients split it: B' = B max(pct, 1 / k);
+ *     busy clients split it in proportion to their shares: B' = B pct / S
+ *     with S the sum of the busy clients' shares (its own included), so a
+ *     client alone has all of it and the clients together never more;
  *   - time-slicing: one context runs at a time, round-robin: the step runs
  *     on the whole GPU but waits for the k - 1 others' slices,
  *         t = k t_alone + (k > 1) t_switch,
  *     with t_switch the context-switch cost.
- * k is read once, at the step's start: a neighbour that starts or stops
+ * k and S are read once, at the step's start: a neighbour that starts or stops
  * midway does not change a step already running (an approximation that
  * errs by at most one step of a neighbour).
  *
@@ -91,10 +93,14 @@ void sst_batch_of(const sched_plan *p, sst_batch *b);
  * o: the dedicated case; callers set share_mode and its fields after. */
 void sst_roofline(sst_model *out, const perf_model *m, const perf_slice *s, const perf_opts *o);
 
+#define SST_MAX_US 1e12             /* a step never takes longer (11.6 days): keeps the
+                                       simulator's int64 us clock far from overflow */
+
 /* Duration of a step of batch b, in us, with k instances of the same
- * device busy (k >= 1; only MPS and time-slicing read it), and block_bytes
- * per swapped block. Never below 1 us. */
-double sst_step_us(const sst_model *m, const sst_batch *b, int k, double block_bytes);
+ * device busy (k >= 1; time-slicing reads it) whose MPS shares sum to
+ * busy_share (this one's included; MPS reads it), and block_bytes per
+ * swapped block. Within [1, SST_MAX_US] us (NaN: the maximum). */
+double sst_step_us(const sst_model *m, const sst_batch *b, int k, double busy_share, double block_bytes);
 
 /* The linear coefficients (a, b, c, d in us) that best describe a roofline
  * model over typical batches: a seed for the scheduler's online cost fit,
