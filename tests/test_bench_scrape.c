@@ -47,7 +47,8 @@ static const char MODELS[] =
     "\"n_blocks\":2048,\"block_size\":16,\"block_bytes\":16384,\"swap_blocks\":512,\"max_seqs\":32,"
     "\"budget_min\":32,\"budget_max\":256,\"kv_high\":0.85,\"kv_low\":0.7,\"kv_used\":3,\"steps\":77,"
     "\"cost_model\":{\"a_us\":1500,\"b_us_per_prefill_token\":20.5,\"c_us_per_decode_seq\":300,"
-    "\"d_us_per_attended_position\":0.01,\"err_us\":42.5,\"steps\":70,\"copy_bytes_per_us\":1000},"
+    "\"d_us_per_attended_position\":0.01,\"err_us\":42.5,\"steps\":70,\"copy_bytes_per_us\":1000,"
+    "\"err_autocorr\":0.75},"
     "\"price_per_hour\":2.5},"
     "{\"model\":\"e\",\"kind\":\"embedding\",\"policy\":\"fair\",\"context_length\":512,"
     "\"n_blocks\":64,\"block_size\":16,\"block_bytes\":0,\"swap_blocks\":0,\"max_seqs\":8,"
@@ -114,6 +115,8 @@ static void test_models_good(void **st) {
     assert_int_equal(m[0].steps, 77);
     assert_true(m[0].theta[0] == 1500 && m[0].theta[1] == 20.5 && m[0].theta[2] == 300 && m[0].theta[3] == 0.01);
     assert_true(m[0].err_us == 42.5);
+    assert_true(m[0].err_autocorr == 0.75);
+    assert_true(m[1].err_autocorr == 0); /* absent: an older server */
     assert_int_equal(m[0].fit_steps, 70);
     assert_true(m[0].copy_bytes_per_us == 1000);
     assert_true(m[0].price_per_hour == 2.5);
@@ -149,8 +152,11 @@ static const bad_case BAD[] = {
      "/admin/tenants: data[0].tenant: expected a name of 1..47 bytes"},
     {0, "\"model\":\"u\"", "\"model\":7", "/admin/tenants: data[1].model: expected a name of 1..47 bytes"},
     {1, "\"cost_model\":{\"a_us\":1500,\"b_us_per_prefill_token\":20.5,\"c_us_per_decode_seq\":300,"
-        "\"d_us_per_attended_position\":0.01,\"err_us\":42.5,\"steps\":70,\"copy_bytes_per_us\":1000},",
+        "\"d_us_per_attended_position\":0.01,\"err_us\":42.5,\"steps\":70,\"copy_bytes_per_us\":1000,"
+        "\"err_autocorr\":0.75},",
      "", "/admin/models: data[0].cost_model: missing"},
+    {1, "\"err_autocorr\":0.75", "\"err_autocorr\":1.5",
+     "/admin/models: data[0].cost_model.err_autocorr: expected a number from -1 to 1"},
     {1, "\"cost_model\":{\"a_us\":0,", "\"cost_model\":[],\"x\":{\"a_us\":0,", "/admin/models: data[1].cost_model: expected an object"},
     {1, "\"b_us_per_prefill_token\":20.5", "\"b_us_per_prefill_token\":-20.5",
      "/admin/models: data[0].cost_model.b_us_per_prefill_token: expected a number >= 0"},

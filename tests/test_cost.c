@@ -410,6 +410,40 @@ static void test_recorded_drain(void **state) {
     assert_true(worst < 2.0);
 }
 
+/* The residuals' lag-1 autocorrelation: near 0 for independent noise,
+ * clearly positive for noise that comes in runs (AR(1), rho 0.95). */
+static double autocorr_of(double rho) {
+    cost_model m;
+    const double seed[4] = {1000, 10, 50, 0.01};
+    assert_int_equal(cost_init(&m, seed, 0.995, 1.0, 5000), 0);
+    uint64_t s = 12345;
+    double x = 0;
+    for (int i = 0; i < 20000; i++) {
+        /* Two uniforms into a standard normal (Box-Muller), from an LCG. */
+        s = s * 6364136223846793005ull + 1442695040888963407ull;
+        double u = ((double)(s >> 11) + 0.5) / 9007199254740992.0;
+        s = s * 6364136223846793005ull + 1442695040888963407ull;
+        double v = (double)(s >> 11) / 9007199254740992.0;
+        double z = sqrt(-2 * log(u)) * cos(2 * M_PI * v);
+        x = rho * x + sqrt(1 - rho * rho) * z;
+        cost_features f = {(double)(i % 7) * 64, (double)(i % 13), (double)(i % 5) * 4000};
+        double y = 1000 + 10 * f.prefill_tokens + 50 * f.decode_seqs + 0.01 * f.context_tokens + 100 * x;
+        cost_observe(&m, &f, y);
+    }
+    return cost_err_autocorr(&m);
+}
+
+static void test_residual_autocorr(void **state) {
+    (void)state;
+    double none = autocorr_of(0), runs = autocorr_of(0.95);
+    assert_true(fabs(none) < 0.15);
+    assert_true(runs > 0.5);
+    cost_model m;
+    const double seed[4] = {1000, 10, 50, 0.01};
+    assert_int_equal(cost_init(&m, seed, 0.995, 1.0, 5000), 0);
+    assert_true(cost_err_autocorr(&m) == 0); /* nothing seen yet */
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_attended_hand),
@@ -425,6 +459,7 @@ int main(void) {
         cmocka_unit_test(test_swap_recompute_hand),
         cmocka_unit_test(test_deterministic),
         cmocka_unit_test(test_recorded_drain),
+        cmocka_unit_test(test_residual_autocorr),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

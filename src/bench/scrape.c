@@ -226,6 +226,12 @@ static int parse_fit(const where *w, const cJSON *o, scr_model *m) {
     if (get_num(&in, f, "err_us", 0, 0, &m->err_us) || get_count(&in, f, "steps", &m->fit_steps) ||
         get_num(&in, f, "copy_bytes_per_us", 0, 0, &m->copy_bytes_per_us))
         return TS_ERR_INVAL;
+    /* Optional: servers before it did not say (0: no runs of slow steps). */
+    m->err_autocorr = 0;
+    const cJSON *ac = cJSON_GetObjectItemCaseSensitive(f, "err_autocorr");
+    if (ac && (!cJSON_IsNumber(ac) || !(ac->valuedouble >= -1 && ac->valuedouble <= 1)))
+        return bad(&in, "err_autocorr", "a number from -1 to 1");
+    if (ac) m->err_autocorr = ac->valuedouble;
     return 0;
 }
 

@@ -65,6 +65,8 @@ typedef struct scr_model {
     double theta[4];                /* us, us/prefill token, us/decode seq,
                                        us/attended position */
     double err_us;                  /* us; the fit's running |residual| scale */
+    double err_autocorr;            /* lag-1 autocorrelation of the residuals, -1..1;
+                                       0 when the server does not say */
     uint64_t fit_steps;             /* step times the fit used (0: the seed) */
     double copy_bytes_per_us;       /* host<->device copy bandwidth */
     double price_per_hour;          /* currency units per hour; -1 unknown */

@@ -361,6 +361,7 @@ static void server_inst(const scr_model *m, int policy, sim_inst *o) {
     /* The fit's err_us is a running mean of |residual|: for normal noise,
      * the standard deviation is sqrt(pi / 2) times that. */
     o->noise_us = m->err_us * sqrt(M_PI / 2.0);
+    o->noise_rho = m->err_autocorr > 0 ? m->err_autocorr : 0; /* runs of slow steps; never alternation */
     sched_config *c = &o->sc;
     sched_config_default(c);
     c->policy = policy >= 0 ? policy : m->policy;
@@ -407,7 +408,7 @@ static int server_fleet(const args *a, world *w) {
     }
     sim_inst inst;
     server_inst(&m, a->policy, &inst);
-    if (a->no_noise) inst.noise_us = 0;
+    if (a->no_noise) inst.noise_us = inst.noise_rho = 0;
     rc = sfl_single(c.tiers, (int)c.n_tiers, ts, (int)c.n_tenants, &inst, &w->fleet);
     free(ts);
     cfg_free(&c);

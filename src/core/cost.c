@@ -163,6 +163,11 @@ int cost_observe(cost_model *m, const cost_features *f, double step_us) {
         if (m->theta[i] < 0.0) m->theta[i] = 0.0;   /* keep theta >= 0 */
     }
     keep_direction(m, &saved, x, pred, e);
+    if (m->n_obs > 0) {
+        m->res_lag += COST_AC_ALPHA * (e * m->res_prev - m->res_lag);
+        m->res_sq += COST_AC_ALPHA * (e * e - m->res_sq);
+    }
+    m->res_prev = e;
     cov_update(m, k, Px);
     if (!model_finite(m)) {
         *m = saved;
@@ -236,6 +241,12 @@ void cost_theta(const cost_model *m, double out[4]) {
 }
 
 double cost_err_us(const cost_model *m) { return m->err_us; }
+
+double cost_err_autocorr(const cost_model *m) {
+    if (!(m->res_sq > 0)) return 0.0;
+    double r = m->res_lag / m->res_sq;
+    return r > 1.0 ? 1.0 : r < -1.0 ? -1.0 : r;
+}
 
 double cost_copy_bytes_per_us(const cost_model *m) { return m->copy_bytes_per_us; }
 

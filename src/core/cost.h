@@ -120,6 +120,7 @@
 #define COST_ERR_FLOOR_US   1.0     /* us; error scale >= this */
 #define COST_WARMUP         8       /* steps observed before clipping starts */
 #define COST_COPY_ALPHA     0.1     /* EWMA weight of a bandwidth sample */
+#define COST_AC_ALPHA       0.02    /* EWMA weight of the residuals' autocorrelation */
 
 /* Features of one step's batch; all >= 0. */
 typedef struct cost_features {
@@ -142,6 +143,8 @@ typedef struct cost_model {
     uint64_t n_skipped;       /* ... skipped as uninformative (x' P x tiny) */
     uint64_t n_clipped;       /* ... whose residual was clipped */
     uint64_t n_copy_obs;      /* copy observations applied */
+    double res_prev;          /* us; the previous step's clipped residual */
+    double res_lag, res_sq;   /* us^2; EWMAs of e_t e_(t-1) and of e_t^2 */
 } cost_model;
 
 /* Attended positions of n tokens processed starting at position pos (pos =
@@ -214,6 +217,13 @@ void cost_theta(const cost_model *m, double out[4]);
 /* Running scale of |measured - predicted|, in us (0 before any step). A
  * scheduler may keep this much margin below an SLO target. */
 double cost_err_us(const cost_model *m);
+
+/* Lag-1 autocorrelation of the step-time residuals (EWMAs of e_t e_(t-1)
+ * over e_t^2, weight COST_AC_ALPHA), in [-1, 1]; 0 before two steps. Near 0
+ * a slow step is a lone event; near 1 slow steps come in runs (a neighbour
+ * on the machine, thermal throttling), which a simulator of this engine
+ * needs to know to reproduce its tails. */
+double cost_err_autocorr(const cost_model *m);
 
 /* Current copy bandwidth estimate, bytes/us. */
 double cost_copy_bytes_per_us(const cost_model *m);

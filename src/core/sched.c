@@ -587,6 +587,7 @@ void sched_stats_get(const sched *s, sched_stats *o) {
     o->steps = s->steps;
     cost_theta(&s->cost, o->cost_theta);
     o->cost_err_us = cost_err_us(&s->cost);
+    o->cost_err_ac = cost_err_autocorr(&s->cost);
     o->cost_steps = s->cost.n_obs;  /* cost.h has no accessor for it */
     o->copy_bytes_per_us = cost_copy_bytes_per_us(&s->cost);
     o->policy = s->cfg.policy;

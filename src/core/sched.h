@@ -414,6 +414,7 @@ typedef struct sched_stats {
     uint64_t steps;
     double cost_theta[4];   /* current fit (a, b, c, d), raw units as cost_theta() */
     double cost_err_us;     /* us; the fit's running |residual| scale (cost_err_us) */
+    double cost_err_ac;     /* lag-1 autocorrelation of its residuals (cost_err_autocorr) */
     uint64_t cost_steps;    /* step times the fit has used (cost_model.n_obs) */
     double copy_bytes_per_us; /* the fit's host<->device copy bandwidth */
     /* The configuration the scheduler runs with (sched_config), so that a

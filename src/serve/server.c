@@ -1388,12 +1388,13 @@ static void put_model_entry(strbuf *b, const srv *s, int m, const sched_stats *p
         "\"n_blocks\":%d,\"block_size\":%d,\"block_bytes\":%.0f,\"swap_blocks\":%d,\"max_seqs\":%d,"
         "\"budget_min\":%d,\"budget_max\":%d,\"kv_high\":%.15g,\"kv_low\":%.15g,\"kv_used\":%d,\"steps\":%llu,"
         "\"cost_model\":{\"a_us\":%.9g,\"b_us_per_prefill_token\":%.9g,\"c_us_per_decode_seq\":%.9g,"
-        "\"d_us_per_attended_position\":%.9g,\"err_us\":%.9g,\"steps\":%llu,\"copy_bytes_per_us\":%.9g}",
+        "\"d_us_per_attended_position\":%.9g,\"err_us\":%.9g,\"err_autocorr\":%.6f,\"steps\":%llu,"
+        "\"copy_bytes_per_us\":%.9g}",
         m ? "," : "", cm->name, s->models[m].embed ? "embedding" : "chat",
         p->policy == SCHED_POLICY_FCFS ? "fcfs" : "fair", wk_ctx_len(s->models[m].w), p->kv_total, p->block_size,
         p->block_bytes, p->swap_total, p->max_running, p->budget_min, p->budget_max, p->kv_high, p->kv_low,
         p->kv_used, (unsigned long long)p->steps, p->cost_theta[0], p->cost_theta[1], p->cost_theta[2],
-        p->cost_theta[3], p->cost_err_us, (unsigned long long)p->cost_steps, p->copy_bytes_per_us);
+        p->cost_theta[3], p->cost_err_us, p->cost_err_ac, (unsigned long long)p->cost_steps, p->copy_bytes_per_us);
     put_num(b, "price_per_hour", 15, cm->price_per_hour > 0 ? cm->price_per_hour : NAN);
     strbuf_puts(b, "}");
 }

@@ -30,6 +30,7 @@ typedef struct inst {
     int32_t n_blocks;
     live *live;                 /* (max_requests) by slot */
     rng noise;                  /* step-time noise */
+    double noise_x;             /* its AR(1) state, in standard deviations */
     sim_inst_stats st;
 } inst;
 
@@ -362,11 +363,15 @@ static void drain_ends(run *r, int i) {
     }
 }
 
-/* t plus normal noise of standard deviation sd (Box-Muller), kept >= t / 2. */
-static double noisy(rng *g, double t, double sd) {
+/* t plus noise of standard deviation sd, kept >= t / 2: an AR(1) process
+ * x' = rho x + sqrt(1 - rho^2) z with z standard normal (Box-Muller), whose
+ * stationary deviation is 1 whatever rho. */
+static double noisy(rng *g, double *x, double rho, double t, double sd) {
     double u = rng_uniform_open(g), v = rng_uniform(g);
-    double x = t + sd * sqrt(-2.0 * log(u)) * cos(2.0 * M_PI * v);
-    return x > 0.5 * t ? x : 0.5 * t;
+    double z = sqrt(-2.0 * log(u)) * cos(2.0 * M_PI * v);
+    *x = rho * *x + sqrt(1.0 - rho * rho) * z;
+    double y = t + sd * *x;
+    return y > 0.5 * t ? y : 0.5 * t;
 }
 
 static void start_step(run *r, int i) {
@@ -395,7 +400,10 @@ static void start_step(run *r, int i) {
         busy_share = r->dev_share[si->device] += si->step.share;
     }
     n->step_us = sst_step_us(&si->step, &b, k, busy_share, si->sc.block_bytes);
-    if (si->noise_us > 0) n->step_us = noisy(&n->noise, n->step_us, si->noise_us);
+    if (si->noise_us > 0) {
+        double rho = si->noise_rho > 0 ? (si->noise_rho < 1 ? si->noise_rho : 0.999) : 0;
+        n->step_us = noisy(&n->noise, &n->noise_x, rho, n->step_us, si->noise_us);
+    }
     if (!(n->step_us <= SST_MAX_US)) n->step_us = SST_MAX_US;
     n->busy = 1;
     int64_t d = (int64_t)ceil(n->step_us);

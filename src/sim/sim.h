@@ -90,6 +90,9 @@ typedef struct sim_inst {
     double noise_us;            /* standard deviation of a step's time around the model
                                    (a measured fit's residual scale): normal, clamped to
                                    keep a step >= half its model time; 0 = none */
+    double noise_rho;           /* lag-1 autocorrelation of that noise, 0..1 (an AR(1)
+                                   process: slow steps come in runs, as a shared
+                                   machine's do); 0 = independent steps */
 } sim_inst;
 
 /* What to simulate. The caller owns every array. */
