@@ -53,36 +53,9 @@ fi
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
 
-SERVER_PID=""
-stop_server() {
-    if [ -n "$SERVER_PID" ]; then
-        kill -TERM "$SERVER_PID" 2>/dev/null || true
-        # The server drains for its grace time (2 s in bench-server.yaml,
-        # 10 s in demo.yaml), then exits; never wait forever.
-        for _ in $(seq 150); do kill -0 "$SERVER_PID" 2>/dev/null || break; sleep 0.1; done
-        kill -KILL "$SERVER_PID" 2>/dev/null || true
-        wait "$SERVER_PID" 2>/dev/null || true
-        SERVER_PID=""
-    fi
-}
+. "$ROOT/bench/server.sh"
 trap stop_server EXIT
 trap 'stop_server; exit 130' INT TERM
-
-# start_server CONFIG POLICY LOG: start on a free port of 127.0.0.1, set URL.
-start_server() {
-    local config=$1 policy=$2 log=$3
-    "$TESSERA" serve --config "$config" --policy "$policy" --listen 127.0.0.1:0 >"$log" 2>&1 &
-    SERVER_PID=$!
-    for _ in $(seq 300); do
-        URL=$(sed -n 's/^tessera: listening on \(http:\/\/127\.0\.0\.1:[0-9]*\).*/\1/p' "$log")
-        [ -n "$URL" ] && return 0
-        kill -0 "$SERVER_PID" 2>/dev/null || break
-        sleep 0.1
-    done
-    echo "isolation: the server did not start; its log ($log):" >&2
-    cat "$log" >&2
-    exit 1
-}
 
 # run NAME CONFIG POLICY SCENARIO [bench options...]: one fresh server, one
 # bench run into $OUT/NAME.

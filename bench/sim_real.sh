@@ -44,31 +44,8 @@ export TESSERA_ADMIN_KEY=tsk-demo-admin   # the demo configs' admin key
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
 
-SERVER_PID=""
-stop_server() {
-    if [ -n "$SERVER_PID" ]; then
-        kill -TERM "$SERVER_PID" 2>/dev/null || true
-        for _ in $(seq 100); do kill -0 "$SERVER_PID" 2>/dev/null || break; sleep 0.1; done
-        kill -KILL "$SERVER_PID" 2>/dev/null || true
-        wait "$SERVER_PID" 2>/dev/null || true
-        SERVER_PID=""
-    fi
-}
+. "$ROOT/bench/server.sh"
 trap stop_server EXIT
-
-# start_server CONFIG POLICY LOG: a fresh server on a free port; sets URL.
-start_server() {
-    "$TESSERA" serve --config "$1" --listen 127.0.0.1:0 --policy "$2" >"$3" 2>&1 &
-    SERVER_PID=$!
-    for _ in $(seq 200); do
-        PORT=$(sed -n 's|.*listening on http://127.0.0.1:\([0-9]*\).*|\1|p' "$3" | head -1)
-        [ -n "$PORT" ] && break
-        kill -0 "$SERVER_PID" 2>/dev/null || { cat "$3" >&2; exit 1; }
-        sleep 0.1
-    done
-    [ -n "$PORT" ] || { echo "sim_real: the server did not start" >&2; exit 1; }
-    URL=http://127.0.0.1:$PORT
-}
 
 config_of() { [ "$1" = tiers ] && echo "$ROOT/examples/demo.yaml" || echo "$ROOT/scenarios/bench-server.yaml"; }
 

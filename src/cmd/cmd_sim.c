@@ -280,6 +280,16 @@ static int read_text(const char *path, char **text, size_t *len) {
     return -1;
 }
 
+/* w's fleet from its plan, now built or read. */
+static int fleet_of_plan(const args *a, world *w) {
+    char err[1024] = "";
+    w->have_plan = 1;
+    int policy = a->policy >= 0 ? a->policy : SCHED_POLICY_FAIR;
+    int rc = sfl_from_plan(&w->p, policy, &w->fleet, err, sizeof err);
+    if (rc) fprintf(stderr, "sim: %s\n", err[0] ? err : err_str(rc));
+    return rc ? -1 : 0;
+}
+
 static int plan_fleet(const args *a, world *w) {
     char err[1024] = "";
     int rc;
@@ -303,13 +313,7 @@ static int plan_fleet(const args *a, world *w) {
             return -1;
         }
     }
-    w->have_plan = 1;
-    int policy = a->policy >= 0 ? a->policy : SCHED_POLICY_FAIR;
-    if ((rc = sfl_from_plan(&w->p, policy, &w->fleet, err, sizeof err))) {
-        fprintf(stderr, "sim: %s\n", err[0] ? err : err_str(rc));
-        return -1;
-    }
-    return 0;
+    return fleet_of_plan(a, w);
 }
 
 /* The server's step-time fit and geometry for model name. */
@@ -831,7 +835,6 @@ static int raise_headroom(world *w, const sim_result *r, FILE *log, int round) {
 }
 
 static int replan(const args *a, world *w) {
-    char err[1024] = "";
     sfl_free(&w->fleet);
     plan_free(&w->p);
     w->have_plan = 0;
@@ -840,13 +843,7 @@ static int replan(const args *a, world *w) {
         fprintf(stderr, "sim: re-planning: %s\n", err_str(rc));
         return -1;
     }
-    w->have_plan = 1;
-    int policy = a->policy >= 0 ? a->policy : SCHED_POLICY_FAIR;
-    if ((rc = sfl_from_plan(&w->p, policy, &w->fleet, err, sizeof err))) {
-        fprintf(stderr, "sim: %s\n", err[0] ? err : err_str(rc));
-        return -1;
-    }
-    return 0;
+    return fleet_of_plan(a, w);
 }
 
 /* What --fix settled on: the headroom in the input's own YAML words, and

@@ -1,0 +1,33 @@
+# bench/server.sh - start and stop a fresh `tessera serve` for the benchmark
+# scripts (sourced, not run). Needs TESSERA (the binary); sets SERVER_PID and
+# URL. The caller traps stop_server on EXIT.
+
+SERVER_PID=""
+
+# stop_server: TERM, then at most 15 s of drain (the configs' grace is
+# 2 s in bench-server.yaml and 10 s in demo.yaml), then KILL.
+stop_server() {
+    if [ -n "$SERVER_PID" ]; then
+        kill -TERM "$SERVER_PID" 2>/dev/null || true
+        for _ in $(seq 150); do kill -0 "$SERVER_PID" 2>/dev/null || break; sleep 0.1; done
+        kill -KILL "$SERVER_PID" 2>/dev/null || true
+        wait "$SERVER_PID" 2>/dev/null || true
+        SERVER_PID=""
+    fi
+}
+
+# start_server CONFIG POLICY LOG: start on a free port of 127.0.0.1, set URL.
+start_server() {
+    local config=$1 policy=$2 log=$3
+    "$TESSERA" serve --config "$config" --policy "$policy" --listen 127.0.0.1:0 >"$log" 2>&1 &
+    SERVER_PID=$!
+    for _ in $(seq 300); do
+        URL=$(sed -n 's/^tessera: listening on \(http:\/\/127\.0\.0\.1:[0-9]*\).*/\1/p' "$log")
+        [ -n "$URL" ] && return 0
+        kill -0 "$SERVER_PID" 2>/dev/null || break
+        sleep 0.1
+    done
+    echo "$(basename "$0"): the server did not start; its log ($log):" >&2
+    cat "$log" >&2
+    exit 1
+}
