@@ -974,6 +974,10 @@ static void test_refusals(void **state) {
         {"{\"type\":\"string\",\"pattern\":\"\\\\1\"}", "backreferences"},
         {"{\"type\":\"string\",\"pattern\":\"a(?=b)\"}", "(?="},
         {"{\"type\":\"string\",\"maxLength\":100000}", "'maxLength' above"},
+        /* Beyond a long's range: refused before any cast (the fuzzer found it). */
+        {"{\"type\":\"string\",\"maxLength\":3e97}", "'maxLength' above"},
+        {"{\"type\":\"string\",\"maxLength\":-1e300}", "'maxLength' must be a non-negative integer"},
+        {"{\"type\":\"string\",\"maxLength\":2.5}", "'maxLength' must be a non-negative integer"},
         {"{\"type\":\"array\",\"minItems\":3,\"maxItems\":2}", "maxItems is below minItems"},
         {"{\"type\":\"object\",\"required\":[\"x\"],\"properties\":{}}", "required property 'x'"},
         {"{\"allOf\":[{},{}]}", "allOf"},

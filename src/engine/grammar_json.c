@@ -13,6 +13,7 @@
  */
 #include <cjson/cJSON.h>
 #include <stdarg.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -382,7 +383,8 @@ static int literal_alt(js_ctx *c, int32_t r, const cJSON *val) {
 static int get_bound(js_ctx *c, const cJSON *n, const char *key, const char *path, long *out) {
     const cJSON *x = cJSON_GetObjectItemCaseSensitive(n, key);
     if (!x) return 0;
-    if (!cJSON_IsNumber(x) || x->valuedouble < 0 || x->valuedouble != (double)(long)x->valuedouble)
+    /* Range first: casting a double beyond long's range is undefined. */
+    if (!cJSON_IsNumber(x) || !(x->valuedouble >= 0) || x->valuedouble != floor(x->valuedouble))
         return fail(c, path, "'%s' must be a non-negative integer", key);
     if (x->valuedouble > GR_MAX_REPEAT) {
         return fail(c, path, "'%s' above %d is not supported", key, GR_MAX_REPEAT);
