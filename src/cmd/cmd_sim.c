@@ -96,6 +96,7 @@ static void usage(FILE *f) {
             "  --seed N               arrivals' seed (default 1)\n"
             "  --bounded, --exact     report from histograms (<= 1%% off) or every sample; default\n"
             "                         bounded above %.0f expected requests\n"
+            "  --quiet                on standard output only the verdict (the files are the same)\n"
             "  --out DIR              report.txt, report.json, instances.csv, series.csv, plots\n"
             "                         (default sim-out)\n"
             "  --fix                  when a tenant misses, re-plan with more headroom for it\n"
@@ -530,10 +531,19 @@ static const char *verdict_name(int v) {
     return n[v];
 }
 
+/* Tenants that missed, or that the plan could not serve. */
+static int misses(const world *w, const sim_result *r) {
+    int n = 0;
+    for (int t = 0; t < w->fleet.f.n_tenants; t++) {
+        int v = verdict(w, t, &r->report.t[t], &r->tenant[t]);
+        n += v == V_MISS || v == V_OPTIMISTIC || v == V_UNSERVED;
+    }
+    return n;
+}
+
 /* Per tenant: the tier's targets, the plan's prediction, the simulation's
- * outcome. Returns how many served tenants missed. */
-static int print_check(FILE *f, const world *w, const sim_result *r) {
-    int bad = 0;
+ * outcome. */
+static void print_check(FILE *f, const world *w, const sim_result *r) {
     fprintf(f, "\n%s (targets are the tier's; p99 over the tenant's requests; a miss also counts refused,\n"
             "failed or unfinished requests)\n", w->have_plan ? "plan check" : "check");
     fprintf(f, "%-20s %-8s %9s %9s %11s %9s %9s %9s %8s  %s\n", "tenant", "tier", "ttft_tgt", "tpot_tgt",
@@ -547,7 +557,6 @@ static int print_check(FILE *f, const world *w, const sim_result *r) {
         for (int k = 0; k < 5; k++) rej += ts->limited[k];
         for (int k = 0; k < SCHED_R_COUNT; k++) rej += ts->rejected[k] + ts->failed[k];
         int v = verdict(w, t, rt, ts);
-        bad += v == V_MISS || v == V_OPTIMISTIC || v == V_UNSERVED;
         char plan99[32] = "-";
         if (st->plan_ttft_p99_s > 0) snprintf(plan99, sizeof plan99, "%.0fms", st->plan_ttft_p99_s * 1e3);
         fprintf(f, "%-20s %-8s %7ums %7ums %11s %7.0fms %7.0fms %9llu %8llu  %s%s\n", st->name, tr->name,
@@ -556,7 +565,6 @@ static int print_check(FILE *f, const world *w, const sim_result *r) {
                 st->plan_ttft_p99_s > 0 && rt->ttft.p99 > OPTIMISTIC * st->plan_ttft_p99_s
                     ? " (p99 TTFT above the plan's)" : "");
     }
-    return bad;
 }
 
 static void print_reasons(FILE *f, const world *w, const sim_result *r) {
@@ -597,23 +605,26 @@ static void print_insts(FILE *f, const world *w, const sim_result *r) {
     if (shown < n) fprintf(f, "... %d more in instances.csv\n", n - shown);
 }
 
-static int print_all(FILE *f, const world *w, const sim_result *r, double wall_s) {
+static void print_verdict(FILE *f, const world *w, int bad) {
+    if (w->have_plan)
+        fprintf(f, "verdict: %s\n", bad ? "the plan does NOT hold (see the plan check)" : "the plan holds");
+    else
+        fprintf(f, "verdict: %s\n", bad ? "some tenant missed its tier's targets (see the check)"
+                                          : "every tenant with targets met them at p99");
+}
+
+static void print_all(FILE *f, const world *w, const sim_result *r, double wall_s) {
     rpt_table(f, &w->rs, &r->report);
     print_reasons(f, w, r);
     print_insts(f, w, r);
-    int bad = print_check(f, w, r);
+    print_check(f, w, r);
     fprintf(f, "\nsimulated %.0f s: %llu requests, %llu events", r->run_s, (unsigned long long)r->requests,
             (unsigned long long)r->events);
     /* The files are the same for the same inputs and seed: no wall time. */
     if (wall_s >= 0)
         fprintf(f, " in %.1f s wall (%.0f requests/s)", wall_s, wall_s > 0 ? (double)r->requests / wall_s : 0);
     fprintf(f, "\n");
-    if (w->have_plan)
-        fprintf(f, "verdict: %s\n", bad ? "the plan does NOT hold (see the plan check)" : "the plan holds");
-    else
-        fprintf(f, "verdict: %s\n", bad ? "some tenant missed its tier's targets (see the check)"
-                                          : "every tenant with targets met them at p99");
-    return bad;
+    print_verdict(f, w, misses(w, r));
 }
 
 /* ---- files ---------------------------------------------------------------------- */
@@ -721,7 +732,9 @@ static int write_outputs(const args *a, const world *w, const sim_result *r, dou
     char err[512];
     if (plot_write(a->out, &w->rs, &r->report, err, sizeof err))
         fprintf(stderr, "sim: plots: %s (the data and plots.gp are in %s)\n", err, a->out);
-    *bad = print_all(stdout, w, r, wall_s);
+    *bad = misses(w, r);
+    if (a->quiet) print_verdict(stdout, w, *bad);
+    else print_all(stdout, w, r, wall_s);
     if (rc) fprintf(stderr, "sim: could not write every file under %s\n", a->out);
     return rc;
 }
@@ -808,15 +821,6 @@ static double overshoot(const world *w, int t, const rpt_tenant *rt) {
     return x;
 }
 
-/* Tenants that missed, or that the plan could not serve. */
-static int misses(const world *w, const sim_result *r) {
-    int n = 0;
-    for (int t = 0; t < w->fleet.f.n_tenants; t++) {
-        int v = verdict(w, t, &r->report.t[t], &r->tenant[t]);
-        n += v == V_MISS || v == V_OPTIMISTIC || v == V_UNSERVED;
-    }
-    return n;
-}
 
 /* Raise the headroom of every served tenant that missed; how many. (An
  * unserved tenant is not helped by more headroom: it counts in misses.) */

@@ -359,7 +359,7 @@ static void drain_ends(run *r, int i) {
         if (l->t_first < 0) backlog_add(r, l->tenant, -1);
         report_req(r, l, status, r->now);
         l->prompt = 0; /* the slot is free */
-        r->out->inst[i].engine_s += e.engine_us / 1e6;
+        n->st.engine_s += e.engine_us / 1e6;
     }
 }
 
@@ -546,7 +546,6 @@ static void inst_stats(run *r) {
         if (s->util > 1) s->util = 1; /* a step cut at the end */
         s->kv_mean = run_us > 0 ? n->kv_int / run_us : 0;
         s->queue_mean = run_us > 0 ? n->q_int / run_us : 0;
-        s->engine_s = r->out->inst[i].engine_s;
         sched_stats st;
         sched_stats_get(n->s, &st);
         memcpy(s->theta, st.cost_theta, sizeof(s->theta));
