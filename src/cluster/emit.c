@@ -1,5 +1,6 @@
 /* emit.c - the plan's report and configurations; see emit.h. */
 #include "emit.h"
+#include "emit_int.h"
 
 #include <cjson/cJSON.h>
 #include <math.h>
@@ -12,12 +13,8 @@
 #include "pack.h"
 
 #define GB 1e9
-#define MIB 1048576.0
-#define SERVE_PORT 8080             /* first port of a node's workers; k8s pods all use it */
 
-/* Move the builder's text into a new file of out. */
-static int add_file(emit_out *out, strbuf *b, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static int add_file(emit_out *out, strbuf *b, const char *fmt, ...) {
+int emit_add_file(emit_out *out, strbuf *b, const char *fmt, ...) {
     emit_file *a = strbuf_failed(b) ? NULL : realloc(out->files, (out->n + 1) * sizeof *a);
     if (!a) {
         strbuf_free(b);
@@ -58,13 +55,12 @@ void emit_inst_name(const plan *p, size_t i, char *buf, size_t cap) {
     else snprintf(buf, cap, "%s", w->name);
 }
 
-static const plan_gpu *inst_gpu(const plan *p, const plan_inst *in) {
+const plan_gpu *emit_inst_gpu(const plan *p, const plan_inst *in) {
     const plan_slice *s = &p->slices[in->slice];
     return s->gpu >= 0 ? &p->gpus[s->gpu] : NULL;
 }
 
-/* "3g.40gb@4", "mps 45%", "timeslice 20%", "whole GPU". */
-static void slice_desc(const plan *p, const plan_inst *in, char *buf, size_t cap) {
+void emit_slice_desc(const plan *p, const plan_inst *in, char *buf, size_t cap) {
     const plan_slice *s = &p->slices[in->slice];
     switch (s->mode) {
     case PLAN_MODE_MIG: snprintf(buf, cap, "%s@%d", plan_slice_profile(p, s), s->gi_start); break;
@@ -104,12 +100,9 @@ static const char *gpu_mode_name(int mode) {
     return mode >= 0 && mode < 5 ? n[mode] : "?";
 }
 
-/* MPS client priority from the tier's band: 0 normal, 1 below normal [S]. */
-static int mps_priority(const plan *p, const plan_worker *w) {
+int emit_mps_priority(const plan *p, const plan_worker *w) {
     return p->in->tiers[w->tier].band == 0 ? 0 : 1;
 }
-
-static double mib_up(double bytes) { return ceil(bytes / MIB); }
 
 /* Round to d decimals so JSON prints short, stable numbers. */
 static double rnd(double x, int d) {
@@ -231,13 +224,13 @@ static void table_insts(const plan *p, strbuf *b) {
         const plan_worker *w = &p->workers[in->worker];
         char name[80], where[96], slice[64];
         emit_inst_name(p, i, name, sizeof name);
-        const plan_gpu *g = inst_gpu(p, in);
+        const plan_gpu *g = emit_inst_gpu(p, in);
         if (!g) {
             strbuf_printf(b, "%-26s %-9s %-16s (not placed)\n", name, plan_mode_name(w->mode), "-");
             continue;
         }
         snprintf(where, sizeof where, "%s/%d", p->nodes[g->node].name, g->index);
-        slice_desc(p, in, slice, sizeof slice);
+        emit_slice_desc(p, in, slice, sizeof slice);
         const perf_est *e = &in->est;
         strbuf_printf(b, "%-26s %-9s %-16s %-20s %7.1f %7.1f %7.1f %7.1f %5d %8.1f %8.1f %8.1f %5.2f %8.3f\n", name,
                   plan_mode_name(w->mode), where, slice, in->mem_limit / GB, e->need_bytes / GB,
@@ -311,7 +304,7 @@ static int emit_table(const plan *p, emit_out *out) {
     table_insts(p, &b);
     table_tenants(p, &b);
     table_totals(p, &b);
-    return add_file(out, &b, "plan.txt");
+    return emit_add_file(out, &b, "plan.txt");
 }
 
 /* ---- json --------------------------------------------------------------------- */
@@ -505,7 +498,7 @@ static int emit_json(const plan *p, emit_out *out) {
         const plan_inst *in = &p->insts[i];
         const plan_worker *w = &p->workers[in->worker];
         const plan_slice *s = &p->slices[in->slice];
-        const plan_gpu *g = inst_gpu(p, in);
+        const plan_gpu *g = emit_inst_gpu(p, in);
         char name[80];
         emit_inst_name(p, i, name, sizeof name);
         cJSON *o = cJSON_CreateObject();
@@ -608,12 +601,12 @@ static int emit_json(const plan *p, emit_out *out) {
     strbuf b = STRBUF_INIT;
     strbuf_printf(&b, "%s\n", txt);
     cJSON_free(txt);
-    return add_file(out, &b, "plan.json");
+    return emit_add_file(out, &b, "plan.json");
 }
 
 /* ---- nvidia-smi --------------------------------------------------------------- */
 
-static int node_used(const plan *p, size_t n) {
+int emit_node_used(const plan *p, size_t n) {
     const plan_node *nd = &p->nodes[n];
     for (int k = 0; k < nd->n_gpus; k++)
         if (p->gpus[nd->first_gpu + (size_t)k].mode != PLAN_GPU_IDLE) return 1;
@@ -622,7 +615,7 @@ static int node_used(const plan *p, size_t n) {
 
 static int emit_nvidia_smi(const plan *p, emit_out *out) {
     for (size_t n = 0; n < p->n_nodes; n++) {
-        if (!node_used(p, n)) continue;
+        if (!emit_node_used(p, n)) continue;
         const plan_node *nd = &p->nodes[n];
         const gpucat_gpu *type = p->in->pools[nd->pool].gpu;
         strbuf b = STRBUF_INIT;
@@ -667,7 +660,7 @@ static int emit_nvidia_smi(const plan *p, emit_out *out) {
                 strbuf_printf(&b, "nvidia-smi -i %d -mig 0\n", g->index);
             }
         }
-        int rc = add_file(out, &b, "nvidia-smi/%s.sh", nd->name);
+        int rc = emit_add_file(out, &b, "nvidia-smi/%s.sh", nd->name);
         if (rc) return rc;
     }
     return 0;
@@ -731,7 +724,7 @@ static int emit_mig_parted(const plan *p, emit_out *out) {
         free(done);
     }
     if (!any) strbuf_printf(&b, "  {}\n");
-    return add_file(out, &b, "mig-parted.yaml");
+    return emit_add_file(out, &b, "mig-parted.yaml");
 }
 
 /* ---- mps ---------------------------------------------------------------------- */
@@ -740,7 +733,7 @@ static int emit_mig_parted(const plan *p, emit_out *out) {
  * placeholder naming the instance to look up with `nvidia-smi -L`. */
 static void visible(const plan *p, const plan_inst *in, char *buf, size_t cap) {
     const plan_slice *s = &p->slices[in->slice];
-    const plan_gpu *g = inst_gpu(p, in);
+    const plan_gpu *g = emit_inst_gpu(p, in);
     if (s->mode == PLAN_MODE_MIG || s->mode == PLAN_MODE_MIG_MPS)
         snprintf(buf, cap, "MIG-UUID-%s-gpu%d-%s-slot%d", p->nodes[g->node].name, g->index, plan_slice_profile(p, s),
                  s->gi_start);
@@ -750,7 +743,7 @@ static void visible(const plan *p, const plan_inst *in, char *buf, size_t cap) {
 /* The MPS pipe folder of a GPU or GI: one MPS server each. */
 static void pipe_dir(const plan *p, const plan_inst *in, char *buf, size_t cap) {
     const plan_slice *s = &p->slices[in->slice];
-    const plan_gpu *g = inst_gpu(p, in);
+    const plan_gpu *g = emit_inst_gpu(p, in);
     if (s->mode == PLAN_MODE_MIG_MPS) snprintf(buf, cap, "/tmp/nvidia-mps-%d-slot%d", g->index, s->gi_start);
     else snprintf(buf, cap, "/tmp/nvidia-mps-%d", g->index);
 }
@@ -768,8 +761,8 @@ static void mps_env(const plan *p, size_t i, strbuf *b, const char *prefix, cons
     pipe_dir(p, in, pipe, sizeof pipe);
     strbuf_printf(b, "%sCUDA_MPS_PIPE_DIRECTORY=%s%s%s\n", prefix, quote, pipe, quote);
     strbuf_printf(b, "%sCUDA_MPS_ACTIVE_THREAD_PERCENTAGE=%s%.0f%s\n", prefix, quote, in->pct, quote);
-    strbuf_printf(b, "%sCUDA_MPS_PINNED_DEVICE_MEM_LIMIT=%s0=%.0fM%s\n", prefix, quote, mib_up(in->mem_limit), quote);
-    strbuf_printf(b, "%sCUDA_MPS_CLIENT_PRIORITY=%s%d%s\n", prefix, quote, mps_priority(p, w), quote);
+    strbuf_printf(b, "%sCUDA_MPS_PINNED_DEVICE_MEM_LIMIT=%s0=%.0fM%s\n", prefix, quote, emit_mib_up(in->mem_limit), quote);
+    strbuf_printf(b, "%sCUDA_MPS_CLIENT_PRIORITY=%s%d%s\n", prefix, quote, emit_mps_priority(p, w), quote);
 }
 
 static int emit_mps(const plan *p, emit_out *out) {
@@ -807,7 +800,7 @@ static int emit_mps(const plan *p, emit_out *out) {
                       vis, pipe, pipe);
         }
         if (any) {
-            int rc = add_file(out, &b, "mps/%s.sh", p->nodes[n].name);
+            int rc = emit_add_file(out, &b, "mps/%s.sh", p->nodes[n].name);
             if (rc) return rc;
         } else {
             strbuf_free(&b);
@@ -815,12 +808,12 @@ static int emit_mps(const plan *p, emit_out *out) {
     }
     for (size_t i = 0; i < p->n_insts; i++) {
         const plan_inst *in = &p->insts[i];
-        const plan_gpu *g = inst_gpu(p, in);
+        const plan_gpu *g = emit_inst_gpu(p, in);
         if (!g) continue;
         const plan_worker *w = &p->workers[in->worker];
         char name[80], slice[64];
         emit_inst_name(p, i, name, sizeof name);
-        slice_desc(p, in, slice, sizeof slice);
+        emit_slice_desc(p, in, slice, sizeof slice);
         strbuf b = STRBUF_INIT;
         strbuf_printf(&b, "# tessera plan: environment of worker instance %s (%s), on %s GPU %d, %s.\n", name,
                   plan_mode_name(w->mode), p->nodes[g->node].name, g->index, slice);
@@ -829,7 +822,7 @@ static int emit_mps(const plan *p, emit_out *out) {
         if (uses_mps(&p->slices[in->slice]))
             strbuf_printf(&b, "# The pinned limit names device 0: the one device the client sees.\n");
         mps_env(p, i, &b, "", "");
-        int rc = add_file(out, &b, "mps/%s.env", name);
+        int rc = emit_add_file(out, &b, "mps/%s.env", name);
         if (rc) return rc;
     }
     return 0;
@@ -837,16 +830,15 @@ static int emit_mps(const plan *p, emit_out *out) {
 
 /* ---- serve -------------------------------------------------------------------- */
 
-/* tessera.yaml of instance i, each line prefixed by indent (for k8s). */
-static void serve_yaml(const plan *p, size_t i, int port, strbuf *b, const char *indent) {
+void emit_serve_yaml(const plan *p, size_t i, int port, strbuf *b, const char *indent) {
     const plan_inst *in = &p->insts[i];
     const plan_worker *w = &p->workers[in->worker];
     const plan_model *m = &p->in->models[w->model];
-    const plan_gpu *g = inst_gpu(p, in);
+    const plan_gpu *g = emit_inst_gpu(p, in);
     const perf_est *e = &in->est;
     char name[80], slice[64];
     emit_inst_name(p, i, name, sizeof name);
-    slice_desc(p, in, slice, sizeof slice);
+    emit_slice_desc(p, in, slice, sizeof slice);
     strbuf_printf(b, "%s# tessera plan: worker instance %s, %s on %s GPU %d (%s).\n", indent, name,
               plan_mode_name(w->mode), p->nodes[g->node].name, g->index, slice);
     /* The real rate; with headroom, the figures after it are the sized rate's. */
@@ -864,7 +856,7 @@ static void serve_yaml(const plan *p, size_t i, int port, strbuf *b, const char 
     strbuf_printf(b, "%s  - name: %s\n", indent, m->name);
     if (m->path[0]) strbuf_printf(b, "%s    path: %s\n", indent, m->path);
     else strbuf_printf(b, "%s    path: models/%s.gguf\n", indent, m->name);
-    strbuf_printf(b, "%s    kv_cache_bytes: %.0fMiB\n", indent, mib_up(e->kv_bytes));
+    strbuf_printf(b, "%s    kv_cache_bytes: %.0fMiB\n", indent, emit_mib_up(e->kv_bytes));
     strbuf_printf(b, "%s    max_seqs: %d\n", indent, e->seqs < 1 ? 1 : e->seqs > 65536 ? 65536 : e->seqs);
     /* The price of this instance's GPU, GI or share, so serve's cost
      * accounting charges what the plan charged; unpriced pools write none. */
@@ -888,138 +880,28 @@ static void serve_yaml(const plan *p, size_t i, int port, strbuf *b, const char 
     }
 }
 
-/* Port of instance i: SERVE_PORT plus its rank among the node's instances. */
+/* Port of instance i: EMIT_SERVE_PORT plus its rank among the node's instances. */
 static int serve_port(const plan *p, size_t i) {
-    const plan_gpu *g = inst_gpu(p, &p->insts[i]);
+    const plan_gpu *g = emit_inst_gpu(p, &p->insts[i]);
     int k = 0;
     for (size_t j = 0; j < i; j++) {
-        const plan_gpu *h = inst_gpu(p, &p->insts[j]);
+        const plan_gpu *h = emit_inst_gpu(p, &p->insts[j]);
         if (h && h->node == g->node) k++;
     }
-    return SERVE_PORT + k;
+    return EMIT_SERVE_PORT + k;
 }
 
 static int emit_serve(const plan *p, emit_out *out) {
     for (size_t i = 0; i < p->n_insts; i++) {
-        if (!inst_gpu(p, &p->insts[i])) continue;
+        if (!emit_inst_gpu(p, &p->insts[i])) continue;
         char name[80];
         emit_inst_name(p, i, name, sizeof name);
         strbuf b = STRBUF_INIT;
-        serve_yaml(p, i, serve_port(p, i), &b, "");
-        int rc = add_file(out, &b, "serve/%s.yaml", name);
+        emit_serve_yaml(p, i, serve_port(p, i), &b, "");
+        int rc = emit_add_file(out, &b, "serve/%s.yaml", name);
         if (rc) return rc;
     }
     return 0;
-}
-
-/* ---- k8s ---------------------------------------------------------------------- */
-
-/* Clients on the node's busiest MPS and time-sliced GPU: the device
- * plugin's replicas are per node, so the busiest GPU sets them. */
-static void node_clients(const plan *p, size_t n, int *max_mps, int *max_ts) {
-    const plan_node *nd = &p->nodes[n];
-    *max_mps = *max_ts = 0;
-    for (int k = 0; k < nd->n_gpus; k++) {
-        size_t gi = nd->first_gpu + (size_t)k;
-        int clients = 0;
-        for (size_t s = 0; s < p->n_slices; s++) clients += p->slices[s].gpu == (int)gi;
-        if (p->gpus[gi].mode == PLAN_GPU_MPS && clients > *max_mps) *max_mps = clients;
-        if (p->gpus[gi].mode == PLAN_GPU_TIMESLICE && clients > *max_ts) *max_ts = clients;
-    }
-}
-
-static void k8s_device_plugin(const plan *p, strbuf *b) {
-    strbuf_printf(b,
-              "# tessera plan: Kubernetes manifests.\n"
-              "# 1. MIG layouts: --emit mig-parted (GPU Operator: node label nvidia.com/mig.config).\n"
-              "# 2. Device plugin: the ConfigMap below has one config per node; select it with the node\n"
-              "#    label nvidia.com/device-plugin.config=<node> and MIG strategy mixed, so MIG\n"
-              "#    instances appear as nvidia.com/mig-<profile>.\n"
-              "# 3. One Deployment (and its tessera.yaml ConfigMap) per worker instance, pinned to its node.\n"
-              "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: tessera-device-plugin\n"
-              "  namespace: nvidia-device-plugin\ndata:\n");
-    for (size_t n = 0; n < p->n_nodes; n++) {
-        if (!node_used(p, n)) continue;
-        int max_mps, max_ts;
-        node_clients(p, n, &max_mps, &max_ts);
-        int rep = max_mps > max_ts ? max_mps : max_ts;
-        strbuf_printf(b, "  %s: |-\n    version: v1\n    flags:\n      migStrategy: mixed\n", p->nodes[n].name);
-        if (rep < 2) {
-            if (max_mps || max_ts)
-                strbuf_printf(b, "    # one worker per shared GPU on this node: nothing to share\n");
-            continue;
-        }
-        strbuf_printf(b, "    sharing:\n      %s:\n        resources:\n          - name: nvidia.com/gpu\n"
-                     "            replicas: %d\n", max_mps ? "mps" : "timeSlicing", rep);
-        if (max_mps && max_ts)
-            strbuf_printf(b, "    # time-sliced GPUs of this node run their best-effort workers as MPS\n"
-                         "    # clients: the device plugin shares node-wide, MPS or time-slicing.\n");
-    }
-}
-
-static void k8s_instance(const plan *p, size_t i, strbuf *b) {
-    const plan_inst *in = &p->insts[i];
-    const plan_worker *w = &p->workers[in->worker];
-    const plan_slice *s = &p->slices[in->slice];
-    const plan_gpu *g = inst_gpu(p, in);
-    char name[80];
-    emit_inst_name(p, i, name, sizeof name);
-    strbuf_printf(b, "---\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: tessera-%s\ndata:\n  tessera.yaml: |\n",
-              name);
-    serve_yaml(p, i, SERVE_PORT, b, "    ");
-    strbuf_printf(b, "---\napiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: tessera-%s\n  labels:\n"
-                 "    app.kubernetes.io/name: tessera\n    tessera.dev/worker: %s\nspec:\n  replicas: 1\n"
-                 "  selector:\n    matchLabels:\n      tessera.dev/instance: %s\n  template:\n    metadata:\n"
-                 "      labels:\n        app.kubernetes.io/name: tessera\n        tessera.dev/instance: %s\n"
-                 "    spec:\n      nodeSelector:\n        kubernetes.io/hostname: %s\n      containers:\n"
-                 "        - name: tessera\n          image: tessera:latest\n"
-                 "          args: [\"serve\", \"--config\", \"/etc/tessera/tessera.yaml\"]\n"
-                 "          ports:\n            - containerPort: %d\n",
-              name, w->name, name, name, p->nodes[g->node].name, SERVE_PORT);
-    if (s->mode == PLAN_MODE_MPS) {
-        strbuf_printf(b, "          env:\n            - {name: CUDA_MPS_ACTIVE_THREAD_PERCENTAGE, value: \"%.0f\"}\n"
-                     "            - {name: CUDA_MPS_PINNED_DEVICE_MEM_LIMIT, value: \"0=%.0fM\"}\n"
-                     "            - {name: CUDA_MPS_CLIENT_PRIORITY, value: \"%d\"}\n",
-                  in->pct, mib_up(in->mem_limit), mps_priority(p, w));
-        /* The plugin's daemon gives each client 100/replicas %; a client may
-         * only lower it. Say so where the plan wants more. */
-        int max_mps, max_ts;
-        node_clients(p, (size_t)g->node, &max_mps, &max_ts);
-        int rep = max_mps > max_ts ? max_mps : max_ts;
-        if (rep >= 2 && in->pct > 100.0 / rep + 1e-9)
-            strbuf_printf(b, "          # WARNING: planned %.0f%% of SMs, but the device plugin's MPS daemon caps each\n"
-                         "          # client at 100/%d = %.0f%%; run MPS outside the plugin (--emit mps) to get it.\n",
-                      in->pct, rep, 100.0 / rep);
-    } else if (s->mode == PLAN_MODE_MIG_MPS) {
-        strbuf_printf(b, "          # MPS inside this MIG instance needs an nvidia-cuda-mps-control daemon in the\n"
-                     "          # pod or on the node (the device plugin shares whole GPUs only); then:\n"
-                     "          env:\n            - {name: CUDA_MPS_ACTIVE_THREAD_PERCENTAGE, value: \"%.0f\"}\n"
-                     "            - {name: CUDA_MPS_PINNED_DEVICE_MEM_LIMIT, value: \"0=%.0fM\"}\n",
-                  in->pct, mib_up(in->mem_limit));
-    }
-    if (s->mode == PLAN_MODE_WHOLE) {
-        int max_mps, max_ts;
-        node_clients(p, (size_t)g->node, &max_mps, &max_ts);
-        if ((max_mps > max_ts ? max_mps : max_ts) >= 2)
-            strbuf_printf(b, "          # This node shares its GPUs, so nvidia.com/gpu: 1 is one replica of a GPU,\n"
-                         "          # not a whole one: give whole-GPU instances a node without sharing.\n");
-    }
-    strbuf_printf(b, "          resources:\n            limits:\n");
-    if (s->mode == PLAN_MODE_MIG || s->mode == PLAN_MODE_MIG_MPS)
-        strbuf_printf(b, "              nvidia.com/mig-%s: 1\n", plan_slice_profile(p, s));
-    else
-        strbuf_printf(b, "              nvidia.com/gpu: 1\n");
-    strbuf_printf(b, "          volumeMounts:\n            - {name: config, mountPath: /etc/tessera}\n"
-                 "      volumes:\n        - name: config\n          configMap:\n            name: tessera-%s\n",
-              name);
-}
-
-static int emit_k8s(const plan *p, emit_out *out) {
-    strbuf b = STRBUF_INIT;
-    k8s_device_plugin(p, &b);
-    for (size_t i = 0; i < p->n_insts; i++)
-        if (inst_gpu(p, &p->insts[i])) k8s_instance(p, i, &b);
-    return add_file(out, &b, "k8s.yaml");
 }
 
 /* ---- entry points ------------------------------------------------------------- */

@@ -1,0 +1,42 @@
+/*
+ * emit_int.h - what the emitters (emit.c, emit_k8s.c) share: their views of
+ * the plan and the file list they render into. Internal to src/cluster.
+ */
+#ifndef TS_EMIT_INT_H
+#define TS_EMIT_INT_H
+
+#include <math.h>
+#include <stddef.h>
+
+#include "emit.h"
+#include "plan.h"
+#include "strbuf.h"
+
+#define MIB 1048576.0
+#define EMIT_SERVE_PORT 8080        /* first port of a node's workers; k8s pods all use it */
+
+/* Move the builder's text into a new file of out, named by fmt; b is
+ * consumed either way. Returns 0 or TS_ERR_NOMEM. */
+int emit_add_file(emit_out *out, strbuf *b, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+/* The GPU instance in runs on, or NULL for an unplaced instance. */
+const plan_gpu *emit_inst_gpu(const plan *p, const plan_inst *in);
+
+/* "3g.40gb@4", "mps 45%", "timeslice 20%", "whole GPU". */
+void emit_slice_desc(const plan *p, const plan_inst *in, char *buf, size_t cap);
+
+/* MPS client priority from the tier's band: 0 normal, 1 below normal [S]. */
+int emit_mps_priority(const plan *p, const plan_worker *w);
+
+/* Whether node n has a GPU the plan uses. */
+int emit_node_used(const plan *p, size_t n);
+
+/* tessera.yaml of instance i listening on port, each line prefixed by
+ * indent (k8s nests it in a ConfigMap). */
+void emit_serve_yaml(const plan *p, size_t i, int port, strbuf *b, const char *indent);
+
+static inline double emit_mib_up(double bytes) { return ceil(bytes / MIB); }
+
+int emit_k8s(const plan *p, emit_out *out);
+
+#endif
