@@ -611,6 +611,58 @@ static void test_cost_series(void **st) {
     obs_free(o);
 }
 
+/* The model-server gauges the GIE endpoint picker reads: one series per
+ * model under tessera's and vLLM's names, summed over the tenants of the
+ * step's snapshot (waiting = queued + swapped out), KV usage as a fraction;
+ * they follow the latest step, including back to 0, and one model's step
+ * leaves the other model's series alone. */
+static void test_server_gauges(void **st) {
+    (void)st;
+    const char *tenants[] = {"a", "b"}, *models[] = {"m1", "org/m2:q8"};
+    double w[] = {1, 1};
+    obs *o = obs_new(tenants, w, 2, models, NULL, 2);
+    assert_non_null(o);
+    sched_tenant_stats ts[2];
+    memset(ts, 0, sizeof ts);
+    ts[0].queued = 2, ts[0].swapped = 1, ts[0].running = 1;
+    ts[1].queued = 3, ts[1].running = 2;
+    wk_step_info si = {.now_us = SEC, .kv_used = 30, .kv_total = 120, .tenants = ts, .n_tenants = 2};
+    wk_hooks h1 = obs_hooks(o, 0), h2 = obs_hooks(o, 1);
+    h1.on_step(h1.ctx, &si);
+    char *text;
+    size_t len;
+    assert_int_equal(obs_render(o, &text, &len), 0);
+    assert_true(sample(text, "vllm:num_requests_waiting{model=\"m1\",model_name=\"m1\"}") == 6);
+    assert_true(sample(text, "vllm:num_requests_running{model=\"m1\",model_name=\"m1\"}") == 3);
+    assert_true(sample(text, "vllm:kv_cache_usage_perc{model=\"m1\",model_name=\"m1\"}") == 0.25);
+    assert_true(sample(text, "vllm:gpu_cache_usage_perc{model=\"m1\",model_name=\"m1\"}") == 0.25);
+    assert_true(sample(text, "tessera_requests_waiting{model=\"m1\"}") == 6);
+    assert_true(sample(text, "tessera_requests_running{model=\"m1\"}") == 3);
+    assert_true(sample(text, "tessera_kv_utilization{model=\"m1\"}") == 0.25);
+    /* The other model has its series, still 0. */
+    assert_true(sample(text, "vllm:num_requests_waiting{model=\"org/m2:q8\",model_name=\"org/m2:q8\"}") == 0);
+    assert_true(sample(text, "vllm:kv_cache_usage_perc{model=\"org/m2:q8\",model_name=\"org/m2:q8\"}") == 0);
+    assert_non_null(strstr(text, "# TYPE vllm:num_requests_waiting gauge\n"));
+    assert_non_null(strstr(text, "# TYPE vllm:gpu_cache_usage_perc gauge\n"));
+    free(text);
+    /* Everything ends: the next (idle) turn brings them back to 0. */
+    memset(ts, 0, sizeof ts);
+    si.kv_used = 0;
+    si.now_us += SEC;
+    h1.on_step(h1.ctx, &si);
+    ts[1].running = 1;
+    si.kv_used = 12;
+    h2.on_step(h2.ctx, &si);
+    assert_int_equal(obs_render(o, &text, &len), 0);
+    assert_true(sample(text, "vllm:num_requests_waiting{model=\"m1\",model_name=\"m1\"}") == 0);
+    assert_true(sample(text, "vllm:num_requests_running{model=\"m1\",model_name=\"m1\"}") == 0);
+    assert_true(sample(text, "vllm:kv_cache_usage_perc{model=\"m1\",model_name=\"m1\"}") == 0);
+    assert_true(sample(text, "vllm:num_requests_running{model=\"org/m2:q8\",model_name=\"org/m2:q8\"}") == 1);
+    assert_true(sample(text, "vllm:kv_cache_usage_perc{model=\"org/m2:q8\",model_name=\"org/m2:q8\"}") == 0.1);
+    free(text);
+    obs_free(o);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_render_small_registry),
@@ -632,6 +684,7 @@ int main(void) {
         cmocka_unit_test(test_outcome_of_status),
         cmocka_unit_test(test_outcome_series),
         cmocka_unit_test(test_cost_series),
+        cmocka_unit_test(test_server_gauges),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -49,6 +49,9 @@ typedef struct obs_model {
     int index;
     met_series *step, *tokens, *kv_util, *busy, *busy_seconds, *jain, *resident;
     met_series *pfx_blocks; /* blocks in the prefix cache */
+    /* Server-wide load of the model (all tenants), under tessera's names
+     * and vLLM's: the GIE endpoint picker reads the latter */
+    met_series *waiting, *running, *v_waiting, *v_running, *v_kv, *v_gpu_kv;
     met_series *price;      /* price per hour, or NULL when unknown */
     double price_per_hour;  /* currency units per hour; 0 = unknown (no cost series) */
     const gguf_ctx *weights; /* the model's file, set once at start-up (obs_model_weights) */
@@ -168,6 +171,67 @@ static int setup_models(obs *o, const char *const *names) {
     return 0;
 }
 
+/* The model-server protocol the Gateway API Inference Extension's endpoint
+ * picker scrapes: per model, requests waiting and running and the share of
+ * KV blocks in use. vLLM's names make the picker's defaults work; they carry
+ * the model under vLLM's label (model_name, which vLLM's dashboards filter
+ * on) beside tessera's (model). vllm:gpu_cache_usage_perc is the older name
+ * of vllm:kv_cache_usage_perc, which pickers built before the rename read.
+ * Both are fractions in 0..1 despite "perc", as in vLLM. */
+static int setup_server_gauges(obs *o, const char *const *names) {
+    const char *ml[] = {"model"}, *vl[] = {"model", "model_name"};
+    met_family *w = met_gauge(o->reg, "tessera_requests_waiting",
+                              "Requests of every tenant admitted but not in the running batch (queued or swapped out)",
+                              ml, 1);
+    met_family *r = met_gauge(o->reg, "tessera_requests_running", "Requests of every tenant in the running batch",
+                              ml, 1);
+    met_family *vw = met_gauge(o->reg, "vllm:num_requests_waiting",
+                               "Requests waiting to run (tessera_requests_waiting under vLLM's name)", vl, 2);
+    met_family *vr = met_gauge(o->reg, "vllm:num_requests_running",
+                               "Requests in the running batch (tessera_requests_running under vLLM's name)", vl, 2);
+    met_family *vk = met_gauge(o->reg, "vllm:kv_cache_usage_perc",
+                               "KV blocks in use / KV blocks in total, 0..1 (tessera_kv_utilization)", vl, 2);
+    met_family *vg = met_gauge(o->reg, "vllm:gpu_cache_usage_perc",
+                               "Older name of vllm:kv_cache_usage_perc, 0..1", vl, 2);
+    if (!w || !r || !vw || !vr || !vk || !vg) return -1;
+    for (int m = 0; m < o->n_models; m++) {
+        obs_model *om = &o->models[m];
+        const char *v[] = {names[m]}, *v2[] = {names[m], names[m]};
+        om->waiting = met_series_get(w, v);
+        om->running = met_series_get(r, v);
+        om->v_waiting = met_series_get(vw, v2);
+        om->v_running = met_series_get(vr, v2);
+        om->v_kv = met_series_get(vk, v2);
+        om->v_gpu_kv = met_series_get(vg, v2);
+        if (!om->waiting || !om->running || !om->v_waiting || !om->v_running || !om->v_kv || !om->v_gpu_kv)
+            return -1;
+    }
+    return 0;
+}
+
+/* A step's server-wide gauges. They come from the snapshot the per-tenant
+ * gauges read (the tenants' counts of the step, summed, and the pool's KV
+ * figures taken under the same lock), so the sums agree with the tenants'
+ * series. Each gauge is its own atomic: a render racing a step may pair
+ * one step's waiting with the next step's running, which a scrape every
+ * few seconds cannot tell from a step later. */
+static void server_step(obs_model *m, const wk_step_info *s) {
+    long waiting = 0, running = 0;
+    for (int i = 0; i < s->n_tenants; i++) {
+        waiting += (long)s->tenants[i].queued + s->tenants[i].swapped;
+        running += s->tenants[i].running;
+    }
+    met_set(m->waiting, (double)waiting);
+    met_set(m->v_waiting, (double)waiting);
+    met_set(m->running, (double)running);
+    met_set(m->v_running, (double)running);
+    if (s->kv_total > 0) {
+        double kv = (double)s->kv_used / s->kv_total;
+        met_set(m->v_kv, kv);
+        met_set(m->v_gpu_kv, kv);
+    }
+}
+
 /* The prefix cache's series: per tenant the prompt tokens looked up and
  * found (counters), per model the blocks it holds (a gauge). */
 static int setup_prefix_metrics(obs *o, const char *const *tenant_names, const char *const *model_names) {
@@ -259,7 +323,8 @@ obs *obs_new(const char *const *tenant_names, const double *weights, int n_tenan
     o->tenants = calloc((size_t)n_tenants + 1, sizeof(obs_tenant));
     o->models = calloc((size_t)(n_models ? n_models : 1), sizeof(obs_model));
     if (!o->reg || !o->weights || !o->tenants || !o->models || setup_families(o, tenant_names) ||
-        setup_models(o, model_names) || setup_prefix_metrics(o, tenant_names, model_names) ||
+        setup_models(o, model_names) || setup_server_gauges(o, model_names) ||
+        setup_prefix_metrics(o, tenant_names, model_names) ||
         setup_cost_metrics(o, tenant_names, model_names, prices_per_hour)) {
         obs_free(o);
         return NULL;
@@ -433,6 +498,7 @@ static void on_step(void *ctx, const wk_step_info *s) {
         met_set(m->busy, m->busy_ewma);
     }
     if (s->kv_total) met_set(m->kv_util, (double)s->kv_used / s->kv_total);
+    server_step(m, s);
     for (int i = 0; i < s->n_tenants && i < o->n_tenants; i++) {
         const sched_tenant_stats *st = &s->tenants[i];
         obs_tenant *t = &o->tenants[i], *seen = &m->tenant_state[i];

@@ -12,6 +12,15 @@
  * engine seconds, and per priced model its cost. Per model: step time, tokens per step, KV utilisation,
  * busy ratio, price per hour when known, and Jain's fairness index of weighted service among the
  * tenants that were backlogged during the last minute.
+ *
+ * Per model, for every tenant together, the model-server protocol of the
+ * Gateway API Inference Extension: requests waiting (queued or swapped out)
+ * and running, and KV blocks in use as a fraction, under vLLM's names
+ * (vllm:num_requests_waiting, vllm:num_requests_running,
+ * vllm:kv_cache_usage_perc and its older name vllm:gpu_cache_usage_perc)
+ * so that its endpoint picker works with its defaults, and under tessera's
+ * (tessera_requests_waiting, tessera_requests_running,
+ * tessera_kv_utilization).
  */
 #ifndef TS_OBS_H
 #define TS_OBS_H
