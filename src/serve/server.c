@@ -66,6 +66,13 @@
 #define WATCH_PERIOD_NS (50 * 1000000L)   /* between hang-up polls */
 #define DRAIN_FLUSH_TRIES 200       /* waits for connections to finish... */
 #define DRAIN_FLUSH_NS (10 * 1000000L)    /* ...of this long each: 2 s */
+/* An engine turn (one step: a forward pass under the step budget) running
+ * longer than this means the engine loop is wedged, and /health/live fails
+ * so that the orchestrator restarts the process. Generous on purpose: a
+ * chunked prefill of a 70B model on a CPU takes around a minute, and a
+ * false alarm kills every request in flight, while a late one only delays
+ * a restart that nothing else would bring. */
+#define ENGINE_STALL_US (300LL * 1000000)
 
 typedef struct srv_model {
     wk_worker *w;
@@ -104,8 +111,8 @@ struct srv {
     int stop_watch;
 };
 
-enum { R_NONE, R_COMPLETIONS, R_CHAT, R_EMBEDDINGS, R_TOKENIZE, R_DETOKENIZE, R_MODELS, R_HEALTH, R_METRICS, R_ADMIN,
-       R_ADMIN_MODELS, R_BAD_METHOD };
+enum { R_NONE, R_COMPLETIONS, R_CHAT, R_EMBEDDINGS, R_TOKENIZE, R_DETOKENIZE, R_MODELS, R_HEALTH, R_LIVE, R_READY,
+       R_METRICS, R_ADMIN, R_ADMIN_MODELS, R_BAD_METHOD };
 
 typedef struct conn {
     srv *s;
@@ -118,6 +125,7 @@ typedef struct conn {
     int acted;              /* the request was acted on */
     int status;             /* HTTP status answered */
     int settled;            /* its outcome is counted */
+    int uncounted;          /* a probe's answer: in no request counter */
     int close;              /* answer with Connection: close */
     int who;                /* the key's holder: a tenant, AUTH_ADMIN, _METRICS, _NONE */
     gate_conn *gc;          /* the connection's entry in the gate, or NULL */
@@ -274,7 +282,7 @@ static enum MHD_Result reply(conn *c, int status, const char *ctype, char *body,
     c->status = status;
     /* Counted as the answer is queued, not when the connection ends: a
      * client that reads /metrics right after its answer sees it. */
-    obs_request(c->s->obs, c->tenant, status);
+    if (!c->uncounted) obs_request(c->s->obs, c->tenant, status);
     settle(c, obs_outcome_of_status(status));
     return ok;
 }
@@ -1720,6 +1728,7 @@ static int route_of(const char *method, const char *url, const char **allow) {
     static const struct { const char *method, *url; int route; } routes[] = {
         {"POST", "/v1/completions", R_COMPLETIONS}, {"POST", "/v1/chat/completions", R_CHAT},
         {"GET", "/v1/models", R_MODELS},           {"GET", "/health", R_HEALTH},
+        {"GET", "/health/live", R_LIVE},           {"GET", "/health/ready", R_READY},
         {"GET", "/metrics", R_METRICS},            {"GET", "/admin/tenants", R_ADMIN},
         {"GET", "/admin/models", R_ADMIN_MODELS},
         {"POST", "/v1/embeddings", R_EMBEDDINGS},  {"POST", "/tokenize", R_TOKENIZE},
@@ -1735,6 +1744,66 @@ static int route_of(const char *method, const char *url, const char **allow) {
     return path_known ? R_BAD_METHOD : R_NONE;
 }
 
+/* ---- probes ------------------------------------------------------------------ */
+
+/* The model whose engine turn has run longest, and for how long (us). */
+static int longest_turn(srv *s, int64_t *turn_us) {
+    int64_t now = wk_now_us();
+    int worst = 0;
+    *turn_us = 0;
+    for (int m = 0; m < s->n_models; m++) {
+        int64_t t = wk_turn_us(s->models[m].w, now);
+        if (t > *turn_us) {
+            *turn_us = t;
+            worst = m;
+        }
+    }
+    return worst;
+}
+
+/*
+ * GET /health/live and /health/ready, for an orchestrator's probes: no key
+ * (a probe has none), and counted in no request series, so a kubelet's
+ * polling never reads as a tenant's traffic or as unauthenticated clients.
+ *
+ * Live: the process answers HTTP and no engine loop is wedged (a turn past
+ * ENGINE_STALL_US), 200 {"status":"ok"} else 503 {"status":"stalled"}. It
+ * says nothing about load or draining: a busy or stopping server is alive,
+ * and failing it would restart a pod in the middle of its work.
+ *
+ * Ready: 200 {"status":"ready"} when the server takes new requests; 503
+ * {"status":"draining"} from SIGTERM on, or "stalled" as above. Every
+ * model is loaded before the server listens (srv_new, then srv_start), so
+ * no answer ever says "loading": while a model loads, the port is closed,
+ * which a probe reads as a failure too. Draining also closes the port to
+ * new connections, so the 503 reaches only connections opened before.
+ *
+ * Both bodies carry longest_turn_s, the longest current engine turn.
+ * /health stays as it was: 200 ok, 503 draining, counted like any route.
+ */
+static enum MHD_Result route_probe(conn *c) {
+    srv *s = c->s;
+    int64_t turn;
+    int m = longest_turn(s, &turn);
+    int stalled = turn > ENGINE_STALL_US;
+    const char *status = stalled                                            ? "stalled"
+                         : c->route == R_READY && atomic_load(&s->draining) ? "draining"
+                         : c->route == R_READY                              ? "ready"
+                                                                            : "ok";
+    strbuf b = STRBUF_INIT;
+    strbuf_printf(&b, "{\"status\":\"%s\",\"longest_turn_s\":%.6f", status, (double)turn / 1e6);
+    /* Model names are letters, digits and "._:/-" (config.c): JSON-safe. */
+    if (stalled) strbuf_printf(&b, ",\"model\":\"%s\"", s->c->models[m].name);
+    strbuf_puts(&b, "}");
+    size_t len;
+    char *body = strbuf_steal(&b, &len);
+    if (!body) return MHD_NO;
+    c->uncounted = 1;
+    c->settled = 1;
+    int ok = strcmp(status, "ok") == 0 || strcmp(status, "ready") == 0;
+    return reply(c, ok ? 200 : 503, "application/json", body, len, 0);
+}
+
 static enum MHD_Result act(conn *c) {
     c->acted = 1;
     conn_busy(c);
@@ -1747,6 +1816,8 @@ static enum MHD_Result act(conn *c) {
     case R_HEALTH:
         return atomic_load(&c->s->draining) ? reply_text(c, 503, "application/json", "{\"status\":\"draining\"}")
                                             : reply_text(c, 200, "application/json", "{\"status\":\"ok\"}");
+    case R_LIVE:
+    case R_READY: return route_probe(c);
     case R_METRICS: return route_metrics(c);
     case R_MODELS:
         if (c->who == AUTH_NONE || c->who == AUTH_METRICS)

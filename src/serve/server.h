@@ -10,9 +10,10 @@
  * of slow streaming clients cost memory, not threads.
  *
  * Routes: POST /v1/completions, POST /v1/chat/completions, GET /v1/models,
- * GET /health, GET /metrics (metrics or admin key), GET /admin/tenants
- * (admin key). Errors use OpenAI's JSON error shape with
- * 400/401/404/405/413/429/503.
+ * GET /health, GET /health/live and /health/ready (probes: no key, counted
+ * in no request series; server.c says what each checks), GET /metrics
+ * (metrics or admin key), GET /admin/tenants (admin key). Errors use
+ * OpenAI's JSON error shape with 400/401/404/405/413/429/503.
  *
  * What it promises at the door (gate.h): each request arrives whole within
  * header_timeout_s of its start or its connection is closed; clients

@@ -69,6 +69,9 @@ struct wk_worker {
     char *host;             /* swap space: n_swap blocks of block_bytes */
     size_t block_bytes;
     int64_t last_end_us;
+    /* The liveness heartbeat (wk_turn_us): when the loop's current turn
+     * began, 0 while it sleeps waiting for work. Written by the loop only. */
+    atomic_int_fast64_t turn_start_us;
     tks_ids *pub;           /* (o.n_shared_prefixes) the public prefixes' tokens */
     /* latest stats, for wk_snapshot */
     pthread_mutex_t snap_mu;
@@ -535,6 +538,11 @@ void wk_drain(wk_worker *w, int64_t grace_us) {
     pthread_cond_signal(&w->cv);
     while (w->n_live > 0) pthread_cond_wait(&w->idle_cv, &w->mu);
     pthread_mutex_unlock(&w->mu);
+}
+
+int64_t wk_turn_us(wk_worker *w, int64_t now_us) {
+    int64_t t0 = atomic_load(&w->turn_start_us);
+    return t0 && now_us > t0 ? now_us - t0 : 0;
 }
 
 void wk_snapshot(wk_worker *w, sched_tenant_stats *tenants, sched_stats *pool) {
@@ -1032,6 +1040,7 @@ static void *loop(void *arg) {
 #endif
     for (;;) {
         int64_t now = wk_now_us();
+        atomic_store(&w->turn_start_us, now);
         take_inbox(w, now);
         admit_ready(w, now);
         if (past_deadline(w, now)) fail_all_live(w, now);
@@ -1054,6 +1063,7 @@ static void *loop(void *arg) {
         if (admit_ready(w, end)) continue;
         sched_stats st;
         sched_stats_get(w->s, &st);
+        atomic_store(&w->turn_start_us, 0);
         if (wait_for_work(w, st.queued + st.swapped > 0)) break;
     }
     return NULL;

@@ -244,6 +244,12 @@ void wk_drain(wk_worker *w, int64_t grace_us);
 /* Copy of the latest per-tenant stats (n_tenants entries) and pool state. */
 void wk_snapshot(wk_worker *w, sched_tenant_stats *tenants, sched_stats *pool);
 
+/* How long the engine loop's current turn has run at now_us (us), 0
+ * while the loop sleeps waiting for work. A turn is one scheduler step
+ * with its forward pass and bookkeeping, so this stays within a step's
+ * time unless the loop is wedged: the liveness probe reads it. Any thread. */
+int64_t wk_turn_us(wk_worker *w, int64_t now_us);
+
 int64_t wk_now_us(void);
 
 /* The hash of a request's cache_salt text (len bytes): never 0, so 0 can
