@@ -13,7 +13,8 @@ with a deadline:
   4. poll the HTTP API until
         histogram_quantile(0.99, sum by (le, tenant) (rate(tessera_ttft_seconds_bucket[1m])))
      gives a finite number for each of the three, and check a few other
-     series the way a dashboard would read them.
+     series the way a dashboard would read them, and the vLLM-named
+     model-server gauges the GIE endpoint picker reads.
 Both processes are stopped at the end whatever happens; tessera must exit 0.
 """
 
@@ -31,6 +32,8 @@ from harness import (Env, Model, Server, Tenant, _die_with_parent, free_port, lo
 
 QUERY = "histogram_quantile(0.99, sum by (le, tenant) (rate(tessera_ttft_seconds_bucket[1m])))"
 SENDERS = ("gold-a", "silver-b", "bronze-c")
+VLLM_GAUGES = ("vllm:num_requests_waiting", "vllm:num_requests_running", "vllm:kv_cache_usage_perc",
+               "vllm:gpu_cache_usage_perc")
 
 
 def prom_query(port, q):
@@ -42,6 +45,15 @@ def prom_query(port, q):
     if j.get("status") != "success" or j["data"]["resultType"] != "vector":
         raise AssertionError("prometheus query %r: %r" % (q, j))
     return {s["metric"].get("tenant", ""): float(s["value"][1]) for s in j["data"]["result"]}
+
+
+def prom_series(port, q):
+    """[(labels, float)] of an instant query."""
+    r = request(port, "GET", "/api/v1/query?" + urllib.parse.urlencode({"query": q}), timeout=5)
+    j = r.json() if r.status == 200 else None
+    if not j or j.get("status") != "success":
+        raise AssertionError("prometheus query %r: %r" % (q, r))
+    return [(x["metric"], float(x["value"][1])) for x in j["data"]["result"]]
 
 
 def main():
@@ -124,6 +136,17 @@ def main():
         c = prom_query(pport, "sum by (tenant) (tessera_completion_tokens_total)")
         for t in SENDERS:
             assert c.get(t) == tokens[t], (c, tokens)
+        # The model-server gauges under vLLM's names (a colon in a metric
+        # name is valid exposition format): Prometheus stores one series per
+        # model, with the model under tessera's label and vLLM's.
+        for name in VLLM_GAUGES:
+            got = prom_series(pport, '%s{job="tessera"}' % name)
+            assert len(got) == 1, (name, got)
+            labels, value = got[0]
+            assert labels.get("__name__") == name and labels.get("model") == "tiny" and \
+                labels.get("model_name") == "tiny", (name, labels)
+            assert 0 <= value <= (1 if "perc" in name else 16384), (name, value)
+        log("prometheus: %s stored per model" % ", ".join(VLLM_GAUGES))
         ok = True
     finally:
         if prom is not None and prom.poll() is None:
