@@ -449,10 +449,10 @@ static int parse_metrics_key(const ydoc *d, const yaml_node_t *n, cfg *g) {
 }
 
 static int parse_root(const ydoc *d, const yaml_node_t *root, cfg *g) {
-    enum { LISTEN, POLICY, LIMITS, MODELS, TIERS, TENANTS, ADMIN, METRICS, PRICE, NK };
+    enum { LISTEN, POLICY, LIMITS, MODELS, TIERS, TENANTS, ADMIN, METRICS, PRICE, POOL, NK };
     static const char *const keys[NK] = {"listen", "policy", "limits", "models",
                                          "tiers", "tenants", "admin_key_sha256",
-                                         "metrics_key_sha256", "price_per_hour"};
+                                         "metrics_key_sha256", "price_per_hour", "public_pool_metrics"};
     const yaml_node_t *v[NK];
     int rc = ydoc_map_fields(d, root, "", keys, NK, v);
     if (rc) return rc;
@@ -472,6 +472,7 @@ static int parse_root(const ydoc *d, const yaml_node_t *root, cfg *g) {
         g->has_admin = 1;
     }
     if (v[METRICS] && (rc = parse_metrics_key(d, v[METRICS], g))) return rc;
+    if (v[POOL] && (rc = ydoc_get_bool(d, v[POOL], "public_pool_metrics", &g->public_pool_metrics))) return rc;
     return parse_tenants(d, v[TENANTS], g);
 }
 

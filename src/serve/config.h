@@ -95,6 +95,13 @@
  *   metrics_key_sha256: <64 hex> optional; a key that reads /metrics only.
  *                              Without it /metrics needs the admin key; with
  *                              neither, /metrics answers 401 to everyone
+ *   public_pool_metrics: false  true: /metrics without a key answers the
+ *                              model-server gauges (per model: requests
+ *                              waiting and running, KV in use; vLLM's names
+ *                              too), which name no tenant, for a load
+ *                              balancer that scrapes without credentials
+ *                              (the GIE endpoint picker); a key still reads
+ *                              everything
  *   price_per_hour: 0          the default of every model's price_per_hour
  *
  * Cost. A tenant's cost on a model is its engine time on that model's
@@ -181,6 +188,7 @@ typedef struct cfg {
     uint8_t admin_key[AUTH_HASH_LEN];
     int has_metrics;
     uint8_t metrics_key[AUTH_HASH_LEN];
+    int public_pool_metrics;        /* /metrics without a key: the pool gauges */
     double price_per_hour;          /* the file's default for models; 0 = unknown */
 } cfg;
 

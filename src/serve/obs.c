@@ -67,6 +67,9 @@ typedef struct obs_model {
 
 struct obs {
     met_registry *reg;
+    /* The model-server gauges (setup_server_gauges), apart: they are what
+     * obs_render_pool serves without a key, and they name no tenant. */
+    met_registry *pool;
     int n_tenants, n_models;
     double *weights;
     obs_tenant *tenants;    /* (n_tenants + 1): the last is "unauthenticated" */
@@ -180,18 +183,18 @@ static int setup_models(obs *o, const char *const *names) {
  * Both are fractions in 0..1 despite "perc", as in vLLM. */
 static int setup_server_gauges(obs *o, const char *const *names) {
     const char *ml[] = {"model"}, *vl[] = {"model", "model_name"};
-    met_family *w = met_gauge(o->reg, "tessera_requests_waiting",
+    met_family *w = met_gauge(o->pool, "tessera_requests_waiting",
                               "Requests of every tenant admitted but not in the running batch (queued or swapped out)",
                               ml, 1);
-    met_family *r = met_gauge(o->reg, "tessera_requests_running", "Requests of every tenant in the running batch",
+    met_family *r = met_gauge(o->pool, "tessera_requests_running", "Requests of every tenant in the running batch",
                               ml, 1);
-    met_family *vw = met_gauge(o->reg, "vllm:num_requests_waiting",
+    met_family *vw = met_gauge(o->pool, "vllm:num_requests_waiting",
                                "Requests waiting to run (tessera_requests_waiting under vLLM's name)", vl, 2);
-    met_family *vr = met_gauge(o->reg, "vllm:num_requests_running",
+    met_family *vr = met_gauge(o->pool, "vllm:num_requests_running",
                                "Requests in the running batch (tessera_requests_running under vLLM's name)", vl, 2);
-    met_family *vk = met_gauge(o->reg, "vllm:kv_cache_usage_perc",
+    met_family *vk = met_gauge(o->pool, "vllm:kv_cache_usage_perc",
                                "KV blocks in use / KV blocks in total, 0..1 (tessera_kv_utilization)", vl, 2);
-    met_family *vg = met_gauge(o->reg, "vllm:gpu_cache_usage_perc",
+    met_family *vg = met_gauge(o->pool, "vllm:gpu_cache_usage_perc",
                                "Older name of vllm:kv_cache_usage_perc, 0..1", vl, 2);
     if (!w || !r || !vw || !vr || !vk || !vg) return -1;
     for (int m = 0; m < o->n_models; m++) {
@@ -319,10 +322,11 @@ obs *obs_new(const char *const *tenant_names, const double *weights, int n_tenan
     o->n_tenants = n_tenants;
     o->n_models = n_models;
     o->reg = met_new();
+    o->pool = met_new();
     o->weights = malloc((size_t)(n_tenants + 1) * sizeof(double));
     o->tenants = calloc((size_t)n_tenants + 1, sizeof(obs_tenant));
     o->models = calloc((size_t)(n_models ? n_models : 1), sizeof(obs_model));
-    if (!o->reg || !o->weights || !o->tenants || !o->models || setup_families(o, tenant_names) ||
+    if (!o->reg || !o->pool || !o->weights || !o->tenants || !o->models || setup_families(o, tenant_names) ||
         setup_models(o, model_names) || setup_server_gauges(o, model_names) ||
         setup_prefix_metrics(o, tenant_names, model_names) ||
         setup_cost_metrics(o, tenant_names, model_names, prices_per_hour)) {
@@ -340,6 +344,7 @@ void obs_free(obs *o) {
         free(o->models[m].tenant_state);
     }
     met_free(o->reg);
+    met_free(o->pool);
     free(o->weights);
     free(o->tenants);
     free(o->models);
@@ -452,8 +457,27 @@ int obs_render(obs *o, char **buf, size_t *len) {
         met_set(o->tenants[i].kv_blocks, (double)kv);
     }
     for (int m = 0; m < o->n_models; m++) refresh_resident(&o->models[m]);
-    return met_render(o->reg, buf, len);
+    char *all, *pool;
+    size_t n_all, n_pool;
+    if (met_render(o->reg, &all, &n_all)) return -1;
+    if (met_render(o->pool, &pool, &n_pool)) {
+        free(all);
+        return -1;
+    }
+    char *both = realloc(all, n_all + n_pool + 1);
+    if (!both) {
+        free(all);
+        free(pool);
+        return -1;
+    }
+    memcpy(both + n_all, pool, n_pool + 1);
+    free(pool);
+    *buf = both;
+    *len = n_all + n_pool;
+    return 0;
 }
+
+int obs_render_pool(obs *o, char **buf, size_t *len) { return met_render(o->pool, buf, len); }
 
 void obs_model_weights(obs *o, int m, const gguf_ctx *g, uint64_t owned_bytes) {
     o->models[m].weights = g;

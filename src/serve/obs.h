@@ -112,6 +112,10 @@ void obs_reject(obs *o, int tenant, const char *reason);
 
 /* Prometheus text; malloc'd, caller frees. */
 int obs_render(obs *o, char **buf, size_t *len);
+/* Only the model-server gauges (per model: requests waiting and running, KV
+ * in use, under tessera's and vLLM's names), which name no tenant: what a
+ * load balancer such as the GIE endpoint picker reads. */
+int obs_render_pool(obs *o, char **buf, size_t *len);
 /* Model m's file, whose resident bytes (gguf_resident_bytes) plus
  * owned_bytes (what the loader converted beside the mapping) each render
  * reports; the file must outlive o's renders. */

@@ -1314,13 +1314,20 @@ static enum MHD_Result route_models(conn *c) {
 /* Every tenant's names and usage: for the metrics key or the admin key
  * only. With neither configured nobody reads it (see config.h). */
 static enum MHD_Result route_metrics(conn *c) {
+    char *text;
+    size_t len;
+    /* Without a key: the pool gauges when the config makes them public
+     * (config.h); they name no tenant. */
+    if (c->who == AUTH_NONE && c->s->c->public_pool_metrics) {
+        if (obs_render_pool(c->s->obs, &text, &len))
+            return reply_err(c, 500, "server_error", NULL, NULL, 0, "metrics failed");
+        return reply(c, 200, "text/plain; version=0.0.4", text, len, 0);
+    }
     if (c->who != AUTH_METRICS && c->who != AUTH_ADMIN)
         return reply_err(c, 401, "authentication_error", NULL, "invalid_api_key", 0,
                          c->s->c->has_metrics || c->s->c->has_admin
                              ? "this route needs the metrics key or the admin key"
                              : "metrics are off: configure metrics_key_sha256 to read them");
-    char *text;
-    size_t len;
     if (obs_render(c->s->obs, &text, &len)) return reply_err(c, 500, "server_error", NULL, NULL, 0, "metrics failed");
     return reply(c, 200, "text/plain; version=0.0.4", text, len, 0);
 }

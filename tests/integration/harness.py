@@ -130,12 +130,14 @@ class Server:
     models: [Model]; tenants: [Tenant]; admin: make an admin key; metrics:
     make a metrics key (metrics_key; get_metrics needs it or the admin key);
     limits: the config's limits: mapping (max_body_bytes, shutdown_grace_s...);
-    tiers: the config's tiers, as YAML flow mappings ("{name: gold, band: 0}").
+    tiers: the config's tiers, as YAML flow mappings ("{name: gold, band: 0}");
+    top: more top-level config keys, {key: YAML value}.
     """
 
     def __init__(self, env, name, models, tenants, admin=True, limits=None, policy="fair", tiers=None,
-                 metrics=True):
+                 metrics=True, top=None):
         self.env = env
+        self.top = top or {}
         self.name = name
         self.models = models
         self.tenants = {t.name: t for t in tenants}
@@ -178,6 +180,7 @@ class Server:
             y.append("admin_key_sha256: %s" % admin_hash)
         if self._metrics_hash:
             y.append("metrics_key_sha256: %s" % self._metrics_hash)
+        y += ["%s: %s" % (k, v) for k, v in self.top.items()]
         with open(self.config, "w") as f:
             f.write("\n".join(y) + "\n")
 

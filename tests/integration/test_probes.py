@@ -153,6 +153,32 @@ class Probes(unittest.TestCase):
                    what="no engine turn in flight once idle")
 
 
+class PublicPool(unittest.TestCase):
+    """public_pool_metrics: the endpoint picker scrapes /metrics without a
+    key; it gets the model-server gauges and nothing that names a tenant."""
+
+    def test_keyless_scrape(self):
+        r = request(S.port, "GET", "/metrics", timeout=10)
+        self.assertEqual(r.status, 401, "without public_pool_metrics /metrics needs a key: %r" % (r,))
+        p = Server(ENV, "pool", [Model("slow", SLOW, threads=1, max_seqs=1)], [Tenant(ENV, "acme", "gold")],
+                   top={"public_pool_metrics": "true"}).start()
+        try:
+            r = request(p.port, "GET", "/metrics", timeout=10)
+            self.assertEqual(r.status, 200, r)
+            text = r.body.decode()
+            for n in VLLM + ("tessera_requests_waiting", "tessera_requests_running"):
+                self.assertIn('%s{model="slow"' % n, text, "%s missing from the keyless scrape" % n)
+            self.assertNotIn("acme", text, "a keyless scrape names a tenant")
+            self.assertNotIn("tessera_requests_total", text, "a keyless scrape carries tenants' series")
+            full = request(p.port, "GET", "/metrics", key=p.metrics_key, timeout=10)
+            self.assertEqual(full.status, 200, full)
+            for n in VLLM + ("tessera_requests_total",):
+                self.assertIn(n, full.body.decode(), "%s missing from the keyed scrape" % n)
+            self.assertIn('tenant="acme"', full.body.decode())
+        finally:
+            self.assertEqual(p.stop(timeout=20), 0)
+
+
 class Draining(unittest.TestCase):
     def test_ready_503_while_draining(self):
         grace = 2
