@@ -1,9 +1,10 @@
-/* test_plan_emit.c - the planner's emitters (src/cluster/emit.c) and the
- * `tessera plan` command.
+/* test_plan_emit.c - the planner's emitters (src/cluster/emit.c,
+ * emit_k8s.c) and the `tessera plan` command.
  *
- * Every emitter's output for two inputs (examples/plan/fleet.yaml and the
- * fixture tests/golden/plan/mixed.yaml, which exercises every mode) is
- * compared with a golden file under tests/golden/plan/. The output must be
+ * Every emitter's output for four inputs (examples/plan/fleet.yaml, the
+ * fixture tests/golden/plan/mixed.yaml, which exercises every mode, and
+ * k8s-mps.yaml / k8s-hami.yaml, a GPU the device plugin's MPS can share and
+ * one it cannot) is compared with a golden file under tests/golden/plan/. The output must be
  * deterministic, so a rerun gives the same bytes. To regenerate the goldens
  * deliberately after a change:
  *     TS_UPDATE_GOLDEN=1 build/test_plan_emit
@@ -31,6 +32,7 @@
 #include <yaml.h>
 
 #include "cluster/emit.h"
+#include "cluster/emit_int.h"
 #include "cluster/mig.h"
 #include "cluster/plan.h"
 #include "cluster/planio.h"
@@ -41,8 +43,9 @@
 
 #define PATH_LEN 4096
 
-static const char *const INPUTS[] = {"examples/plan/fleet.yaml", "tests/golden/plan/mixed.yaml"};
-static const char *const STEMS[] = {"fleet", "mixed"};
+static const char *const INPUTS[] = {"examples/plan/fleet.yaml", "tests/golden/plan/mixed.yaml",
+                                     "tests/golden/plan/k8s-mps.yaml", "tests/golden/plan/k8s-hami.yaml"};
+static const char *const STEMS[] = {"fleet", "mixed", "k8s-mps", "k8s-hami"};
 
 /* The repository root, from this file's path, else $TS_SRC. */
 static void src_root(char *buf, size_t cap) {
@@ -164,9 +167,9 @@ static void test_outputs_parse(void **st) {
         emit_out_free(&out);
 
         assert_int_equal(emit_run(&fx.p, EMIT_K8S, &out), 0);
-        /* Device-plugin config, then a ConfigMap and a Deployment per
-         * placed instance. */
-        assert_int_equal(yaml_docs(out.files[0].data, out.files[0].len), 1 + 2 * (int)fx.p.n_insts);
+        /* Device-plugin config and the models' volume, then a ConfigMap,
+         * a Service and a workload per placed instance. */
+        assert_int_equal(yaml_docs(out.files[0].data, out.files[0].len), 2 + 3 * (int)fx.p.n_insts);
         emit_out_free(&out);
 
         assert_int_equal(emit_run(&fx.p, EMIT_MIG_PARTED, &out), 0);
@@ -213,6 +216,8 @@ static void test_serve_configs_load(void **st) {
         assert_true((double)c.models[0].kv_cache_bytes >= in->est.kv_bytes);
         assert_int_equal(c.n_tenants, w->n_tenants);
         assert_int_equal(c.n_tiers, fx.in.n_tiers);
+        /* The drain k8s's grace period is computed from. */
+        assert_int_equal(c.limits.shutdown_grace_s, EMIT_SHUTDOWN_GRACE_S);
         /* The instance's price reaches serve's cost accounting (%.6g). */
         double price = plan_inst_price(&fx.p, in);
         assert_true(price > 0);
@@ -837,6 +842,114 @@ static void test_default_tiers_reach_serve(void **st) {
     unload(&fx);
 }
 
+/* ---- k8s and mps sharing ------------------------------------------------------ */
+
+/* The device-plugin config of node in k8s.yaml text, copied into buf; ""
+ * when the node has none (a HAMi node). */
+static void plugin_block(const char *text, const char *node, char *buf, size_t cap) {
+    char key[128];
+    snprintf(key, sizeof key, "\n  %s: |-\n", node);
+    const char *a = strstr(text, key), *end;
+    buf[0] = 0;
+    if (!a) return;
+    a += strlen(key);
+    for (end = a; *end && !(end[0] == '\n' && (strncmp(end + 1, "    ", 4) != 0)); end++) {}
+    snprintf(buf, cap, "%.*s", (int)(end - a), a);
+}
+
+/* NVIDIA's device plugin refuses MPS with migStrategy mixed, and its MPS
+ * replicas are equal (100/replicas % of SMs, memory/replicas): a node
+ * config that shares by MPS must hold every planned share on that node
+ * within one replica's grant. MPS clients never name a device (k8s env,
+ * --emit mps env files). */
+static void test_k8s_sharing(void **st) {
+    (void)st;
+    int saw_mps = 0;
+    for (size_t k = 0; k < sizeof INPUTS / sizeof INPUTS[0]; k++) {
+        fixture fx;
+        load(INPUTS[k], &fx);
+        const plan *p = &fx.p;
+        size_t len;
+        char *text = render(p, EMIT_K8S, &len);
+        assert_null(strstr(text, "CUDA_VISIBLE_DEVICES"));
+        for (size_t n = 0; n < p->n_nodes; n++) {
+            char blk[2048];
+            plugin_block(text, p->nodes[n].name, blk, sizeof blk);
+            const char *mps = strstr(blk, "\n      mps:\n");
+            if (!mps) continue;
+            saw_mps = 1;
+            assert_null(strstr(blk, "migStrategy: mixed"));
+            const char *r = strstr(mps, "replicas: ");
+            assert_non_null(r);
+            int replicas = atoi(r + 10);
+            assert_true(replicas >= 2);
+            for (size_t i = 0; i < p->n_insts; i++) {
+                const plan_inst *in = &p->insts[i];
+                const plan_slice *s = &p->slices[in->slice];
+                if (s->gpu < 0 || p->gpus[s->gpu].node != (int)n) continue;
+                if (s->mode != PLAN_MODE_MPS && s->mode != PLAN_MODE_TIMESLICE) fail_msg("%s: a MIG or whole GPU beside plugin MPS", p->nodes[n].name);
+                double mib = floor(p->types[p->gpus[s->gpu].type]->mem_gib * 1024.0);
+                assert_true(s->pct <= 100 / replicas);
+                assert_true(ceil(in->mem_limit / 1048576.0) <= floor(mib / replicas));
+            }
+        }
+        free(text);
+        emit_out out;
+        assert_int_equal(emit_run(p, EMIT_MPS, &out), 0);
+        for (size_t f = 0; f < out.n; f++)
+            if (strstr(out.files[f].data, "CUDA_MPS_PIPE_DIRECTORY=") && strstr(out.files[f].path, ".env"))
+                assert_null(strstr(out.files[f].data, "\nCUDA_VISIBLE_DEVICES="));
+        emit_out_free(&out);
+        unload(&fx);
+    }
+    assert_true(saw_mps);   /* k8s-mps.yaml's node shares by the plugin's MPS */
+}
+
+/* Where the plugin cannot hold the plan, HAMi's resources carry each
+ * instance's planned memory and share, pinned to its GPU. Two ways:
+ * unequal MPS shares (k8s-hami.yaml), a whole GPU beside shared ones. */
+static void check_hami(const char *what, const plan *p, const char *why) {
+    size_t len;
+    char *text = render(p, EMIT_K8S, &len), want[160];
+    if (!strstr(text, why)) fail_msg("%s: the NOTE does not say '%s'", what, why);
+    assert_null(strstr(text, "\n      mps:\n"));
+    for (size_t i = 0; i < p->n_insts; i++) {
+        const plan_inst *in = &p->insts[i];
+        const plan_slice *s = &p->slices[in->slice];
+        const plan_gpu *g = &p->gpus[s->gpu];
+        double mib = s->mode == PLAN_MODE_WHOLE ? floor(p->types[g->type]->mem_gib * 1024.0) : ceil(in->mem_limit / 1048576.0);
+        double pct = s->mode == PLAN_MODE_WHOLE ? 100 : ceil(s->pct);
+        snprintf(want, sizeof want, "nvidia.com/gpumem: %.0f\n              nvidia.com/gpucores: %.0f\n", mib, pct);
+        if (!strstr(text, want)) fail_msg("%s: no instance asks %s", what, want);
+        snprintf(want, sizeof want, "nvidia.com/use-gpuuuid: GPU-UUID-%s-gpu%d\n", p->nodes[g->node].name, g->index);
+        if (!strstr(text, want)) fail_msg("%s: no pod pinned by %s", what, want);
+    }
+    free(text);
+}
+
+static void test_k8s_hami(void **st) {
+    (void)st;
+    fixture fx;
+    load("tests/golden/plan/k8s-hami.yaml", &fx);
+    check_hami("k8s-hami.yaml", &fx.p, "replicas 50% and");
+    unload(&fx);
+    static const char text[] =
+        "fleet: [{name: l40s, gpu: L40S, gpus_per_node: 2, nodes: 1}]\n"
+        "models: [{name: m, params: 0.49B, layers: 24, heads: 14, kv_heads: 2, head_dim: 64, max_context: 4096}]\n"
+        "tiers: [{name: gold, ttft_ms: 400, tpot_ms: 60}, {name: silver, ttft_ms: 2000, tpot_ms: 150}]\n"
+        "tenants:\n"
+        "  - {name: lab, model: m, tier: gold, isolation: strict, load: {rps: 1, prompt_tokens: 256, output_tokens: 64}}\n"
+        "  - {name: a, model: m, tier: gold, isolation: shared, load: {rps: 1, prompt_tokens: 256, output_tokens: 64}}\n"
+        "  - {name: b, model: m, tier: silver, isolation: shared, load: {rps: 1, prompt_tokens: 256, output_tokens: 64}}\n";
+    char err[512];
+    if (planio_parse(text, sizeof text - 1, "whole.yaml", &fx.in, err, sizeof err)) fail_msg("whole.yaml: %s", err);
+    assert_int_equal(plan_build(&fx.in, &fx.p), 0);
+    size_t whole = slice_of_mode(&fx.p, PLAN_MODE_WHOLE, 0), mps = slice_of_mode(&fx.p, PLAN_MODE_MPS, 0);
+    assert_true(whole < fx.p.n_slices && mps < fx.p.n_slices);
+    check_hami("whole.yaml", &fx.p, "whole-GPU instances beside shared GPUs");
+    unload(&fx);
+}
+
 /* ---- the command -------------------------------------------------------------- */
 
 static int run(const char *args) {
@@ -894,6 +1007,8 @@ int main(void) {
         cmocka_unit_test(test_planjson_members),
         cmocka_unit_test(test_planjson_recompute),
         cmocka_unit_test(test_mig_mps_price),
+        cmocka_unit_test(test_k8s_sharing),
+        cmocka_unit_test(test_k8s_hami),
         cmocka_unit_test(test_command),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -750,14 +750,22 @@ static void pipe_dir(const plan *p, const plan_inst *in, char *buf, size_t cap) 
 
 static int uses_mps(const plan_slice *s) { return s->mode == PLAN_MODE_MPS || s->mode == PLAN_MODE_MIG_MPS; }
 
+/* An MPS client names no device: the daemon its pipe folder leads to was
+ * started with the GPU's (or GI's) CUDA_VISIBLE_DEVICES and shows it to its
+ * clients as device 0, so a client repeating the physical index 1 asks for a
+ * device that daemon does not have. Its pinned limit is the plan's
+ * mem_limit for this instance, not an equal split of the GPU: outside the
+ * device plugin nothing divides the memory evenly. */
 static void mps_env(const plan *p, size_t i, strbuf *b, const char *prefix, const char *quote) {
     const plan_inst *in = &p->insts[i];
     const plan_slice *s = &p->slices[in->slice];
     const plan_worker *w = &p->workers[in->worker];
     char vis[160], pipe[96];
-    visible(p, in, vis, sizeof vis);
-    strbuf_printf(b, "%sCUDA_VISIBLE_DEVICES=%s%s%s\n", prefix, quote, vis, quote);
-    if (!uses_mps(s)) return;
+    if (!uses_mps(s)) {
+        visible(p, in, vis, sizeof vis);
+        strbuf_printf(b, "%sCUDA_VISIBLE_DEVICES=%s%s%s\n", prefix, quote, vis, quote);
+        return;
+    }
     pipe_dir(p, in, pipe, sizeof pipe);
     strbuf_printf(b, "%sCUDA_MPS_PIPE_DIRECTORY=%s%s%s\n", prefix, quote, pipe, quote);
     strbuf_printf(b, "%sCUDA_MPS_ACTIVE_THREAD_PERCENTAGE=%s%.0f%s\n", prefix, quote, in->pct, quote);
@@ -817,10 +825,11 @@ static int emit_mps(const plan *p, emit_out *out) {
         strbuf b = STRBUF_INIT;
         strbuf_printf(&b, "# tessera plan: environment of worker instance %s (%s), on %s GPU %d, %s.\n", name,
                   plan_mode_name(w->mode), p->nodes[g->node].name, g->index, slice);
-        if (p->slices[in->slice].mode == PLAN_MODE_MIG || p->slices[in->slice].mode == PLAN_MODE_MIG_MPS)
+        if (p->slices[in->slice].mode == PLAN_MODE_MIG)
             strbuf_printf(&b, "# Replace the MIG-UUID-... placeholder with the instance's UUID from nvidia-smi -L.\n");
         if (uses_mps(&p->slices[in->slice]))
-            strbuf_printf(&b, "# The pinned limit names device 0: the one device the client sees.\n");
+            strbuf_printf(&b, "# No CUDA_VISIBLE_DEVICES: the MPS daemon of the pipe folder was started with this\n"
+                              "# GPU's and shows it as device 0, which the pinned limit names.\n");
         mps_env(p, i, &b, "", "");
         int rc = emit_add_file(out, &b, "mps/%s.env", name);
         if (rc) return rc;
@@ -830,7 +839,22 @@ static int emit_mps(const plan *p, emit_out *out) {
 
 /* ---- serve -------------------------------------------------------------------- */
 
-void emit_serve_yaml(const plan *p, size_t i, int port, strbuf *b, const char *indent) {
+/* The model file as the instance opens it: the input's path, or under
+ * model_dir by its file name (k8s mounts every model's file in one
+ * folder). */
+static void model_path(const plan_model *m, const char *model_dir, char *buf, size_t cap) {
+    char own[PLAN_PATH_MAX + PLAN_NAME_MAX + 16];
+    if (m->path[0]) snprintf(own, sizeof own, "%s", m->path);
+    else snprintf(own, sizeof own, "models/%s.gguf", m->name);
+    if (!model_dir) {
+        snprintf(buf, cap, "%s", own);
+        return;
+    }
+    const char *base = strrchr(own, '/');
+    snprintf(buf, cap, "%s/%s", model_dir, base ? base + 1 : own);
+}
+
+void emit_serve_yaml(const plan *p, size_t i, int port, const char *model_dir, strbuf *b, const char *indent) {
     const plan_inst *in = &p->insts[i];
     const plan_worker *w = &p->workers[in->worker];
     const plan_model *m = &p->in->models[w->model];
@@ -852,10 +876,12 @@ void emit_serve_yaml(const plan *p, size_t i, int port, strbuf *b, const char *i
                       indent, w->load.rps / w->replicas, e->seqs, e->kv_tokens, e->ttft_s * 1e3);
     strbuf_printf(b, "%s# TPOT %.0f ms. Start: tessera serve --config <this file>\n", indent, e->step_s * 1e3);
     strbuf_printf(b, "%slisten: 0.0.0.0:%d\n", indent, port);
+    strbuf_printf(b, "%slimits:\n%s  shutdown_grace_s: %d\n", indent, indent, EMIT_SHUTDOWN_GRACE_S);
     strbuf_printf(b, "%smodels:\n", indent);
     strbuf_printf(b, "%s  - name: %s\n", indent, m->name);
-    if (m->path[0]) strbuf_printf(b, "%s    path: %s\n", indent, m->path);
-    else strbuf_printf(b, "%s    path: models/%s.gguf\n", indent, m->name);
+    char path[PLAN_PATH_MAX + PLAN_NAME_MAX + 64];
+    model_path(m, model_dir, path, sizeof path);
+    strbuf_printf(b, "%s    path: %s\n", indent, path);
     strbuf_printf(b, "%s    kv_cache_bytes: %.0fMiB\n", indent, emit_mib_up(e->kv_bytes));
     strbuf_printf(b, "%s    max_seqs: %d\n", indent, e->seqs < 1 ? 1 : e->seqs > 65536 ? 65536 : e->seqs);
     /* The price of this instance's GPU, GI or share, so serve's cost
@@ -897,7 +923,7 @@ static int emit_serve(const plan *p, emit_out *out) {
         char name[80];
         emit_inst_name(p, i, name, sizeof name);
         strbuf b = STRBUF_INIT;
-        emit_serve_yaml(p, i, serve_port(p, i), &b, "");
+        emit_serve_yaml(p, i, serve_port(p, i), NULL, &b, "");
         int rc = emit_add_file(out, &b, "serve/%s.yaml", name);
         if (rc) return rc;
     }

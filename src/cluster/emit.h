@@ -15,14 +15,24 @@
  *   nvidia-smi  `-cgi` lists are in the creation order mig_place() found, so
  *               first-fit lands the planned slots on an emptied GPU; the
  *               script destroys existing instances first (CIs, then GIs).
- *   mps         a client sees its one visible device as ordinal 0, so the
- *               pinned limit is written "0=<MiB>M"; MIG instances are named
- *               by a placeholder to replace with the UUID `nvidia-smi -L`
+ *   mps         one control daemon per MPS GPU or GI, started with its
+ *               CUDA_VISIBLE_DEVICES; its clients see that device as ordinal
+ *               0, so they set no CUDA_VISIBLE_DEVICES of their own (the
+ *               physical index would name a device the daemon lacks) and
+ *               the pinned limit, the instance's planned mem_limit, is
+ *               written "0=<MiB>M"; MIG instances are named by a
+ *               placeholder to replace with the UUID `nvidia-smi -L`
  *               prints; CUDA_MPS_CLIENT_PRIORITY 0 (normal) for band 0 and 1
  *               (below normal) otherwise [S].
- *   k8s         the device plugin shares node-wide, MPS or time-slicing but
- *               not both, with 100/replicas % per client: where the plan
- *               asks more than that, the manifest says so in a comment.
+ *   k8s         NVIDIA's device plugin shares per node and equally: MPS
+ *               only on nodes without MIG GPUs and only where every planned
+ *               share fits the grant of one replica (100/replicas % of SMs,
+ *               memory/replicas), time-slicing otherwise on MIG nodes (said
+ *               in a NOTE), and HAMi's nvidia.com/gpumem and gpucores where
+ *               the plugin cannot express the plan (emit_k8s.c has the
+ *               rules). Shared-GPU instances are StatefulSets, MIG and
+ *               whole-GPU ones Deployments; models come from one
+ *               ReadOnlyMany PVC at /models.
  *   serve       one tessera.yaml per instance in serve's schema (config.h):
  *               KV pool, max_seqs and price_per_hour (where the pool is
  *               priced) from the plan; tenants without a

@@ -14,6 +14,10 @@
 
 #define MIB 1048576.0
 #define EMIT_SERVE_PORT 8080        /* first port of a node's workers; k8s pods all use it */
+/* s: serve's drain on SIGTERM in every emitted tessera.yaml. Long enough
+ * for a streamed answer of a few hundred tokens to finish; k8s waits this
+ * plus its preStop pause before it kills the pod. */
+#define EMIT_SHUTDOWN_GRACE_S 30
 
 /* Move the builder's text into a new file of out, named by fmt; b is
  * consumed either way. Returns 0 or TS_ERR_NOMEM. */
@@ -32,8 +36,9 @@ int emit_mps_priority(const plan *p, const plan_worker *w);
 int emit_node_used(const plan *p, size_t n);
 
 /* tessera.yaml of instance i listening on port, each line prefixed by
- * indent (k8s nests it in a ConfigMap). */
-void emit_serve_yaml(const plan *p, size_t i, int port, strbuf *b, const char *indent);
+ * indent (k8s nests it in a ConfigMap). The model's path is the input's,
+ * or with model_dir non-NULL the file's name under model_dir. */
+void emit_serve_yaml(const plan *p, size_t i, int port, const char *model_dir, strbuf *b, const char *indent);
 
 static inline double emit_mib_up(double bytes) { return ceil(bytes / MIB); }
 

@@ -1,117 +1,431 @@
-/* emit_k8s.c - the Kubernetes manifests of a plan; see emit.h. */
+/*
+ * emit_k8s.c - the Kubernetes manifests of a plan; see emit.h.
+ *
+ * One file, k8s.yaml: the NVIDIA device plugin's per-node configs, the
+ * models' volume, and per placed instance a ConfigMap (its tessera.yaml), a
+ * Service and a workload pinned to its node.
+ *
+ * Sharing is decided per node, because the device plugin takes one config
+ * per node (selected by the node label nvidia.com/device-plugin.config) and
+ * shares every GPU of a resource name alike: it ignores per-device
+ * selection in its sharing config, and its MPS replicas are equal, each
+ * with 100/replicas % of the SMs and total memory/replicas as its pinned
+ * limit. So a node gets
+ *   none   nothing shared (at most one instance per GPU): nvidia.com/gpu,
+ *          or nvidia.com/mig-<profile> for a MIG instance;
+ *   mps    the plugin's MPS, only on a node without MIG GPUs (the plugin
+ *          refuses MPS with migStrategy mixed) and only where every shared
+ *          instance's planned SM share and memory fit one replica's grant,
+ *          so a planned share never exceeds what the plugin gives;
+ *   ts     the plugin's time-slicing, for best-effort GPUs, and on a node
+ *          with MIG GPUs for its MPS GPUs and MPS-shared GIs too: the plan's
+ *          MPS cannot be expressed there, and the manifest says so;
+ *   hami   HAMi's vGPU resources (nvidia.com/gpumem, nvidia.com/gpucores)
+ *          on a node without MIG whose plan the plugin cannot express:
+ *          unequal MPS shares, or whole-GPU instances beside shared GPUs.
+ *          The pod carries its planned memory and core share and HAMi's
+ *          nvidia.com/use-gpuuuid annotation for the planned GPU.
+ * Workloads: an instance that shares a GPU or GI (mps, mig+mps, timeslice)
+ * is a StatefulSet of one: the plan binds it to one GPU's share, and a
+ * StatefulSet never runs a second pod of the same identity while the first
+ * is terminating, where a Deployment's replacement would take a second
+ * share of the GPU the plan did not give. A MIG or whole-GPU instance is a
+ * Deployment with the Recreate strategy: any free GI of its profile (or any
+ * free GPU) on its node is the planned one, mig-parted created exactly the
+ * planned counts.
+ * Models: one ReadOnlyMany PersistentVolumeClaim mounted at /models in
+ * every pod, each model's file by its name. An image volume would tie the
+ * weights to an image; it is still off by default in current Kubernetes
+ * releases and needs runtime support, while a PVC works on every cluster,
+ * keeps one copy of tens of GB per storage backend, and lets a model be
+ * replaced without rebuilding anything.
+ * Drain: serve stops listening at SIGTERM and finishes its requests within
+ * shutdown_grace_s (EMIT_SHUTDOWN_GRACE_S in the tessera.yaml); a preStop
+ * pause first gives the endpoints and the gateway time to stop sending new
+ * requests, and the grace period covers both, plus a margin.
+ */
 #include "emit.h"
 #include "emit_int.h"
 
+#include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
+#include "err.h"
 #include "strbuf.h"
 
-/* ---- k8s ---------------------------------------------------------------------- */
+#define K8S_IMAGE "tessera:latest"      /* what the repository's Dockerfile builds */
+#define K8S_UID 10001                   /* the Dockerfile's non-root user */
+#define K8S_MODEL_DIR "/models"
+#define K8S_PRESTOP_S 5                 /* s: endpoints and gateway stop routing to the pod */
+#define K8S_GRACE_S (K8S_PRESTOP_S + EMIT_SHUTDOWN_GRACE_S + 5)
+#define K8S_STARTUP_TRIES 120           /* x 5 s: loading a large model from the volume */
 
-/* Clients on the node's busiest MPS and time-sliced GPU: the device
- * plugin's replicas are per node, so the busiest GPU sets them. */
-static void node_clients(const plan *p, size_t n, int *max_mps, int *max_ts) {
+enum { SHARE_NONE = 0, SHARE_MPS, SHARE_TS, SHARE_HAMI };
+
+typedef struct k8s_node {
+    int share;                          /* SHARE_* */
+    int has_mig;                        /* a MIG GPU: migStrategy mixed */
+    int replicas;                       /* of nvidia.com/gpu under mps or ts; < 2 = not shared */
+    char why[PLAN_TEXT_MAX];            /* why the plan does not run as planned here, "" = it does */
+} k8s_node;
+
+static int shares_gpu(int mode) {
+    return mode == PLAN_MODE_MPS || mode == PLAN_MODE_MIG_MPS || mode == PLAN_MODE_TIMESLICE;
+}
+
+/* Instances on GPU gi. */
+static int gpu_clients(const plan *p, size_t gi) {
+    int n = 0;
+    for (size_t s = 0; s < p->n_slices; s++)
+        if (p->slices[s].gpu == (int)gi) n += p->slices[s].n_inst;
+    return n;
+}
+
+/* The planned share of instance in, percent of its GPU or GI: SMs for MPS,
+ * time for time-slicing, 100 for a whole GPU. */
+static double inst_pct(const plan *p, const plan_inst *in) {
+    const plan_slice *s = &p->slices[in->slice];
+    if (s->mode == PLAN_MODE_MIG_MPS) return in->pct;
+    if (s->mode == PLAN_MODE_MPS || s->mode == PLAN_MODE_TIMESLICE) return s->pct;
+    return 100.0;
+}
+
+static double gpu_mib(const plan *p, const plan_gpu *g) { return floor(p->types[g->type]->mem_gib * 1024.0); }
+
+/* The first shared instance of node n that the plugin's MPS grant (replicas
+ * equal shares) cannot hold, or -1. */
+static long mps_misfit(const plan *p, size_t n, int replicas) {
+    for (size_t i = 0; i < p->n_insts; i++) {
+        const plan_inst *in = &p->insts[i];
+        const plan_gpu *g = emit_inst_gpu(p, in);
+        if (!g || g->node != (int)n || !shares_gpu(p->slices[in->slice].mode)) continue;
+        if (inst_pct(p, in) > 100 / replicas || emit_mib_up(in->mem_limit) > floor(gpu_mib(p, g) / replicas))
+            return (long)i;
+    }
+    return -1;
+}
+
+static void node_share(const plan *p, size_t n, k8s_node *k) {
     const plan_node *nd = &p->nodes[n];
-    *max_mps = *max_ts = 0;
-    for (int k = 0; k < nd->n_gpus; k++) {
-        size_t gi = nd->first_gpu + (size_t)k;
-        int clients = 0;
-        for (size_t s = 0; s < p->n_slices; s++) clients += p->slices[s].gpu == (int)gi;
-        if (p->gpus[gi].mode == PLAN_GPU_MPS && clients > *max_mps) *max_mps = clients;
-        if (p->gpus[gi].mode == PLAN_GPU_TIMESLICE && clients > *max_ts) *max_ts = clients;
+    int max_clients = 0, mps = 0, whole = 0, mig_mps = 0;
+    memset(k, 0, sizeof *k);
+    for (int j = 0; j < nd->n_gpus; j++) {
+        size_t gi = nd->first_gpu + (size_t)j;
+        const plan_gpu *g = &p->gpus[gi];
+        k->has_mig |= g->mode == PLAN_GPU_MIG;
+        whole |= g->mode == PLAN_GPU_WHOLE;
+        mps |= g->mode == PLAN_GPU_MPS && gpu_clients(p, gi) > 1;
+        if (g->mode == PLAN_GPU_MPS || g->mode == PLAN_GPU_TIMESLICE) {
+            int c = gpu_clients(p, gi);
+            if (c > max_clients) max_clients = c;
+        }
+    }
+    for (size_t s = 0; s < p->n_slices; s++)
+        if (p->slices[s].mode == PLAN_MODE_MIG_MPS && p->slices[s].gpu >= 0 &&
+            p->gpus[p->slices[s].gpu].node == (int)n && p->slices[s].n_inst > 1)
+            mig_mps = 1;
+    k->replicas = max_clients;
+    if (k->has_mig) {
+        if (max_clients > 1 || mig_mps) k->share = SHARE_TS;
+        if (mps || mig_mps)
+            snprintf(k->why, sizeof k->why,
+                     "the device plugin runs no MPS on a node with MIG GPUs (migStrategy mixed refuses it), so "
+                     "this node's MPS clients are time-sliced: neither their SM share nor their memory limit is "
+                     "enforced. Plan MPS on GPUs of a pool without MIG, or run MPS outside the plugin "
+                     "(--emit mps), to get them");
+        return;
+    }
+    if (max_clients < 2) return;
+    if (whole) {
+        k->share = SHARE_HAMI;
+        snprintf(k->why, sizeof k->why,
+                 "the device plugin shares every GPU of a node alike, and this node has whole-GPU instances "
+                 "beside shared GPUs");
+        return;
+    }
+    if (!mps) {
+        k->share = SHARE_TS;
+        return;
+    }
+    long bad = mps_misfit(p, n, max_clients);
+    if (bad < 0) {
+        k->share = SHARE_MPS;
+        return;
+    }
+    const plan_inst *in = &p->insts[bad];
+    char name[80];
+    emit_inst_name(p, (size_t)bad, name, sizeof name);
+    k->share = SHARE_HAMI;
+    snprintf(k->why, sizeof k->why,
+             "instance %s plans %.0f%% of a GPU and %.0f MiB, but the device plugin's MPS gives each of its %d "
+             "replicas %d%% and %.0f MiB",
+             name, inst_pct(p, in), emit_mib_up(in->mem_limit), max_clients, 100 / max_clients,
+             floor(gpu_mib(p, emit_inst_gpu(p, in)) / max_clients));
+}
+
+/* ---- the device plugin's configs ---------------------------------------------- */
+
+/* Time-sliced MIG profiles of node n: each GI shared by MPS clients becomes
+ * replicas of its profile's resource (the plugin has no MPS on MIG). */
+static void ts_mig_resources(const plan *p, size_t n, strbuf *b) {
+    for (size_t s = 0; s < p->n_slices; s++) {
+        const plan_slice *sl = &p->slices[s];
+        if (sl->mode != PLAN_MODE_MIG_MPS || sl->gpu < 0 || p->gpus[sl->gpu].node != (int)n || sl->n_inst < 2)
+            continue;
+        const char *prof = plan_slice_profile(p, sl);
+        int first = 1, most = 0;
+        for (size_t t = 0; t < p->n_slices; t++) {
+            const plan_slice *o = &p->slices[t];
+            if (o->mode != PLAN_MODE_MIG_MPS || o->gpu < 0 || p->gpus[o->gpu].node != (int)n ||
+                strcmp(plan_slice_profile(p, o), prof) != 0)
+                continue;
+            if (t < s && o->n_inst > 1) first = 0;
+            if (o->n_inst > most) most = o->n_inst;
+        }
+        if (first)
+            strbuf_printf(b, "          - name: nvidia.com/mig-%s\n            replicas: %d\n", prof, most);
     }
 }
 
-static void k8s_device_plugin(const plan *p, strbuf *b) {
+static void plugin_config(const plan *p, size_t n, const k8s_node *k, strbuf *b) {
+    strbuf_printf(b, "  %s: |-\n    version: v1\n    flags:\n      migStrategy: %s\n", p->nodes[n].name,
+                  k->has_mig ? "mixed" : "none");
+    if (k->share == SHARE_MPS) {
+        strbuf_printf(b, "    sharing:\n      mps:\n        resources:\n          - name: nvidia.com/gpu\n"
+                         "            replicas: %d\n", k->replicas);
+    } else if (k->share == SHARE_TS) {
+        strbuf_printf(b, "    sharing:\n      timeSlicing:\n        resources:\n");
+        if (k->replicas > 1)
+            strbuf_printf(b, "          - name: nvidia.com/gpu\n            replicas: %d\n", k->replicas);
+        ts_mig_resources(p, n, b);
+    }
+}
+
+/* text as YAML comment lines of at most ~96 columns, each line led by lead
+ * (the first) or by "#   " (the rest). */
+static void comment_wrapped(strbuf *b, const char *lead, const char *text) {
+    const char *t = text;
+    int first = 1;
+    while (*t) {
+        size_t room = 92, n = strlen(t);
+        if (n > room) {
+            n = room;
+            while (n > 0 && t[n] != ' ') n--;
+            if (n == 0) n = room;
+        }
+        strbuf_printf(b, "%s%.*s\n", first ? lead : "#   ", (int)n, t);
+        t += n;
+        while (*t == ' ') t++;
+        first = 0;
+    }
+}
+
+static void k8s_header(const plan *p, const k8s_node *nodes, strbuf *b) {
     strbuf_printf(b,
-              "# tessera plan: Kubernetes manifests.\n"
-              "# 1. MIG layouts: --emit mig-parted (GPU Operator: node label nvidia.com/mig.config).\n"
-              "# 2. Device plugin: the ConfigMap below has one config per node; select it with the node\n"
-              "#    label nvidia.com/device-plugin.config=<node> and MIG strategy mixed, so MIG\n"
-              "#    instances appear as nvidia.com/mig-<profile>.\n"
-              "# 3. One Deployment (and its tessera.yaml ConfigMap) per worker instance, pinned to its node.\n"
-              "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: tessera-device-plugin\n"
-              "  namespace: nvidia-device-plugin\ndata:\n");
+                  "# tessera plan: Kubernetes manifests (emit_k8s.c explains each choice).\n"
+                  "# 1. Image: docker build -t tessera:latest . (the repository's Dockerfile); push it and\n"
+                  "#    set the image below to its registry path.\n"
+                  "# 2. MIG layouts: --emit mig-parted (GPU Operator: node label nvidia.com/mig.config).\n"
+                  "# 3. Device plugin: install it with config.name=tessera-device-plugin and label each node\n"
+                  "#    nvidia.com/device-plugin.config=<node name>; the ConfigMap has one config per node.\n"
+                  "# 4. Models: fill the tessera-models volume with each model's GGUF file under its name.\n"
+                  "# 5. Per instance: a ConfigMap (its tessera.yaml), a Service, and a StatefulSet (shares a\n"
+                  "#    GPU) or Deployment (a MIG instance or whole GPU), pinned to its node.\n");
     for (size_t n = 0; n < p->n_nodes; n++) {
         if (!emit_node_used(p, n)) continue;
-        int max_mps, max_ts;
-        node_clients(p, n, &max_mps, &max_ts);
-        int rep = max_mps > max_ts ? max_mps : max_ts;
-        strbuf_printf(b, "  %s: |-\n    version: v1\n    flags:\n      migStrategy: mixed\n", p->nodes[n].name);
-        if (rep < 2) {
-            if (max_mps || max_ts)
-                strbuf_printf(b, "    # one worker per shared GPU on this node: nothing to share\n");
+        const k8s_node *k = &nodes[n];
+        char text[PLAN_TEXT_MAX + 400];
+        if (k->share == SHARE_HAMI)
+            snprintf(text, sizeof text,
+                     "node %s: HAMi resources (nvidia.com/gpumem, nvidia.com/gpucores) instead of the NVIDIA "
+                     "device plugin's: %s. Install HAMi, label the node gpu=on (and "
+                     "nvidia.com/gpu.deploy.device-plugin=false under the GPU Operator), and replace the "
+                     "GPU-UUID-... annotations with the UUIDs nvidia-smi -L prints.",
+                     p->nodes[n].name, k->why);
+        else if (k->why[0])
+            snprintf(text, sizeof text, "node %s: %s.", p->nodes[n].name, k->why);
+        else
             continue;
-        }
-        strbuf_printf(b, "    sharing:\n      %s:\n        resources:\n          - name: nvidia.com/gpu\n"
-                     "            replicas: %d\n", max_mps ? "mps" : "timeSlicing", rep);
-        if (max_mps && max_ts)
-            strbuf_printf(b, "    # time-sliced GPUs of this node run their best-effort workers as MPS\n"
-                         "    # clients: the device plugin shares node-wide, MPS or time-slicing.\n");
+        comment_wrapped(b, "# NOTE ", text);
     }
 }
 
-static void k8s_instance(const plan *p, size_t i, strbuf *b) {
+static void k8s_device_plugin(const plan *p, const k8s_node *nodes, strbuf *b) {
+    int entries = 0;
+    for (size_t n = 0; n < p->n_nodes; n++) entries += emit_node_used(p, n) && nodes[n].share != SHARE_HAMI;
+    strbuf_printf(b, "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: tessera-device-plugin\n"
+                     "  namespace: nvidia-device-plugin\ndata:%s\n", entries ? "" : " {}");
+    for (size_t n = 0; n < p->n_nodes; n++)
+        if (emit_node_used(p, n) && nodes[n].share != SHARE_HAMI) plugin_config(p, n, &nodes[n], b);
+}
+
+/* The models' volume: every model a placed instance serves, with a tenth
+ * spare for the GGUF metadata and a model's next version. */
+static void k8s_models_pvc(const plan *p, strbuf *b) {
+    double bytes = 0;
+    for (size_t m = 0; m < p->in->n_models; m++) {
+        int used = 0;
+        for (size_t i = 0; i < p->n_insts && !used; i++)
+            used = emit_inst_gpu(p, &p->insts[i]) && p->workers[p->insts[i].worker].model == (int)m;
+        const perf_model *pm = &p->in->models[m].m;
+        if (used) bytes += pm->params * pm->weight_bytes;
+    }
+    double gib = ceil(bytes * 1.1 / (1024.0 * MIB));
+    strbuf_printf(b,
+                  "---\n# The models' files, read by every instance: a ReadOnlyMany volume (NFS, CephFS, a cloud\n"
+                  "# file store); set storageClassName to such a class of the cluster.\n"
+                  "apiVersion: v1\nkind: PersistentVolumeClaim\nmetadata:\n  name: tessera-models\n"
+                  "spec:\n  accessModes: [ReadOnlyMany]\n  resources:\n    requests:\n      storage: %.0fGi\n",
+                  gib < 1 ? 1 : gib);
+}
+
+/* ---- one instance ------------------------------------------------------------- */
+
+static void k8s_labels(const char *w, const char *name, const char *indent, strbuf *b) {
+    strbuf_printf(b, "%sapp.kubernetes.io/name: tessera\n%stessera.dev/worker: %s\n%stessera.dev/instance: %s\n",
+                  indent, indent, w, indent, name);
+}
+
+static void k8s_service(const char *w, const char *name, strbuf *b) {
+    strbuf_printf(b, "---\napiVersion: v1\nkind: Service\nmetadata:\n  name: tessera-%s\n  labels:\n", name);
+    k8s_labels(w, name, "    ", b);
+    strbuf_printf(b, "spec:\n  selector:\n    tessera.dev/instance: %s\n  ports:\n"
+                     "    - {name: http, port: %d, targetPort: http}\n", name, EMIT_SERVE_PORT);
+}
+
+/* MPS env of a client of the plugin's daemon: the planned share, below the
+ * replica's grant (a client may lower its own limits); the pinned limit
+ * names device 0, the only one the daemon shows its clients. */
+static void mps_env(const plan *p, const plan_inst *in, strbuf *b) {
+    strbuf_printf(b, "          env:\n            - {name: CUDA_MPS_ACTIVE_THREAD_PERCENTAGE, value: \"%.0f\"}\n"
+                     "            - {name: CUDA_MPS_PINNED_DEVICE_MEM_LIMIT, value: \"0=%.0fM\"}\n"
+                     "            - {name: CUDA_MPS_CLIENT_PRIORITY, value: \"%d\"}\n",
+                  in->pct, emit_mib_up(in->mem_limit), emit_mps_priority(p, &p->workers[in->worker]));
+}
+
+static void k8s_gpu(const plan *p, const plan_inst *in, const k8s_node *k, strbuf *b) {
+    const plan_slice *s = &p->slices[in->slice];
+    const plan_gpu *g = emit_inst_gpu(p, in);
+    int mig = s->mode == PLAN_MODE_MIG || s->mode == PLAN_MODE_MIG_MPS;
+    if (k->share == SHARE_HAMI) {
+        strbuf_printf(b, "          # HAMi: the planned memory and share of GPU %d, not a device plugin replica.\n",
+                      g->index);
+    } else if (k->share == SHARE_MPS && s->mode == PLAN_MODE_MPS) {
+        strbuf_printf(b, "          # The plugin's MPS replica gives %d%% and %.0f MiB; the env lowers it to the plan.\n",
+                      100 / k->replicas, floor(gpu_mib(p, g) / k->replicas));
+        mps_env(p, in, b);
+    } else if (k->share == SHARE_MPS && s->mode == PLAN_MODE_TIMESLICE) {
+        strbuf_printf(b, "          # Best effort as an MPS client: the plugin shares this node by MPS only.\n");
+    } else if (k->share == SHARE_TS && (s->mode == PLAN_MODE_MPS || s->mode == PLAN_MODE_MIG_MPS) &&
+               (s->mode == PLAN_MODE_MIG_MPS ? s->n_inst > 1 : k->replicas > 1)) {
+        strbuf_printf(b, "          # Planned as an MPS client (%.0f%%, %.0f MiB); time-sliced here (see the NOTE above).\n",
+                      inst_pct(p, in), emit_mib_up(in->mem_limit));
+    }
+    if (s->mode == PLAN_MODE_WHOLE && k->share != SHARE_HAMI && k->replicas > 1)
+        strbuf_printf(b, "          # This node shares its GPUs: nvidia.com/gpu: 1 is a replica, not a whole GPU.\n");
+    if (s->mode == PLAN_MODE_MIG && k->share == SHARE_TS) {
+        /* A static GI of a profile that another GI shares is one replica too. */
+        for (size_t t = 0; t < p->n_slices; t++) {
+            const plan_slice *o = &p->slices[t];
+            if (o->mode == PLAN_MODE_MIG_MPS && o->n_inst > 1 && o->gpu >= 0 && p->gpus[o->gpu].node == g->node &&
+                strcmp(plan_slice_profile(p, o), plan_slice_profile(p, s)) == 0) {
+                strbuf_printf(b, "          # Its profile is time-sliced on this node: this is a replica of a GI.\n");
+                break;
+            }
+        }
+    }
+    strbuf_printf(b, "          resources:\n            limits:\n");
+    if (mig) {
+        strbuf_printf(b, "              nvidia.com/mig-%s: 1\n", plan_slice_profile(p, s));
+    } else if (k->share == SHARE_HAMI) {
+        strbuf_printf(b, "              nvidia.com/gpu: 1\n              nvidia.com/gpumem: %.0f\n"
+                         "              nvidia.com/gpucores: %.0f\n",
+                      s->mode == PLAN_MODE_WHOLE ? gpu_mib(p, g) : emit_mib_up(in->mem_limit), ceil(inst_pct(p, in)));
+    } else {
+        strbuf_printf(b, "              nvidia.com/gpu: 1\n");
+    }
+}
+
+static void k8s_probes(strbuf *b) {
+    strbuf_printf(b,
+                  "          startupProbe:\n            httpGet: {path: /health/live, port: http}\n"
+                  "            periodSeconds: 5\n            failureThreshold: %d\n"
+                  "          livenessProbe:\n            httpGet: {path: /health/live, port: http}\n"
+                  "            periodSeconds: 10\n            failureThreshold: 3\n"
+                  "          readinessProbe:\n            httpGet: {path: /health/ready, port: http}\n"
+                  "            periodSeconds: 5\n            failureThreshold: 1\n"
+                  "          lifecycle:\n            preStop:\n              exec:\n"
+                  "                command: [\"sleep\", \"%d\"]\n",
+                  K8S_STARTUP_TRIES, K8S_PRESTOP_S);
+}
+
+static void k8s_workload(const plan *p, size_t i, const k8s_node *k, const char *name, strbuf *b) {
     const plan_inst *in = &p->insts[i];
     const plan_worker *w = &p->workers[in->worker];
     const plan_slice *s = &p->slices[in->slice];
     const plan_gpu *g = emit_inst_gpu(p, in);
+    int sts = shares_gpu(s->mode);
+    strbuf_printf(b, "---\napiVersion: apps/v1\nkind: %s\nmetadata:\n  name: tessera-%s\n  labels:\n",
+                  sts ? "StatefulSet" : "Deployment", name);
+    k8s_labels(w->name, name, "    ", b);
+    strbuf_printf(b, "spec:\n  replicas: 1\n");
+    if (sts) strbuf_printf(b, "  serviceName: tessera-%s\n", name);
+    else strbuf_printf(b, "  strategy:\n    type: Recreate\n");
+    strbuf_printf(b, "  selector:\n    matchLabels:\n      tessera.dev/instance: %s\n  template:\n    metadata:\n"
+                     "      labels:\n", name);
+    k8s_labels(w->name, name, "        ", b);
+    if (k->share == SHARE_HAMI)
+        strbuf_printf(b, "      annotations:\n        nvidia.com/use-gpuuuid: GPU-UUID-%s-gpu%d\n",
+                      p->nodes[g->node].name, g->index);
+    strbuf_printf(b,
+                  "    spec:\n      nodeSelector:\n        kubernetes.io/hostname: %s\n"
+                  "      terminationGracePeriodSeconds: %d\n"
+                  "      securityContext:\n        runAsNonRoot: true\n        runAsUser: %d\n        runAsGroup: %d\n"
+                  "        seccompProfile: {type: RuntimeDefault}\n"
+                  "      containers:\n        - name: tessera\n          image: %s\n"
+                  "          imagePullPolicy: IfNotPresent\n"
+                  "          args: [\"serve\", \"--config\", \"/etc/tessera/tessera.yaml\"]\n"
+                  "          ports:\n            - {name: http, containerPort: %d}\n",
+                  p->nodes[g->node].name, K8S_GRACE_S, K8S_UID, K8S_UID, K8S_IMAGE, EMIT_SERVE_PORT);
+    k8s_probes(b);
+    strbuf_printf(b, "          securityContext:\n            allowPrivilegeEscalation: false\n"
+                     "            capabilities: {drop: [ALL]}\n");
+    k8s_gpu(p, in, k, b);
+    strbuf_printf(b,
+                  "          volumeMounts:\n            - {name: config, mountPath: /etc/tessera, readOnly: true}\n"
+                  "            - {name: models, mountPath: %s, readOnly: true}\n"
+                  "      volumes:\n        - name: config\n          configMap:\n            name: tessera-%s\n"
+                  "        - name: models\n          persistentVolumeClaim:\n            claimName: tessera-models\n"
+                  "            readOnly: true\n",
+                  K8S_MODEL_DIR, name);
+}
+
+static void k8s_instance(const plan *p, size_t i, const k8s_node *nodes, strbuf *b) {
+    const plan_inst *in = &p->insts[i];
+    const plan_worker *w = &p->workers[in->worker];
+    const plan_gpu *g = emit_inst_gpu(p, in);
     char name[80];
     emit_inst_name(p, i, name, sizeof name);
-    strbuf_printf(b, "---\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: tessera-%s\ndata:\n  tessera.yaml: |\n",
-              name);
-    emit_serve_yaml(p, i, EMIT_SERVE_PORT, b, "    ");
-    strbuf_printf(b, "---\napiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: tessera-%s\n  labels:\n"
-                 "    app.kubernetes.io/name: tessera\n    tessera.dev/worker: %s\nspec:\n  replicas: 1\n"
-                 "  selector:\n    matchLabels:\n      tessera.dev/instance: %s\n  template:\n    metadata:\n"
-                 "      labels:\n        app.kubernetes.io/name: tessera\n        tessera.dev/instance: %s\n"
-                 "    spec:\n      nodeSelector:\n        kubernetes.io/hostname: %s\n      containers:\n"
-                 "        - name: tessera\n          image: tessera:latest\n"
-                 "          args: [\"serve\", \"--config\", \"/etc/tessera/tessera.yaml\"]\n"
-                 "          ports:\n            - containerPort: %d\n",
-              name, w->name, name, name, p->nodes[g->node].name, EMIT_SERVE_PORT);
-    if (s->mode == PLAN_MODE_MPS) {
-        strbuf_printf(b, "          env:\n            - {name: CUDA_MPS_ACTIVE_THREAD_PERCENTAGE, value: \"%.0f\"}\n"
-                     "            - {name: CUDA_MPS_PINNED_DEVICE_MEM_LIMIT, value: \"0=%.0fM\"}\n"
-                     "            - {name: CUDA_MPS_CLIENT_PRIORITY, value: \"%d\"}\n",
-                  in->pct, emit_mib_up(in->mem_limit), emit_mps_priority(p, w));
-        /* The plugin's daemon gives each client 100/replicas %; a client may
-         * only lower it. Say so where the plan wants more. */
-        int max_mps, max_ts;
-        node_clients(p, (size_t)g->node, &max_mps, &max_ts);
-        int rep = max_mps > max_ts ? max_mps : max_ts;
-        if (rep >= 2 && in->pct > 100.0 / rep + 1e-9)
-            strbuf_printf(b, "          # WARNING: planned %.0f%% of SMs, but the device plugin's MPS daemon caps each\n"
-                         "          # client at 100/%d = %.0f%%; run MPS outside the plugin (--emit mps) to get it.\n",
-                      in->pct, rep, 100.0 / rep);
-    } else if (s->mode == PLAN_MODE_MIG_MPS) {
-        strbuf_printf(b, "          # MPS inside this MIG instance needs an nvidia-cuda-mps-control daemon in the\n"
-                     "          # pod or on the node (the device plugin shares whole GPUs only); then:\n"
-                     "          env:\n            - {name: CUDA_MPS_ACTIVE_THREAD_PERCENTAGE, value: \"%.0f\"}\n"
-                     "            - {name: CUDA_MPS_PINNED_DEVICE_MEM_LIMIT, value: \"0=%.0fM\"}\n",
-                  in->pct, emit_mib_up(in->mem_limit));
-    }
-    if (s->mode == PLAN_MODE_WHOLE) {
-        int max_mps, max_ts;
-        node_clients(p, (size_t)g->node, &max_mps, &max_ts);
-        if ((max_mps > max_ts ? max_mps : max_ts) >= 2)
-            strbuf_printf(b, "          # This node shares its GPUs, so nvidia.com/gpu: 1 is one replica of a GPU,\n"
-                         "          # not a whole one: give whole-GPU instances a node without sharing.\n");
-    }
-    strbuf_printf(b, "          resources:\n            limits:\n");
-    if (s->mode == PLAN_MODE_MIG || s->mode == PLAN_MODE_MIG_MPS)
-        strbuf_printf(b, "              nvidia.com/mig-%s: 1\n", plan_slice_profile(p, s));
-    else
-        strbuf_printf(b, "              nvidia.com/gpu: 1\n");
-    strbuf_printf(b, "          volumeMounts:\n            - {name: config, mountPath: /etc/tessera}\n"
-                 "      volumes:\n        - name: config\n          configMap:\n            name: tessera-%s\n",
-              name);
+    strbuf_printf(b, "---\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: tessera-%s\n  labels:\n", name);
+    k8s_labels(w->name, name, "    ", b);
+    strbuf_printf(b, "data:\n  tessera.yaml: |\n");
+    emit_serve_yaml(p, i, EMIT_SERVE_PORT, K8S_MODEL_DIR, b, "    ");
+    k8s_service(w->name, name, b);
+    k8s_workload(p, i, &nodes[g->node], name, b);
 }
 
 int emit_k8s(const plan *p, emit_out *out) {
+    k8s_node *nodes = calloc(p->n_nodes ? p->n_nodes : 1, sizeof *nodes);
+    if (!nodes) return TS_ERR_NOMEM;
+    for (size_t n = 0; n < p->n_nodes; n++) node_share(p, n, &nodes[n]);
     strbuf b = STRBUF_INIT;
-    k8s_device_plugin(p, &b);
+    k8s_header(p, nodes, &b);
+    k8s_device_plugin(p, nodes, &b);
+    k8s_models_pvc(p, &b);
     for (size_t i = 0; i < p->n_insts; i++)
-        if (emit_inst_gpu(p, &p->insts[i])) k8s_instance(p, i, &b);
+        if (emit_inst_gpu(p, &p->insts[i])) k8s_instance(p, i, nodes, &b);
+    free(nodes);
     return emit_add_file(out, &b, "k8s.yaml");
 }
