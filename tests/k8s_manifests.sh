@@ -44,9 +44,14 @@ extra=$(cd "$TS_SRC/deploy" && for d in */; do [ -f "$TS_SRC/examples/plan/${d%/
 echo "k8s_manifests: deploy/ matches the planner for $n examples"
 
 for stem in mixed k8s-mps k8s-hami; do
-    timeout 60 "$TS_TESSERA" plan --input "$TS_SRC/tests/golden/plan/$stem.yaml" --emit k8s >"$D/$stem.yaml" ||
-        fail "tessera plan --input tests/golden/plan/$stem.yaml --emit k8s failed"
+    timeout 60 "$TS_TESSERA" plan --input "$TS_SRC/tests/golden/plan/$stem.yaml" --emit k8s >"$D/$stem.yaml" \
+        2>"$D/$stem.err" || fail "tessera plan --input tests/golden/plan/$stem.yaml --emit k8s failed"
 done
+# Where the manifests do not run the plan as planned, the command says so too.
+grep -q "^plan: NOTE node l40s-0: HAMi resources instead" "$D/k8s-hami.err" || fail "no HAMi note on stderr"
+grep -q "^plan: NOTE node a40-0: the device plugin runs no MPS on a node with MIG" "$D/mixed.err" ||
+    fail "no note on stderr that mixed.yaml's MPS is time-sliced"
+[ ! -s "$D/k8s-mps.err" ] || fail "k8s-mps.yaml runs as planned, yet: $(cat "$D/k8s-mps.err")"
 
 # 2. Validation.
 . "$TS_SRC/tests/lib/npm_cache.sh"

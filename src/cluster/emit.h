@@ -87,6 +87,13 @@ void emit_out_free(emit_out *out);
  * "# ==> path <==" line. */
 int emit_print(const emit_out *out, FILE *f);
 
+/* Print to f, one "plan: NOTE node ...: ..." line each, the nodes whose
+ * k8s manifests do not run the plan as planned by NVIDIA's device plugin
+ * (HAMi nodes, MPS time-sliced on MIG nodes): what the k8s.yaml header
+ * says, for the operator who reads only the command's messages. Returns
+ * 0, TS_ERR_NOMEM or TS_ERR_IO. */
+int emit_k8s_notes(const plan *p, FILE *f);
+
 /* The name of instance i: its worker's, with "-r<k>" when the worker has
  * several replicas. */
 void emit_inst_name(const plan *p, size_t i, char *buf, size_t cap);

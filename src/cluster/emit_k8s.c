@@ -416,6 +416,19 @@ static void k8s_instance(const plan *p, size_t i, const k8s_node *nodes, strbuf 
     k8s_workload(p, i, &nodes[g->node], name, b);
 }
 
+int emit_k8s_notes(const plan *p, FILE *f) {
+    k8s_node k;
+    for (size_t n = 0; n < p->n_nodes; n++) {
+        if (!emit_node_used(p, n)) continue;
+        node_share(p, n, &k);
+        if (!k.why[0]) continue;
+        if (fprintf(f, "plan: NOTE node %s: %s%s\n", p->nodes[n].name,
+                    k.share == SHARE_HAMI ? "HAMi resources instead of the NVIDIA device plugin's: " : "", k.why) < 0)
+            return TS_ERR_IO;
+    }
+    return 0;
+}
+
 int emit_k8s(const plan *p, emit_out *out) {
     k8s_node *nodes = calloc(p->n_nodes ? p->n_nodes : 1, sizeof *nodes);
     if (!nodes) return TS_ERR_NOMEM;

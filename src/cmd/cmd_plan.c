@@ -151,6 +151,7 @@ int cmd_plan(int argc, char **argv) {
             status = 1;
         }
         emit_out_free(&out);
+        if (kind == EMIT_K8S && emit_k8s_notes(&p, stderr) != 0) status = 1;
     }
     /* The table already lists the problems; other outputs would hide them. */
     if (!p.feasible) {
