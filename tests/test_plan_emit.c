@@ -889,7 +889,7 @@ static void test_k8s_sharing(void **st) {
                 if (s->gpu < 0 || p->gpus[s->gpu].node != (int)n) continue;
                 if (s->mode != PLAN_MODE_MPS && s->mode != PLAN_MODE_TIMESLICE) fail_msg("%s: a MIG or whole GPU beside plugin MPS", p->nodes[n].name);
                 double mib = floor(p->types[p->gpus[s->gpu].type]->mem_gib * 1024.0);
-                assert_true(s->pct <= 100 / replicas);
+                assert_true((s->mode == PLAN_MODE_TIMESLICE ? s->pct : in->pct) <= 100 / replicas);
                 assert_true(ceil(in->mem_limit / 1048576.0) <= floor(mib / replicas));
             }
         }
@@ -918,7 +918,7 @@ static void check_hami(const char *what, const plan *p, const char *why) {
         const plan_slice *s = &p->slices[in->slice];
         const plan_gpu *g = &p->gpus[s->gpu];
         double mib = s->mode == PLAN_MODE_WHOLE ? floor(p->types[g->type]->mem_gib * 1024.0) : ceil(in->mem_limit / 1048576.0);
-        double pct = s->mode == PLAN_MODE_WHOLE ? 100 : ceil(s->pct);
+        double pct = s->mode == PLAN_MODE_WHOLE ? 100 : ceil(s->mode == PLAN_MODE_MPS ? in->pct : s->pct);
         snprintf(want, sizeof want, "nvidia.com/gpumem: %.0f\n              nvidia.com/gpucores: %.0f\n", mib, pct);
         if (!strstr(text, want)) fail_msg("%s: no instance asks %s", what, want);
         snprintf(want, sizeof want, "nvidia.com/use-gpuuuid: GPU-UUID-%s-gpu%d\n", p->nodes[g->node].name, g->index);

@@ -83,12 +83,13 @@ static int gpu_clients(const plan *p, size_t gi) {
     return n;
 }
 
-/* The planned share of instance in, percent of its GPU or GI: SMs for MPS,
- * time for time-slicing, 100 for a whole GPU. */
+/* The planned share of instance in, percent of its GPU or GI: SMs for MPS
+ * (what its CUDA_MPS_ACTIVE_THREAD_PERCENTAGE asks), time for time-slicing,
+ * 100 for a whole GPU. */
 static double inst_pct(const plan *p, const plan_inst *in) {
     const plan_slice *s = &p->slices[in->slice];
-    if (s->mode == PLAN_MODE_MIG_MPS) return in->pct;
-    if (s->mode == PLAN_MODE_MPS || s->mode == PLAN_MODE_TIMESLICE) return s->pct;
+    if (s->mode == PLAN_MODE_MIG_MPS || s->mode == PLAN_MODE_MPS) return in->pct;
+    if (s->mode == PLAN_MODE_TIMESLICE) return s->pct;
     return 100.0;
 }
 
