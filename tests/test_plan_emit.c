@@ -887,7 +887,8 @@ static void test_k8s_sharing(void **st) {
                 const plan_inst *in = &p->insts[i];
                 const plan_slice *s = &p->slices[in->slice];
                 if (s->gpu < 0 || p->gpus[s->gpu].node != (int)n) continue;
-                if (s->mode != PLAN_MODE_MPS && s->mode != PLAN_MODE_TIMESLICE) fail_msg("%s: a MIG or whole GPU beside plugin MPS", p->nodes[n].name);
+                if (s->mode != PLAN_MODE_MPS && s->mode != PLAN_MODE_TIMESLICE)
+                    fail_msg("%s: a MIG or whole GPU beside plugin MPS", p->nodes[n].name);
                 double mib = floor(p->types[p->gpus[s->gpu].type]->mem_gib * 1024.0);
                 assert_true((s->mode == PLAN_MODE_TIMESLICE ? s->pct : in->pct) <= 100 / replicas);
                 assert_true(ceil(in->mem_limit / 1048576.0) <= floor(mib / replicas));
@@ -917,7 +918,8 @@ static void check_hami(const char *what, const plan *p, const char *why) {
         const plan_inst *in = &p->insts[i];
         const plan_slice *s = &p->slices[in->slice];
         const plan_gpu *g = &p->gpus[s->gpu];
-        double mib = s->mode == PLAN_MODE_WHOLE ? floor(p->types[g->type]->mem_gib * 1024.0) : ceil(in->mem_limit / 1048576.0);
+        double mib = s->mode == PLAN_MODE_WHOLE ? floor(p->types[g->type]->mem_gib * 1024.0)
+                                                : ceil(in->mem_limit / 1048576.0);
         double pct = s->mode == PLAN_MODE_WHOLE ? 100 : ceil(s->mode == PLAN_MODE_MPS ? in->pct : s->pct);
         snprintf(want, sizeof want, "nvidia.com/gpumem: %.0f\n              nvidia.com/gpucores: %.0f\n", mib, pct);
         if (!strstr(text, want)) fail_msg("%s: no instance asks %s", what, want);
@@ -926,6 +928,8 @@ static void check_hami(const char *what, const plan *p, const char *why) {
     }
     free(text);
 }
+
+#define LOAD1 "load: {rps: 1, prompt_tokens: 256, output_tokens: 64}"
 
 static void test_k8s_hami(void **st) {
     (void)st;
@@ -938,9 +942,9 @@ static void test_k8s_hami(void **st) {
         "models: [{name: m, params: 0.49B, layers: 24, heads: 14, kv_heads: 2, head_dim: 64, max_context: 4096}]\n"
         "tiers: [{name: gold, ttft_ms: 400, tpot_ms: 60}, {name: silver, ttft_ms: 2000, tpot_ms: 150}]\n"
         "tenants:\n"
-        "  - {name: lab, model: m, tier: gold, isolation: strict, load: {rps: 1, prompt_tokens: 256, output_tokens: 64}}\n"
-        "  - {name: a, model: m, tier: gold, isolation: shared, load: {rps: 1, prompt_tokens: 256, output_tokens: 64}}\n"
-        "  - {name: b, model: m, tier: silver, isolation: shared, load: {rps: 1, prompt_tokens: 256, output_tokens: 64}}\n";
+        "  - {name: lab, model: m, tier: gold, isolation: strict, " LOAD1 "}\n"
+        "  - {name: a, model: m, tier: gold, isolation: shared, " LOAD1 "}\n"
+        "  - {name: b, model: m, tier: silver, isolation: shared, " LOAD1 "}\n";
     char err[512];
     if (planio_parse(text, sizeof text - 1, "whole.yaml", &fx.in, err, sizeof err)) fail_msg("whole.yaml: %s", err);
     assert_int_equal(plan_build(&fx.in, &fx.p), 0);

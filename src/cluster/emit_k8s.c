@@ -314,14 +314,16 @@ static void k8s_gpu(const plan *p, const plan_inst *in, const k8s_node *k, strbu
         strbuf_printf(b, "          # HAMi: the planned memory and share of GPU %d, not a device plugin replica.\n",
                       g->index);
     } else if (k->share == SHARE_MPS && s->mode == PLAN_MODE_MPS) {
-        strbuf_printf(b, "          # The plugin's MPS replica gives %d%% and %.0f MiB; the env lowers it to the plan.\n",
+        strbuf_printf(b, "          # The plugin's MPS replica gives %d%% and %.0f MiB; the env lowers it to the"
+                         " plan.\n",
                       100 / k->replicas, floor(gpu_mib(p, g) / k->replicas));
         mps_env(p, in, b);
     } else if (k->share == SHARE_MPS && s->mode == PLAN_MODE_TIMESLICE) {
         strbuf_printf(b, "          # Best effort as an MPS client: the plugin shares this node by MPS only.\n");
     } else if (k->share == SHARE_TS && (s->mode == PLAN_MODE_MPS || s->mode == PLAN_MODE_MIG_MPS) &&
                (s->mode == PLAN_MODE_MIG_MPS ? s->n_inst > 1 : k->replicas > 1)) {
-        strbuf_printf(b, "          # Planned as an MPS client (%.0f%%, %.0f MiB); time-sliced here (see the NOTE above).\n",
+        strbuf_printf(b, "          # Planned as an MPS client (%.0f%%, %.0f MiB); time-sliced here (see the NOTE"
+                         " above).\n",
                       inst_pct(p, in), emit_mib_up(in->mem_limit));
     }
     if (s->mode == PLAN_MODE_WHOLE && k->share != SHARE_HAMI && k->replicas > 1)
