@@ -191,6 +191,50 @@ static void test_outputs_parse(void **st) {
     }
 }
 
+/* Every tessera.yaml the k8s manifests carry in a ConfigMap (the block
+ * scalar after "tessera.yaml: |", indented four spaces) loads in serve's
+ * loader, with the pool gauges public for the endpoint picker. */
+static void test_k8s_configs_load(void **st) {
+    (void)st;
+    fixture fx;
+    load("tests/golden/plan/mixed.yaml", &fx);
+    emit_out out;
+    assert_int_equal(emit_run(&fx.p, EMIT_K8S, &out), 0);
+    int seen = 0;
+    for (size_t f = 0; f < out.n; f++) {
+        const char *key = "  tessera.yaml: |\n";
+        for (const char *at = strstr(out.files[f].data, key); at; at = strstr(at, key)) {
+            at += strlen(key);
+            strbuf y = STRBUF_INIT;
+            while (strncmp(at, "    ", 4) == 0 || *at == '\n') {
+                const char *nl = strchr(at, '\n');
+                size_t n = nl ? (size_t)(nl - at) + 1 : strlen(at);
+                if (*at != '\n') strbuf_put(&y, at + 4, n - 4);
+                else strbuf_puts(&y, "\n");
+                at += n;
+            }
+            char path[PATH_LEN], err[512];
+            size_t len;
+            char *text = strbuf_steal(&y, &len);
+            assert_non_null(text);
+            tu_path(path, sizeof path, "k8s-serve.yaml");
+            assert_int_equal(tu_write_file(path, text, len), 0);
+            cfg c;
+            int rc = cfg_load(path, &c, err, sizeof err);
+            unlink(path);
+            if (rc) fail_msg("a ConfigMap of %s does not load: %s\n%s", out.files[f].path, err, text);
+            free(text);
+            assert_true(c.public_pool_metrics);
+            assert_int_equal(c.limits.shutdown_grace_s, EMIT_SHUTDOWN_GRACE_S);
+            cfg_free(&c);
+            seen++;
+        }
+    }
+    assert_int_equal(seen, (int)fx.p.n_insts);
+    emit_out_free(&out);
+    unload(&fx);
+}
+
 /* The mixed fixture gives keys, so its tessera.yaml files must load in
  * serve's loader, with the plan's KV pool and sequences. */
 static void test_serve_configs_load(void **st) {
@@ -1002,6 +1046,7 @@ int main(void) {
         cmocka_unit_test(test_goldens),
         cmocka_unit_test(test_outputs_parse),
         cmocka_unit_test(test_serve_configs_load),
+        cmocka_unit_test(test_k8s_configs_load),
         cmocka_unit_test(test_default_tiers_reach_serve),
         cmocka_unit_test(test_json_roundtrip),
         cmocka_unit_test(test_json_headroom),

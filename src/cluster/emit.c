@@ -854,7 +854,8 @@ static void model_path(const plan_model *m, const char *model_dir, char *buf, si
     snprintf(buf, cap, "%s/%s", model_dir, base ? base + 1 : own);
 }
 
-void emit_serve_yaml(const plan *p, size_t i, int port, const char *model_dir, strbuf *b, const char *indent) {
+void emit_serve_yaml(const plan *p, size_t i, int port, const char *model_dir, int pool_public, strbuf *b,
+                     const char *indent) {
     const plan_inst *in = &p->insts[i];
     const plan_worker *w = &p->workers[in->worker];
     const plan_model *m = &p->in->models[w->model];
@@ -877,6 +878,10 @@ void emit_serve_yaml(const plan *p, size_t i, int port, const char *model_dir, s
     strbuf_printf(b, "%s# TPOT %.0f ms. Start: tessera serve --config <this file>\n", indent, e->step_s * 1e3);
     strbuf_printf(b, "%slisten: 0.0.0.0:%d\n", indent, port);
     strbuf_printf(b, "%slimits:\n%s  shutdown_grace_s: %d\n", indent, indent, EMIT_SHUTDOWN_GRACE_S);
+    if (pool_public)
+        strbuf_printf(b, "%s# The endpoint picker scrapes /metrics without a key: it gets the per-model\n"
+                         "%s# gauges only, which name no tenant.\n%spublic_pool_metrics: true\n",
+                      indent, indent, indent);
     strbuf_printf(b, "%smodels:\n", indent);
     strbuf_printf(b, "%s  - name: %s\n", indent, m->name);
     char path[PLAN_PATH_MAX + PLAN_NAME_MAX + 64];
@@ -923,7 +928,7 @@ static int emit_serve(const plan *p, emit_out *out) {
         char name[80];
         emit_inst_name(p, i, name, sizeof name);
         strbuf b = STRBUF_INIT;
-        emit_serve_yaml(p, i, serve_port(p, i), NULL, &b, "");
+        emit_serve_yaml(p, i, serve_port(p, i), NULL, 0, &b, "");
         int rc = emit_add_file(out, &b, "serve/%s.yaml", name);
         if (rc) return rc;
     }

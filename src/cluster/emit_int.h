@@ -37,8 +37,11 @@ int emit_node_used(const plan *p, size_t n);
 
 /* tessera.yaml of instance i listening on port, each line prefixed by
  * indent (k8s nests it in a ConfigMap). The model's path is the input's,
- * or with model_dir non-NULL the file's name under model_dir. */
-void emit_serve_yaml(const plan *p, size_t i, int port, const char *model_dir, strbuf *b, const char *indent);
+ * or with model_dir non-NULL the file's name under model_dir. pool_public:
+ * /metrics answers the model-server gauges without a key (the GIE endpoint
+ * picker scrapes so). */
+void emit_serve_yaml(const plan *p, size_t i, int port, const char *model_dir, int pool_public, strbuf *b,
+                     const char *indent);
 
 static inline double emit_mib_up(double bytes) { return ceil(bytes / MIB); }
 

@@ -414,7 +414,7 @@ static void k8s_instance(const plan *p, size_t i, const k8s_node *nodes, strbuf 
     strbuf_printf(b, "---\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: tessera-%s\n  labels:\n", name);
     k8s_labels(w->name, name, "    ", b);
     strbuf_printf(b, "data:\n  tessera.yaml: |\n");
-    emit_serve_yaml(p, i, EMIT_SERVE_PORT, K8S_MODEL_DIR, b, "    ");
+    emit_serve_yaml(p, i, EMIT_SERVE_PORT, K8S_MODEL_DIR, 1, b, "    ");
     k8s_service(w->name, name, b);
     k8s_workload(p, i, &nodes[g->node], name, b);
 }
