@@ -447,8 +447,7 @@ static int explain(plan *p, const plan_worker *w, const sizing *z0) {
 
 /* ---- workers ------------------------------------------------------------------ */
 
-/* A DNS-1123 label from s: lower case, [a-z0-9-], no leading/trailing '-'. */
-static void dns_label(char *out, size_t cap, const char *s) {
+void plan_dns_label(char *out, size_t cap, const char *s) {
     size_t n = 0;
     int dash = 1;
     for (; *s && n + 1 < cap; s++) {
@@ -507,7 +506,7 @@ static int make_workers(plan *p, int has_mig) {
             pw->tier = t->tier;
             pw->replicas = 1;
             char label[PLAN_NAME_MAX + 16];
-            dns_label(label, PLAN_NAME_MAX, key);
+            plan_dns_label(label, PLAN_NAME_MAX, key);
             /* Distinct labels for distinct keys that sanitise alike. */
             snprintf(pw->name, sizeof pw->name, "%s", label);
             for (int k = 2;; k++) {
@@ -1443,15 +1442,21 @@ double plan_inst_price(const plan *p, const plan_inst *i) {
     }
 }
 
+double plan_tenant_share(const plan *p, size_t t) {
+    const plan_result *r = &p->results[t];
+    if (r->worker < 0) return 0.0;
+    const plan_worker *w = &p->workers[r->worker];
+    return w->load.rps > 0 ? p->in->tenants[t].load.rps / w->load.rps
+                           : 1.0 / (double)(w->n_tenants ? w->n_tenants : 1);
+}
+
 double plan_tenant_cost(const plan *p, size_t t) {
     const plan_result *r = &p->results[t];
     if (r->worker < 0) return 0.0;
     const plan_worker *w = &p->workers[r->worker];
-    double share = w->load.rps > 0 ? p->in->tenants[t].load.rps / w->load.rps
-                                   : 1.0 / (double)(w->n_tenants ? w->n_tenants : 1);
     double price = 0.0;
     for (int k = 0; k < w->replicas; k++) price += plan_inst_price(p, &p->insts[w->first_inst + (size_t)k]);
-    return price * share;
+    return price * plan_tenant_share(p, t);
 }
 
 int plan_inst_estimate(const plan *p, const plan_inst *i, perf_est *out) {

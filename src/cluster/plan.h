@@ -174,6 +174,12 @@ int plan_tier_find(const plan_input *in, const char *name);
 /* The factor sizing multiplies t's rps by: t->headroom, or 1 when unset (0). */
 double plan_tenant_headroom(const plan_tenant *t);
 
+/* A DNS-1123 label from s into out (cap bytes): lower case, runs of
+ * anything but letters and digits as one '-', none at either end; "w" when
+ * s has no letter or digit. Names that differ only in case or punctuation
+ * give the same label: callers that need distinct ones check. */
+void plan_dns_label(char *out, size_t cap, const char *s);
+
 const char *plan_iso_name(int iso);     /* "strict", "shared", "best-effort" */
 const char *plan_mode_name(int mode);   /* "mig", "mig+mps", "mps", "timeslice", "whole" */
 const char *plan_why_name(int why);     /* "memory", "ttft", "tpot", "load", "profile", "capacity" */
@@ -318,6 +324,11 @@ int plan_inst_slice(const plan *p, const plan_inst *i, perf_slice *out);
  * GI between them, even when their shares sum below 100); GPU price x
  * pct / 100 for MPS and time-slice shares. 0 when unplaced or unpriced. */
 double plan_inst_price(const plan *p, const plan_inst *i);
+
+/* Tenant t's part of its worker: its share of the worker's arrivals at the
+ * real rates, headroom aside (equal parts when the worker has no load); 0
+ * when t is not served. What its cost and its Kueue quota are split by. */
+double plan_tenant_share(const plan *p, size_t t);
 
 /* Cost per hour of tenant t: each instance of its worker's price, split by
  * the tenant's share of the worker's arrivals at the real rates, headroom
