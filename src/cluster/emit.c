@@ -44,7 +44,7 @@ int emit_kind_parse(const char *name) {
 
 const char *emit_kind_name(int kind) {
     static const char *const n[EMIT_KINDS] = {"table", "json", "nvidia-smi", "mig-parted",
-                                              "mps", "k8s", "serve"};
+                                              "mps", "k8s", "serve", "gie", "kueue"};
     return kind >= 0 && kind < EMIT_KINDS ? n[kind] : "?";
 }
 
@@ -950,9 +950,16 @@ int emit_run(const plan *p, int kind, emit_out *out) {
     case EMIT_MPS: rc = emit_mps(p, out); break;
     case EMIT_K8S: rc = emit_k8s(p, out); break;
     case EMIT_SERVE: rc = emit_serve(p, out); break;
+    case EMIT_GIE: rc = emit_gie(p, out); break;
+    case EMIT_KUEUE: rc = emit_kueue(p, out); break;
     default: return TS_ERR_INVAL;
     }
-    if (rc) emit_out_free(out);
+    if (rc) {
+        char why[sizeof out->why];
+        memcpy(why, out->why, sizeof why);
+        emit_out_free(out);
+        memcpy(out->why, why, sizeof why);
+    }
     return rc;
 }
 

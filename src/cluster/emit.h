@@ -33,6 +33,16 @@
  *               rules). Shared-GPU instances are StatefulSets, MIG and
  *               whole-GPU ones Deployments; models come from one
  *               ReadOnlyMany PVC at /models.
+ *   gie         an InferencePool per worker selecting the pods --emit k8s
+ *               labels, its endpoint picker behind a Service named
+ *               tessera-<worker>-epp, and an InferenceObjective per tenant
+ *               with the tier as priority; see emit_gie.c.
+ *   kueue       a ResourceFlavor per GPU type and per MIG profile used, a
+ *               ClusterQueue per tenant with its share of the planned GPUs
+ *               as quota, a cohort per tier and a LocalQueue in the
+ *               tenant's namespace; see emit_kueue.c.
+ *               Tenant names become DNS-1123 labels (lower case, '-' for
+ *               the rest); two tenants that would share one are refused.
  *   serve       one tessera.yaml per instance in serve's schema (config.h):
  *               KV pool, max_seqs and price_per_hour (where the pool is
  *               priced) from the plan; tenants without a
@@ -59,6 +69,8 @@ enum {
     EMIT_MPS,
     EMIT_K8S,
     EMIT_SERVE,
+    EMIT_GIE,
+    EMIT_KUEUE,
     EMIT_KINDS
 };
 
@@ -71,15 +83,18 @@ typedef struct emit_file {
 typedef struct emit_out {
     emit_file *files;               /* owned */
     size_t n;
+    char why[256];                  /* on TS_ERR_INVAL: what the plan cannot be
+                                     * emitted as ("tenants 'A' and 'a' both ...") */
 } emit_out;
 
 /* The kind named name ("table", "json", "nvidia-smi", "mig-parted", "mps",
- * "k8s", "serve"), or -1; and the name of a kind. */
+ * "k8s", "serve", "gie", "kueue"), or -1; and the name of a kind. */
 int emit_kind_parse(const char *name);
 const char *emit_kind_name(int kind);
 
 /* Render p as kind into *out (emit_out_free releases it). Returns 0,
- * TS_ERR_INVAL or TS_ERR_NOMEM; on failure *out is empty. */
+ * TS_ERR_INVAL or TS_ERR_NOMEM; on failure *out has no files, and for
+ * TS_ERR_INVAL out->why says what was refused. */
 int emit_run(const plan *p, int kind, emit_out *out);
 void emit_out_free(emit_out *out);
 

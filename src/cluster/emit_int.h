@@ -1,6 +1,7 @@
 /*
- * emit_int.h - what the emitters (emit.c, emit_k8s.c) share: their views of
- * the plan and the file list they render into. Internal to src/cluster.
+ * emit_int.h - what the emitters (emit.c, emit_k8s.c, emit_gie.c,
+ * emit_kueue.c) share: their views of the plan and the file list they
+ * render into. Internal to src/cluster.
  */
 #ifndef TS_EMIT_INT_H
 #define TS_EMIT_INT_H
@@ -46,5 +47,27 @@ void emit_serve_yaml(const plan *p, size_t i, int port, const char *model_dir, i
 static inline double emit_mib_up(double bytes) { return ceil(bytes / MIB); }
 
 int emit_k8s(const plan *p, emit_out *out);
+
+/* ---- Kubernetes names (emit_gie.c) ---- */
+
+#define EMIT_EPP_PORT 9002          /* the endpoint picker's ext-proc port: GIE's default */
+
+typedef char emit_label[PLAN_NAME_MAX];     /* a DNS-1123 label made from a plan name */
+
+/* The DNS-1123 label of each of the n names (plan_dns_label) into *labels,
+ * allocated here (the caller frees it). what names them in messages
+ * ("tenant", "tier"). Returns 0; TS_ERR_INVAL with out->why set when a name
+ * has no letter or digit or two names give one label (the refusal names
+ * both); TS_ERR_NOMEM. */
+int emit_labels(const char *what, const char *const *names, size_t n, emit_label **labels, emit_out *out);
+
+/* The tenants' labels (emit_labels over the input's tenant names). */
+int emit_tenant_labels(const plan *p, emit_label **labels, emit_out *out);
+
+/* Whether worker w has an instance placed on a GPU: only those get pods. */
+int emit_worker_placed(const plan *p, const plan_worker *w);
+
+int emit_gie(const plan *p, emit_out *out);
+int emit_kueue(const plan *p, emit_out *out);
 
 #endif

@@ -27,7 +27,8 @@ static void usage(FILE *f) {
             "Plans how the fleet's GPUs are shared (MIG, MPS, time-slicing) so every tenant meets\n"
             "its tier's TTFT/TPOT targets at its load, packs the slices onto the fewest GPUs, and\n"
             "prints the report or the configuration that applies the plan.\n"
-            "  --emit KIND        table (default), json, nvidia-smi, mig-parted, mps, k8s, serve\n"
+            "  --emit KIND        table (default), json, nvidia-smi, mig-parted, mps, k8s, serve, gie,\n"
+            "                     kueue\n"
             "  --out DIR          write the files under DIR instead of printing them\n"
             "  --exact-limit N    run the exact branch and bound when there are at most N slices\n"
             "                     (default: options.exact_limit of the input, else 12; 0 = never)\n"
@@ -92,7 +93,9 @@ int cmd_plan(int argc, char **argv) {
         case 'o': dir = optarg; break;
         case 'e':
             if ((kind = emit_kind_parse(optarg)) < 0) {
-                fprintf(stderr, "plan: unknown --emit '%s' (table, json, nvidia-smi, mig-parted, mps, k8s, serve)\n",
+                fprintf(stderr,
+                        "plan: unknown --emit '%s' (table, json, nvidia-smi, mig-parted, mps, k8s, serve, gie, "
+                        "kueue)\n",
                         optarg);
                 return 2;
             }
@@ -134,8 +137,10 @@ int cmd_plan(int argc, char **argv) {
     emit_out out;
     int status = 0;
     if ((rc = emit_run(&p, kind, &out))) {
-        fprintf(stderr, "plan: %s\n", err_str(rc));
-        status = 1;
+        /* A plan that cannot be written as asked (tenant names that clash as
+         * Kubernetes names) is the input's fault: status 2, like bad input. */
+        fprintf(stderr, "plan: %s\n", out.why[0] ? out.why : err_str(rc));
+        status = rc == TS_ERR_INVAL ? 2 : 1;
     } else {
         if (dir) {
             if (mkdir(dir, 0777) != 0 && errno != EEXIST) {

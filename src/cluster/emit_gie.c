@@ -1,0 +1,146 @@
+/*
+ * emit_gie.c - the plan as Gateway API Inference Extension (GIE) objects,
+ * and the Kubernetes names the cluster emitters give tenants; see emit.h.
+ *
+ * A worker is one model server pool: its replicas run the same model for
+ * the same tenants, so one InferencePool (inference.networking.k8s.io/v1)
+ * selects them by the labels --emit k8s puts on its pods
+ * (app.kubernetes.io/name: tessera, tessera.dev/worker: <worker>) and sends
+ * every request through that pool's endpoint picker (EPP), reached as the
+ * Service tessera-<worker>-epp: the name GIE's inferencepool Helm chart
+ * gives the EPP of a release named tessera-<worker>. A tenant is one
+ * InferenceObjective (inference.networking.x-k8s.io/v1alpha2) on its
+ * worker's pool, with its tier as priority: the tier of band 0 highest, the
+ * last band 0, which is also what the EPP gives a request that names no
+ * objective, so unknown traffic never outranks a paying tier. Field names
+ * and versions follow the CRDs vendored in tests/data/crds/.
+ */
+#include "emit.h"
+#include "emit_int.h"
+
+#include <ctype.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "err.h"
+#include "strbuf.h"
+
+/* ---- Kubernetes names --------------------------------------------------------- */
+
+static int has_alnum(const char *s) {
+    for (; *s; s++)
+        if (isalnum((unsigned char)*s)) return 1;
+    return 0;
+}
+
+int emit_labels(const char *what, const char *const *names, size_t n, emit_label **labels, emit_out *out) {
+    emit_label *l = calloc(n ? n : 1, sizeof *l);
+    if (!l) return TS_ERR_NOMEM;
+    for (size_t i = 0; i < n; i++) {
+        /* plan_dns_label would make "w" of "..."; a name nobody chose is
+         * worse than a refusal that says which one to rename. */
+        if (!has_alnum(names[i])) {
+            snprintf(out->why, sizeof out->why,
+                     "%s '%s' has no letter or digit to make a Kubernetes name of: rename it", what, names[i]);
+            free(l);
+            return TS_ERR_INVAL;
+        }
+        plan_dns_label(l[i], sizeof l[i], names[i]);
+        for (size_t j = 0; j < i; j++) {
+            if (strcmp(l[i], l[j]) != 0) continue;
+            snprintf(out->why, sizeof out->why,
+                     "%ss '%s' and '%s' both become '%s' as Kubernetes names (lower case, '-' for anything but "
+                     "letters and digits): rename one",
+                     what, names[j], names[i], l[i]);
+            free(l);
+            return TS_ERR_INVAL;
+        }
+    }
+    *labels = l;
+    return 0;
+}
+
+int emit_tenant_labels(const plan *p, emit_label **labels, emit_out *out) {
+    size_t n = p->in->n_tenants;
+    const char **names = malloc((n ? n : 1) * sizeof *names);
+    if (!names) return TS_ERR_NOMEM;
+    for (size_t t = 0; t < n; t++) names[t] = p->in->tenants[t].name;
+    int rc = emit_labels("tenant", names, n, labels, out);
+    free(names);
+    return rc;
+}
+
+int emit_worker_placed(const plan *p, const plan_worker *w) {
+    for (int k = 0; k < w->replicas; k++)
+        if (emit_inst_gpu(p, &p->insts[w->first_inst + (size_t)k])) return 1;
+    return 0;
+}
+
+/* ---- GIE ---------------------------------------------------------------------- */
+
+/* The lowest band (largest number) of the input's tiers. */
+static int last_band(const plan_input *in) {
+    int b = 0;
+    for (size_t k = 0; k < in->n_tiers; k++)
+        if (in->tiers[k].band > b) b = in->tiers[k].band;
+    return b;
+}
+
+static void gie_header(strbuf *b) {
+    strbuf_printf(b,
+                  "# tessera plan: Gateway API Inference Extension objects.\n"
+                  "# Apply them in the namespace of the tessera pods (--emit k8s): a pool selects pods of its\n"
+                  "# own namespace only. Each InferencePool is one worker's replicas; its endpoint picker is the\n"
+                  "# Service tessera-<worker>-epp, which GIE's inferencepool Helm chart creates for a release\n"
+                  "# named tessera-<worker> (docs/deploy-gie.md gives the values). Each InferenceObjective is a\n"
+                  "# tenant: its requests name it in the x-gateway-inference-objective header, and its\n"
+                  "# priority is its tier's (higher first; the last tier is 0, like requests naming none).\n");
+}
+
+/* FailOpen: tessera enforces each tenant's limits and fair share inside the
+ * worker, so routing without the picker loses balance, not isolation. */
+static void gie_pool(const plan *p, const plan_worker *w, strbuf *b) {
+    strbuf_printf(b, "---\n# worker %s: model %s, %d replica%s, tenants:", w->name, p->in->models[w->model].name,
+                  w->replicas, w->replicas == 1 ? "" : "s");
+    for (size_t k = 0; k < w->n_tenants; k++) strbuf_printf(b, " %s", p->in->tenants[w->tenants[k]].name);
+    strbuf_printf(b,
+                  "\napiVersion: inference.networking.k8s.io/v1\nkind: InferencePool\nmetadata:\n"
+                  "  name: tessera-%s\n  labels:\n    app.kubernetes.io/name: tessera\n    tessera.dev/worker: %s\n"
+                  "spec:\n  selector:\n    matchLabels:\n      app.kubernetes.io/name: tessera\n"
+                  "      tessera.dev/worker: %s\n  targetPorts:\n    - number: %d\n  endpointPickerRef:\n"
+                  "    name: tessera-%s-epp\n    port:\n      number: %d\n    failureMode: FailOpen\n",
+                  w->name, w->name, w->name, EMIT_SERVE_PORT, w->name, EMIT_EPP_PORT);
+}
+
+static void gie_objective(const plan *p, size_t t, const char *label, strbuf *b) {
+    const plan_tenant *tn = &p->in->tenants[t];
+    const plan_tier *tier = &p->in->tiers[tn->tier];
+    const plan_worker *w = &p->workers[p->results[t].worker];
+    strbuf_printf(b,
+                  "---\n# tenant %s: tier %s (band %d)\napiVersion: inference.networking.x-k8s.io/v1alpha2\n"
+                  "kind: InferenceObjective\nmetadata:\n  name: %s\n  labels:\n    app.kubernetes.io/name: tessera\n"
+                  "    tessera.dev/tenant: %s\nspec:\n  poolRef:\n    group: inference.networking.k8s.io\n"
+                  "    kind: InferencePool\n    name: tessera-%s\n  priority: %d\n",
+                  tn->name, tier->name, tier->band, label, label, w->name, last_band(p->in) - tier->band);
+}
+
+int emit_gie(const plan *p, emit_out *out) {
+    emit_label *labels = NULL;
+    int rc = emit_tenant_labels(p, &labels, out);
+    if (rc) return rc;
+    strbuf b = STRBUF_INIT;
+    gie_header(&b);
+    for (size_t w = 0; w < p->n_workers; w++) {
+        const plan_worker *pw = &p->workers[w];
+        if (emit_worker_placed(p, pw)) gie_pool(p, pw, &b);
+        else strbuf_printf(&b, "# worker %s has no placed instance: no pool\n", pw->name);
+    }
+    for (size_t t = 0; t < p->in->n_tenants; t++) {
+        int w = p->results[t].worker;
+        if (w >= 0 && emit_worker_placed(p, &p->workers[w])) gie_objective(p, t, labels[t], &b);
+        else strbuf_printf(&b, "# tenant %s is not served by this plan: no objective\n", p->in->tenants[t].name);
+    }
+    free(labels);
+    return emit_add_file(out, &b, "gie.yaml");
+}
