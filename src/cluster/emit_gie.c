@@ -125,7 +125,24 @@ static void gie_objective(const plan *p, size_t t, const char *label, strbuf *b)
                   tn->name, tier->name, tier->band, label, label, w->name, last_band(p->in) - tier->band);
 }
 
+/* Whether "tessera-<name>-epp" is a DNS-1035 label (a Service name) and
+ * name a label value. plan_build's worker names always are; a plan read
+ * back from JSON (planjson.h) need not be. */
+static int worker_name_ok(const char *name) {
+    size_t n = strlen(name);
+    if (n == 0 || n > 63 - strlen("tessera--epp") || name[0] == '-' || name[n - 1] == '-') return 0;
+    for (size_t i = 0; i < n; i++)
+        if (!islower((unsigned char)name[i]) && !isdigit((unsigned char)name[i]) && name[i] != '-') return 0;
+    return 1;
+}
+
 int emit_gie(const plan *p, emit_out *out) {
+    for (size_t w = 0; w < p->n_workers; w++) {
+        if (worker_name_ok(p->workers[w].name)) continue;
+        snprintf(out->why, sizeof out->why, "worker '%.60s' cannot name an InferencePool and its EPP Service",
+                 p->workers[w].name);
+        return TS_ERR_INVAL;
+    }
     emit_label *labels = NULL;
     int rc = emit_tenant_labels(p, &labels, out);
     if (rc) return rc;

@@ -1,0 +1,143 @@
+/* test_plan_k8s_names.c - the Kubernetes names of --emit gie and --emit
+ * kueue (src/cluster/emit_gie.c, emit_kueue.c): plan_dns_label's rule,
+ * tenant and tier names that become distinct labels are emitted under
+ * them, and names that clash (or have no letter or digit) are refused with
+ * TS_ERR_INVAL, no files and a message naming both. The objects themselves
+ * are checked against the CRDs by tests/gie_kueue.sh and byte for byte by
+ * test_plan_emit's goldens.
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cluster/emit.h"
+#include "cluster/plan.h"
+#include "cluster/planio.h"
+#include "err.h"
+
+#define PATH_LEN 4096
+
+static void fixture_path(char *buf, size_t cap) {
+    const char *env = getenv("TS_SRC"), *f = __FILE__, *end = strstr(f, "tests/test_plan_k8s_names.c");
+    if (f[0] == '/' && end) snprintf(buf, cap, "%.*stests/golden/plan/mixed.yaml", (int)(end - f), f);
+    else snprintf(buf, cap, "%s/tests/golden/plan/mixed.yaml", env ? env : ".");
+}
+
+typedef struct fixture {
+    plan_input in;
+    plan p;
+} fixture;
+
+/* mixed.yaml planned, with tenant t (if t >= 0) renamed to tenant_name and
+ * tier k (if k >= 0) to tier_name: names only reach the emitters, so the
+ * plan is the same. */
+static void load(fixture *fx, int t, const char *tenant_name, int k, const char *tier_name) {
+    char path[PATH_LEN], err[512];
+    fixture_path(path, sizeof path);
+    if (planio_load(path, &fx->in, err, sizeof err)) fail_msg("%s: %s", path, err);
+    assert_int_equal(plan_build(&fx->in, &fx->p), 0);
+    if (t >= 0) snprintf(fx->in.tenants[t].name, sizeof fx->in.tenants[t].name, "%s", tenant_name);
+    if (k >= 0) snprintf(fx->in.tiers[k].name, sizeof fx->in.tiers[k].name, "%s", tier_name);
+}
+
+static void unload(fixture *fx) {
+    plan_free(&fx->p);
+    plan_input_free(&fx->in);
+}
+
+static int tenant_index(const fixture *fx, const char *name) {
+    for (size_t t = 0; t < fx->in.n_tenants; t++)
+        if (!strcmp(fx->in.tenants[t].name, name)) return (int)t;
+    fail_msg("mixed.yaml has no tenant %s", name);
+    return -1;
+}
+
+static void test_dns_label(void **st) {
+    (void)st;
+    static const char *const cases[][2] = {
+        {"Acme.Corp_EU", "acme-corp-eu"}, {"shop", "shop"}, {"--a..b__", "a-b"},
+        {"GOLD", "gold"}, {"x9", "x9"}, {"a_-_b", "a-b"},
+    };
+    char out[PLAN_NAME_MAX];
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        plan_dns_label(out, sizeof out, cases[i][0]);
+        assert_string_equal(out, cases[i][1]);
+    }
+    /* Cut to the buffer, still without a trailing '-'. */
+    plan_dns_label(out, 6, "abcd-efgh");
+    assert_string_equal(out, "abcd");
+}
+
+/* emit_run of kind must refuse, with no files and a why holding want. */
+static void refused(const fixture *fx, int kind, const char *want) {
+    emit_out out;
+    assert_int_equal(emit_run(&fx->p, kind, &out), TS_ERR_INVAL);
+    assert_int_equal(out.n, 0);
+    assert_null(out.files);
+    if (!strstr(out.why, want)) fail_msg("--emit %s: '%s' does not say '%s'", emit_kind_name(kind), out.why, want);
+}
+
+/* emit_run of kind must succeed, one of its files holding want. */
+static void emitted(const fixture *fx, int kind, const char *want) {
+    emit_out out;
+    assert_int_equal(emit_run(&fx->p, kind, &out), 0);
+    assert_true(out.n >= 1);
+    assert_string_equal(out.why, "");
+    size_t i = 0;
+    while (i < out.n && !strstr(out.files[i].data, want)) i++;
+    if (i == out.n) fail_msg("--emit %s has no '%s'", emit_kind_name(kind), want);
+    emit_out_free(&out);
+}
+
+static void test_distinct_names_sanitised(void **st) {
+    (void)st;
+    fixture fx;
+    load(&fx, -1, NULL, -1, NULL);
+    int blog = tenant_index(&fx, "blog");
+    unload(&fx);
+    load(&fx, blog, "Blog.Corp_EU", 1, "Silver.Tier");
+    emitted(&fx, EMIT_GIE, "kind: InferenceObjective\nmetadata:\n  name: blog-corp-eu\n");
+    emitted(&fx, EMIT_KUEUE, "  name: tessera-batch\n  namespace: blog-corp-eu\n");
+    emitted(&fx, EMIT_KUEUE, "  cohortName: tessera-silver-tier\n");
+    unload(&fx);
+}
+
+static void test_clashing_names_refused(void **st) {
+    (void)st;
+    fixture fx;
+    load(&fx, -1, NULL, -1, NULL);
+    int blog = tenant_index(&fx, "blog");
+    unload(&fx);
+
+    load(&fx, blog, "Shop", -1, NULL);
+    refused(&fx, EMIT_GIE, "tenants 'shop' and 'Shop' both become 'shop'");
+    refused(&fx, EMIT_KUEUE, "tenants 'shop' and 'Shop' both become 'shop'");
+    /* The other emitters do not name tenants in Kubernetes: unaffected. */
+    emitted(&fx, EMIT_SERVE, "Shop");
+    unload(&fx);
+
+    load(&fx, blog, "._.", -1, NULL);
+    refused(&fx, EMIT_GIE, "tenant '._.' has no letter or digit");
+    unload(&fx);
+
+    /* Tiers name Kueue cohorts only; GIE priorities come from their bands. */
+    load(&fx, -1, NULL, 1, "GOLD");
+    refused(&fx, EMIT_KUEUE, "tiers 'gold' and 'GOLD' both become 'gold'");
+    emitted(&fx, EMIT_GIE, "kind: InferencePool");
+    unload(&fx);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_dns_label),
+        cmocka_unit_test(test_distinct_names_sanitised),
+        cmocka_unit_test(test_clashing_names_refused),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
