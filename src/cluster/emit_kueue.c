@@ -180,13 +180,16 @@ static void find_shares(kueue *k) {
             double total = 0;
             for (size_t s = 0; s < p->n_slices; s++)
                 if (p->slices[s].gpu == (int)g) total += slice_pct(&p->slices[s]);
-            for (size_t s = 0; s < p->n_slices; s++)
-                if (p->slices[s].gpu == (int)g && total > 0) add_slice(k, f, &p->slices[s], slice_pct(&p->slices[s]) / total);
+            for (size_t s = 0; s < p->n_slices; s++) {
+                const plan_slice *sl = &p->slices[s];
+                if (sl->gpu == (int)g && total > 0) add_slice(k, f, sl, slice_pct(sl) / total);
+            }
             continue;
         }
         for (size_t s = 0; s < p->n_slices; s++) {
             const plan_slice *sl = &p->slices[s];
-            if (sl->gpu == (int)g && is_mig_slice(sl)) add_slice(k, flavor_find(k, gpu->type, slice_profile(p, sl)), sl, 1.0);
+            if (sl->gpu != (int)g || !is_mig_slice(sl)) continue;
+            add_slice(k, flavor_find(k, gpu->type, slice_profile(p, sl)), sl, 1.0);
         }
     }
 }
@@ -222,7 +225,8 @@ static void find_quotas(kueue *k) {
     size_t nt = in->n_tenants;
     for (size_t f = 0; f < k->n_fl; f++) {
         apportion(&k->share[f * nt], k->fl[f].units, nt, &k->quota[f * nt]);
-        for (size_t t = 0; t < nt; t++) k->cohort[f * in->n_tiers + (size_t)in->tenants[t].tier] += k->quota[f * nt + t];
+        for (size_t t = 0; t < nt; t++)
+            k->cohort[f * in->n_tiers + (size_t)in->tenants[t].tier] += k->quota[f * nt + t];
     }
 }
 
@@ -302,7 +306,8 @@ static int kueue_tenant(const kueue *k, size_t t, strbuf *b, emit_out *out) {
     const plan_tenant *tn = &in->tenants[t];
     const plan_tier *tier = &in->tiers[tn->tier];
     const char *ns = k->tenants[t];
-    strbuf_printf(b, "---\n# tenant %s: tier %s (band %d); share of the planned units:", tn->name, tier->name, tier->band);
+    strbuf_printf(b, "---\n# tenant %s: tier %s (band %d); share of the planned units:", tn->name, tier->name,
+                  tier->band);
     int any = 0;
     for (size_t f = 0; f < k->n_fl; f++) {
         double s = k->share[f * in->n_tenants + t];
@@ -326,7 +331,8 @@ static int kueue_tenant(const kueue *k, size_t t, strbuf *b, emit_out *out) {
     }
     strbuf_printf(b,
                   "---\napiVersion: kueue.x-k8s.io/v1beta2\nkind: LocalQueue\nmetadata:\n  name: " KUEUE_QUEUE "\n"
-                  "  namespace: %s\n  labels:\n    app.kubernetes.io/name: tessera\nspec:\n  clusterQueue: tessera-%s\n",
+                  "  namespace: %s\n  labels:\n    app.kubernetes.io/name: tessera\nspec:\n"
+                  "  clusterQueue: tessera-%s\n",
                   ns, ns);
     return 0;
 }
