@@ -5,7 +5,9 @@
 # openAPIV3Schema of the served version of the vendored CRD
 # (tests/data/crds/, see its README), with names checked as DNS-1123, quota
 # quantities parsed, and the objects checked against the plan's own JSON
-# report (tests/ref/crd_check.mjs says what exactly). Then the checker is
+# report (tests/ref/crd_check.mjs says what exactly), and every
+# InferencePool selects pods of `--emit k8s` of the same input on their
+# containerPort (tests/ref/pool_pods.mjs). Then the checker is
 # shown to reject broken objects, one defect each, and the binary to refuse
 # tenant or tier names that clash as Kubernetes names (exit 2, naming both)
 # while it sanitises the others.
@@ -55,6 +57,20 @@ emit fleet "$TS_SRC/examples/plan/fleet.yaml"
 emit mixed "$TS_SRC/tests/golden/plan/mixed.yaml"
 valid fleet
 valid mixed
+
+# The pools select the pods --emit k8s runs, on their port.
+for stem in fleet mixed; do
+    input=$TS_SRC/examples/plan/fleet.yaml
+    [ "$stem" = mixed ] && input=$TS_SRC/tests/golden/plan/mixed.yaml
+    timeout 30 "$TS_TESSERA" plan --input "$input" --emit k8s >"$W/$stem.k8s" 2>/dev/null || [ $? -le 1 ] ||
+        fail "plan --emit k8s of $input failed"
+    timeout 60 node "$TS_SRC/tests/ref/pool_pods.mjs" "$NM" "$W/$stem.gie" "$W/$stem.k8s" ||
+        fail "$stem: an InferencePool selects no pod of --emit k8s (above)"
+done
+sed 's/tessera.dev\/worker: /tessera.dev\/worker: x-/' "$W/fleet.gie" >"$W/nopods"
+if timeout 60 node "$TS_SRC/tests/ref/pool_pods.mjs" "$NM" "$W/nopods" "$W/fleet.k8s" 2>/dev/null; then
+    fail "pool_pods.mjs accepted pools that select no pod"
+fi
 
 # ---- the checker rejects what the API server would (or would silently drop) ----
 
