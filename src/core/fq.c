@@ -8,7 +8,7 @@
 
 static int before(const void *a, const void *b) {
     const fq_entity *x = *(fq_entity *const *)a, *y = *(fq_entity *const *)b;
-    int64_t d = fq_diff(x->vtime, y->vtime);
+    int64_t d = fq_diff(fq_key(x), fq_key(y));
     return d < 0 || (d == 0 && fq_diff(x->seq, y->seq) < 0);
 }
 
@@ -26,6 +26,7 @@ void fq_deinit(fq *q) { heap_deinit(&q->h); }
 
 void fq_entity_init(fq_entity *e) {
     e->vtime = 0;
+    e->remote = 0;
     e->seq = 0;
     e->heap_pos = -1;
 }
@@ -35,18 +36,21 @@ static fq_entity *least(const fq *q) { return q->h.n ? *(fq_entity **)heap_top(&
 /* The floor follows the backlogged minimum forward, never back. */
 static void advance_floor(fq *q) {
     fq_entity *m = least(q);
-    if (m && fq_diff(m->vtime, q->floor) > 0) q->floor = m->vtime;
+    if (m && fq_diff(fq_key(m), q->floor) > 0) q->floor = fq_key(m);
 }
 
 uint64_t fq_min_vtime(const fq *q) {
     fq_entity *m = least(q);
-    return m && fq_diff(m->vtime, q->floor) > 0 ? m->vtime : q->floor;
+    return m && fq_diff(fq_key(m), q->floor) > 0 ? fq_key(m) : q->floor;
 }
 
 void fq_enqueue(fq *q, fq_entity *e) {
     if (e->heap_pos >= 0 || q->h.n >= q->h.cap) return;
+    /* The lift is applied to the local counter, so that only service, never
+     * a lift, is what the fleet exchanges (fq.h, "Fleet-wide"). */
     uint64_t lift = fq_min_vtime(q);
-    if (fq_diff(e->vtime, lift) < 0) e->vtime = lift;
+    int64_t behind = fq_diff(fq_key(e), lift);
+    if (behind < 0) e->vtime -= (uint64_t)behind;
     e->seq = q->next_seq++;
     heap_push(&q->h, &FQ_HEAP, &e);
     advance_floor(q);
@@ -74,6 +78,15 @@ void fq_dequeue(fq *q, fq_entity *e) {
 void fq_set_aside(fq *q, fq_entity *e) { take_out(q, e); }
 
 fq_entity *fq_peek(const fq *q) { return least(q); }
+
+void fq_set_remote(fq *q, fq_entity *e, uint64_t remote) {
+    int64_t d = fq_diff(remote, e->remote);
+    e->remote = remote;
+    if (e->heap_pos < 0 || d == 0) return;
+    if (d > 0) heap_sink(&q->h, &FQ_HEAP, (size_t)e->heap_pos);
+    else heap_fix(&q->h, &FQ_HEAP, (size_t)e->heap_pos);
+    advance_floor(q);
+}
 
 int64_t fq_charge(fq *q, fq_entity *e, double cost, double weight) {
     int64_t c = llround(cost * FQ_SCALE / weight);

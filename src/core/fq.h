@@ -26,6 +26,23 @@
  * seen, which only moves forward, like CFS's min_vruntime). The returning
  * tenant is then served next (it is tied for the minimum) but owns no credit.
  *
+ * Fleet-wide. With several replicas serving the same model, each runs its
+ * own fair queue, and a tenant served on replica A looks fresh on replica B.
+ * So an entity also carries remote: the tenant's weighted service on the
+ * other replicas, S_f^other / w_f in counter units, which the serve layer
+ * learns from the fleet (every few hundred ms) and hands in with
+ * fq_set_remote. The queue orders by the key
+ *     k_f = v_f + remote_f
+ * which estimates the fleet-wide counter (service everywhere, plus local
+ * lifts), and the lift, the floor and fq_min_vtime are all in keys: a
+ * returning tenant is lifted to the fleet-wide counter of the least-served
+ * tenant it competes with. Then two continuously backlogged tenants stay
+ * within 2U + (what the fleet figure lags) of each other fleet-wide, not
+ * per replica: one that takes a whole replica elsewhere waits here until
+ * the others have caught up. Only service is exchanged, never lifts, so a
+ * lift on one replica is not counted again on another. remote is 0 on a
+ * replica alone, and then the key is the plain counter.
+ *
  * Counters are uint64 fixed point (FQ_SCALE units per weighted token) and
  * always compared through a signed difference, so wrap-around is harmless.
  * The heap breaks ties by the order tenants became backlogged, so the same
@@ -43,6 +60,7 @@
 /* Embedded in the owner's tenant struct. */
 typedef struct fq_entity {
     uint64_t vtime;     /* virtual counter, FQ_SCALE units */
+    uint64_t remote;    /* FQ_SCALE units: service on other replicas / weight */
     uint64_t seq;       /* tie-break: when it last became backlogged */
     int32_t heap_pos;   /* index in the heap, -1 when not backlogged */
 } fq_entity;
@@ -77,7 +95,15 @@ fq_entity *fq_peek(const fq *q);
 int64_t fq_charge(fq *q, fq_entity *e, double cost, double weight);
 /* Signed comparison of two counters: < 0 when a is behind b. */
 static inline int64_t fq_diff(uint64_t a, uint64_t b) { return (int64_t)(a - b); }
-/* Current lower bound of the band's counters (floor or heap minimum). */
+/* The ordering key: the local counter plus the fleet's remote service
+ * (modular, like the counters). */
+static inline uint64_t fq_key(const fq_entity *e) { return e->vtime + e->remote; }
+/* The fleet's figure for e: its service on other replicas divided by its
+ * weight, in counter units. Keeps the heap ordered if e is queued; the
+ * floor only moves forward, so a figure that falls (a replica left the
+ * fleet and its service with it) lowers e's key but not the floor. */
+void fq_set_remote(fq *q, fq_entity *e, uint64_t remote);
+/* Current lower bound of the band's keys (floor or heap minimum). */
 uint64_t fq_min_vtime(const fq *q);
 /* Backlogged entities in the queue (set-aside ones not counted). */
 static inline int32_t fq_len(const fq *q) { return (int32_t)q->h.n; }

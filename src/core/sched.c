@@ -246,6 +246,13 @@ int sched_tenant_add(sched *s, const sched_tenant_cfg *c) {
     return s->n_tenants++;
 }
 
+int sched_tenant_remote(sched *s, int32_t id, uint64_t remote) {
+    if (!s || id < 0 || id >= s->n_tenants) return TS_ERR_INVAL;
+    tenant *t = &s->tenants[id];
+    fq_set_remote(&s->bands[t->band].q, &t->fe, remote);
+    return 0;
+}
+
 /* ---- ids, lists and the running set --------------------------------------- */
 
 static sched_id make_id(const sched *s, int32_t slot) {

@@ -273,6 +273,13 @@ extern const sched_tier sched_default_tiers[SCHED_DEFAULT_TIERS];
 int sched_tiers_default(sched *s);
 /* Add a tenant; returns its id (0, 1, ...) or a negative code. */
 int sched_tenant_add(sched *s, const sched_tenant_cfg *t);
+/* The fleet's input for the fair queue (fq.h, "Fleet-wide"): the tenant's
+ * service on the other replicas of this model, divided by its weight, in
+ * FQ_SCALE units (the sum over them of sched_tenant_stats.service *
+ * FQ_SCALE / weight). 0, the default, is a replica alone. The caller learns
+ * it however it likes (the server: from Redis); the scheduler only orders
+ * by it. TS_ERR_INVAL for an unknown tenant. */
+int sched_tenant_remote(sched *s, int32_t tenant, uint64_t remote);
 
 typedef uint64_t sched_id;   /* slot and generation; never reused for another request */
 

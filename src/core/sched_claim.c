@@ -113,7 +113,7 @@ static int32_t over_share_victim(const sched *s, const step *st, int b, const te
         const req *r = &s->reqs[s->run[i]];
         const tenant *u = &s->tenants[r->tenant];
         if (u->band != b || u == claimant || r->moved_step == s->steps ||
-            fq_diff(u->fe.vtime, claimant->fe.vtime) < -slack)
+            fq_diff(fq_key(&u->fe), fq_key(&claimant->fe)) < -slack)
             continue;
         if (u->n_running - 1 < seat_share(s, st, u) && u->kv_blocks - r->n_blocks < kv_share(s, st, u)) continue;
         double over = overshoot(s, st, u);
