@@ -14,14 +14,16 @@ SET=${1:-build}
 BUILD=(build-essential cmake pkg-config libopenblas-dev libcmocka-dev
        libmicrohttpd-dev libcjson-dev libyaml-dev libssl-dev libcurl4-openssl-dev
        libpcre2-dev   # the tokenizers' pre-tokenizer regexes (UTF, JIT)
+       libhiredis-dev # limits.backend: redis (fleet-wide tenant limits)
        gnuplot-nox    # tessera bench's plots
        curl)          # the requests make demo prints for pasting
 # The suite's independent references: NumPy (tests/ref: the model's
 # numerics), Node.js and the official OpenAI SDK (tests/openai_compat.sh),
 # Prometheus (tests/prometheus.sh parses /metrics with the real server).
+# Redis (tests/redis_limits.sh shares one between several replicas).
 # make fuzz: clang with its libFuzzer and sanitizer runtimes, and clang's
 # OpenMP runtime (the engine is built with -fopenmp).
-TEST=(python3 python3-numpy nodejs prometheus
+TEST=(python3 python3-numpy nodejs prometheus redis-server
       clang-14 libclang-rt-14-dev libomp-14-dev)
 
 case "$SET" in

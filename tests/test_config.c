@@ -346,7 +346,112 @@ static const bad_case bad_cases[] = {
      ":2: models[0].path: missing value"},
     {MINIMAL "---\n" MINIMAL, ":9: more than one YAML document"},
     {MINIMAL "--- [\n", ":9: YAML syntax error: did not find expected node content (while parsing a flow node)"},
+    /* The fleet's Redis (limits.backend). */
+    {"limits: {backend: memcached}\n" MINIMAL, ":1:19: limits.backend: unknown backend 'memcached' (local, redis)"},
+    {"limits: {backend: redis}\n" MINIMAL, ":1:19: limits.redis_url: missing (backend redis needs redis_url)"},
+    {"limits: {redis_url: redis://h}\n" MINIMAL, ":1:21: limits.redis_url: only with backend: redis"},
+    {"limits: {backend: redis, redis_url: 'http://h:1'}\n" MINIMAL,
+     ":1:37: limits.redis_url: expected redis://host[:port][/db] (redis://"},
+    {"limits: {backend: redis, redis_url: 'redis://h:0'}\n" MINIMAL,
+     ":1:37: limits.redis_url: expected a port in 1..65535 (redis://"},
+    {"limits: {backend: redis, redis_url: 'rediss://h'}\n" MINIMAL,
+     ":1:37: limits.redis_url: rediss:// (TLS) is not supported; use redis://"},
+    {"limits: {backend: redis, redis_url: 'redis://h', redis_on_error: maybe}\n" MINIMAL,
+     ":1:66: limits.redis_on_error: unknown mode 'maybe' (open, closed)"},
+    {"limits: {backend: redis, redis_url: 'redis://h', redis_prefix: 'a b'}\n" MINIMAL,
+     ":1:64: limits.redis_prefix: bad name 'a b' (1 to 63 characters: letters, digits and ._:-)"},
+    {"limits: {backend: redis, redis_url: 'redis://h', redis_sync_ms: 2000}\n" MINIMAL,
+     ":1:65: limits.redis_sync_ms: 2000 ms is more than a third of redis_lease_ms (3000)"},
+    {"limits: {backend: redis, redis_url: 'redis://h'}\n" MINIMAL "    tokens_per_minute: 200000000\n",
+     ":9:24: tenants[0].tokens_per_minute:"},
 };
+
+/* redis_url: what each form gives, and what is refused. */
+static void test_redis_url(void **st) {
+    (void)st;
+    static const struct {
+        const char *url;
+        const char *host, *user, *password;
+        unsigned port, db;
+    } good[] = {
+        {"redis://localhost", "localhost", "", "", 6379, 0},
+        {"redis://10.0.0.7:6380/3", "10.0.0.7", "", "", 6380, 3},
+        {"redis://:s3cret@r.example:7000", "r.example", "", "s3cret", 7000, 0},
+        {"redis://app:p%40ss%3A@r/15", "r", "app", "p@ss:", 6379, 15},
+        {"redis://[::1]:6390", "::1", "", "", 6390, 0},
+        {"redis://[fe80::1]", "fe80::1", "", "", 6379, 0},
+        {"redis://h/", "h", "", "", 6379, 0},
+    };
+    for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
+        cfg_redis r;
+        char why[128];
+        memset(&r, 0, sizeof r);
+        snprintf(r.prefix, sizeof r.prefix, "keep");
+        if (cfg_redis_url_parse(good[i].url, &r, why, sizeof why)) fail_msg("%s: %s", good[i].url, why);
+        assert_string_equal(r.host, good[i].host);
+        assert_string_equal(r.user, good[i].user);
+        assert_string_equal(r.password, good[i].password);
+        assert_int_equal(r.port, good[i].port);
+        assert_int_equal(r.db, good[i].db);
+        assert_string_equal(r.prefix, "keep");   /* other fields untouched */
+    }
+    static const char *const bad[] = {
+        "", "redis:/h", "redis://", "redis://:6379", "redis://h:", "redis://h:65536", "redis://h:-1",
+        "redis://h:12x", "redis://h/16x", "redis://h/65536", "redis://h?db=1", "redis://h#x", "redis://[::1",
+        "redis://[::1]x", "redis://h h", "redis://a:b:c", "redis://u@h", "redis://:p%4@h", "redis://:p%00@h",
+        "redis://user:@h", "rediss://h", "unix:///tmp/r.sock", "REDIS://h",
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        cfg_redis r, before;
+        char why[128] = "";
+        memset(&r, 0x5a, sizeof r);
+        before = r;
+        if (cfg_redis_url_parse(bad[i], &r, why, sizeof why) != TS_ERR_CONFIG) fail_msg("accepted '%s'", bad[i]);
+        assert_true(why[0] != 0);
+        assert_memory_equal(&r, &before, sizeof r);   /* refused: unchanged */
+    }
+    assert_int_equal(cfg_redis_url_parse(NULL, NULL, NULL, 0), TS_ERR_CONFIG);
+}
+
+/* backend redis with every key, and the defaults when only the URL is given. */
+static void test_redis_backend(void **st) {
+    (void)st;
+    char path[PATH_MAX], err[1024];
+    cfg c;
+    int rc = load_text("redis1.yaml", "limits: {backend: redis, redis_url: 'redis://r:6390/2'}\n" MINIMAL, &c, err,
+                       sizeof err, path, sizeof path);
+    if (rc) fail_msg("%s", err);
+    assert_int_equal(c.limits.backend, CFG_BACKEND_REDIS);
+    assert_string_equal(c.limits.redis.host, "r");
+    assert_int_equal(c.limits.redis.port, 6390);
+    assert_int_equal(c.limits.redis.db, 2);
+    assert_string_equal(c.limits.redis.prefix, "tessera");
+    assert_int_equal(c.limits.redis.fail_closed, 0);
+    assert_int_equal(c.limits.redis.timeout_ms, 100);
+    assert_int_equal(c.limits.redis.lease_ms, 3000);
+    assert_int_equal(c.limits.redis.sync_ms, 200);
+    cfg_free(&c);
+    rc = load_text("redis2.yaml",
+                   "limits:\n  backend: redis\n  redis_url: redis://:pw@10.1.2.3\n  redis_prefix: fleet-b:prod\n"
+                   "  redis_on_error: closed\n  redis_timeout_ms: 25\n  redis_lease_ms: 1500\n"
+                   "  redis_sync_ms: 500\n" MINIMAL "    requests_per_minute: 150119987\n",
+                   &c, err, sizeof err, path, sizeof path);
+    if (rc) fail_msg("%s", err);
+    assert_string_equal(c.limits.redis.password, "pw");
+    assert_string_equal(c.limits.redis.prefix, "fleet-b:prod");
+    assert_int_equal(c.limits.redis.fail_closed, 1);
+    assert_int_equal(c.limits.redis.timeout_ms, 25);
+    assert_int_equal(c.limits.redis.lease_ms, 1500);
+    assert_int_equal(c.limits.redis.sync_ms, 500);
+    assert_int_equal(c.tenants[0].requests_per_minute, CFG_REDIS_MAX_RATE);
+    cfg_free(&c);
+    /* The local backend keeps the wide range. */
+    rc = load_text("redis3.yaml", "limits: {backend: local}\n" MINIMAL "    tokens_per_minute: 200000000\n", &c, err,
+                   sizeof err, path, sizeof path);
+    if (rc) fail_msg("%s", err);
+    assert_int_equal(c.limits.backend, CFG_BACKEND_LOCAL);
+    cfg_free(&c);
+}
 
 static void test_bad_configs(void **st) {
     (void)st;
@@ -833,6 +938,8 @@ int main(void) {
         cmocka_unit_test(test_sizes),
         cmocka_unit_test(test_relative_paths),
         cmocka_unit_test(test_single_model),
+        cmocka_unit_test(test_redis_url),
+        cmocka_unit_test(test_redis_backend),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -40,6 +40,11 @@ static void set_defaults(cfg *g) {
     g->limits.max_connections_per_ip = 0;
     g->limits.reserved_connections = cfg_default_reserve(g->limits.max_connections);
     g->limits.shutdown_grace_s = 10;
+    g->limits.backend = CFG_BACKEND_LOCAL;
+    snprintf(g->limits.redis.prefix, sizeof g->limits.redis.prefix, "tessera");
+    g->limits.redis.timeout_ms = 100;
+    g->limits.redis.lease_ms = 3000;
+    g->limits.redis.sync_ms = 200;
     /* The scheduler's own defaults: the config needs their names before
      * any scheduler exists, to resolve tenants' tiers. */
     g->n_tiers = SCHED_DEFAULT_TIERS;
@@ -119,11 +124,160 @@ static int parse_policy(const ydoc *d, const yaml_node_t *n, cfg *g) {
     return rc;
 }
 
+/* ---- redis_url --------------------------------------------------------------- */
+
+static int hex_digit(char c) {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+}
+
+/* s[0..n) with %XX escapes decoded into out[0..cap); -1 on a bad escape,
+ * a NUL, or no room. */
+static int url_unescape(const char *s, size_t n, char *out, size_t cap) {
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++) {
+        int c = (unsigned char)s[i];
+        if (c == '%') {
+            int hi = i + 2 < n ? hex_digit(s[i + 1]) : -1;
+            int lo = i + 2 < n ? hex_digit(s[i + 2]) : -1;
+            if (hi < 0 || lo < 0) return -1;
+            c = hi * 16 + lo;
+            i += 2;
+        }
+        if (c == 0 || k + 1 >= cap) return -1;
+        out[k++] = (char)c;
+    }
+    out[k] = 0;
+    return 0;
+}
+
+/* Decimal digits only, in [lo, hi]; -1 otherwise. */
+static long parse_bounded(const char *s, size_t n, long lo, long hi) {
+    long v = 0;
+    if (n == 0) return -1;
+    for (size_t i = 0; i < n; i++) {
+        if (s[i] < '0' || s[i] > '9') return -1;
+        v = v * 10 + (s[i] - '0');
+        if (v > hi) return -1;
+    }
+    return v >= lo ? v : -1;
+}
+
+#define URL_FAIL(...) (snprintf(why, whylen, __VA_ARGS__), TS_ERR_CONFIG)
+
+int cfg_redis_url_parse(const char *url, cfg_redis *out, char *why, size_t whylen) {
+    static const char scheme[] = "redis://";
+    char dummy[8];
+    if (!why || !whylen) why = dummy, whylen = sizeof dummy;
+    why[0] = 0;
+    if (!url || !out) return URL_FAIL("no URL");
+    if (strncmp(url, scheme, sizeof scheme - 1))
+        return URL_FAIL(strncmp(url, "rediss://", 9) ? "expected redis://host[:port][/db]"
+                                                     : "rediss:// (TLS) is not supported; use redis://");
+    cfg_redis r = *out;
+    r.user[0] = r.password[0] = 0;
+    r.port = 6379;
+    r.db = 0;
+    const char *p = url + sizeof scheme - 1;
+    const char *end = p + strcspn(p, "/?#");
+    if (*end == '?' || *end == '#') return URL_FAIL("query and fragment are not supported");
+    const char *at = memchr(p, '@', (size_t)(end - p));
+    if (at) {   /* [user][:password]@ */
+        const char *colon = memchr(p, ':', (size_t)(at - p));
+        const char *ue = colon ? colon : at;
+        if (url_unescape(p, (size_t)(ue - p), r.user, sizeof r.user))
+            return URL_FAIL("bad user (too long, NUL or bad %%XX escape)");
+        if (colon && url_unescape(colon + 1, (size_t)(at - colon - 1), r.password, sizeof r.password))
+            return URL_FAIL("bad password (too long, NUL or bad %%XX escape)");
+        if (r.user[0] && !r.password[0]) return URL_FAIL("a user needs a password (user:password@)");
+        p = at + 1;
+    }
+    const char *host = p, *hend, *port = NULL;
+    if (*p == '[') {
+        const char *close = memchr(p, ']', (size_t)(end - p));
+        if (!close) return URL_FAIL("unclosed [ in the host");
+        host = p + 1;
+        hend = close;
+        if (close + 1 < end) {
+            if (close[1] != ':') return URL_FAIL("expected :port after ]");
+            port = close + 2;
+        }
+    } else {
+        hend = memchr(p, ':', (size_t)(end - p));
+        if (hend) port = hend + 1;
+        else hend = end;
+    }
+    size_t hlen = (size_t)(hend - host);
+    if (hlen == 0) return URL_FAIL("no host");
+    if (hlen >= sizeof r.host) return URL_FAIL("host longer than %d bytes", CFG_HOST_MAX - 1);
+    for (size_t i = 0; i < hlen; i++) {
+        char c = host[i];
+        int ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                 c == '.' || c == '-' || c == '_' || (c == ':' && *p == '[');
+        if (!ok) return URL_FAIL("bad character '%c' in the host", c);
+    }
+    if (port) {
+        long v = parse_bounded(port, (size_t)(end - port), 1, 65535);
+        if (v < 0) return URL_FAIL("expected a port in 1..65535");
+        r.port = (uint16_t)v;
+    }
+    if (*end == '/' && end[1]) {
+        long v = parse_bounded(end + 1, strlen(end + 1), 0, 65535);
+        if (v < 0) return URL_FAIL("expected a database number in 0..65535 after /");
+        r.db = (uint32_t)v;
+    }
+    memcpy(r.host, host, hlen);
+    r.host[hlen] = 0;
+    *out = r;
+    return 0;
+}
+
+#undef URL_FAIL
+
+/* The Redis keys of limits: read after the others, so that backend and
+ * redis_url are checked together. */
+static int parse_redis(const ydoc *d, const yaml_node_t *const *v, const char *const *keys, cfg_limits *l) {
+    enum { BACKEND, URL, PREFIX, ONERR, TIMEOUT, LEASE, SYNC };
+    static const char *const backends[] = {"local", "redis"}, *const modes[] = {"open", "closed"};
+    char fp[YDOC_PATH_MAX];
+    cfg_redis *r = &l->redis;
+    int rc;
+#define FP(i) ydoc_path_field(fp, "limits", keys[i])
+    if ((rc = ydoc_get_enum(d, v[BACKEND], FP(BACKEND), "backend", backends, 2, &l->backend))) return rc;
+    if (l->backend != CFG_BACKEND_REDIS) {
+        for (int i = URL; i <= SYNC; i++)
+            if (v[i]) return ydoc_fail(d, v[i], FP(i), "only with backend: redis");
+        return 0;
+    }
+    if (!v[URL]) return ydoc_fail(d, v[BACKEND], FP(URL), "missing (backend redis needs redis_url)");
+    const char *url = NULL;
+    char why[160];
+    if ((rc = ydoc_get_str(d, v[URL], FP(URL), &url))) return rc;
+    if (cfg_redis_url_parse(url, r, why, sizeof why))
+        return ydoc_fail(d, v[URL], FP(URL), "%s (redis://[[user]:password@]host[:port][/db])", why);
+    if ((rc = ydoc_get_name(d, v[PREFIX], FP(PREFIX), "._:-", r->prefix, sizeof r->prefix))) return rc;
+    if ((rc = ydoc_get_enum(d, v[ONERR], FP(ONERR), "mode", modes, 2, &r->fail_closed))) return rc;
+    if ((rc = ydoc_get_u32(d, v[TIMEOUT], FP(TIMEOUT), 1, 10000, &r->timeout_ms))) return rc;
+    if ((rc = ydoc_get_u32(d, v[LEASE], FP(LEASE), 500, 600000, &r->lease_ms))) return rc;
+    if ((rc = ydoc_get_u32(d, v[SYNC], FP(SYNC), 20, 10000, &r->sync_ms))) return rc;
+    /* Three heartbeats per lease: one late or lost beat must not expire a
+     * live replica's counts. */
+    if (r->sync_ms > r->lease_ms / 3)
+        return ydoc_fail(d, v[SYNC] ? v[SYNC] : v[LEASE], FP(SYNC), "%u ms is more than a third of redis_lease_ms (%u)",
+                         r->sync_ms, r->lease_ms);
+#undef FP
+    return 0;
+}
+
 static int parse_limits(const ydoc *d, const yaml_node_t *n, cfg_limits *l) {
-    enum { BODY, HDR, IDLE, CONNS, PER_IP, RESV, GRACE, NK };
+    enum { BODY, HDR, IDLE, CONNS, PER_IP, RESV, GRACE, BACKEND, NK = BACKEND + 7 };
     static const char *const keys[NK] = {"max_body_bytes", "header_timeout_s", "idle_timeout_s",
                                          "max_connections", "max_connections_per_ip",
-                                         "reserved_connections", "shutdown_grace_s"};
+                                         "reserved_connections", "shutdown_grace_s",
+                                         "backend", "redis_url", "redis_prefix", "redis_on_error",
+                                         "redis_timeout_ms", "redis_lease_ms", "redis_sync_ms"};
     const yaml_node_t *v[NK];
     char fp[YDOC_PATH_MAX];
     int rc = ydoc_map_fields(d, n, "limits", keys, NK, v);
@@ -139,9 +293,9 @@ static int parse_limits(const ydoc *d, const yaml_node_t *n, cfg_limits *l) {
     l->reserved_connections = cfg_default_reserve(l->max_connections);
     if ((rc = ydoc_get_u32(d, v[RESV], FP(RESV), 0, l->max_connections - 1, &l->reserved_connections)))
         return rc;
-    rc = ydoc_get_u32(d, v[GRACE], FP(GRACE), 0, 3600, &l->shutdown_grace_s);
+    if ((rc = ydoc_get_u32(d, v[GRACE], FP(GRACE), 0, 3600, &l->shutdown_grace_s))) return rc;
 #undef FP
-    return rc;
+    return parse_redis(d, v + BACKEND, keys + BACKEND, l);
 }
 
 /* Resolve a model path against the folder of the config file: a config in
@@ -413,8 +567,9 @@ static int parse_tenant(const ydoc *d, const yaml_node_t *n, const char *path, c
     if ((rc = ydoc_get_u32(d, v[QUE], FP(QUE), 0, UINT32_MAX, &s->max_queued))) return rc;
     /* A bucket's burst is one minute's worth, so a rate is capped where
      * lim_tenant_init caps the burst. */
-    if ((rc = ydoc_get_u64(d, v[RPM], FP(RPM), 0, LIM_MAX_BURST, &t->requests_per_minute))) return rc;
-    if ((rc = ydoc_get_u64(d, v[TPM], FP(TPM), 0, LIM_MAX_BURST, &t->tokens_per_minute))) return rc;
+    uint64_t max_rate = g->limits.backend == CFG_BACKEND_REDIS ? CFG_REDIS_MAX_RATE : LIM_MAX_BURST;
+    if ((rc = ydoc_get_u64(d, v[RPM], FP(RPM), 0, max_rate, &t->requests_per_minute))) return rc;
+    if ((rc = ydoc_get_u64(d, v[TPM], FP(TPM), 0, max_rate, &t->tokens_per_minute))) return rc;
     rc = ydoc_get_u32(d, v[CONC], FP(CONC), 0, UINT32_MAX, &t->max_concurrent);
 #undef FP
     return rc;

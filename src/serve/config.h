@@ -40,6 +40,26 @@
  *                              connections that clients without a valid key
  *                              can never hold, so a tenant can always connect
  *     shutdown_grace_s: 10     drain time on SIGTERM, 0..3600
+ *     backend: local           where tenants' rate and concurrency limits are
+ *                              counted: local (each replica alone) or redis
+ *                              (one count across every replica sharing the
+ *                              Redis: redisfleet.h); redis needs redis_url
+ *     redis_url: redis://[[user]:password@]host[:port][/db]
+ *                              port 1..65535 (default 6379), db 0..65535
+ *                              (default 0); IPv6 hosts in brackets; %XX
+ *                              escapes in user and password. Only with
+ *                              backend redis
+ *     redis_prefix: tessera    the first part of every key, [A-Za-z0-9._:-],
+ *                              1..CFG_REDIS_PREFIX_MAX-1 bytes: fleets sharing
+ *                              one Redis give each its own
+ *     redis_on_error: open     when Redis cannot answer in time: open (count
+ *                              locally, as backend local) or closed (503 with
+ *                              Retry-After)
+ *     redis_timeout_ms: 100    1..10000: connect and each command
+ *     redis_lease_ms: 3000     500..600000: a replica's in-flight counts
+ *                              outlive its last heartbeat by this much
+ *     redis_sync_ms: 200       20..10000: heartbeat and fair-share exchange
+ *                              period; at most lease / 3
  *   models:                    required, at least one
  *     - name: demo             required; the "model" clients send; [A-Za-z0-9._:/-]
  *       path: m.gguf           required; relative to the config file's folder
@@ -136,6 +156,28 @@
 #define CFG_MAX_SHARED_PREFIXES 16  /* public prefixes per model */
 #define CFG_SHARED_PREFIX_MAX (1u << 20) /* bytes of one */
 #define CFG_PRICE_MAX 1e9           /* price_per_hour at most, currency units per hour */
+#define CFG_REDIS_PREFIX_MAX 64     /* bytes of redis_prefix, with the NUL */
+#define CFG_REDIS_SECRET_MAX 256    /* bytes of the URL's user or password, with the NUL */
+/* Largest rate a tenant may have with backend redis: Redis runs its
+ * scripts in Lua, whose numbers are doubles, exact for integers up to
+ * 2^53; a full bucket holds rate x LIM_UNITS_PER_TOKEN units. */
+#define CFG_REDIS_MAX_RATE ((1ull << 53) / 60000000ull)
+
+enum { CFG_BACKEND_LOCAL = 0, CFG_BACKEND_REDIS = 1 };
+
+/* Where the fleet's shared limits live (backend redis). */
+typedef struct cfg_redis {
+    char host[CFG_HOST_MAX];        /* without brackets for IPv6 */
+    uint16_t port;
+    uint32_t db;                    /* SELECT index */
+    char user[CFG_REDIS_SECRET_MAX];     /* "" = none (AUTH password alone) */
+    char password[CFG_REDIS_SECRET_MAX]; /* "" = no AUTH */
+    char prefix[CFG_REDIS_PREFIX_MAX];
+    int fail_closed;                /* 1: 503 while Redis is unreachable */
+    uint32_t timeout_ms;            /* ms: connect and each command */
+    uint32_t lease_ms;              /* ms: in-flight counts outlive a heartbeat */
+    uint32_t sync_ms;               /* ms: heartbeat and fair-share period */
+} cfg_redis;
 
 typedef struct cfg_limits {
     uint64_t max_body_bytes;        /* bytes */
@@ -145,6 +187,8 @@ typedef struct cfg_limits {
     uint32_t max_connections_per_ip; /* 0 = unlimited */
     uint32_t reserved_connections;  /* < max_connections; see gate.h */
     uint32_t shutdown_grace_s;      /* s */
+    int backend;                    /* CFG_BACKEND_* */
+    cfg_redis redis;                /* with CFG_BACKEND_REDIS */
 } cfg_limits;
 
 typedef struct cfg_model {
@@ -207,6 +251,12 @@ double cfg_cost(double price_per_hour, double engine_us);
  * TS_ERR_NOMEM, TS_ERR_INVAL (NULL argument). On failure *out is zeroed and
  * owns nothing. */
 int cfg_load(const char *path, cfg *out, char *err, size_t errlen);
+
+/* Parse a redis:// URL (the schema above) into r's host, port, db, user
+ * and password, leaving its other fields alone. Returns 0, or
+ * TS_ERR_CONFIG with why (a short phrase, NUL-terminated) on any fault;
+ * r is then unchanged. */
+int cfg_redis_url_parse(const char *url, cfg_redis *r, char *why, size_t whylen);
 
 /* Release what c owns and zero it; safe on a zeroed cfg and on NULL. */
 void cfg_free(cfg *c);

@@ -49,6 +49,7 @@
 #include "oai.h"
 #include "obs.h"
 #include "ratelimit.h"
+#include "redisfleet.h"
 #include "strbuf.h"
 #include "tokspecial.h"
 #include "worker.h"
@@ -92,6 +93,7 @@ struct srv {
     auth_table *auth;
     lim_tenant *lims;       /* (n_tenants) under lim_mu */
     pthread_mutex_t lim_mu;
+    rfleet *fleet;          /* limits.backend redis: the fleet's limits; else NULL */
     obs *obs;
     struct MHD_Daemon *d;
     uint16_t port;
@@ -157,6 +159,7 @@ typedef struct conn {
     struct gen_stream *gs;  /* (n_ereqs) what each sequence has streamed */
     uint64_t reserved;      /* tokens reserved with the tenant's limits */
     int lim_taken;
+    int lim_fleet;          /* ... in the fleet's (Redis), not this replica's */
     int fd;                 /* the client's socket */
     struct conn *wprev, *wnext; /* watch list */
     int in_watch;
@@ -340,12 +343,22 @@ static const char *lim_obs_name(lim_reason r) {
 static int take_limits(conn *c, uint64_t tokens, enum MHD_Result *res) {
     srv *s = c->s;
     int64_t retry = 0;
-    pthread_mutex_lock(&s->lim_mu);
-    lim_reason why = lim_admit(&s->lims[c->tenant], tokens, wk_now_us(), &retry);
-    pthread_mutex_unlock(&s->lim_mu);
+    lim_reason why = LIM_OK;
+    rfleet_verdict v = s->fleet ? rfleet_admit(s->fleet, c->tenant, tokens, &why, &retry) : RFLEET_LOCAL;
+    if (v == RFLEET_CLOSED) {
+        *res = reply_err(c, 503, "server_error", NULL, "limits_unavailable", RFLEET_RETRY_CLOSED_S,
+                         "the fleet's limit store (Redis) does not answer; retry shortly");
+        return -1;
+    }
+    if (v == RFLEET_LOCAL) {
+        pthread_mutex_lock(&s->lim_mu);
+        why = lim_admit(&s->lims[c->tenant], tokens, wk_now_us(), &retry);
+        pthread_mutex_unlock(&s->lim_mu);
+    }
     if (why == LIM_OK) {
         c->reserved = tokens;
         c->lim_taken = 1;
+        c->lim_fleet = v == RFLEET_DECIDED;
         return 0;
     }
     obs_reject(s->obs, c->tenant, lim_obs_name(why));
@@ -371,12 +384,17 @@ static void give_back_limits(conn *c) {
         else used += c->ereqs[i]->n_generated ? (uint64_t)c->ereqs[i]->n_prompt : 0;
         pthread_mutex_unlock(&c->ereqs[i]->mu);
     }
+    c->lim_taken = 0;
+    /* Finished where it was admitted: the fleet's count, or this replica's. */
+    if (c->lim_fleet) {
+        rfleet_finish(c->s->fleet, c->tenant, c->reserved, used);
+        return;
+    }
     pthread_mutex_lock(&c->s->lim_mu);
     /* More than reserved (a defaulted max_tokens reserves at most the
      * burst: see reservation) is charged, as far as the bucket goes. */
     lim_finish(&c->s->lims[c->tenant], c->reserved, used, wk_now_us());
     pthread_mutex_unlock(&c->s->lim_mu);
-    c->lim_taken = 0;
 }
 
 /* ---- tokenizing ------------------------------------------------------------- */
@@ -1329,6 +1347,15 @@ static enum MHD_Result route_metrics(conn *c) {
                              ? "this route needs the metrics key or the admin key"
                              : "metrics are off: configure metrics_key_sha256 to read them");
     if (obs_render(c->s->obs, &text, &len)) return reply_err(c, 500, "server_error", NULL, NULL, 0, "metrics failed");
+    if (c->s->fleet) {
+        strbuf b = {text, len, len + 1, 0};
+        rfleet_metrics(c->s->fleet, &b);
+        if (strbuf_failed(&b)) {
+            strbuf_free(&b);
+            return reply_err(c, 500, "server_error", NULL, NULL, 0, "metrics failed");
+        }
+        text = strbuf_steal(&b, &len);
+    }
     return reply(c, 200, "text/plain; version=0.0.4", text, len, 0);
 }
 
@@ -2185,6 +2212,11 @@ int srv_new(const cfg *c, srv **out, char *err, size_t errlen) {
         goto err;
     }
     if ((rc = start_workers(s, err, errlen))) goto err;
+    if (c->limits.backend == CFG_BACKEND_REDIS) {
+        wk_worker *wks[s->n_models];
+        for (int m = 0; m < s->n_models; m++) wks[m] = s->models[m].w;
+        if ((rc = rfleet_new(c, &s->fleet, err, errlen)) || (rc = rfleet_start(s->fleet, wks, s->n_models))) goto err;
+    }
     free(tn); free(mn); free(wt); free(price);
     *out = s;
     return 0;
@@ -2272,6 +2304,7 @@ void srv_free(srv *s) {
     if (!s) return;
     stop_watcher(s);
     if (s->d) MHD_stop_daemon(s->d);
+    rfleet_free(s->fleet);     /* its thread reads the workers: before them */
     for (int m = 0; s->models && m < s->n_models; m++) {
         wk_free(s->models[m].w);
         gr_vocab_free(s->models[m].gv);    /* after every grammar compiled on it */

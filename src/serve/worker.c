@@ -77,6 +77,8 @@ struct wk_worker {
     pthread_mutex_t snap_mu;
     sched_tenant_stats *snap;
     sched_stats snap_pool;
+    uint64_t *remote;       /* (n_tenants) the fleet's figures (wk_fleet_remote), under snap_mu */
+    int remote_new;         /* ... not yet handed to the scheduler */
 };
 
 int64_t wk_now_us(void) {
@@ -274,10 +276,11 @@ static int alloc_buffers(wk_worker *w) {
     w->results = calloc(seqs, sizeof(sched_item_result));
     w->by_slot = calloc((size_t)w->o.max_requests, sizeof(wk_req *));
     w->snap = calloc((size_t)(w->o.n_tenants > 0 ? w->o.n_tenants : 1), sizeof(sched_tenant_stats));
+    w->remote = calloc((size_t)(w->o.n_tenants > 0 ? w->o.n_tenants : 1), sizeof(uint64_t));
     size_t swap = w->o.swap_bytes / w->block_bytes * w->block_bytes;
     w->host = swap ? malloc(swap) : NULL;
     if (!w->seqs || !w->rows || (!w->em && !w->logits) || (w->em && !w->eout) || !w->etok || !w->elen ||
-        !w->eitem || !w->results || !w->by_slot || !w->snap || (swap && !w->host))
+        !w->eitem || !w->results || !w->by_slot || !w->snap || !w->remote || (swap && !w->host))
         return TS_ERR_NOMEM;
     if (!w->em && ((w->first_row = calloc(seqs, sizeof(int32_t))) == NULL || collect_end_ids(w)))
         return TS_ERR_NOMEM;
@@ -464,7 +467,7 @@ void wk_free(wk_worker *w) {
     smp_deinit(&w->scratch);
     free(w->seqs); free(w->rows); free(w->logits); free(w->end_ids); free(w->first_row); free(w->results); free(w->by_slot);
     free(w->etok); free(w->elen); free(w->eitem); free(w->eout);
-    free(w->snap); free(w->host); free(w->tiers); free(w->tenants);
+    free(w->snap); free(w->remote); free(w->host); free(w->tiers); free(w->tenants);
     for (int i = 0; w->pub && i < w->o.n_shared_prefixes; i++) free(w->pub[i].p);
     free(w->pub);
     pthread_cond_destroy(&w->cv);
@@ -964,6 +967,22 @@ static void finalize(wk_worker *w, const sched_end *e) {
     drop_live(w, r);
 }
 
+void wk_fleet_remote(wk_worker *w, const uint64_t *remote) {
+    pthread_mutex_lock(&w->snap_mu);
+    memcpy(w->remote, remote, (size_t)w->o.n_tenants * sizeof(uint64_t));
+    w->remote_new = 1;
+    pthread_mutex_unlock(&w->snap_mu);
+}
+
+/* Hand the fleet's latest figures to the scheduler, on the loop's thread
+ * (the only one that touches it). */
+static void take_remote(wk_worker *w) {
+    pthread_mutex_lock(&w->snap_mu);
+    for (int32_t i = 0; w->remote_new && i < w->o.n_tenants; i++) sched_tenant_remote(w->s, i, w->remote[i]);
+    w->remote_new = 0;
+    pthread_mutex_unlock(&w->snap_mu);
+}
+
 static void drain_ends(wk_worker *w) {
     sched_end e;
     while (sched_poll_end(w->s, &e)) finalize(w, &e);
@@ -1042,6 +1061,7 @@ static void *loop(void *arg) {
         int64_t now = wk_now_us();
         atomic_store(&w->turn_start_us, now);
         take_inbox(w, now);
+        take_remote(w);
         admit_ready(w, now);
         if (past_deadline(w, now)) fail_all_live(w, now);
         sched_plan p;

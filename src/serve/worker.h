@@ -250,6 +250,12 @@ void wk_snapshot(wk_worker *w, sched_tenant_stats *tenants, sched_stats *pool);
  * time unless the loop is wedged: the liveness probe reads it. Any thread. */
 int64_t wk_turn_us(wk_worker *w, int64_t now_us);
 
+/* The fleet's figures for the fair queue (sched_tenant_remote): for each
+ * tenant (n_tenants entries), its service on the other replicas of this
+ * model over its weight, FQ_SCALE units. Copied; the loop hands them to
+ * the scheduler before its next step. */
+void wk_fleet_remote(wk_worker *w, const uint64_t *remote);
+
 int64_t wk_now_us(void);
 
 /* The hash of a request's cache_salt text (len bytes): never 0, so 0 can

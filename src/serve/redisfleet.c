@@ -1,0 +1,598 @@
+/* redisfleet.c - fleet-wide limits and fair-share figures in Redis; see
+ * redisfleet.h.
+ *
+ * The Lua below is ratelimit.c again, in Redis's Lua 5.1 whose numbers are
+ * doubles: every quantity stays an integer below 2^53 (the config caps the
+ * rates so that a full bucket does), a product is taken only after the
+ * matching quotient shows it fits, and floor division goes through
+ * math.fmod, which is exact, instead of rounding a quotient. Numbers go
+ * back into Redis through string.format('%.0f'), since Lua's own
+ * conversion keeps only 14 digits.
+ */
+#include "redisfleet.h"
+
+#include <hiredis/hiredis.h>
+#include <math.h>
+#include <openssl/rand.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/time.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "err.h"
+#include "fq.h"
+
+#define BACKOFF_MIN_US 100000       /* first wait before reconnecting */
+#define BACKOFF_MAX_US 5000000      /* longest */
+#define REPLICA_MAX 96              /* bytes of a replica id, with the NUL */
+#define NUM_MAX 24                  /* bytes of a decimal uint64, with the NUL */
+
+/* ---- the scripts ----------------------------------------------------------- */
+
+/* Shared by admit and finish. KEYS[1] is the tenant's bucket hash. A
+ * bucket is nil when its rate is 0 (unlimited). */
+#define LUA_BUCKETS                                                                                  \
+    "local U = 60000000\n"                                                                           \
+    "local t = redis.call('TIME')\n"                                                                 \
+    "local now = tonumber(t[1]) * 1000000 + tonumber(t[2])\n"                                        \
+    "local function fdiv(a, b) return (a - math.fmod(a, b)) / b end\n"                               \
+    "local function cdiv(a, b) local q = fdiv(a, b) if math.fmod(a, b) ~= 0 then q = q + 1 end return q end\n" \
+    "local function load(p, rate)\n"                                                                 \
+    "  if rate == 0 then return nil end\n"                                                           \
+    "  local b = {p = p, rate = rate, cap = rate * U, level = rate * U, last = now}\n"               \
+    "  local v = redis.call('HMGET', KEYS[1], p .. 'l', p .. 't', p .. 'r')\n"                       \
+    "  local level, last, old = tonumber(v[1]), tonumber(v[2]), tonumber(v[3])\n"                   \
+    "  if not level or not last or not old or old <= 0 then return b end\n"                          \
+    /* ratelimit.c level_at at the stored rate, then a changed rate's cap */                          \
+    "  local oldcap = old * U\n"                                                                     \
+    "  if now > last and level < oldcap then\n"                                                      \
+    "    if now - last > fdiv(oldcap - level, old) then level = oldcap\n"                           \
+    "    else level = level + (now - last) * old end\n"                                              \
+    "  end\n"                                                                                        \
+    "  if level > b.cap then level = b.cap end\n"                                                    \
+    "  b.level = level\n"                                                                            \
+    "  if last > now then b.last = last end\n"                                                       \
+    "  return b\n"                                                                                   \
+    "end\n"                                                                                          \
+    /* lim_bucket_wait_us: 0 now, -1 never, else exact us */                                         \
+    "local function wait(b, n)\n"                                                                    \
+    "  if not b then return 0 end\n"                                                                 \
+    "  if n > b.rate then return -1 end\n"                                                           \
+    "  local need = n * U\n"                                                                         \
+    "  if b.level >= need then return 0 end\n"                                                       \
+    "  return cdiv(need - b.level, b.rate) + (b.last - now)\n"                                       \
+    "end\n"                                                                                          \
+    "local function store(b)\n"                                                                      \
+    "  if not b then return end\n"                                                                   \
+    "  redis.call('HSET', KEYS[1], b.p .. 'l', string.format('%.0f', b.level),\n"                    \
+    "             b.p .. 't', string.format('%.0f', b.last), b.p .. 'r', string.format('%.0f', b.rate))\n" \
+    "end\n"                                                                                          \
+    /* The key lives until both buckets are full again (what a missing key */                        \
+    /* reads as), plus a second. */                                                                  \
+    "local function expire(a, b)\n"                                                                  \
+    "  local us = 0\n"                                                                               \
+    "  for _, x in ipairs({a or false, b or false}) do\n"                                            \
+    "    if x then\n"                                                                                \
+    "      local w = cdiv(x.cap - x.level, x.rate) + (x.last - now)\n"                              \
+    "      if w > us then us = w end\n"                                                              \
+    "    end\n"                                                                                      \
+    "  end\n"                                                                                        \
+    "  if a or b then redis.call('PEXPIRE', KEYS[1], string.format('%.0f', fdiv(us, 1000) + 1000)) end\n" \
+    "end\n"
+
+/* KEYS: bucket hash, in-flight hash. ARGV: alive prefix, replica, rpm,
+ * tpm, max_concurrent, reserve, lease_ms. Returns {reason, retry_us} with
+ * reason a lim_reason. */
+static const char LUA_ADMIT[] =
+    LUA_BUCKETS
+    "local rpm, tpm = tonumber(ARGV[3]), tonumber(ARGV[4])\n"
+    "local conc, need = tonumber(ARGV[5]), tonumber(ARGV[6])\n"
+    "local rq, tk = load('r', rpm), load('t', tpm)\n"
+    "local wr, wt = wait(rq, 1), wait(tk, need)\n"
+    "if wr < 0 or wt < 0 then return {4, -1} end\n"
+    "if wr > 0 or wt > 0 then\n"
+    "  if wt > wr then return {2, wt} end\n"
+    "  return {1, wr}\n"
+    "end\n"
+    "redis.call('SET', ARGV[1] .. ARGV[2], '1', 'PX', ARGV[7])\n"
+    "if conc > 0 then\n"
+    "  local n = 0\n"
+    "  local h = redis.call('HGETALL', KEYS[2])\n"
+    "  for i = 1, #h, 2 do\n"
+    "    if redis.call('EXISTS', ARGV[1] .. h[i]) == 1 then n = n + tonumber(h[i + 1])\n"
+    "    else redis.call('HDEL', KEYS[2], h[i]) end\n"
+    "  end\n"
+    "  if n >= conc then return {3, -1} end\n"
+    "end\n"
+    "redis.call('HINCRBY', KEYS[2], ARGV[2], 1)\n"
+    "redis.call('PEXPIRE', KEYS[2], 2 * tonumber(ARGV[7]))\n"
+    "if rq then rq.level = rq.level - U end\n"
+    "if tk then tk.level = tk.level - need * U end\n"
+    "store(rq) store(tk) expire(rq, tk)\n"
+    "return {0, 0}\n";
+
+/* KEYS: bucket hash, in-flight hash. ARGV: alive prefix, replica, rpm,
+ * tpm, reserved, used. Returns 0. */
+static const char LUA_FINISH[] =
+    LUA_BUCKETS
+    "local n = tonumber(redis.call('HGET', KEYS[2], ARGV[2]) or '0') or 0\n"
+    "if n > 1 then redis.call('HINCRBY', KEYS[2], ARGV[2], -1)\n"
+    "elseif n == 1 then redis.call('HDEL', KEYS[2], ARGV[2]) end\n"
+    "local rq, tk = load('r', tonumber(ARGV[3])), load('t', tonumber(ARGV[4]))\n"
+    "if tk then\n"
+    "  local reserved, used = tonumber(ARGV[5]), tonumber(ARGV[6])\n"
+    "  if used < reserved then\n"
+    "    local give = reserved - used\n"
+    "    if give > fdiv(tk.cap - tk.level, U) then tk.level = tk.cap else tk.level = tk.level + give * U end\n"
+    "  elseif used > reserved then\n"
+    "    local take = used - reserved\n"
+    "    if take > fdiv(tk.level, U) then tk.level = 0 else tk.level = tk.level - take * U end\n"
+    "  end\n"
+    "  store(tk)\n"
+    "end\n"
+    "expire(rq, tk)\n"
+    "return 0\n";
+
+/* The heartbeat and the fair-share exchange. ARGV: prefix, replica,
+ * lease_ms, T (tenants), M (models), T tenant names, T in-flight counts,
+ * then per model its name and T service figures. Returns M x T sums of
+ * the other live replicas' figures, model-major. */
+static const char LUA_SYNC[] =
+    "local P, me, lease = ARGV[1], ARGV[2], tonumber(ARGV[3])\n"
+    "local T, M = tonumber(ARGV[4]), tonumber(ARGV[5])\n"
+    "redis.call('SET', P .. ':alive:' .. me, '1', 'PX', lease)\n"
+    "local names = {}\n"
+    "for i = 1, T do\n"
+    "  names[i] = ARGV[5 + i]\n"
+    "  local k, n = P .. ':inflight:' .. names[i], ARGV[5 + T + i]\n"
+    "  if n == '0' then redis.call('HDEL', k, me)\n"
+    "  else redis.call('HSET', k, me, n) redis.call('PEXPIRE', k, 2 * lease) end\n"
+    "end\n"
+    "local out, a = {}, 6 + 2 * T\n"
+    "for m = 1, M do\n"
+    "  local base = P .. ':svc:' .. ARGV[a] .. ':'\n"
+    "  local reps = P .. ':svcreps:' .. ARGV[a]\n"
+    "  local mine = {}\n"
+    "  for i = 1, T do mine[2 * i - 1] = names[i] mine[2 * i] = ARGV[a + i] end\n"
+    "  if T > 0 then redis.call('HSET', base .. me, unpack(mine)) end\n"
+    "  redis.call('PEXPIRE', base .. me, lease)\n"
+    "  redis.call('SADD', reps, me)\n"
+    "  redis.call('PEXPIRE', reps, 2 * lease)\n"
+    "  local sums = {}\n"
+    "  for i = 1, T do sums[i] = 0 end\n"
+    "  for _, r in ipairs(redis.call('SMEMBERS', reps)) do\n"
+    "    if r ~= me then\n"
+    "      if redis.call('EXISTS', base .. r) == 0 then redis.call('SREM', reps, r)\n"
+    "      elseif T > 0 then\n"
+    "        local v = redis.call('HMGET', base .. r, unpack(names))\n"
+    "        for i = 1, T do sums[i] = sums[i] + (tonumber(v[i]) or 0) end\n"
+    "      end\n"
+    "    end\n"
+    "  end\n"
+    "  for i = 1, T do out[#out + 1] = sums[i] end\n"
+    "  a = a + 1 + T\n"
+    "end\n"
+    "return out\n";
+
+enum { S_ADMIT, S_FINISH, S_SYNC, N_SCRIPTS };
+static const char *const SCRIPTS[N_SCRIPTS] = {LUA_ADMIT, LUA_FINISH, LUA_SYNC};
+
+/* ---- state ------------------------------------------------------------------ */
+
+struct rfleet {
+    const cfg *c;
+    const cfg_redis *r;
+    char replica[REPLICA_MAX];  /* this process's id in the fleet */
+    char alive_prefix[CFG_REDIS_PREFIX_MAX + 8]; /* "P:alive:" */
+    char **lim_keys;            /* (n_tenants) "P:lim:T" */
+    char **inflight_keys;       /* (n_tenants) "P:inflight:T" */
+    pthread_mutex_t mu;         /* everything below */
+    redisContext *rc;           /* NULL while down */
+    char sha[N_SCRIPTS][41];    /* of the loaded scripts */
+    int down;                   /* 1 from a failure to the next success */
+    int64_t retry_at_us;        /* while down: no attempt before this */
+    int64_t backoff_us;
+    uint32_t *inflight;         /* (n_tenants) admitted here by Redis, not finished */
+    atomic_ullong errors;       /* failed or late calls */
+    atomic_ullong fallbacks;    /* requests decided without Redis */
+    atomic_int up;              /* for the gauge: 0 while down */
+    /* the sync thread */
+    pthread_t th;
+    int started;
+    pthread_mutex_t stop_mu;
+    pthread_cond_t stop_cv;
+    int stop;
+    wk_worker **workers;        /* (n_workers) owned array, borrowed workers */
+    int n_workers;
+};
+
+static int64_t mono_us(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+static struct timeval tv_of_ms(uint32_t ms) {
+    return (struct timeval){.tv_sec = ms / 1000, .tv_usec = (suseconds_t)(ms % 1000) * 1000};
+}
+
+/* One log line per transition: up -> down here, down -> up in mark_up. */
+static void mark_down(rfleet *f, const char *why) {
+    atomic_fetch_add(&f->errors, 1);
+    if (f->rc) redisFree(f->rc);
+    f->rc = NULL;
+    if (!f->down)
+        fprintf(stderr, "tessera: redis %s:%u: %s; limits %s until it answers again\n", f->r->host,
+                (unsigned)f->r->port, why,
+                f->r->fail_closed ? "refuse requests with 503 (redis_on_error: closed)"
+                                  : "are counted by each replica alone (redis_on_error: open)");
+    f->down = 1;
+    atomic_store(&f->up, 0);
+    f->backoff_us = f->backoff_us ? f->backoff_us * 2 : BACKOFF_MIN_US;
+    if (f->backoff_us > BACKOFF_MAX_US) f->backoff_us = BACKOFF_MAX_US;
+    f->retry_at_us = mono_us() + f->backoff_us;
+}
+
+static void mark_up(rfleet *f) {
+    if (f->down)
+        fprintf(stderr, "tessera: redis %s:%u answers again; limits are fleet-wide again\n", f->r->host,
+                (unsigned)f->r->port);
+    f->down = 0;
+    f->backoff_us = 0;
+    atomic_store(&f->up, 1);
+}
+
+/* A reply that is an error, or none: why, for the log; NULL when fine. */
+static const char *reply_fault(const redisContext *rc, const redisReply *rep) {
+    if (!rep) return rc->errstr[0] ? rc->errstr : "no reply";
+    if (rep->type == REDIS_REPLY_ERROR) return rep->str;
+    return NULL;
+}
+
+/* Run one command on rc; on any fault the connection is given up. */
+static redisReply *command(rfleet *f, int argc, const char **argv, const size_t *lens) {
+    redisReply *rep = redisCommandArgv(f->rc, argc, argv, lens);
+    const char *why = reply_fault(f->rc, rep);
+    if (!why) return rep;
+    char msg[256];
+    snprintf(msg, sizeof msg, "%s", why);
+    if (rep) freeReplyObject(rep);
+    mark_down(f, msg);
+    return NULL;
+}
+
+static int simple(rfleet *f, int argc, const char **argv) {
+    redisReply *rep = command(f, argc, argv, NULL);
+    if (rep) freeReplyObject(rep);
+    return rep ? 0 : -1;
+}
+
+/* Connect, authenticate, select the database and load the scripts. */
+static int connect_now(rfleet *f) {
+    const cfg_redis *r = f->r;
+    f->rc = redisConnectWithTimeout(r->host, r->port, tv_of_ms(r->timeout_ms));
+    if (!f->rc || f->rc->err) {
+        char msg[256];
+        snprintf(msg, sizeof msg, "cannot connect: %s", f->rc ? f->rc->errstr : "out of memory");
+        mark_down(f, msg);
+        return -1;
+    }
+    if (redisSetTimeout(f->rc, tv_of_ms(r->timeout_ms)) != REDIS_OK) {
+        mark_down(f, "cannot set the command timeout");
+        return -1;
+    }
+    char db[NUM_MAX];
+    snprintf(db, sizeof db, "%u", (unsigned)r->db);
+    if (r->password[0] && r->user[0] && simple(f, 3, (const char *[]){"AUTH", r->user, r->password})) return -1;
+    if (r->password[0] && !r->user[0] && simple(f, 2, (const char *[]){"AUTH", r->password})) return -1;
+    if (r->db && simple(f, 2, (const char *[]){"SELECT", db})) return -1;
+    for (int i = 0; i < N_SCRIPTS; i++) {
+        redisReply *rep = command(f, 3, (const char *[]){"SCRIPT", "LOAD", SCRIPTS[i]}, NULL);
+        if (!rep) return -1;
+        int ok = rep->type == REDIS_REPLY_STRING && rep->len == 40;
+        if (ok) memcpy(f->sha[i], rep->str, 41);
+        freeReplyObject(rep);
+        if (!ok) {
+            mark_down(f, "SCRIPT LOAD gave no SHA-1");
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* The connection, or NULL while down and within the backoff. */
+static redisContext *conn_get(rfleet *f) {
+    if (f->rc) return f->rc;
+    if (f->down && mono_us() < f->retry_at_us) return NULL;
+    return connect_now(f) ? NULL : f->rc;
+}
+
+/* EVALSHA script with nkeys keys then the rest of argv (argc items from
+ * argv[0] on: keys, then arguments). A NOSCRIPT (someone flushed the
+ * scripts) reloads them once. Holds f->mu. */
+static redisReply *evalsha(rfleet *f, int script, int nkeys, int argc, const char **argv) {
+    const char *full[argc + 3];
+    char nk[8];
+    snprintf(nk, sizeof nk, "%d", nkeys);
+    for (int attempt = 0; attempt < 2; attempt++) {
+        if (!conn_get(f)) return NULL;
+        full[0] = "EVALSHA";
+        full[1] = f->sha[script];
+        full[2] = nk;
+        memcpy(full + 3, argv, (size_t)argc * sizeof *argv);
+        redisReply *rep = redisCommandArgv(f->rc, argc + 3, full, NULL);
+        if (rep && rep->type == REDIS_REPLY_ERROR && !strncmp(rep->str, "NOSCRIPT", 8) && attempt == 0) {
+            freeReplyObject(rep);
+            redisFree(f->rc);
+            f->rc = NULL;           /* reconnecting loads them again */
+            continue;
+        }
+        const char *why = reply_fault(f->rc, rep);
+        if (!why) {
+            mark_up(f);
+            return rep;
+        }
+        char msg[256];
+        snprintf(msg, sizeof msg, "%s", why);
+        if (rep) freeReplyObject(rep);
+        mark_down(f, msg);
+        return NULL;
+    }
+    return NULL;
+}
+
+/* ---- limits ----------------------------------------------------------------- */
+
+static void u64s(char *buf, uint64_t v) { snprintf(buf, NUM_MAX, "%llu", (unsigned long long)v); }
+
+rfleet_verdict rfleet_admit(rfleet *f, int tenant, uint64_t reserve, lim_reason *why, int64_t *retry_us) {
+    const cfg_tenant *t = &f->c->tenants[tenant];
+    char rpm[NUM_MAX], tpm[NUM_MAX], conc[NUM_MAX], need[NUM_MAX], lease[NUM_MAX];
+    u64s(rpm, t->requests_per_minute);
+    u64s(tpm, t->tokens_per_minute);
+    u64s(conc, t->max_concurrent);
+    u64s(need, reserve);
+    u64s(lease, f->r->lease_ms);
+    const char *argv[] = {f->lim_keys[tenant], f->inflight_keys[tenant], f->alive_prefix, f->replica,
+                          rpm, tpm, conc, need, lease};
+    pthread_mutex_lock(&f->mu);
+    redisReply *rep = evalsha(f, S_ADMIT, 2, 9, argv);
+    int ok = rep && rep->type == REDIS_REPLY_ARRAY && rep->elements == 2 &&
+             rep->element[0]->type == REDIS_REPLY_INTEGER && rep->element[1]->type == REDIS_REPLY_INTEGER &&
+             rep->element[0]->integer >= LIM_OK && rep->element[0]->integer <= LIM_TOO_LARGE;
+    if (ok) {
+        *why = (lim_reason)rep->element[0]->integer;
+        *retry_us = rep->element[1]->integer < 0 ? LIM_RETRY_NONE : rep->element[1]->integer;
+        if (*why == LIM_OK) f->inflight[tenant]++;
+    } else if (rep) {
+        mark_down(f, "unexpected reply to the admission script");
+    }
+    pthread_mutex_unlock(&f->mu);
+    if (rep) freeReplyObject(rep);
+    if (ok) return RFLEET_DECIDED;
+    atomic_fetch_add(&f->fallbacks, 1);
+    return f->r->fail_closed ? RFLEET_CLOSED : RFLEET_LOCAL;
+}
+
+void rfleet_finish(rfleet *f, int tenant, uint64_t reserved, uint64_t used) {
+    const cfg_tenant *t = &f->c->tenants[tenant];
+    char rpm[NUM_MAX], tpm[NUM_MAX], res[NUM_MAX], use[NUM_MAX];
+    u64s(rpm, t->requests_per_minute);
+    u64s(tpm, t->tokens_per_minute);
+    u64s(res, reserved);
+    u64s(use, used);
+    const char *argv[] = {f->lim_keys[tenant], f->inflight_keys[tenant], f->alive_prefix, f->replica,
+                          rpm, tpm, res, use};
+    pthread_mutex_lock(&f->mu);
+    /* The local count is the truth the heartbeat writes back, so it drops
+     * whether or not Redis hears of this finish. */
+    if (f->inflight[tenant]) f->inflight[tenant]--;
+    redisReply *rep = evalsha(f, S_FINISH, 2, 8, argv);
+    pthread_mutex_unlock(&f->mu);
+    if (rep) freeReplyObject(rep);
+}
+
+/* ---- heartbeat and fair share ---------------------------------------------- */
+
+/* One exchange: this replica's counts and service out, the others' in. */
+static void sync_once(rfleet *f, sched_tenant_stats *snap, uint64_t *remote, char *nums, const char **argv) {
+    int T = (int)f->c->n_tenants, M = 0;
+    char *num = nums;
+    int a = 0;
+    char tc[NUM_MAX], mc[NUM_MAX], ls[NUM_MAX];
+    int n_models = 0;
+    for (int m = 0; m < f->n_workers; m++) n_models += f->workers[m] != NULL;
+    u64s(tc, (uint64_t)T);
+    u64s(mc, (uint64_t)n_models);
+    u64s(ls, f->r->lease_ms);
+    argv[a++] = f->r->prefix;
+    argv[a++] = f->replica;
+    argv[a++] = ls;
+    argv[a++] = tc;
+    argv[a++] = mc;
+    for (int i = 0; i < T; i++) argv[a++] = f->c->tenants[i].sched.name;
+    int counts_at = a;
+    a += T;
+    for (int m = 0; m < f->n_workers; m++) {
+        if (!f->workers[m]) continue;
+        wk_snapshot(f->workers[m], snap, NULL);
+        argv[a++] = f->c->models[m].name;
+        for (int i = 0; i < T; i++) {
+            double units = snap[i].service * FQ_SCALE / f->c->tenants[i].sched.weight;
+            u64s(num, units > 0 && units < 9e15 ? (uint64_t)llround(units) : 0);
+            argv[a++] = num;
+            num += NUM_MAX;
+        }
+        M++;
+    }
+    pthread_mutex_lock(&f->mu);
+    for (int i = 0; i < T; i++) {
+        u64s(num, f->inflight[i]);
+        argv[counts_at + i] = num;
+        num += NUM_MAX;
+    }
+    redisReply *rep = evalsha(f, S_SYNC, 0, a, argv);
+    int ok = rep && rep->type == REDIS_REPLY_ARRAY && rep->elements == (size_t)M * (size_t)T;
+    if (rep && !ok) mark_down(f, "unexpected reply to the sync script");
+    pthread_mutex_unlock(&f->mu);
+    for (int m = 0, k = 0; ok && m < f->n_workers; m++) {
+        if (!f->workers[m]) continue;
+        for (int i = 0; i < T; i++, k++) {
+            const redisReply *e = rep->element[(size_t)k];
+            remote[i] = e->type == REDIS_REPLY_INTEGER && e->integer > 0 ? (uint64_t)e->integer : 0;
+        }
+        wk_fleet_remote(f->workers[m], remote);
+    }
+    if (rep) freeReplyObject(rep);
+}
+
+static void *sync_loop(void *arg) {
+    rfleet *f = arg;
+    size_t T = f->c->n_tenants, M = (size_t)f->n_workers;
+    sched_tenant_stats *snap = calloc(T ? T : 1, sizeof *snap);
+    uint64_t *remote = calloc(T ? T : 1, sizeof *remote);
+    char *nums = calloc((M + 1) * (T ? T : 1), NUM_MAX);
+    const char **argv = calloc(5 + 2 * T + M * (1 + T), sizeof *argv);
+    pthread_mutex_lock(&f->stop_mu);
+    while (!f->stop) {
+        pthread_mutex_unlock(&f->stop_mu);
+        if (snap && remote && nums && argv) sync_once(f, snap, remote, nums, argv);
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        int64_t ns = ts.tv_nsec + (int64_t)f->r->sync_ms * 1000000;
+        ts.tv_sec += ns / 1000000000;
+        ts.tv_nsec = ns % 1000000000;
+        pthread_mutex_lock(&f->stop_mu);
+        if (!f->stop) pthread_cond_timedwait(&f->stop_cv, &f->stop_mu, &ts);
+    }
+    pthread_mutex_unlock(&f->stop_mu);
+    free(snap);
+    free(remote);
+    free(nums);
+    free(argv);
+    return NULL;
+}
+
+int rfleet_start(rfleet *f, wk_worker *const *workers, int n_workers) {
+    if (!f || f->started) return TS_ERR_INVAL;
+    free(f->workers);
+    f->workers = calloc(n_workers > 0 ? (size_t)n_workers : 1, sizeof *f->workers);
+    if (!f->workers) return TS_ERR_NOMEM;
+    memcpy(f->workers, workers, (size_t)(n_workers > 0 ? n_workers : 0) * sizeof *workers);
+    f->n_workers = n_workers;
+    f->stop = 0;
+    if (pthread_create(&f->th, NULL, sync_loop, f)) return TS_ERR_NOMEM;
+    f->started = 1;
+    return 0;
+}
+
+void rfleet_stop(rfleet *f) {
+    if (!f || !f->started) return;
+    pthread_mutex_lock(&f->stop_mu);
+    f->stop = 1;
+    pthread_cond_signal(&f->stop_cv);
+    pthread_mutex_unlock(&f->stop_mu);
+    pthread_join(f->th, NULL);
+    f->started = 0;
+}
+
+/* ---- life ------------------------------------------------------------------- */
+
+/* host-pid-random: readable in redis-cli, unique across restarts. Only
+ * [A-Za-z0-9.-] of the host name, so that ':' stays a key separator. */
+static void make_replica_id(char *out, size_t cap) {
+    char host[64] = "host";
+    gethostname(host, sizeof host - 1);
+    host[sizeof host - 1] = 0;
+    for (char *p = host; *p; p++)
+        if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') || *p == '.' ||
+              *p == '-'))
+            *p = '-';
+    unsigned char rnd[6] = {0};
+    if (RAND_bytes(rnd, sizeof rnd) != 1) {
+        uint64_t t = (uint64_t)mono_us() ^ ((uint64_t)getpid() << 32);
+        memcpy(rnd, &t, sizeof rnd);
+    }
+    snprintf(out, cap, "%s-%ld-%02x%02x%02x%02x%02x%02x", host, (long)getpid(), rnd[0], rnd[1], rnd[2], rnd[3],
+             rnd[4], rnd[5]);
+}
+
+static char *key_of(const char *prefix, const char *kind, const char *name) {
+    size_t n = strlen(prefix) + strlen(kind) + strlen(name) + 3;
+    char *k = malloc(n);
+    if (k) snprintf(k, n, "%s:%s:%s", prefix, kind, name);
+    return k;
+}
+
+int rfleet_new(const cfg *c, rfleet **out, char *err, size_t errlen) {
+    *out = NULL;
+    if (!c || c->limits.backend != CFG_BACKEND_REDIS) return err_set(err, errlen, TS_ERR_INVAL, "not a redis backend");
+    rfleet *f = calloc(1, sizeof *f);
+    if (!f) return err_set(err, errlen, TS_ERR_NOMEM, "out of memory");
+    f->c = c;
+    f->r = &c->limits.redis;
+    pthread_mutex_init(&f->mu, NULL);
+    pthread_mutex_init(&f->stop_mu, NULL);
+    pthread_cond_init(&f->stop_cv, NULL);
+    make_replica_id(f->replica, sizeof f->replica);
+    snprintf(f->alive_prefix, sizeof f->alive_prefix, "%s:alive:", f->r->prefix);
+    size_t T = c->n_tenants;
+    f->lim_keys = calloc(T, sizeof(char *));
+    f->inflight_keys = calloc(T, sizeof(char *));
+    f->inflight = calloc(T, sizeof(uint32_t));
+    int ok = f->lim_keys && f->inflight_keys && f->inflight;
+    for (size_t i = 0; ok && i < T; i++) {
+        f->lim_keys[i] = key_of(f->r->prefix, "lim", c->tenants[i].sched.name);
+        f->inflight_keys[i] = key_of(f->r->prefix, "inflight", c->tenants[i].sched.name);
+        ok = f->lim_keys[i] && f->inflight_keys[i];
+    }
+    if (!ok) {
+        rfleet_free(f);
+        return err_set(err, errlen, TS_ERR_NOMEM, "out of memory");
+    }
+    atomic_store(&f->up, 0);
+    pthread_mutex_lock(&f->mu);
+    if (connect_now(f) == 0) mark_up(f);
+    pthread_mutex_unlock(&f->mu);
+    fprintf(stderr, "tessera: limits are fleet-wide in redis %s:%u/%u (prefix '%s', replica %s)%s\n", f->r->host,
+            (unsigned)f->r->port, (unsigned)f->r->db, f->r->prefix, f->replica,
+            atomic_load(&f->up) ? "" : ", not reachable yet");
+    *out = f;
+    return 0;
+}
+
+void rfleet_metrics(rfleet *f, strbuf *b) {
+    strbuf_puts(b, "# HELP tessera_redis_up 1 while the fleet's Redis answers (limits.backend: redis)\n"
+                   "# TYPE tessera_redis_up gauge\n");
+    strbuf_printf(b, "tessera_redis_up %d\n", atomic_load(&f->up));
+    strbuf_puts(b, "# HELP tessera_redis_errors_total Redis calls that failed or timed out\n"
+                   "# TYPE tessera_redis_errors_total counter\n");
+    strbuf_printf(b, "tessera_redis_errors_total %llu\n", (unsigned long long)atomic_load(&f->errors));
+    strbuf_puts(b, "# HELP tessera_redis_fallback_total Requests whose limits were decided without Redis "
+                   "(redis_on_error)\n"
+                   "# TYPE tessera_redis_fallback_total counter\n");
+    strbuf_printf(b, "tessera_redis_fallback_total{mode=\"%s\"} %llu\n", f->r->fail_closed ? "closed" : "open",
+                  (unsigned long long)atomic_load(&f->fallbacks));
+}
+
+void rfleet_free(rfleet *f) {
+    if (!f) return;
+    rfleet_stop(f);
+    if (f->rc) redisFree(f->rc);
+    for (size_t i = 0; i < f->c->n_tenants; i++) {
+        if (f->lim_keys) free(f->lim_keys[i]);
+        if (f->inflight_keys) free(f->inflight_keys[i]);
+    }
+    free(f->lim_keys);
+    free(f->inflight_keys);
+    free(f->inflight);
+    free(f->workers);
+    pthread_mutex_destroy(&f->mu);
+    pthread_mutex_destroy(&f->stop_mu);
+    pthread_cond_destroy(&f->stop_cv);
+    free(f);
+}
