@@ -1,0 +1,330 @@
+"""test_redis_limits.py - fleet-wide tenant limits and fair share through one
+Redis (limits.backend: redis, issue 16), against real `tessera serve`
+replicas on 127.0.0.1 sharing a private redis-server:
+
+- requests/min: a tenant allowed 6 a minute sends 12 spread over three
+  replicas; exactly 6 get 200 (each replica alone would take 6), the rest
+  429 with Retry-After;
+- tokens/min with refund: reservations of prompt + max_tokens come back
+  when a request stops early, on whichever replica it ran, and a reservation
+  that the fleet's bucket cannot hold is refused on another replica;
+- concurrency: two requests held on two replicas fill a cap of 2 for the
+  third replica; one ending frees the seat there;
+- a killed replica's in-flight request stops counting one lease later;
+- fair share: a tenant sending to two replicas and one sending to one of
+  them share the fleet's service about evenly (each replica alone would give
+  the first three quarters);
+- Redis killed mid-run: the replicas in fail-open mode answer from local
+  limits at once (no hang), the fail-closed one answers 503 with
+  Retry-After, /metrics shows tessera_redis_up 0 and the error count, one
+  log line each way, and the replicas recover when Redis is back;
+- a bad redis_url is a clear start-up error.
+
+Run by tests/redis_limits.sh (ctest) with TS_TESSERA and TS_TMPDIR set.
+"""
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from harness import (Env, Model, RawStream, Server, Tenant, free_port, get_metrics, make_model,  # noqa: E402
+                     metric_value, request, wait_until)
+
+ENV = Env("redis_limits_test")
+PREFIX = "tessera-it"
+LEASE_MS, SYNC_MS = 1000, 100
+COMP = "/v1/completions"
+NO_EOS = {"2": -100}        # mkmodel's EOS id: generate every max_token
+EOS_NOW = {"2": 100}        # stop at the first token
+REDIS = None
+R = []                      # the three replicas
+TENANTS = None
+
+
+# ---- a private redis-server ------------------------------------------------------
+
+
+def resp_call(port, *args, timeout=2):
+    """One command over RESP; the reply (bytes, int, list or None)."""
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
+        out = b"*%d\r\n" % len(args) + b"".join(b"$%d\r\n%s\r\n" % (len(a), a) for a in
+                                               (x.encode() if isinstance(x, str) else x for x in args))
+        s.sendall(out)
+        with s.makefile("rb") as f:
+            return _read_reply(f)
+
+
+def _read_reply(f):
+    """One RESP reply from the file f."""
+    line = f.readline().rstrip(b"\r\n")
+    kind, rest = line[:1], line[1:]
+    if kind == b"+":
+        return rest
+    if kind == b"-":
+        raise RuntimeError(rest.decode())
+    if kind == b":":
+        return int(rest)
+    if kind == b"$":
+        n = int(rest)
+        return None if n < 0 else f.read(n + 2)[:-2]
+    if kind == b"*":
+        n = int(rest)
+        return None if n < 0 else [_read_reply(f) for _ in range(n)]
+    raise RuntimeError("bad RESP line %r" % line)
+
+
+class Redis:
+    def __init__(self):
+        self.bin = shutil.which("redis-server") or ("/usr/bin/redis-server"
+                                                    if os.access("/usr/bin/redis-server", os.X_OK) else None)
+        if not self.bin:
+            raise AssertionError("redis-server is not installed: this test needs it "
+                                 "(Debian package redis-server; scripts/deps.sh test installs it)")
+        self.port = free_port()
+        self.dir = os.path.join(ENV.work, "redis")
+        os.makedirs(self.dir, exist_ok=True)
+        self.proc = None
+
+    def start(self):
+        log = open(os.path.join(self.dir, "redis.log"), "a")
+        self.proc = subprocess.Popen([self.bin, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
+                                      "--appendonly", "no", "--dir", self.dir, "--daemonize", "no"],
+                                     stdout=log, stderr=log, stdin=subprocess.DEVNULL)
+        log.close()
+
+        def pong():
+            try:
+                return resp_call(self.port, "PING", timeout=0.5) == b"PONG"
+            except OSError:
+                return False
+        wait_until(pong, 10, what="redis-server to answer PING")
+
+    def kill(self):
+        if self.proc and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(5)
+
+
+# ---- set-up -----------------------------------------------------------------------
+
+
+def redis_limits(**more):
+    lim = {"backend": "redis", "redis_url": "redis://127.0.0.1:%d" % REDIS.port, "redis_prefix": PREFIX,
+           "redis_lease_ms": LEASE_MS, "redis_sync_ms": SYNC_MS, "redis_timeout_ms": 200}
+    lim.update(more)
+    return lim
+
+
+def replica(name, closed=False):
+    tiny, slow = MODELS
+    return Server(ENV, name, [Model("tiny", tiny, threads=1, max_seqs=1, kv_cache_bytes="8MiB"),
+                              Model("slow", slow, threads=1, kv_cache_bytes="16MiB")],
+                  TENANTS, limits=redis_limits(**({"redis_on_error": "closed"} if closed else {})))
+
+
+def setUpModule():
+    global REDIS, TENANTS, MODELS
+    REDIS = Redis()
+    REDIS.start()
+    MODELS = (make_model(ENV), make_model(ENV, "slow.gguf", preset="15m"))
+    TENANTS = [Tenant(ENV, "rpm", "gold", requests_per_minute=6),
+               Tenant(ENV, "tpm", "gold", tokens_per_minute=600),
+               Tenant(ENV, "conc", "gold", max_concurrent=2),
+               Tenant(ENV, "hold", "gold", max_concurrent=1),
+               Tenant(ENV, "fa", "silver"), Tenant(ENV, "fb", "silver"),
+               Tenant(ENV, "free", "gold")]
+    for i in range(3):
+        R.append(replica("r%d" % i, closed=(i == 2)).start())
+
+
+def tearDownModule():
+    for s in R:
+        s.stop()
+    if REDIS:
+        REDIS.kill()
+
+
+def comp(srv, tenant, timeout=20, **body):
+    b = {"model": "tiny", "prompt": "hello", "max_tokens": 1, "temperature": 0}
+    b.update(body)
+    return request(srv.port, "POST", COMP, b, key=srv.key(tenant), timeout=timeout)
+
+
+def hold(srv, tenant):
+    """A long streaming request on the slow model, running (first event read)."""
+    rs = RawStream(srv.port, COMP, {"model": "slow", "prompt": "a long story", "max_tokens": 900, "stream": True,
+                                    "logit_bias": NO_EOS}, srv.key(tenant))
+    ev = rs.next_event()
+    if rs.status != 200 or ev is None:
+        raise AssertionError("hold: status %r" % rs.status)
+    return rs
+
+
+def code(r):
+    return r.json()["error"]["code"] if r.status != 200 else None
+
+
+class FleetLimits(unittest.TestCase):
+    def test_1_requests_per_minute(self):
+        got = [comp(R[i % 3], "rpm") for i in range(12)]
+        ok = [r for r in got if r.status == 200]
+        denied = [r for r in got if r.status == 429]
+        self.assertEqual(len(ok), 6, [r.status for r in got])
+        self.assertEqual(len(denied), 6, [r.status for r in got])
+        for r in denied:
+            self.assertEqual(code(r), "rate_requests")
+            # 6/min refills one request in 10 s: the wait is at most that.
+            self.assertTrue(1 <= int(r.headers["retry-after"]) <= 10, r.headers)
+        # Every replica counted into the same bucket, under the prefix.
+        keys = resp_call(REDIS.port, "KEYS", PREFIX + ":lim:*")
+        self.assertIn((PREFIX + ":lim:rpm").encode(), keys)
+        self.assertEqual(resp_call(REDIS.port, "KEYS", "tessera:*"), [])
+
+    def test_2_tokens_per_minute_with_refund(self):
+        # 600 tokens/min, refilling 10 a second. Each of these reserves
+        # prompt + 590 and stops at once: only the refund of the one before
+        # lets the next in, on another replica, within seconds. (The refund
+        # lands when the server has finished the answer, a moment after the
+        # client has read it; a denial changes nothing, so ask again.)
+        for srv in (R[0], R[1], R[2]):
+            r = wait_until(lambda: (lambda x: x if x.status == 200 else None)(
+                comp(srv, "tpm", max_tokens=590, logit_bias=EOS_NOW)), 5, what="the refund")
+            self.assertLessEqual(r.json()["usage"]["completion_tokens"], 1)
+        # Now one that uses what it reserves: about 300 tokens gone.
+        r = comp(R[0], "tpm", max_tokens=300, logit_bias=NO_EOS)
+        self.assertEqual(r.status, 200, r)
+        self.assertEqual(r.json()["usage"]["completion_tokens"], 300)
+        # The fleet's bucket holds less than 400 now: refused on another
+        # replica, whose own bucket would be full.
+        r = comp(R[1], "tpm", max_tokens=400)
+        self.assertEqual(r.status, 429, r)
+        self.assertEqual(code(r), "rate_tokens")
+        self.assertTrue(1 <= int(r.headers["retry-after"]) <= 60, r.headers)
+        # What still fits is admitted anywhere.
+        r = comp(R[2], "tpm", max_tokens=100, logit_bias=EOS_NOW)
+        self.assertEqual(r.status, 200, r)
+
+    def test_3_concurrency(self):
+        a = hold(R[0], "conc")
+        b = hold(R[1], "conc")
+        try:
+            r = comp(R[2], "conc")
+            self.assertEqual(r.status, 429, r)
+            self.assertEqual(code(r), "concurrency")
+            self.assertNotIn("retry-after", r.headers)
+        finally:
+            a.close()
+        # The hang-up cancels it and its seat frees fleet-wide.
+        wait_until(lambda: comp(R[2], "conc").status == 200, 10, interval=0.1, what="the seat to free")
+        b.close()
+
+    def test_4_killed_replica_expires(self):
+        victim = replica("victim").start()
+        try:
+            h = hold(victim, "hold")
+            victim.kill()
+            h.close()
+            t0 = time.monotonic()
+            r = comp(R[0], "hold")
+            self.assertEqual(r.status, 429, r)       # its lease still runs
+            wait_until(lambda: comp(R[0], "hold").status == 200, 10, interval=0.1,
+                       what="the dead replica's in-flight count to expire")
+            took = time.monotonic() - t0
+            self.assertLess(took, LEASE_MS / 1000 + 3, took)
+        finally:
+            victim.kill()
+
+    def test_5_fair_share_across_replicas(self):
+        # fa sends to r0 and r1, fb only to r0; each replica runs one
+        # sequence at a time, so its fair queue decides every admission, and
+        # requests are long enough that the clients keep a queue waiting.
+        stop = threading.Event()
+        errors = []
+
+        def client(srv, tenant):
+            while not stop.is_set():
+                try:
+                    r = comp(srv, tenant, max_tokens=400, logit_bias=NO_EOS, timeout=30)
+                    if r.status != 200:
+                        errors.append(r)
+                except OSError as e:
+                    errors.append(e)
+
+        def service():
+            out = {"fa": 0.0, "fb": 0.0}
+            for srv in R:
+                r = request(srv.port, "GET", "/admin/tenants", key=srv.admin_key)
+                for d in r.json()["data"]:
+                    if d["tenant"] in out and d["model"] == "tiny":
+                        out[d["tenant"]] += d["service"]
+            return out
+
+        threads = [threading.Thread(target=client, args=(R[0], "fa")) for _ in range(3)]
+        threads += [threading.Thread(target=client, args=(R[1], "fa")) for _ in range(3)]
+        threads += [threading.Thread(target=client, args=(R[0], "fb")) for _ in range(3)]
+        for t in threads:
+            t.start()
+        try:
+            time.sleep(1.5)                 # the exchange settles
+            s0 = service()
+            time.sleep(5)
+            s1 = service()
+        finally:
+            stop.set()
+            for t in threads:
+                t.join(40)
+        self.assertEqual(errors, [])
+        fa, fb = s1["fa"] - s0["fa"], s1["fb"] - s0["fb"]
+        share = fb / (fa + fb)
+        print("fair share: fa %.0f fb %.0f, fb's share %.3f (0.5 fleet-wide, 0.25 per replica)" % (fa, fb, share),
+              file=sys.stderr)
+        self.assertTrue(0.4 <= share <= 0.6, share)
+
+    def test_6_redis_killed(self):
+        REDIS.kill()
+        try:
+            t0 = time.monotonic()
+            for i in range(4):
+                r = comp(R[i % 2], "free", timeout=5)
+                self.assertEqual(r.status, 200, r)   # fail open: local limits
+            self.assertLess(time.monotonic() - t0, 4)
+            r = comp(R[2], "free", timeout=5)          # fail closed
+            self.assertEqual(r.status, 503, r)
+            self.assertEqual(code(r), "limits_unavailable")
+            self.assertEqual(r.headers.get("retry-after"), "1")
+            m = get_metrics(R[0].port, R[0].admin_key)
+            self.assertEqual(metric_value(m, "tessera_redis_up"), 0)
+            self.assertGreaterEqual(metric_value(m, "tessera_redis_errors_total"), 1)
+            self.assertGreaterEqual(metric_value(m, "tessera_redis_fallback_total", mode="open"), 1)
+            m = get_metrics(R[2].port, R[2].admin_key)
+            self.assertGreaterEqual(metric_value(m, "tessera_redis_fallback_total", mode="closed"), 1)
+        finally:
+            REDIS.start()
+        for srv in R:
+            wait_until(lambda: metric_value(get_metrics(srv.port, srv.admin_key), "tessera_redis_up") == 1, 15,
+                       interval=0.2, what="%s to reconnect" % srv.name)
+        r = comp(R[2], "free")
+        self.assertEqual(r.status, 200, r)
+        for srv in R:
+            err = srv.stderr()
+            self.assertEqual(err.count("until it answers again"), 1, err)
+            self.assertEqual(err.count("answers again; limits are fleet-wide again"), 1, err)
+
+    def test_7_bad_url(self):
+        bad = Server(ENV, "badurl", [Model("tiny", MODELS[0])], TENANTS[:1],
+                     limits={"backend": "redis", "redis_url": "redis://127.0.0.1:70000"})
+        p = subprocess.run([ENV.tessera, "serve", "--config", bad.config, "--listen", "127.0.0.1:0"],
+                           capture_output=True, text=True, timeout=20)
+        self.assertNotEqual(p.returncode, 0)
+        self.assertIn("limits.redis_url: expected a port in 1..65535", p.stderr)
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
