@@ -30,6 +30,14 @@
 #define BACKOFF_MAX_US 5000000      /* longest */
 #define REPLICA_MAX 96              /* bytes of a replica id, with the NUL */
 #define NUM_MAX 24                  /* bytes of a decimal uint64, with the NUL */
+#define PENDING_CAP 4096            /* finishes kept for a Redis that is away */
+
+/* A finish whose tokens Redis has not settled yet. */
+struct pending {
+    int tenant;
+    uint64_t reserved, used;        /* tokens */
+    uint64_t seq;                   /* its finish's sequence number */
+};
 
 /* ---- the scripts ----------------------------------------------------------- */
 
@@ -115,13 +123,23 @@ static const char LUA_ADMIT[] =
     "store(rq) store(tk) expire(rq, tk)\n"
     "return {0, 0}\n";
 
-/* KEYS: bucket hash, in-flight hash. ARGV: alive prefix, replica, rpm,
- * tpm, reserved, used. Returns 0. */
+/* KEYS: bucket hash, in-flight hash, this replica's finish sequence.
+ * ARGV: alive prefix, replica, rpm, tpm, reserved, used, "1" to end a
+ * request in flight or "0" only to settle its tokens (a finish delivered
+ * late), and the finish's sequence number. A call that timed out may still
+ * run when Redis catches up, and its settlement is then delivered again:
+ * the sequence (a replica's finishes reach Redis in order, one connection
+ * at a time) applies each one once. Returns 0. */
 static const char LUA_FINISH[] =
     LUA_BUCKETS
-    "local n = tonumber(redis.call('HGET', KEYS[2], ARGV[2]) or '0') or 0\n"
-    "if n > 1 then redis.call('HINCRBY', KEYS[2], ARGV[2], -1)\n"
-    "elseif n == 1 then redis.call('HDEL', KEYS[2], ARGV[2]) end\n"
+    "if ARGV[7] == '1' then\n"
+    "  local n = tonumber(redis.call('HGET', KEYS[2], ARGV[2]) or '0') or 0\n"
+    "  if n > 1 then redis.call('HINCRBY', KEYS[2], ARGV[2], -1)\n"
+    "  elseif n == 1 then redis.call('HDEL', KEYS[2], ARGV[2]) end\n"
+    "end\n"
+    "local seq = tonumber(ARGV[8])\n"
+    "if seq <= (tonumber(redis.call('GET', KEYS[3]) or '0') or 0) then return 0 end\n"
+    "redis.call('SET', KEYS[3], ARGV[8], 'PX', 86400000)\n"
     "local rq, tk = load('r', tonumber(ARGV[3])), load('t', tonumber(ARGV[4]))\n"
     "if tk then\n"
     "  local reserved, used = tonumber(ARGV[5]), tonumber(ARGV[6])\n"
@@ -197,6 +215,11 @@ struct rfleet {
     int64_t retry_at_us;        /* while down: no attempt before this */
     int64_t backoff_us;
     uint32_t *inflight;         /* (n_tenants) admitted here by Redis, not finished */
+    char *fin_key;              /* "P:fin:R": the last finish Redis applied */
+    uint64_t fin_seq;           /* finishes sent so far */
+    struct pending *pending;    /* (PENDING_CAP) finishes Redis has not confirmed, oldest first */
+    size_t n_pending;
+    atomic_ullong dropped;      /* settlements given up: the queue was full */
     atomic_ullong errors;       /* failed or late calls */
     atomic_ullong fallbacks;    /* requests decided without Redis */
     atomic_int up;              /* for the gauge: 0 while down */
@@ -378,22 +401,48 @@ rfleet_verdict rfleet_admit(rfleet *f, int tenant, uint64_t reserve, lim_reason 
     return f->r->fail_closed ? RFLEET_CLOSED : RFLEET_LOCAL;
 }
 
-void rfleet_finish(rfleet *f, int tenant, uint64_t reserved, uint64_t used) {
-    const cfg_tenant *t = &f->c->tenants[tenant];
-    char rpm[NUM_MAX], tpm[NUM_MAX], res[NUM_MAX], use[NUM_MAX];
+/* Run the finish script for tenant; 0 when Redis took it. Holds f->mu. */
+static int finish_call(rfleet *f, const struct pending *p, int ends_request) {
+    const cfg_tenant *t = &f->c->tenants[p->tenant];
+    char rpm[NUM_MAX], tpm[NUM_MAX], res[NUM_MAX], use[NUM_MAX], seq[NUM_MAX];
     u64s(rpm, t->requests_per_minute);
     u64s(tpm, t->tokens_per_minute);
-    u64s(res, reserved);
-    u64s(use, used);
-    const char *argv[] = {f->lim_keys[tenant], f->inflight_keys[tenant], f->alive_prefix, f->replica,
-                          rpm, tpm, res, use};
+    u64s(res, p->reserved);
+    u64s(use, p->used);
+    u64s(seq, p->seq);
+    const char *argv[] = {f->lim_keys[p->tenant], f->inflight_keys[p->tenant], f->fin_key, f->alive_prefix,
+                          f->replica, rpm, tpm, res, use, ends_request ? "1" : "0", seq};
+    redisReply *rep = evalsha(f, S_FINISH, 3, 11, argv);
+    if (rep) freeReplyObject(rep);
+    return rep ? 0 : -1;
+}
+
+/* Deliver the settlements that finishes left behind, oldest first (the
+ * sequence numbers must reach Redis in order). Holds f->mu; stops at the
+ * first failure. Returns the number still waiting. */
+static size_t settle_pending(rfleet *f) {
+    size_t done = 0;
+    while (done < f->n_pending && finish_call(f, &f->pending[done], 0) == 0) done++;
+    memmove(f->pending, f->pending + done, (f->n_pending - done) * sizeof *f->pending);
+    f->n_pending -= done;
+    return f->n_pending;
+}
+
+void rfleet_finish(rfleet *f, int tenant, uint64_t reserved, uint64_t used) {
+    struct pending p = {tenant, reserved, used, 0};
     pthread_mutex_lock(&f->mu);
+    p.seq = ++f->fin_seq;
     /* The local count is the truth the heartbeat writes back, so it drops
      * whether or not Redis hears of this finish. */
     if (f->inflight[tenant]) f->inflight[tenant]--;
-    redisReply *rep = evalsha(f, S_FINISH, 2, 8, argv);
+    int later = settle_pending(f) > 0 || finish_call(f, &p, 1) != 0;
+    /* Keep the refund (or the excess) for later rather than lose it. Only
+     * a tokens/min bucket has anything to settle. */
+    if (later && f->c->tenants[tenant].tokens_per_minute) {
+        if (f->n_pending < PENDING_CAP) f->pending[f->n_pending++] = p;
+        else atomic_fetch_add(&f->dropped, 1);
+    }
     pthread_mutex_unlock(&f->mu);
-    if (rep) freeReplyObject(rep);
 }
 
 /* ---- heartbeat and fair share ---------------------------------------------- */
@@ -438,6 +487,7 @@ static void sync_once(rfleet *f, sched_tenant_stats *snap, uint64_t *remote, cha
     redisReply *rep = evalsha(f, S_SYNC, 0, a, argv);
     int ok = rep && rep->type == REDIS_REPLY_ARRAY && rep->elements == (size_t)M * (size_t)T;
     if (rep && !ok) mark_down(f, "unexpected reply to the sync script");
+    if (ok) settle_pending(f);
     pthread_mutex_unlock(&f->mu);
     for (int m = 0, k = 0; ok && m < f->n_workers; m++) {
         if (!f->workers[m]) continue;
@@ -544,7 +594,9 @@ int rfleet_new(const cfg *c, rfleet **out, char *err, size_t errlen) {
     f->lim_keys = calloc(T, sizeof(char *));
     f->inflight_keys = calloc(T, sizeof(char *));
     f->inflight = calloc(T, sizeof(uint32_t));
-    int ok = f->lim_keys && f->inflight_keys && f->inflight;
+    f->pending = calloc(PENDING_CAP, sizeof *f->pending);
+    f->fin_key = key_of(f->r->prefix, "fin", f->replica);
+    int ok = f->lim_keys && f->inflight_keys && f->inflight && f->pending && f->fin_key;
     for (size_t i = 0; ok && i < T; i++) {
         f->lim_keys[i] = key_of(f->r->prefix, "lim", c->tenants[i].sched.name);
         f->inflight_keys[i] = key_of(f->r->prefix, "inflight", c->tenants[i].sched.name);
@@ -577,6 +629,10 @@ void rfleet_metrics(rfleet *f, strbuf *b) {
                    "# TYPE tessera_redis_fallback_total counter\n");
     strbuf_printf(b, "tessera_redis_fallback_total{mode=\"%s\"} %llu\n", f->r->fail_closed ? "closed" : "open",
                   (unsigned long long)atomic_load(&f->fallbacks));
+    strbuf_puts(b, "# HELP tessera_redis_settle_dropped_total Refunds given up while Redis was away "
+                   "(the queue of PENDING_CAP was full; the tenant stays charged)\n"
+                   "# TYPE tessera_redis_settle_dropped_total counter\n");
+    strbuf_printf(b, "tessera_redis_settle_dropped_total %llu\n", (unsigned long long)atomic_load(&f->dropped));
 }
 
 void rfleet_free(rfleet *f) {
@@ -590,6 +646,8 @@ void rfleet_free(rfleet *f) {
     free(f->lim_keys);
     free(f->inflight_keys);
     free(f->inflight);
+    free(f->pending);
+    free(f->fin_key);
     free(f->workers);
     pthread_mutex_destroy(&f->mu);
     pthread_mutex_destroy(&f->stop_mu);

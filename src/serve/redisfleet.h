@@ -35,6 +35,7 @@
  *   P:alive:R        "1", expires one lease after R's last heartbeat
  *   P:svc:M:R        hash T -> T's service on R (fair share, below)
  *   P:svcreps:M      set of the replicas that published for M
+ *   P:fin:R          the last finish of R that Redis applied (a day)
  * Two fleets sharing one Redis need two prefixes. Keys are named inside
  * the scripts, so Redis Cluster is not supported: one Redis (or a
  * primary with replicas behind a failover address).
@@ -47,10 +48,21 @@
  * request's limits are decided by redis_on_error: open, the replica's own
  * local limits (as backend local: the fleet may then admit up to N times
  * the quota); closed, a 503 with Retry-After. The first call that succeeds
- * logs the recovery. A request is finished where it was admitted: one
- * admitted by Redis whose finish cannot reach Redis keeps its token
- * reservation (the bucket is charged the pessimistic amount, never less)
- * and its in-flight count is repaired by the next heartbeat.
+ * logs the recovery. A request is finished where it was admitted, so none
+ * is counted twice: one admitted by Redis whose finish cannot reach it
+ * leaves this replica's count at once (the heartbeat writes the counts
+ * back when Redis answers again), and its refund (or the excess it used)
+ * waits in the replica (up to 4096 of them; beyond, the tenant stays
+ * charged, counted in tessera_redis_settle_dropped_total) and is delivered
+ * by the next call that gets through. A call that timed out may still run
+ * when a slow Redis catches up: each finish carries the replica's sequence
+ * number and Redis applies a settlement once; a late admission charges the
+ * bucket for a request the replica decided locally (over, never under).
+ * What fail open cannot give: requests admitted locally during the outage
+ * are not in the fleet's counts after it, and each replica's local
+ * buckets allow a tenant its whole quota. Host names are resolved without
+ * a time bound (getaddrinfo): give an address, or a name the local
+ * resolver answers at once (/etc/hosts, a cluster DNS).
  *
  * Fair share. Every redis_sync_ms a thread publishes each model's tenants'
  * service on this replica (sched_tenant_stats.service over the weight, in
@@ -112,7 +124,7 @@ rfleet_verdict rfleet_admit(rfleet *f, int tenant, uint64_t reserve, lim_reason 
 void rfleet_finish(rfleet *f, int tenant, uint64_t reserved, uint64_t used);
 
 /* Append the Prometheus series: tessera_redis_up, tessera_redis_errors_total,
- * tessera_redis_fallback_total. */
+ * tessera_redis_fallback_total, tessera_redis_settle_dropped_total. */
 void rfleet_metrics(rfleet *f, strbuf *out);
 
 /* Stop and free; safe on NULL. */

@@ -139,7 +139,7 @@ def setUpModule():
                Tenant(ENV, "conc", "gold", max_concurrent=2),
                Tenant(ENV, "hold", "gold", max_concurrent=1),
                Tenant(ENV, "fa", "silver"), Tenant(ENV, "fb", "silver"),
-               Tenant(ENV, "free", "gold")]
+               Tenant(ENV, "free", "gold"), Tenant(ENV, "slowt", "gold", tokens_per_minute=2000)]
     for i in range(3):
         R.append(replica("r%d" % i, closed=(i == 2)).start())
 
@@ -165,6 +165,17 @@ def hold(srv, tenant):
     if rs.status != 200 or ev is None:
         raise AssertionError("hold: status %r" % rs.status)
     return rs
+
+
+def tenant_row(srv, tenant, model):
+    r = request(srv.port, "GET", "/admin/tenants", key=srv.admin_key)
+    return next(d for d in r.json()["data"] if d["tenant"] == tenant and d["model"] == model)
+
+
+def wait_reconnected():
+    for srv in R:
+        wait_until(lambda: metric_value(get_metrics(srv.port, srv.admin_key), "tessera_redis_up") == 1, 15,
+                   interval=0.2, what="%s to reconnect" % srv.name)
 
 
 def code(r):
@@ -287,7 +298,56 @@ class FleetLimits(unittest.TestCase):
               file=sys.stderr)
         self.assertTrue(0.4 <= share <= 0.6, share)
 
-    def test_6_redis_killed(self):
+    def test_6_redis_slow(self):
+        """Redis stops answering (SIGSTOP) with a request in flight: no
+        request waits on it, the finish that cannot reach it is settled once
+        when it answers again, and the heartbeat repairs the in-flight count."""
+        U, rate = 60000000, 2000            # units per token; units per us at 2000/min
+        lim, inflight = PREFIX + ":lim:slowt", PREFIX + ":inflight:slowt"
+        # Half the bucket used up, so that no refill below reaches the cap
+        # and the bucket's level is exact arithmetic from here on.
+        r = comp(R[1], "slowt", max_tokens=1000, logit_bias=NO_EOS)
+        self.assertEqual(r.status, 200, r)
+
+        def level():
+            """(units, us) as last stored; a missing key (expired: full) as (None, None)."""
+            v = resp_call(REDIS.port, "HMGET", lim, "tl", "tt")
+            return (int(v[0]), int(v[1])) if v[0] is not None else (None, None)
+        l0, t0 = level()
+        self.assertIsNotNone(l0)
+        h = hold(R[0], "slowt")             # admitted by Redis: in flight on r0
+        self.assertEqual(len(resp_call(REDIS.port, "HGETALL", inflight)), 2)
+        REDIS.proc.send_signal(signal.SIGSTOP)
+        try:
+            h.close()                       # its finish cannot reach Redis
+            t = time.monotonic()
+            r = comp(R[1], "free", timeout=5)
+            self.assertEqual(r.status, 200, r)      # fail open, within the timeouts
+            self.assertLess(time.monotonic() - t, 2)
+            r = comp(R[2], "free", timeout=5)
+            self.assertEqual(r.status, 503, r)      # fail closed
+            self.assertEqual(r.headers.get("retry-after"), "1")
+
+            def ended():
+                d = tenant_row(R[0], "slowt", "slow")
+                return d if d["running"] + d["queued"] == 0 and d["cancelled"] + d["completed"] == 1 else None
+            d = wait_until(ended, 10, what="the held request to end")
+            used = d["prompt_tokens"] + d["output_tokens"]
+        finally:
+            REDIS.proc.send_signal(signal.SIGCONT)
+        wait_reconnected()
+
+        def settled():
+            l1, t1 = level()
+            if l1 is None:
+                return None                 # full: refunded more than once
+            miss = l1 - (l0 + (t1 - t0) * rate - used * U)
+            return (l1, t1, miss) if abs(miss) <= 3 * U and resp_call(REDIS.port, "HGETALL", inflight) == [] else None
+        wait_until(settled, 5, interval=0.1, what="the refund and the in-flight count to be settled")
+        time.sleep(0.5)                     # nothing arrives twice
+        self.assertTrue(settled(), (level(), l0, t0, used))
+
+    def test_7_redis_killed(self):
         REDIS.kill()
         try:
             t0 = time.monotonic()
@@ -307,17 +367,16 @@ class FleetLimits(unittest.TestCase):
             self.assertGreaterEqual(metric_value(m, "tessera_redis_fallback_total", mode="closed"), 1)
         finally:
             REDIS.start()
-        for srv in R:
-            wait_until(lambda: metric_value(get_metrics(srv.port, srv.admin_key), "tessera_redis_up") == 1, 15,
-                       interval=0.2, what="%s to reconnect" % srv.name)
+        wait_reconnected()
         r = comp(R[2], "free")
         self.assertEqual(r.status, 200, r)
+        # One line per transition: two outages (test 6 and this one).
         for srv in R:
             err = srv.stderr()
-            self.assertEqual(err.count("until it answers again"), 1, err)
-            self.assertEqual(err.count("answers again; limits are fleet-wide again"), 1, err)
+            self.assertEqual(err.count("until it answers again"), 2, err)
+            self.assertEqual(err.count("answers again; limits are fleet-wide again"), 2, err)
 
-    def test_7_bad_url(self):
+    def test_8_bad_url(self):
         bad = Server(ENV, "badurl", [Model("tiny", MODELS[0])], TENANTS[:1],
                      limits={"backend": "redis", "redis_url": "redis://127.0.0.1:70000"})
         p = subprocess.run([ENV.tessera, "serve", "--config", bad.config, "--listen", "127.0.0.1:0"],
