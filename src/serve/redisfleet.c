@@ -11,6 +11,7 @@
  */
 #include "redisfleet.h"
 
+#include <errno.h>
 #include <hiredis/hiredis.h>
 #include <math.h>
 #include <openssl/rand.h>
@@ -269,20 +270,22 @@ static void mark_up(rfleet *f) {
     atomic_store(&f->up, 1);
 }
 
-/* A reply that is an error, or none: why, for the log; NULL when fine. */
-static const char *reply_fault(const redisContext *rc, const redisReply *rep) {
-    if (!rep) return rc->errstr[0] ? rc->errstr : "no reply";
-    if (rep->type == REDIS_REPLY_ERROR) return rep->str;
-    return NULL;
+/* A reply that is an error, or none: why, for the log, in buf; NULL when
+ * fine. hiredis reports a timeout as EAGAIN's text: say what it means. */
+static const char *reply_fault(const rfleet *f, const redisReply *rep, char *buf, size_t cap) {
+    if (rep && rep->type != REDIS_REPLY_ERROR) return NULL;
+    if (rep) snprintf(buf, cap, "error reply: %s", rep->str);
+    else if (f->rc->err == REDIS_ERR_IO && !strcmp(f->rc->errstr, strerror(EAGAIN)))
+        snprintf(buf, cap, "no answer within redis_timeout_ms (%u ms)", (unsigned)f->r->timeout_ms);
+    else snprintf(buf, cap, "%s", f->rc->errstr[0] ? f->rc->errstr : "no reply");
+    return buf;
 }
 
 /* Run one command on rc; on any fault the connection is given up. */
 static redisReply *command(rfleet *f, int argc, const char **argv, const size_t *lens) {
     redisReply *rep = redisCommandArgv(f->rc, argc, argv, lens);
-    const char *why = reply_fault(f->rc, rep);
-    if (!why) return rep;
     char msg[256];
-    snprintf(msg, sizeof msg, "%s", why);
+    if (!reply_fault(f, rep, msg, sizeof msg)) return rep;
     if (rep) freeReplyObject(rep);
     mark_down(f, msg);
     return NULL;
@@ -354,13 +357,11 @@ static redisReply *evalsha(rfleet *f, int script, int nkeys, int argc, const cha
             f->rc = NULL;           /* reconnecting loads them again */
             continue;
         }
-        const char *why = reply_fault(f->rc, rep);
-        if (!why) {
+        char msg[256];
+        if (!reply_fault(f, rep, msg, sizeof msg)) {
             mark_up(f);
             return rep;
         }
-        char msg[256];
-        snprintf(msg, sizeof msg, "%s", why);
         if (rep) freeReplyObject(rep);
         mark_down(f, msg);
         return NULL;

@@ -145,10 +145,11 @@ def setUpModule():
 
 
 def tearDownModule():
-    for s in R:
-        s.stop()
+    bad = [(s.name, rc) for s, rc in ((s, s.stop()) for s in R) if rc != 0]
     if REDIS:
         REDIS.kill()
+    if bad:
+        raise AssertionError("replicas that did not stop cleanly (exit status): %r" % bad)
 
 
 def comp(srv, tenant, timeout=20, **body):
