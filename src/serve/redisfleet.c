@@ -337,20 +337,20 @@ static redisContext *conn_get(rfleet *f) {
     return connect_now(f) ? NULL : f->rc;
 }
 
-/* EVALSHA script with nkeys keys then the rest of argv (argc items from
- * argv[0] on: keys, then arguments). A NOSCRIPT (someone flushed the
- * scripts) reloads them once. Holds f->mu. */
+/* EVALSHA script with nkeys keys. argv holds argc words: EVAL_HEAD slots
+ * that this fills (the command, the SHA-1, nkeys), then the keys, then the
+ * arguments. A NOSCRIPT (someone flushed the scripts) reloads them once.
+ * Holds f->mu. */
+#define EVAL_HEAD 3
 static redisReply *evalsha(rfleet *f, int script, int nkeys, int argc, const char **argv) {
-    const char *full[argc + 3];
     char nk[8];
     snprintf(nk, sizeof nk, "%d", nkeys);
     for (int attempt = 0; attempt < 2; attempt++) {
         if (!conn_get(f)) return NULL;
-        full[0] = "EVALSHA";
-        full[1] = f->sha[script];
-        full[2] = nk;
-        memcpy(full + 3, argv, (size_t)argc * sizeof *argv);
-        redisReply *rep = redisCommandArgv(f->rc, argc + 3, full, NULL);
+        argv[0] = "EVALSHA";
+        argv[1] = f->sha[script];
+        argv[2] = nk;
+        redisReply *rep = redisCommandArgv(f->rc, argc, argv, NULL);
         if (rep && rep->type == REDIS_REPLY_ERROR && !strncmp(rep->str, "NOSCRIPT", 8) && attempt == 0) {
             freeReplyObject(rep);
             redisFree(f->rc);
@@ -375,16 +375,19 @@ static void u64s(char *buf, uint64_t v) { snprintf(buf, NUM_MAX, "%llu", (unsign
 
 rfleet_verdict rfleet_admit(rfleet *f, int tenant, uint64_t reserve, lim_reason *why, int64_t *retry_us) {
     const cfg_tenant *t = &f->c->tenants[tenant];
+    /* Nothing to count fleet-wide: no round trip, and no 503 when failing
+     * closed. */
+    if (!t->requests_per_minute && !t->tokens_per_minute && !t->max_concurrent) return RFLEET_LOCAL;
     char rpm[NUM_MAX], tpm[NUM_MAX], conc[NUM_MAX], need[NUM_MAX], lease[NUM_MAX];
     u64s(rpm, t->requests_per_minute);
     u64s(tpm, t->tokens_per_minute);
     u64s(conc, t->max_concurrent);
     u64s(need, reserve);
     u64s(lease, f->r->lease_ms);
-    const char *argv[] = {f->lim_keys[tenant], f->inflight_keys[tenant], f->alive_prefix, f->replica,
-                          rpm, tpm, conc, need, lease};
+    const char *argv[] = {NULL, NULL, NULL, f->lim_keys[tenant], f->inflight_keys[tenant], f->alive_prefix,
+                          f->replica, rpm, tpm, conc, need, lease};
     pthread_mutex_lock(&f->mu);
-    redisReply *rep = evalsha(f, S_ADMIT, 2, 9, argv);
+    redisReply *rep = evalsha(f, S_ADMIT, 2, 12, argv);
     int ok = rep && rep->type == REDIS_REPLY_ARRAY && rep->elements == 2 &&
              rep->element[0]->type == REDIS_REPLY_INTEGER && rep->element[1]->type == REDIS_REPLY_INTEGER &&
              rep->element[0]->integer >= LIM_OK && rep->element[0]->integer <= LIM_TOO_LARGE;
@@ -411,9 +414,9 @@ static int finish_call(rfleet *f, const struct pending *p, int ends_request) {
     u64s(res, p->reserved);
     u64s(use, p->used);
     u64s(seq, p->seq);
-    const char *argv[] = {f->lim_keys[p->tenant], f->inflight_keys[p->tenant], f->fin_key, f->alive_prefix,
-                          f->replica, rpm, tpm, res, use, ends_request ? "1" : "0", seq};
-    redisReply *rep = evalsha(f, S_FINISH, 3, 11, argv);
+    const char *argv[] = {NULL, NULL, NULL, f->lim_keys[p->tenant], f->inflight_keys[p->tenant], f->fin_key,
+                          f->alive_prefix, f->replica, rpm, tpm, res, use, ends_request ? "1" : "0", seq};
+    redisReply *rep = evalsha(f, S_FINISH, 3, 14, argv);
     if (rep) freeReplyObject(rep);
     return rep ? 0 : -1;
 }
@@ -448,56 +451,75 @@ void rfleet_finish(rfleet *f, int tenant, uint64_t reserved, uint64_t used) {
 
 /* ---- heartbeat and fair share ---------------------------------------------- */
 
-/* One exchange: this replica's counts and service out, the others' in. */
-static void sync_once(rfleet *f, sched_tenant_stats *snap, uint64_t *remote, char *nums, const char **argv) {
-    int T = (int)f->c->n_tenants, M = 0;
-    char *num = nums;
-    int a = 0;
-    char tc[NUM_MAX], mc[NUM_MAX], ls[NUM_MAX];
-    int n_models = 0;
-    for (int m = 0; m < f->n_workers; m++) n_models += f->workers[m] != NULL;
-    u64s(tc, (uint64_t)T);
-    u64s(mc, (uint64_t)n_models);
-    u64s(ls, f->r->lease_ms);
+/* Largest figure sent: Lua sums the replicas' figures in doubles, exact
+ * to 2^53; a tenant past it (some 8.8e12 weighted tokens at weight 1)
+ * stays there, which only stops its key from growing further. */
+#define SVC_MAX 9007199254740992.0
+
+/* The sync script's arguments after EVAL_HEAD, into argv: the tenants, and
+ * per model its name and this replica's service of each tenant (written
+ * into nums, NUM_MAX bytes each). The in-flight counts are left for the
+ * caller, under f->mu. Returns argc; *counts_at is where the counts go. */
+static int sync_args(rfleet *f, sched_tenant_stats *snap, char *nums, char heads[3][NUM_MAX], const char **argv,
+                     int *counts_at) {
+    int T = (int)f->c->n_tenants, a = EVAL_HEAD, M = 0;
+    for (int m = 0; m < f->n_workers; m++) M += f->workers[m] != NULL;
+    u64s(heads[0], f->r->lease_ms);
+    u64s(heads[1], (uint64_t)T);
+    u64s(heads[2], (uint64_t)M);
     argv[a++] = f->r->prefix;
     argv[a++] = f->replica;
-    argv[a++] = ls;
-    argv[a++] = tc;
-    argv[a++] = mc;
+    for (int i = 0; i < 3; i++) argv[a++] = heads[i];
     for (int i = 0; i < T; i++) argv[a++] = f->c->tenants[i].sched.name;
-    int counts_at = a;
+    *counts_at = a;
     a += T;
     for (int m = 0; m < f->n_workers; m++) {
         if (!f->workers[m]) continue;
         wk_snapshot(f->workers[m], snap, NULL);
         argv[a++] = f->c->models[m].name;
-        for (int i = 0; i < T; i++) {
+        for (int i = 0; i < T; i++, nums += NUM_MAX) {
             double units = snap[i].service * FQ_SCALE / f->c->tenants[i].sched.weight;
-            u64s(num, units > 0 && units < 9e15 ? (uint64_t)llround(units) : 0);
-            argv[a++] = num;
-            num += NUM_MAX;
+            u64s(nums, !(units > 0) ? 0 : units < SVC_MAX ? (uint64_t)llround(units) : (uint64_t)SVC_MAX);
+            argv[a++] = nums;
         }
-        M++;
     }
-    pthread_mutex_lock(&f->mu);
-    for (int i = 0; i < T; i++) {
-        u64s(num, f->inflight[i]);
-        argv[counts_at + i] = num;
-        num += NUM_MAX;
-    }
-    redisReply *rep = evalsha(f, S_SYNC, 0, a, argv);
-    int ok = rep && rep->type == REDIS_REPLY_ARRAY && rep->elements == (size_t)M * (size_t)T;
-    if (rep && !ok) mark_down(f, "unexpected reply to the sync script");
-    if (ok) settle_pending(f);
-    pthread_mutex_unlock(&f->mu);
-    for (int m = 0, k = 0; ok && m < f->n_workers; m++) {
+    return a;
+}
+
+/* Hand each model's worker the other replicas' figures (the reply, model
+ * major). */
+static void sync_apply(rfleet *f, const redisReply *rep, uint64_t *remote) {
+    size_t T = f->c->n_tenants, k = 0;
+    for (int m = 0; m < f->n_workers; m++) {
         if (!f->workers[m]) continue;
-        for (int i = 0; i < T; i++, k++) {
-            const redisReply *e = rep->element[(size_t)k];
+        for (size_t i = 0; i < T; i++, k++) {
+            const redisReply *e = rep->element[k];
             remote[i] = e->type == REDIS_REPLY_INTEGER && e->integer > 0 ? (uint64_t)e->integer : 0;
         }
         wk_fleet_remote(f->workers[m], remote);
     }
+}
+
+/* One exchange: the heartbeat with this replica's in-flight counts, its
+ * service out and the others' in; then the settlements left behind. */
+static void sync_once(rfleet *f, sched_tenant_stats *snap, uint64_t *remote, char *nums, const char **argv) {
+    size_t T = f->c->n_tenants, M = 0;
+    char heads[3][NUM_MAX];
+    int counts_at;
+    int argc = sync_args(f, snap, nums, heads, argv, &counts_at);
+    for (int m = 0; m < f->n_workers; m++) M += f->workers[m] != NULL;
+    char *counts = nums + M * T * NUM_MAX;
+    pthread_mutex_lock(&f->mu);
+    for (size_t i = 0; i < T; i++) {
+        u64s(counts + i * NUM_MAX, f->inflight[i]);
+        argv[(size_t)counts_at + i] = counts + i * NUM_MAX;
+    }
+    redisReply *rep = evalsha(f, S_SYNC, 0, argc, argv);
+    int ok = rep && rep->type == REDIS_REPLY_ARRAY && rep->elements == M * T;
+    if (rep && !ok) mark_down(f, "unexpected reply to the sync script");
+    if (ok) settle_pending(f);
+    pthread_mutex_unlock(&f->mu);
+    if (ok) sync_apply(f, rep, remote);
     if (rep) freeReplyObject(rep);
 }
 
@@ -507,7 +529,7 @@ static void *sync_loop(void *arg) {
     sched_tenant_stats *snap = calloc(T ? T : 1, sizeof *snap);
     uint64_t *remote = calloc(T ? T : 1, sizeof *remote);
     char *nums = calloc((M + 1) * (T ? T : 1), NUM_MAX);
-    const char **argv = calloc(5 + 2 * T + M * (1 + T), sizeof *argv);
+    const char **argv = calloc(EVAL_HEAD + 5 + 2 * T + M * (1 + T), sizeof *argv);
     pthread_mutex_lock(&f->stop_mu);
     while (!f->stop) {
         pthread_mutex_unlock(&f->stop_mu);

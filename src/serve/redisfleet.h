@@ -92,7 +92,8 @@ typedef struct rfleet rfleet;
 
 typedef enum rfleet_verdict {
     RFLEET_DECIDED = 0,     /* Redis decided: see why and retry_us */
-    RFLEET_LOCAL,           /* Redis is down, fail open: decide locally */
+    RFLEET_LOCAL,           /* decide locally: Redis is down and failing open,
+                               or the tenant has no limits to count */
     RFLEET_CLOSED,          /* Redis is down, fail closed: answer 503 */
 } rfleet_verdict;
 
@@ -116,8 +117,10 @@ void rfleet_stop(rfleet *f);
 
 /* Admit one request of tenant reserving reserve tokens. RFLEET_DECIDED
  * sets *why (LIM_OK: admitted, and it must be finished with rfleet_finish)
- * and *retry_us as lim_admit does; otherwise Redis is down and the caller
- * decides (RFLEET_LOCAL) or refuses (RFLEET_CLOSED). */
+ * and *retry_us as lim_admit does; otherwise the caller decides with its
+ * local limits (RFLEET_LOCAL) or refuses (RFLEET_CLOSED). A tenant without
+ * any limit is always RFLEET_LOCAL: Redis is not asked, and a Redis that
+ * is down never refuses it. */
 rfleet_verdict rfleet_admit(rfleet *f, int tenant, uint64_t reserve, lim_reason *why, int64_t *retry_us);
 
 /* End a request that rfleet_admit admitted (exactly once). */

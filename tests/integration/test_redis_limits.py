@@ -139,7 +139,8 @@ def setUpModule():
                Tenant(ENV, "conc", "gold", max_concurrent=2),
                Tenant(ENV, "hold", "gold", max_concurrent=1),
                Tenant(ENV, "fa", "silver"), Tenant(ENV, "fb", "silver"),
-               Tenant(ENV, "free", "gold"), Tenant(ENV, "slowt", "gold", tokens_per_minute=2000)]
+               Tenant(ENV, "many", "gold", requests_per_minute=100000), Tenant(ENV, "nolimit", "gold"),
+               Tenant(ENV, "slowt", "gold", tokens_per_minute=2000)]
     for i in range(3):
         R.append(replica("r%d" % i, closed=(i == 2)).start())
 
@@ -326,10 +327,10 @@ class FleetLimits(unittest.TestCase):
         try:
             h.close()                       # its finish cannot reach Redis
             t = time.monotonic()
-            r = comp(R[1], "free", timeout=5)
+            r = comp(R[1], "many", timeout=5)
             self.assertEqual(r.status, 200, r)      # fail open, within the timeouts
             self.assertLess(time.monotonic() - t, 2)
-            r = comp(R[2], "free", timeout=5)
+            r = comp(R[2], "many", timeout=5)
             self.assertEqual(r.status, 503, r)      # fail closed
             self.assertEqual(r.headers.get("retry-after"), "1")
 
@@ -357,13 +358,15 @@ class FleetLimits(unittest.TestCase):
         try:
             t0 = time.monotonic()
             for i in range(4):
-                r = comp(R[i % 2], "free", timeout=5)
+                r = comp(R[i % 2], "many", timeout=5)
                 self.assertEqual(r.status, 200, r)   # fail open: local limits
             self.assertLess(time.monotonic() - t0, 4)
-            r = comp(R[2], "free", timeout=5)          # fail closed
+            r = comp(R[2], "many", timeout=5)          # fail closed
             self.assertEqual(r.status, 503, r)
             self.assertEqual(code(r), "limits_unavailable")
             self.assertEqual(r.headers.get("retry-after"), "1")
+            r = comp(R[2], "nolimit", timeout=5)       # nothing to count: served
+            self.assertEqual(r.status, 200, r)
             m = get_metrics(R[0].port, R[0].admin_key)
             self.assertEqual(metric_value(m, "tessera_redis_up"), 0)
             self.assertGreaterEqual(metric_value(m, "tessera_redis_errors_total"), 1)
@@ -373,7 +376,7 @@ class FleetLimits(unittest.TestCase):
         finally:
             REDIS.start()
         wait_reconnected()
-        r = comp(R[2], "free")
+        r = comp(R[2], "many")
         self.assertEqual(r.status, 200, r)
         # One line per transition: two outages (test 6 and this one).
         for srv in R:
