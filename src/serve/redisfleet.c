@@ -50,7 +50,7 @@ struct pending {
     "local now = tonumber(t[1]) * 1000000 + tonumber(t[2])\n"                                        \
     "local function fdiv(a, b) return (a - math.fmod(a, b)) / b end\n"                               \
     "local function cdiv(a, b) local q = fdiv(a, b) if math.fmod(a, b) ~= 0 then q = q + 1 end return q end\n" \
-    "local function load(p, rate)\n"                                                                 \
+    "local function bucket(p, rate)\n"                                                                 \
     "  if rate == 0 then return nil end\n"                                                           \
     "  local b = {p = p, rate = rate, cap = rate * U, level = rate * U, last = now}\n"               \
     "  local v = redis.call('HMGET', KEYS[1], p .. 'l', p .. 't', p .. 'r')\n"                       \
@@ -100,7 +100,7 @@ static const char LUA_ADMIT[] =
     LUA_BUCKETS
     "local rpm, tpm = tonumber(ARGV[3]), tonumber(ARGV[4])\n"
     "local conc, need = tonumber(ARGV[5]), tonumber(ARGV[6])\n"
-    "local rq, tk = load('r', rpm), load('t', tpm)\n"
+    "local rq, tk = bucket('r', rpm), bucket('t', tpm)\n"
     "local wr, wt = wait(rq, 1), wait(tk, need)\n"
     "if wr < 0 or wt < 0 then return {4, -1} end\n"
     "if wr > 0 or wt > 0 then\n"
@@ -141,7 +141,7 @@ static const char LUA_FINISH[] =
     "local seq = tonumber(ARGV[8])\n"
     "if seq <= (tonumber(redis.call('GET', KEYS[3]) or '0') or 0) then return 0 end\n"
     "redis.call('SET', KEYS[3], ARGV[8], 'PX', 86400000)\n"
-    "local rq, tk = load('r', tonumber(ARGV[3])), load('t', tonumber(ARGV[4]))\n"
+    "local rq, tk = bucket('r', tonumber(ARGV[3])), bucket('t', tonumber(ARGV[4]))\n"
     "if tk then\n"
     "  local reserved, used = tonumber(ARGV[5]), tonumber(ARGV[6])\n"
     "  if used < reserved then\n"
@@ -270,100 +270,123 @@ static void mark_up(rfleet *f) {
     atomic_store(&f->up, 1);
 }
 
-/* A reply that is an error, or none: why, for the log, in buf; NULL when
- * fine. hiredis reports a timeout as EAGAIN's text: say what it means. */
-static const char *reply_fault(const rfleet *f, const redisReply *rep, char *buf, size_t cap) {
+/* A reply that is an error, or none, on c: why, for the log, in buf; NULL
+ * when fine. hiredis reports a timeout as EAGAIN's text: say what it means. */
+static const char *reply_fault(const redisContext *c, uint32_t timeout_ms, const redisReply *rep, char *buf,
+                               size_t cap) {
     if (rep && rep->type != REDIS_REPLY_ERROR) return NULL;
     if (rep) snprintf(buf, cap, "error reply: %s", rep->str);
-    else if (f->rc->err == REDIS_ERR_IO && !strcmp(f->rc->errstr, strerror(EAGAIN)))
-        snprintf(buf, cap, "no answer within redis_timeout_ms (%u ms)", (unsigned)f->r->timeout_ms);
-    else snprintf(buf, cap, "%s", f->rc->errstr[0] ? f->rc->errstr : "no reply");
+    else if (c->err == REDIS_ERR_IO && !strcmp(c->errstr, strerror(EAGAIN)))
+        snprintf(buf, cap, "no answer within redis_timeout_ms (%u ms)", (unsigned)timeout_ms);
+    else snprintf(buf, cap, "%s", c->errstr[0] ? c->errstr : "no reply");
     return buf;
 }
 
-/* Run one command on rc; on any fault the connection is given up. */
-static redisReply *command(rfleet *f, int argc, const char **argv, const size_t *lens) {
-    redisReply *rep = redisCommandArgv(f->rc, argc, argv, lens);
-    char msg[256];
-    if (!reply_fault(f, rep, msg, sizeof msg)) return rep;
+/* One command on c; NULL with why on any fault. */
+static redisReply *command(const rfleet *f, redisContext *c, int argc, const char **argv, char *why, size_t cap) {
+    redisReply *rep = redisCommandArgv(c, argc, argv, NULL);
+    if (!reply_fault(c, f->r->timeout_ms, rep, why, cap)) return rep;
     if (rep) freeReplyObject(rep);
-    mark_down(f, msg);
     return NULL;
 }
 
-static int simple(rfleet *f, int argc, const char **argv) {
-    redisReply *rep = command(f, argc, argv, NULL);
+static int simple(const rfleet *f, redisContext *c, int argc, const char **argv, char *why, size_t cap) {
+    redisReply *rep = command(f, c, argc, argv, why, cap);
     if (rep) freeReplyObject(rep);
     return rep ? 0 : -1;
 }
 
-/* Connect, authenticate, select the database and load the scripts. */
-static int connect_now(rfleet *f) {
-    const cfg_redis *r = f->r;
-    f->rc = redisConnectWithTimeout(r->host, r->port, tv_of_ms(r->timeout_ms));
-    if (!f->rc || f->rc->err) {
-        char msg[256];
-        snprintf(msg, sizeof msg, "cannot connect: %s", f->rc ? f->rc->errstr : "out of memory");
-        mark_down(f, msg);
-        return -1;
-    }
-    if (redisSetTimeout(f->rc, tv_of_ms(r->timeout_ms)) != REDIS_OK) {
-        mark_down(f, "cannot set the command timeout");
-        return -1;
-    }
-    char db[NUM_MAX];
-    snprintf(db, sizeof db, "%u", (unsigned)r->db);
-    if (r->password[0] && r->user[0] && simple(f, 3, (const char *[]){"AUTH", r->user, r->password})) return -1;
-    if (r->password[0] && !r->user[0] && simple(f, 2, (const char *[]){"AUTH", r->password})) return -1;
-    if (r->db && simple(f, 2, (const char *[]){"SELECT", db})) return -1;
+/* Load the scripts on c, their SHA-1s into sha. */
+static int load_scripts(const rfleet *f, redisContext *c, char sha[N_SCRIPTS][41], char *why, size_t cap) {
     for (int i = 0; i < N_SCRIPTS; i++) {
-        redisReply *rep = command(f, 3, (const char *[]){"SCRIPT", "LOAD", SCRIPTS[i]}, NULL);
+        redisReply *rep = command(f, c, 3, (const char *[]){"SCRIPT", "LOAD", SCRIPTS[i]}, why, cap);
         if (!rep) return -1;
         int ok = rep->type == REDIS_REPLY_STRING && rep->len == 40;
-        if (ok) memcpy(f->sha[i], rep->str, 41);
+        if (ok) memcpy(sha[i], rep->str, 41);
         freeReplyObject(rep);
         if (!ok) {
-            mark_down(f, "SCRIPT LOAD gave no SHA-1");
+            snprintf(why, cap, "SCRIPT LOAD gave no SHA-1");
             return -1;
         }
     }
     return 0;
 }
 
-/* The connection, or NULL while down and within the backoff. */
-static redisContext *conn_get(rfleet *f) {
-    if (f->rc) return f->rc;
-    if (f->down && mono_us() < f->retry_at_us) return NULL;
-    return connect_now(f) ? NULL : f->rc;
+/* A new connection, authenticated, on the database, with the scripts
+ * loaded; or NULL with why. Takes no lock: connecting may take a few
+ * timeouts, and no request should wait for that. */
+static redisContext *open_conn(const rfleet *f, char sha[N_SCRIPTS][41], char *why, size_t cap) {
+    const cfg_redis *r = f->r;
+    redisContext *c = redisConnectWithTimeout(r->host, r->port, tv_of_ms(r->timeout_ms));
+    if (!c || c->err) {
+        snprintf(why, cap, "cannot connect: %s", c ? c->errstr : "out of memory");
+        goto err;
+    }
+    if (redisSetTimeout(c, tv_of_ms(r->timeout_ms)) != REDIS_OK) {
+        snprintf(why, cap, "cannot set the command timeout");
+        goto err;
+    }
+    char db[NUM_MAX];
+    snprintf(db, sizeof db, "%u", (unsigned)r->db);
+    if (r->password[0] && r->user[0] && simple(f, c, 3, (const char *[]){"AUTH", r->user, r->password}, why, cap))
+        goto err;
+    if (r->password[0] && !r->user[0] && simple(f, c, 2, (const char *[]){"AUTH", r->password}, why, cap)) goto err;
+    if (r->db && simple(f, c, 2, (const char *[]){"SELECT", db}, why, cap)) goto err;
+    if (load_scripts(f, c, sha, why, cap)) goto err;
+    return c;
+err:
+    if (c) redisFree(c);
+    return NULL;
+}
+
+/* Only the sync thread (and rfleet_new, before it starts) connects, when
+ * the backoff allows; the connection is installed under f->mu. Callers on
+ * HTTP threads never wait for a connect: while there is no connection they
+ * go straight to the failure mode. The first call that succeeds marks
+ * Redis up. */
+static void reconnect_if_due(rfleet *f) {
+    pthread_mutex_lock(&f->mu);
+    int due = !f->rc && mono_us() >= f->retry_at_us;
+    pthread_mutex_unlock(&f->mu);
+    if (!due) return;
+    char why[256], sha[N_SCRIPTS][41];
+    redisContext *c = open_conn(f, sha, why, sizeof why);
+    pthread_mutex_lock(&f->mu);
+    if (c) {
+        f->rc = c;
+        memcpy(f->sha, sha, sizeof sha);
+    } else {
+        mark_down(f, why);
+    }
+    pthread_mutex_unlock(&f->mu);
 }
 
 /* EVALSHA script with nkeys keys. argv holds argc words: EVAL_HEAD slots
  * that this fills (the command, the SHA-1, nkeys), then the keys, then the
  * arguments. A NOSCRIPT (someone flushed the scripts) reloads them once.
+ * NULL without a connection or on any fault (which drops the connection).
  * Holds f->mu. */
 #define EVAL_HEAD 3
 static redisReply *evalsha(rfleet *f, int script, int nkeys, int argc, const char **argv) {
-    char nk[8];
+    char nk[8], why[256];
     snprintf(nk, sizeof nk, "%d", nkeys);
-    for (int attempt = 0; attempt < 2; attempt++) {
-        if (!conn_get(f)) return NULL;
+    for (int attempt = 0; f->rc && attempt < 2; attempt++) {
         argv[0] = "EVALSHA";
         argv[1] = f->sha[script];
         argv[2] = nk;
         redisReply *rep = redisCommandArgv(f->rc, argc, argv, NULL);
         if (rep && rep->type == REDIS_REPLY_ERROR && !strncmp(rep->str, "NOSCRIPT", 8) && attempt == 0) {
             freeReplyObject(rep);
-            redisFree(f->rc);
-            f->rc = NULL;           /* reconnecting loads them again */
-            continue;
+            if (load_scripts(f, f->rc, f->sha, why, sizeof why) == 0) continue;
+            mark_down(f, why);
+            return NULL;
         }
-        char msg[256];
-        if (!reply_fault(f, rep, msg, sizeof msg)) {
+        if (!reply_fault(f->rc, f->r->timeout_ms, rep, why, sizeof why)) {
             mark_up(f);
             return rep;
         }
         if (rep) freeReplyObject(rep);
-        mark_down(f, msg);
+        mark_down(f, why);
         return NULL;
     }
     return NULL;
@@ -533,6 +556,7 @@ static void *sync_loop(void *arg) {
     pthread_mutex_lock(&f->stop_mu);
     while (!f->stop) {
         pthread_mutex_unlock(&f->stop_mu);
+        reconnect_if_due(f);
         if (snap && remote && nums && argv) sync_once(f, snap, remote, nums, argv);
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);
@@ -630,8 +654,9 @@ int rfleet_new(const cfg *c, rfleet **out, char *err, size_t errlen) {
         return err_set(err, errlen, TS_ERR_NOMEM, "out of memory");
     }
     atomic_store(&f->up, 0);
+    reconnect_if_due(f);
     pthread_mutex_lock(&f->mu);
-    if (connect_now(f) == 0) mark_up(f);
+    if (f->rc) mark_up(f);
     pthread_mutex_unlock(&f->mu);
     fprintf(stderr, "tessera: limits are fleet-wide in redis %s:%u/%u (prefix '%s', replica %s)%s\n", f->r->host,
             (unsigned)f->r->port, (unsigned)f->r->db, f->r->prefix, f->replica,

@@ -42,9 +42,10 @@
  *
  * Failure. Every call is bounded by redis_timeout_ms (connect, then each
  * command). A failed or late call counts in tessera_redis_errors_total,
- * drops the connection and marks Redis down, logging one line; while down,
- * no call is tried before a backoff (100 ms doubling to 5 s), so a request
- * never waits on a dead Redis more than once per backoff. While down, a
+ * drops the connection and marks Redis down, logging one line. Only the
+ * sync thread reconnects, after a backoff (100 ms doubling to 5 s), so no
+ * request ever waits for a connect, and while there is no connection a
+ * request goes straight to the failure mode. While down, a
  * request's limits are decided by redis_on_error: open, the replica's own
  * local limits (as backend local: the fleet may then admit up to N times
  * the quota); closed, a 503 with Retry-After. The first call that succeeds

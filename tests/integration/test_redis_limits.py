@@ -14,10 +14,15 @@ replicas on 127.0.0.1 sharing a private redis-server:
 - fair share: a tenant sending to two replicas and one sending to one of
   them share the fleet's service about evenly (each replica alone would give
   the first three quarters);
+- Redis stopped (SIGSTOP: slow) with a request in flight: answers within the
+  timeouts, and the refund its finish could not deliver is settled once, to
+  the token, with the in-flight count repaired;
 - Redis killed mid-run: the replicas in fail-open mode answer from local
   limits at once (no hang), the fail-closed one answers 503 with
   Retry-After, /metrics shows tessera_redis_up 0 and the error count, one
   log line each way, and the replicas recover when Redis is back;
+- a replica whose Redis is not there yet starts and serves in its failure
+  mode;
 - a bad redis_url is a clear start-up error.
 
 Run by tests/redis_limits.sh (ctest) with TS_TESSERA and TS_TMPDIR set.
@@ -384,7 +389,21 @@ class FleetLimits(unittest.TestCase):
             self.assertEqual(err.count("until it answers again"), 2, err)
             self.assertEqual(err.count("answers again; limits are fleet-wide again"), 2, err)
 
-    def test_8_bad_url(self):
+    def test_8_redis_absent_at_start(self):
+        """A replica whose Redis is not there yet starts, serves in its failure
+        mode, and says so."""
+        lone = Server(ENV, "lone", [Model("tiny", MODELS[0], threads=1)], TENANTS,
+                      limits=redis_limits(redis_url="redis://127.0.0.1:%d" % free_port()))
+        with lone:
+            r = comp(lone, "many", timeout=5)
+            self.assertEqual(r.status, 200, r)
+            m = get_metrics(lone.port, lone.admin_key)
+            self.assertEqual(metric_value(m, "tessera_redis_up"), 0)
+            self.assertGreaterEqual(metric_value(m, "tessera_redis_fallback_total", mode="open"), 1)
+            self.assertIn("not reachable yet", lone.stderr())
+            self.assertIn("cannot connect", lone.stderr())
+
+    def test_9_bad_url(self):
         bad = Server(ENV, "badurl", [Model("tiny", MODELS[0])], TENANTS[:1],
                      limits={"backend": "redis", "redis_url": "redis://127.0.0.1:70000"})
         p = subprocess.run([ENV.tessera, "serve", "--config", bad.config, "--listen", "127.0.0.1:0"],
