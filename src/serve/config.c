@@ -74,17 +74,21 @@ static int get_hash(const ydoc *d, const yaml_node_t *n, const char *path, uint8
     return 0;
 }
 
-/* A port of 1..65535 in decimal digits (leading zeros allowed), or -1. */
-static long parse_port(const char *s) {
+/* s[0..n) as decimal digits only (leading zeros allowed) in [lo, hi]; -1
+ * otherwise. */
+static long parse_bounded(const char *s, size_t n, long lo, long hi) {
     long v = 0;
-    if (!*s) return -1;
-    for (; *s; s++) {
-        if (*s < '0' || *s > '9') return -1;
-        v = v * 10 + (*s - '0');
-        if (v > 65535) return -1;
+    if (n == 0) return -1;
+    for (size_t i = 0; i < n; i++) {
+        if (s[i] < '0' || s[i] > '9') return -1;
+        v = v * 10 + (s[i] - '0');
+        if (v > hi) return -1;
     }
-    return v >= 1 ? v : -1;
+    return v >= lo ? v : -1;
 }
+
+/* A port of 1..65535, or -1. */
+static long parse_port(const char *s) { return parse_bounded(s, strlen(s), 1, 65535); }
 
 /* "host:port" or "[v6 host]:port". */
 static int parse_listen(const ydoc *d, const yaml_node_t *n, cfg *g) {
@@ -151,18 +155,6 @@ static int url_unescape(const char *s, size_t n, char *out, size_t cap) {
     }
     out[k] = 0;
     return 0;
-}
-
-/* Decimal digits only, in [lo, hi]; -1 otherwise. */
-static long parse_bounded(const char *s, size_t n, long lo, long hi) {
-    long v = 0;
-    if (n == 0) return -1;
-    for (size_t i = 0; i < n; i++) {
-        if (s[i] < '0' || s[i] > '9') return -1;
-        v = v * 10 + (s[i] - '0');
-        if (v > hi) return -1;
-    }
-    return v >= lo ? v : -1;
 }
 
 #define URL_FAIL(...) (snprintf(why, whylen, __VA_ARGS__), TS_ERR_CONFIG)
