@@ -161,6 +161,9 @@ static const char LUA_FINISH[] =
  * then per model its name and T service figures. Returns M x T sums of
  * the other live replicas' figures, model-major. */
 static const char LUA_SYNC[] =
+    /* unpack() puts its results on Lua's C stack (some 8000 slots): the
+     * tenants go by the thousand. */
+    "local CHUNK = 1000\n"
     "local P, me, lease = ARGV[1], ARGV[2], tonumber(ARGV[3])\n"
     "local T, M = tonumber(ARGV[4]), tonumber(ARGV[5])\n"
     "redis.call('SET', P .. ':alive:' .. me, '1', 'PX', lease)\n"
@@ -177,7 +180,9 @@ static const char LUA_SYNC[] =
     "  local reps = P .. ':svcreps:' .. ARGV[a]\n"
     "  local mine = {}\n"
     "  for i = 1, T do mine[2 * i - 1] = names[i] mine[2 * i] = ARGV[a + i] end\n"
-    "  if T > 0 then redis.call('HSET', base .. me, unpack(mine)) end\n"
+    "  for i = 1, T, CHUNK do\n"
+    "    redis.call('HSET', base .. me, unpack(mine, 2 * i - 1, 2 * math.min(T, i + CHUNK - 1)))\n"
+    "  end\n"
     "  redis.call('PEXPIRE', base .. me, lease)\n"
     "  redis.call('SADD', reps, me)\n"
     "  redis.call('PEXPIRE', reps, 2 * lease)\n"
@@ -186,9 +191,11 @@ static const char LUA_SYNC[] =
     "  for _, r in ipairs(redis.call('SMEMBERS', reps)) do\n"
     "    if r ~= me then\n"
     "      if redis.call('EXISTS', base .. r) == 0 then redis.call('SREM', reps, r)\n"
-    "      elseif T > 0 then\n"
-    "        local v = redis.call('HMGET', base .. r, unpack(names))\n"
-    "        for i = 1, T do sums[i] = sums[i] + (tonumber(v[i]) or 0) end\n"
+    "      else\n"
+    "        for i = 1, T, CHUNK do\n"
+    "          local v = redis.call('HMGET', base .. r, unpack(names, i, math.min(T, i + CHUNK - 1)))\n"
+    "          for k = 1, #v do sums[i + k - 1] = sums[i + k - 1] + (tonumber(v[k]) or 0) end\n"
+    "        end\n"
     "      end\n"
     "    end\n"
     "  end\n"
