@@ -23,6 +23,7 @@ replicas on 127.0.0.1 sharing a private redis-server:
   log line each way, and the replicas recover when Redis is back;
 - a replica whose Redis is not there yet starts and serves in its failure
   mode;
+- the exchange with 600 tenants (the script takes 256 at a time);
 - a bad redis_url is a clear start-up error.
 
 Run by tests/redis_limits.sh (ctest) with TS_TESSERA and TS_TMPDIR set.
@@ -403,7 +404,36 @@ class FleetLimits(unittest.TestCase):
             self.assertIn("not reachable yet", lone.stderr())
             self.assertIn("cannot connect", lone.stderr())
 
-    def test_9_bad_url(self):
+    def test_9_many_tenants(self):
+        """The fair-share exchange in several pieces: the script takes the
+        tenants 256 at a time (Lua's unpack() has a stack limit near 8000)."""
+        class Bare:                         # a tenant without a key to use
+            def __init__(self, i):
+                self.name, self.tier, self.limits = "t%04d" % i, "gold", {}
+                self.hash = "%064x" % (0xfeed0000 + i)
+        many = [Bare(i) for i in range(600)]
+        prefix = PREFIX + "-many"
+        pair = [Server(ENV, "many%d" % i, [Model("tiny", MODELS[0], threads=1)], many,
+                       limits=redis_limits(redis_prefix=prefix)) for i in range(2)]
+        try:
+            for srv in pair:
+                srv.start()
+
+            def exchanged():
+                reps = resp_call(REDIS.port, "SMEMBERS", prefix + ":svcreps:tiny") or []
+                return len(reps) == 2 and all(
+                    resp_call(REDIS.port, "HLEN", b"%s:svc:tiny:%s" % (prefix.encode(), r)) == 600 for r in reps)
+            wait_until(exchanged, 10, interval=0.2, what="both replicas to publish 600 tenants")
+            time.sleep(3 * SYNC_MS / 1000)  # a few exchanges that also read the other's figures
+            for srv in pair:
+                m = get_metrics(srv.port, srv.admin_key)
+                self.assertEqual(metric_value(m, "tessera_redis_up"), 1)
+                self.assertEqual(metric_value(m, "tessera_redis_errors_total"), 0, srv.stderr())
+        finally:
+            for srv in pair:
+                srv.stop()
+
+    def test_10_bad_url(self):
         bad = Server(ENV, "badurl", [Model("tiny", MODELS[0])], TENANTS[:1],
                      limits={"backend": "redis", "redis_url": "redis://127.0.0.1:70000"})
         p = subprocess.run([ENV.tessera, "serve", "--config", bad.config, "--listen", "127.0.0.1:0"],
