@@ -2,9 +2,11 @@
  * test_fq_fleet.c - the fair queue's fleet input (fq.h, "Fleet-wide"): a
  * tenant's service on other replicas (remote) orders the queue, the lift
  * of a returning tenant uses the fleet-wide keys, the floor never moves
- * back when a remote figure falls, keys wrap harmlessly, and the scheduler
- * serves the tenant the fleet has served least first.
+ * back when a remote figure falls, keys wrap harmlessly, the scheduler
+ * serves the tenant the fleet has served least first, and two schedulers
+ * exchanging their service share a fleet fairly.
  */
+#include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -143,6 +145,71 @@ static void test_sched_serves_fleet_least_first(void **state) {
     assert_int_equal(first_served(1), 0);
 }
 
+/* Two replicas of one model, each its own scheduler: tenant a sends to
+ * both, tenant b only to replica 0, and both keep a queue waiting. Every
+ * `period` steps the replicas exchange their service (what the server's
+ * sync thread does through Redis); a period of 0 never exchanges. Returns
+ * b's share of the fleet's service over the run. */
+static double fleet_share_b(int period) {
+    harness h[2];
+    sched_config c;
+    h_config(&c, 256, 0);
+    c.max_running = 1;                  /* every admission is the fair queue's */
+    int live[2][2] = {{0, 0}, {0, 0}};
+    for (int r = 0; r < 2; r++) {
+        assert_int_equal(h_init(&h[r], &c, 11 + (uint64_t)r), 0);
+        assert_true(sched_tiers_default(h[r].s) >= 0);
+        sched_tenant_cfg tc = {"a", 1, 1.0, 0, 0, 0, 0};
+        assert_int_equal(sched_tenant_add(h[r].s, &tc), 0);
+        snprintf(tc.name, sizeof tc.name, "b");
+        assert_int_equal(sched_tenant_add(h[r].s, &tc), 1);
+    }
+    for (int step = 0; step < 4000; step++) {
+        for (int r = 0; r < 2; r++) {
+            for (int t = 0; t < 2; t++)
+                for (; (t == 0 || r == 0) && live[r][t] < 3; live[r][t]++) {
+                    sched_id id;
+                    sched_reason why;
+                    assert_int_equal(sched_submit(h[r].s, h[r].now_us, t, 8, 24, &id, &why), 0);
+                }
+            sched_plan p;
+            h_step(&h[r], &p);
+            sched_end e;
+            while (sched_poll_end(h[r].s, &e)) live[r][e.tenant]--;
+        }
+        if (period && step % period == 0)
+            for (int r = 0; r < 2; r++)
+                for (int t = 0; t < 2; t++) {
+                    sched_tenant_stats st;
+                    assert_int_equal(sched_tenant_stats_get(h[1 - r].s, t, &st), 0);
+                    assert_int_equal(sched_tenant_remote(h[r].s, t, (uint64_t)llround(st.service * FQ_SCALE)), 0);
+                }
+    }
+    double svc[2] = {0, 0};
+    for (int r = 0; r < 2; r++) {
+        for (int t = 0; t < 2; t++) {
+            sched_tenant_stats st;
+            assert_int_equal(sched_tenant_stats_get(h[r].s, t, &st), 0);
+            svc[t] += st.service;
+        }
+        assert_int_equal(sched_check(h[r].s), 0);
+        h_deinit(&h[r]);
+    }
+    return svc[1] / (svc[0] + svc[1]);
+}
+
+/* The fleet-wide fair share: with the exchange, b gets half the fleet's
+ * service (a is held back on replica 0 while it is served on replica 1);
+ * without it, each replica is fair alone and b gets a quarter. */
+static void test_fleet_share(void **state) {
+    (void)state;
+    double alone = fleet_share_b(0), every10 = fleet_share_b(10), every50 = fleet_share_b(50);
+    print_message("b share: alone %.3f, every 10 %.3f, every 50 %.3f\n", alone, every10, every50);
+    assert_true(alone > 0.2 && alone < 0.3);
+    assert_true(every10 > 0.47 && every10 < 0.53);
+    assert_true(every50 > 0.45 && every50 < 0.55);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_remote_orders_the_queue),
@@ -150,6 +217,7 @@ int main(void) {
         cmocka_unit_test(test_floor_holds_when_remote_falls),
         cmocka_unit_test(test_keys_wrap),
         cmocka_unit_test(test_sched_serves_fleet_least_first),
+        cmocka_unit_test(test_fleet_share),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
