@@ -1,8 +1,8 @@
 /*
  * test_fq_fleet.c - the fair queue's fleet input (fq.h, "Fleet-wide"): a
  * tenant's service on other replicas (remote) orders the queue, the lift
- * of a returning tenant uses the fleet-wide keys, the floor never moves
- * back when a remote figure falls, keys wrap harmlessly, the scheduler
+ * of a returning tenant uses the fleet-wide keys, a key never moves back
+ * when a remote figure falls, keys wrap harmlessly, the scheduler
  * serves the tenant the fleet has served least first, and two schedulers
  * exchanging their service share a fleet fairly.
  */
@@ -69,7 +69,7 @@ static void test_lift_uses_fleet_keys(void **state) {
     fq_deinit(&q);
 }
 
-static void test_floor_holds_when_remote_falls(void **state) {
+static void test_key_holds_when_remote_falls(void **state) {
     (void)state;
     fq q;
     fq_entity a, b;
@@ -77,15 +77,20 @@ static void test_floor_holds_when_remote_falls(void **state) {
     fq_entity_init(&a);
     fq_entity_init(&b);
     fq_enqueue(&q, &a);
+    fq_enqueue(&q, &b);
     fq_set_remote(&q, &a, 9000);
-    assert_int_equal(fq_min_vtime(&q), 9000);
-    /* A replica left the fleet and a's service there with it. */
+    fq_charge(&q, &b, 4.0, 1.0);                /* b: 4096 here */
+    assert_ptr_equal(fq_peek(&q), &b);
+    /* The fleet forgot some of a's service (Redis lost its data): a is not
+     * owed it, its key stays, and b is still served first. */
     fq_set_remote(&q, &a, 4000);
-    assert_int_equal(fq_key(&a), 4000);
-    assert_int_equal(fq_min_vtime(&q), 9000);   /* the floor does not go back */
-    fq_dequeue(&q, &a);
-    fq_enqueue(&q, &b);                         /* a newcomer lifted to the floor */
-    assert_int_equal(fq_key(&b), 9000);
+    assert_int_equal(fq_key(&a), 9000);
+    assert_int_equal(a.vtime, 5000);
+    assert_ptr_equal(fq_peek(&q), &b);
+    /* New service elsewhere counts from there. */
+    fq_set_remote(&q, &a, 4100);
+    assert_int_equal(fq_key(&a), 9100);
+    assert_int_equal(fq_min_vtime(&q), 4096);
     fq_deinit(&q);
 }
 
@@ -214,7 +219,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_remote_orders_the_queue),
         cmocka_unit_test(test_lift_uses_fleet_keys),
-        cmocka_unit_test(test_floor_holds_when_remote_falls),
+        cmocka_unit_test(test_key_holds_when_remote_falls),
         cmocka_unit_test(test_keys_wrap),
         cmocka_unit_test(test_sched_serves_fleet_least_first),
         cmocka_unit_test(test_fleet_share),

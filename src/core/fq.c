@@ -82,9 +82,11 @@ fq_entity *fq_peek(const fq *q) { return least(q); }
 void fq_set_remote(fq *q, fq_entity *e, uint64_t remote) {
     int64_t d = fq_diff(remote, e->remote);
     e->remote = remote;
-    if (e->heap_pos < 0 || d == 0) return;
-    if (d > 0) heap_sink(&q->h, &FQ_HEAP, (size_t)e->heap_pos);
-    else heap_fix(&q->h, &FQ_HEAP, (size_t)e->heap_pos);
+    /* A figure that falls was forgotten, not given back: the local counter
+     * keeps the difference, and the key stays where it was. */
+    if (d < 0) e->vtime -= (uint64_t)d;
+    if (e->heap_pos < 0 || d <= 0) return;
+    heap_sink(&q->h, &FQ_HEAP, (size_t)e->heap_pos);
     advance_floor(q);
 }
 

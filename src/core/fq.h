@@ -40,8 +40,9 @@
  * within 2U + (what the fleet figure lags) of each other fleet-wide, not
  * per replica: one that takes a whole replica elsewhere waits here until
  * the others have caught up. Only service is exchanged, never lifts, so a
- * lift on one replica is not counted again on another. remote is 0 on a
- * replica alone, and then the key is the plain counter.
+ * lift on one replica is not counted again on another. A key never moves
+ * back (fq_set_remote). remote is 0 on a replica alone, and then the key
+ * is the plain counter.
  *
  * Counters are uint64 fixed point (FQ_SCALE units per weighted token) and
  * always compared through a signed difference, so wrap-around is harmless.
@@ -99,9 +100,11 @@ static inline int64_t fq_diff(uint64_t a, uint64_t b) { return (int64_t)(a - b);
  * (modular, like the counters). */
 static inline uint64_t fq_key(const fq_entity *e) { return e->vtime + e->remote; }
 /* The fleet's figure for e: its service on other replicas divided by its
- * weight, in counter units. Keeps the heap ordered if e is queued; the
- * floor only moves forward, so a figure that falls (a replica left the
- * fleet and its service with it) lowers e's key but not the floor. */
+ * weight, in counter units. Keeps the heap ordered if e is queued. A key
+ * never moves back: a figure that falls (service the fleet forgot, e.g.
+ * with Redis's data) moves the difference into e's counter, since service
+ * once counted stays counted; otherwise a tenant continuously backlogged
+ * would be owed, and served ahead for, everything forgotten. */
 void fq_set_remote(fq *q, fq_entity *e, uint64_t remote);
 /* Current lower bound of the band's keys (floor or heap minimum). */
 uint64_t fq_min_vtime(const fq *q);

@@ -159,11 +159,17 @@ static const char LUA_FINISH[] =
 /* The heartbeat and the fair-share exchange. ARGV: prefix, replica,
  * lease_ms, T (tenants), M (models), T tenant names, T in-flight counts,
  * then per model its name and T service figures. Returns M x T sums of
- * the other live replicas' figures, model-major. */
+ * the other replicas' figures, model-major.
+ *
+ * The sums never fall when a replica leaves: a replica whose lease has
+ * run out has its figures folded into the model's "gone" hash (their sum
+ * is unchanged), and a tombstone of what was folded is kept a day, so
+ * that a replica that was only cut off, coming back, takes its figures
+ * out of "gone" again instead of counting twice. */
 static const char LUA_SYNC[] =
     /* unpack() puts its results on Lua's C stack (some 8000 slots): the
      * tenants go 256 at a time. */
-    "local CHUNK = 256\n"
+    "local CHUNK, DAY = 256, 86400000\n"
     "local P, me, lease = ARGV[1], ARGV[2], tonumber(ARGV[3])\n"
     "local T, M = tonumber(ARGV[4]), tonumber(ARGV[5])\n"
     "redis.call('SET', P .. ':alive:' .. me, '1', 'PX', lease)\n"
@@ -174,31 +180,43 @@ static const char LUA_SYNC[] =
     "  if n == '0' then redis.call('HDEL', k, me)\n"
     "  else redis.call('HSET', k, me, n) redis.call('PEXPIRE', k, 2 * lease) end\n"
     "end\n"
+    /* Move hash src's figures into gone, with sign ('' or '-'). */
+    "local function move(src, gone, sign)\n"
+    "  local h = redis.call('HGETALL', src)\n"
+    "  for i = 1, #h, 2 do redis.call('HINCRBY', gone, h[i], sign .. h[i + 1]) end\n"
+    "  return #h > 0\n"
+    "end\n"
+    "local function add(sums, key)\n"
+    "  for i = 1, T, CHUNK do\n"
+    "    local v = redis.call('HMGET', key, unpack(names, i, math.min(T, i + CHUNK - 1)))\n"
+    "    for k = 1, #v do sums[i + k - 1] = sums[i + k - 1] + (tonumber(v[k]) or 0) end\n"
+    "  end\n"
+    "end\n"
     "local out, a = {}, 6 + 2 * T\n"
     "for m = 1, M do\n"
-    "  local base = P .. ':svc:' .. ARGV[a] .. ':'\n"
-    "  local reps = P .. ':svcreps:' .. ARGV[a]\n"
+    "  local base, fold = P .. ':svc:' .. ARGV[a] .. ':', P .. ':svcfold:' .. ARGV[a] .. ':'\n"
+    "  local reps, gone = P .. ':svcreps:' .. ARGV[a], P .. ':svcgone:' .. ARGV[a]\n"
+    "  if move(fold .. me, gone, '-') then redis.call('DEL', fold .. me) end\n"
     "  local mine = {}\n"
     "  for i = 1, T do mine[2 * i - 1] = names[i] mine[2 * i] = ARGV[a + i] end\n"
     "  for i = 1, T, CHUNK do\n"
     "    redis.call('HSET', base .. me, unpack(mine, 2 * i - 1, 2 * math.min(T, i + CHUNK - 1)))\n"
     "  end\n"
-    "  redis.call('PEXPIRE', base .. me, lease)\n"
     "  redis.call('SADD', reps, me)\n"
-    "  redis.call('PEXPIRE', reps, 2 * lease)\n"
+    "  for _, k in ipairs({base .. me, reps, gone}) do redis.call('PEXPIRE', k, DAY) end\n"
     "  local sums = {}\n"
     "  for i = 1, T do sums[i] = 0 end\n"
     "  for _, r in ipairs(redis.call('SMEMBERS', reps)) do\n"
-    "    if r ~= me then\n"
-    "      if redis.call('EXISTS', base .. r) == 0 then redis.call('SREM', reps, r)\n"
-    "      else\n"
-    "        for i = 1, T, CHUNK do\n"
-    "          local v = redis.call('HMGET', base .. r, unpack(names, i, math.min(T, i + CHUNK - 1)))\n"
-    "          for k = 1, #v do sums[i + k - 1] = sums[i + k - 1] + (tonumber(v[k]) or 0) end\n"
-    "        end\n"
+    "    if r ~= me and redis.call('EXISTS', P .. ':alive:' .. r) == 1 then add(sums, base .. r)\n"
+    "    elseif r ~= me then\n"
+    "      if move(base .. r, gone, '') then\n"
+    "        redis.call('RENAME', base .. r, fold .. r)\n"
+    "        redis.call('PEXPIRE', fold .. r, DAY)\n"
     "      end\n"
+    "      redis.call('SREM', reps, r)\n"
     "    end\n"
     "  end\n"
+    "  add(sums, gone)\n"
     "  for i = 1, T do out[#out + 1] = sums[i] end\n"
     "  a = a + 1 + T\n"
     "end\n"

@@ -35,6 +35,9 @@
  *   P:alive:R        "1", expires one lease after R's last heartbeat
  *   P:svc:M:R        hash T -> T's service on R (fair share, below)
  *   P:svcreps:M      set of the replicas that published for M
+ *   P:svcgone:M      hash T -> the service of replicas that left
+ *   P:svcfold:M:R    what was moved from P:svc:M:R into P:svcgone:M when
+ *                    R's lease ran out (a day), taken back if R returns
  *   P:fin:R          the last finish of R that Redis applied (a day)
  * Two fleets sharing one Redis need two prefixes. Keys are named inside
  * the scripts, so Redis Cluster is not supported: one Redis (or a
@@ -71,7 +74,11 @@
  * which it hands to the model's worker (wk_fleet_remote): the fair queue
  * then orders and lifts tenants by their fleet-wide counters (fq.h,
  * "Fleet-wide"). The figures lag by up to one period, so fairness holds
- * fleet-wide to within one period's service.
+ * fleet-wide to within one period's service. A replica that leaves takes
+ * nothing away: its figures move to P:svcgone:M when its lease runs out
+ * (and back, if it was only cut off and returns within a day), so the
+ * sums only grow. Figures lost with Redis's data are absorbed by the fair
+ * queue, whose keys never move back.
  *
  * Threads: rfleet_admit and rfleet_finish are called from HTTP threads;
  * one mutex guards the single connection, the counts and the state, and no

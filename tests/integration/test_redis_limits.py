@@ -10,7 +10,8 @@ replicas on 127.0.0.1 sharing a private redis-server:
   that the fleet's bucket cannot hold is refused on another replica;
 - concurrency: two requests held on two replicas fill a cap of 2 for the
   third replica; one ending frees the seat there;
-- a killed replica's in-flight request stops counting one lease later;
+- a killed replica's in-flight request stops counting one lease later, and
+  its service stays in the fleet's fair-share sums;
 - fair share: a tenant sending to two replicas and one sending to one of
   them share the fleet's service about evenly (each replica alone would give
   the first three quarters);
@@ -248,6 +249,7 @@ class FleetLimits(unittest.TestCase):
         victim = replica("victim").start()
         try:
             h = hold(victim, "hold")
+            time.sleep(3 * SYNC_MS / 1000)  # it has published its service
             victim.kill()
             h.close()
             t0 = time.monotonic()
@@ -257,6 +259,12 @@ class FleetLimits(unittest.TestCase):
                        what="the dead replica's in-flight count to expire")
             took = time.monotonic() - t0
             self.assertLess(took, LEASE_MS / 1000 + 3, took)
+            # Its service stays in the fleet's sums: folded into "gone",
+            # with a tombstone in case it comes back.
+            gone = PREFIX + ":svcgone:slow"
+            wait_until(lambda: int(resp_call(REDIS.port, "HGET", gone, "hold") or 0) > 0, 5, interval=0.1,
+                       what="the dead replica's service to be folded")
+            self.assertEqual(len(resp_call(REDIS.port, "KEYS", PREFIX + ":svcfold:slow:*")), 1)
         finally:
             victim.kill()
 
