@@ -108,7 +108,8 @@
  *       max_kv_fraction: 0     of the KV pool, 0..1, 0 = no limit
  *       max_running: 0         0 = no limit
  *       max_queued: 0          0 = no limit
- *       requests_per_minute: 0 0 = unlimited
+ *       requests_per_minute: 0 0 = unlimited; with backend redis at most
+ *                              CFG_REDIS_MAX_RATE, as tokens_per_minute
  *       tokens_per_minute: 0   0 = unlimited
  *       max_concurrent: 0      0 = unlimited
  *   admin_key_sha256: <64 hex> optional; the key for admin routes (and /metrics)

@@ -234,7 +234,7 @@ struct rfleet {
     char alive_prefix[CFG_REDIS_PREFIX_MAX + 8]; /* "P:alive:" */
     char **lim_keys;            /* (n_tenants) "P:lim:T" */
     char **inflight_keys;       /* (n_tenants) "P:inflight:T" */
-    pthread_mutex_t mu;         /* everything below */
+    pthread_mutex_t mu;         /* the connection and what follows, to n_pending */
     redisContext *rc;           /* NULL while down */
     char sha[N_SCRIPTS][41];    /* of the loaded scripts */
     int down;                   /* 1 from a failure to the next success */
