@@ -27,7 +27,7 @@ FROM debian:${DEBIAN} AS build
 RUN apt-get update \
     && apt-get install -y --no-install-recommends build-essential cmake pkg-config \
         libopenblas-dev libcmocka-dev libmicrohttpd-dev libcjson-dev libyaml-dev \
-        libssl-dev libcurl4-openssl-dev libpcre2-dev \
+        libssl-dev libcurl4-openssl-dev libpcre2-dev libhiredis-dev \
     && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY . .
@@ -42,7 +42,7 @@ FROM debian:${DEBIAN}-slim AS runtime
 # their own dependencies. libc6 and libgcc-s1 are in the base image.
 RUN apt-get update \
     && apt-get install -y --no-install-recommends libopenblas0-pthread libpcre2-8-0 \
-        libgomp1 libssl3 libmicrohttpd12 libcjson1 libyaml-0-2 libcurl4 \
+        libgomp1 libssl3 libmicrohttpd12 libcjson1 libyaml-0-2 libcurl4 libhiredis0.14 \
     && rm -rf /var/lib/apt/lists/*
 RUN groupadd --system --gid 10001 tessera \
     && useradd --system --uid 10001 --gid 10001 --no-create-home --home-dir /nonexistent \

@@ -2,7 +2,8 @@
 # The Dockerfile, checked without docker (tests/integration/check_dockerfile.py):
 # its runtime stage installs exactly the Debian 12 packages whose libraries the
 # built binary loads, and runs as a non-root uid that the manifests in deploy/
-# name as runAsUser. Then broken copies of it (a library's package dropped, an
+# name as runAsUser; and the build stage installs every library -dev package
+# scripts/deps.sh builds with. Then broken copies of it (a library's package dropped, an
 # unneeded package added, USER root) must each be refused, so the check is seen
 # to fail.
 # Environment: TS_TESSERA (binary), TS_TMPDIR (scratch), TS_SRC (repo root).
@@ -29,7 +30,10 @@ echo "dockerfile: $TS_SRC/Dockerfile"
 timeout 60 "$PY" "$CHECK" "$TS_SRC/Dockerfile" "$TS_TESSERA" "${MANIFESTS[@]}" ||
     fail "the Dockerfile does not match the binary (problems above)"
 
-# Each broken copy must be refused, naming what is wrong.
+# Each broken copy must be refused, naming what is wrong. The copies sit
+# beside their own scripts/deps.sh, which the build stage is checked against.
+mkdir -p "$D/scripts"
+cp "$TS_SRC/scripts/deps.sh" "$D/scripts/deps.sh"
 refused() {
     local what=$1 want=$2 out
     if out=$(timeout 60 "$PY" "$CHECK" "$D/Dockerfile" "$TS_TESSERA" "${MANIFESTS[@]}"); then
@@ -42,6 +46,8 @@ sed 's/ libcjson1 / /' "$TS_SRC/Dockerfile" >"$D/Dockerfile"
 refused "libcjson1 dropped" "libcjson.so.1: its package libcjson1 is not installed"
 sed 's/ libcjson1 / libcjson1 gnupg /' "$TS_SRC/Dockerfile" >"$D/Dockerfile"
 refused "gnupg added" "gnupg: installed by the runtime stage, but the binary links no library of it"
+sed 's/ libhiredis-dev / /' "$TS_SRC/Dockerfile" >"$D/Dockerfile"
+refused "libhiredis-dev dropped from the build stage" "libhiredis-dev: scripts/deps.sh builds with it"
 sed 's/^USER .*/USER root/' "$TS_SRC/Dockerfile" >"$D/Dockerfile"
 refused "USER root" "USER root: give the numeric uid"
 sed 's/^USER .*/USER 0:0/' "$TS_SRC/Dockerfile" >"$D/Dockerfile"

@@ -1335,8 +1335,11 @@ static enum MHD_Result route_metrics(conn *c) {
     char *text;
     size_t len;
     /* Without a key: the pool gauges when the config makes them public
-     * (config.h); they name no tenant. */
+     * (config.h); they name no tenant. A load balancer scrapes them many
+     * times a second, so, like a probe, a scrape counts as no traffic. */
     if (c->who == AUTH_NONE && c->s->c->public_pool_metrics) {
+        c->uncounted = 1;
+        c->settled = 1;
         if (obs_render_pool(c->s->obs, &text, &len))
             return reply_err(c, 500, "server_error", NULL, NULL, 0, "metrics failed");
         return reply(c, 200, "text/plain; version=0.0.4", text, len, 0);

@@ -104,6 +104,24 @@ def runtime_stage(text):
     return lines[froms[-1]:]
 
 
+def build_stage(text):
+    """Instructions of the first stage, continuation lines joined."""
+    text = re.sub(r"\\\n", " ", text)
+    lines = [l.strip() for l in text.splitlines() if l.strip() and not l.strip().startswith("#")]
+    froms = [i for i, l in enumerate(lines) if l.upper().startswith("FROM ")]
+    return lines[froms[0]:froms[1]] if len(froms) > 1 else []
+
+
+def build_libs(deps_sh):
+    """The library -dev packages scripts/deps.sh installs to build tessera:
+    the image's build stage needs each, or it links what the host's build
+    does not and the runtime check above reads the wrong binary."""
+    with open(deps_sh) as f:
+        m = re.search(r"^BUILD=\((.*?)\)", re.sub(r"#[^\n]*", "", f.read()), re.S | re.M)
+    words = m.group(1).split() if m else []
+    return [w for w in words if w.startswith("lib") and w.endswith("-dev")]
+
+
 def apt_packages(stage):
     pkgs = []
     for l in stage:
@@ -150,6 +168,12 @@ def main():
         print("%s: no FROM" % dockerfile)
         return 1
     problems = user_problems(stage, manifests)
+    with open(dockerfile) as f:
+        built = apt_packages(build_stage(f.read()))
+    deps_sh = os.path.join(os.path.dirname(os.path.abspath(dockerfile)), "scripts", "deps.sh")
+    for p in build_libs(deps_sh):
+        if p not in built:
+            problems.append("%s: scripts/deps.sh builds with it, the build stage does not install it" % p)
     listed = apt_packages(stage)
     db = installed()
     # The slim base image holds the required and essential packages and
