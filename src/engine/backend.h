@@ -2,7 +2,11 @@
  * backend.h - the interface every execution backend implements (internal to
  * src/engine). engine.c validates batches and limits, then calls through
  * this table; a backend may assume every batch it sees is valid. Each backend
- * lives in its own folder (cpu/, later cuda/) and exports one eng_backend.
+ * lives in its own folder (cpu/, cuda/) and exports one eng_backend; the
+ * CUDA one exists only in a build with TS_HAVE_CUDA (CMake's TESSERA_CUDA).
+ * A backend that can fail at run time (a device error) returns TS_ERR_DEVICE
+ * from forward or the copies and says why on stderr, since these slots take
+ * no message buffer.
  */
 #ifndef TS_BACKEND_H
 #define TS_BACKEND_H
@@ -23,5 +27,8 @@ typedef struct eng_backend {
 } eng_backend;
 
 extern const eng_backend eng_backend_cpu;
+#ifdef TS_HAVE_CUDA
+extern const eng_backend eng_backend_cuda;
+#endif
 
 #endif

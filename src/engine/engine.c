@@ -13,6 +13,12 @@
 #include "backend.h"
 #include "err.h"
 
+#ifdef TS_HAVE_CUDA
+#define ENG_CUDA_NAMES ", cuda, cuda:N"
+#else
+#define ENG_CUDA_NAMES ""
+#endif
+
 struct eng {
     const model *m;
     const eng_backend *be;
@@ -22,8 +28,21 @@ struct eng {
     size_t block_bytes;
 };
 
-static const eng_backend *find_backend(const char *name) {
+/* "cpu", or "cuda" / "cuda:N" (the device index is the backend's to read
+ * from eng_opts.backend). Returns NULL with a message for anything else. */
+static const eng_backend *find_backend(const char *name, char *err, size_t errlen) {
     if (!name || strcmp(name, "cpu") == 0) return &eng_backend_cpu;
+    if (strncmp(name, "cuda", 4) == 0 && (name[4] == '\0' || name[4] == ':')) {
+#ifdef TS_HAVE_CUDA
+        return &eng_backend_cuda;
+#else
+        err_set(err, errlen, TS_ERR_INVAL,
+                "device '%s': this build has no CUDA backend (rebuild with nvcc on the PATH, TESSERA_CUDA=AUTO or ON)",
+                name);
+        return NULL;
+#endif
+    }
+    err_set(err, errlen, TS_ERR_INVAL, "unknown device '%s' (this build has: cpu%s)", name, ENG_CUDA_NAMES);
     return NULL;
 }
 
@@ -38,9 +57,8 @@ int eng_new(const model *m, const eng_opts *o, eng **out, char *err, size_t errl
         return err_set(err, errlen, TS_ERR_INVAL,
                        "engine limits out of range: block_size %d, max_batch_tokens %d, max_seqs %d",
                        opts.block_size, opts.max_batch_tokens, opts.max_seqs);
-    const eng_backend *be = find_backend(opts.backend);
-    if (!be)
-        return err_set(err, errlen, TS_ERR_INVAL, "unknown backend '%s' (this build has: cpu)", opts.backend);
+    const eng_backend *be = find_backend(opts.backend, err, errlen);
+    if (!be) return TS_ERR_INVAL;
     size_t bb = model_kv_bytes_per_token(&m->cfg) * (size_t)opts.block_size;
     size_t nb = opts.kv_pool_bytes / bb;
     if (nb < 1 || nb > INT32_MAX)

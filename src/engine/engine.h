@@ -52,7 +52,7 @@ typedef struct eng_batch {
 } eng_batch;
 
 typedef struct eng_opts {
-    const char *backend;    /* "cpu" (default when NULL) */
+    const char *backend;    /* "cpu" (default when NULL), "cuda" or "cuda:N" */
     size_t kv_pool_bytes;   /* bytes of KV cache; rounded down to whole blocks */
     int block_size;         /* token positions per KV block (default 16) */
     int max_batch_tokens;   /* tokens per step across all sequences (default 512) */

@@ -43,7 +43,8 @@
     X(SHUTDOWN,             -60, 503, "server is shutting down")                     \
     X(MIG_LAYOUT,           -70, 400, "MIG layout invalid")                          \
     X(PLAN_INFEASIBLE,      -71, 422, "plan infeasible")                             \
-    X(SCENARIO,             -80, 400, "invalid bench scenario")
+    X(SCENARIO,             -80, 400, "invalid bench scenario")                      \
+    X(DEVICE,               -90, 503, "accelerator error")
 
 enum {
 #define TS_ERR_ENUM(name, code, http, msg) TS_ERR_##name = (code),
