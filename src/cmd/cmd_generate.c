@@ -19,7 +19,7 @@
 #include "tok.h"
 
 typedef struct gen_args {
-    const char *model, *prompt, *logits_path;
+    const char *model, *prompt, *logits_path, *device;
     int n, ids, threads;
     smp_params sp;
 } gen_args;
@@ -27,7 +27,10 @@ typedef struct gen_args {
 static void usage(FILE *f) {
     fprintf(f,
             "usage: tessera generate --model M.gguf --prompt TEXT [-n 64] [--temp 0] [--top-k K]\n"
-            "                        [--top-p P] [--seed S] [--threads N] [--ids] [--logits FILE]\n"
+            "                        [--top-p P] [--seed S] [--threads N] [--device cpu|cuda[:N]]\n"
+            "                        [--ids] [--logits FILE]\n"
+            "  --device   where the forward pass runs: cpu (default), or CUDA device N\n"
+            "             (cuda = cuda:0) in a build with the CUDA backend\n"
             "  --ids      print the prompt's and the generated token ids, one line each\n"
             "  --logits   write every logits row (prompt positions, then each decode step)\n"
             "             as raw little-endian float32 to FILE\n");
@@ -39,7 +42,8 @@ static int parse_args(int argc, char **argv, gen_args *a) {
         {"temp", required_argument, 0, 't'},  {"top-k", required_argument, 0, 'k'},
         {"top-p", required_argument, 0, 'P'}, {"seed", required_argument, 0, 's'},
         {"threads", required_argument, 0, 'T'}, {"ids", no_argument, 0, 'i'},
-        {"logits", required_argument, 0, 'L'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+        {"logits", required_argument, 0, 'L'}, {"device", required_argument, 0, 'D'},
+        {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
     memset(a, 0, sizeof(*a));
     a->n = 64;
     a->sp.top_p = 1.0f;
@@ -59,6 +63,7 @@ static int parse_args(int argc, char **argv, gen_args *a) {
         case 'T': a->threads = (int)strtol(optarg, &end, 10); if (*end) return -1; break;
         case 'i': a->ids = 1; break;
         case 'L': a->logits_path = optarg; break;
+        case 'D': a->device = optarg; break;
         case 'h': usage(stdout); exit(0);
         default: return -1;
         }
@@ -122,7 +127,7 @@ static int generate(const gen_args *a, const model *m, const tok *t) {
     r.vocab = m->cfg.vocab;
     r.bs = 16;
     int n_blocks = (r.cap + r.bs - 1) / r.bs;
-    eng_opts eo = {.kv_pool_bytes = model_kv_bytes_per_token(&m->cfg) * (size_t)n_blocks * (size_t)r.bs,
+    eng_opts eo = {.backend = a->device, .kv_pool_bytes = model_kv_bytes_per_token(&m->cfg) * (size_t)n_blocks * (size_t)r.bs,
                    .block_size = r.bs, .max_batch_tokens = max_T, .max_seqs = 1, .n_threads = a->threads};
     char err[256];
     smp sm;

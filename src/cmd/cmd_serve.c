@@ -17,17 +17,19 @@
 #include "auth.h"
 #include "cmd.h"
 #include "config.h"
+#include "cuda_levers.h"
 #include "sched.h"
 #include "server.h"
 
 static void usage(FILE *f) {
     fprintf(f,
             "usage: tessera serve (--config tessera.yaml | --model M.gguf) [--listen HOST:PORT]\n"
-            "                     [--policy fair|fcfs]\n"
+            "                     [--policy fair|fcfs] [--device cpu|cuda[:N]]\n"
             "  --config   the YAML configuration (see examples/demo.yaml)\n"
             "  --model    serve one GGUF with defaults: one tenant, whose new key is printed\n"
             "  --listen   override the listen address (port 0: any free port)\n"
-            "  --policy   fair (tiers, fair share; the default) or fcfs (one arrival-order queue)\n");
+            "  --policy   fair (tiers, fair share; the default) or fcfs (one arrival-order queue)\n"
+            "  --device   run every model there, over the config's device: keys (cuda = cuda:0)\n");
 }
 
 /* host:port, [v6]:port, or :port. */
@@ -117,8 +119,9 @@ static int load_config(const char *config, const char *model, cfg *c, char *key,
 int cmd_serve(int argc, char **argv) {
     static const struct option opts[] = {{"config", required_argument, 0, 'c'}, {"model", required_argument, 0, 'm'},
                                          {"listen", required_argument, 0, 'l'}, {"policy", required_argument, 0, 'p'},
-                                         {"help", no_argument, 0, 'h'},         {0, 0, 0, 0}};
-    const char *config = NULL, *model = NULL, *listen = NULL, *policy = NULL;
+                                         {"device", required_argument, 0, 'd'}, {"help", no_argument, 0, 'h'},
+                                         {0, 0, 0, 0}};
+    const char *config = NULL, *model = NULL, *listen = NULL, *policy = NULL, *device = NULL;
     int ch;
     optind = 1;
     while ((ch = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
@@ -127,6 +130,7 @@ int cmd_serve(int argc, char **argv) {
         case 'm': model = optarg; break;
         case 'l': listen = optarg; break;
         case 'p': policy = optarg; break;
+        case 'd': device = optarg; break;
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return 2;
         }
@@ -144,6 +148,16 @@ int cmd_serve(int argc, char **argv) {
         return 2;
     }
     if (policy) c.policy = strcmp(policy, "fcfs") == 0 ? SCHED_POLICY_FCFS : SCHED_POLICY_FAIR;
+    if (device) {
+        int idx;
+        if ((strcmp(device, "cpu") != 0 && cudalev_parse_device(device, &idx, err, sizeof(err))) ||
+            strlen(device) >= sizeof(c.models[0].device)) {
+            fprintf(stderr, "serve: bad --device '%s' (cpu, cuda or cuda:N)\n", device);
+            cfg_free(&c);
+            return 2;
+        }
+        for (size_t i = 0; i < c.n_models; i++) snprintf(c.models[i].device, sizeof(c.models[i].device), "%s", device);
+    }
     raise_fd_limit(c.limits.max_connections);
     sigset_t sigs;
     sigemptyset(&sigs);

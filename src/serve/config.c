@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cuda_levers.h"
 #include "err.h"
 #include "ratelimit.h"
 #include "ydoc.h"
@@ -60,6 +61,7 @@ static void model_defaults(cfg_model *m) {
     m->budget_min = 64;
     m->budget_max = 512;
     m->threads = 0;
+    strcpy(m->device, "cpu");
     m->prefix_cache = 1;
 }
 
@@ -377,12 +379,27 @@ static int parse_prefix_cache(const ydoc *d, const yaml_node_t *n, const char *p
     return 0;
 }
 
+/* "cpu", "cuda" or "cuda:N", checked here so a typo is a config error with
+ * its line; whether this build has the CUDA backend is the engine's to say
+ * when the model loads. */
+static int parse_device(const ydoc *d, const yaml_node_t *n, const char *path, cfg_model *m) {
+    const char *s;
+    char why[128];
+    int idx, rc;
+    if (!n) return 0;
+    if ((rc = ydoc_get_str(d, n, path, &s))) return rc;
+    if (strcmp(s, "cpu") != 0 && cudalev_parse_device(s, &idx, why, sizeof why) != 0)
+        return ydoc_fail(d, n, path, "'%s' is not cpu, cuda or cuda:N", s);
+    snprintf(m->device, sizeof m->device, "%s", s);
+    return 0;
+}
+
 static int parse_model(const ydoc *d, const yaml_node_t *n, const char *path, cfg_model *m) {
-    enum { NAME, PATH, KV, SWAP, BS, SEQS, BMIN, BMAX, THREADS, TPL, TPLF, PFX, PRICE, NK };
+    enum { NAME, PATH, KV, SWAP, BS, SEQS, BMIN, BMAX, THREADS, TPL, TPLF, PFX, PRICE, DEVICE, NK };
     static const char *const keys[NK] = {"name", "path", "kv_cache_bytes", "swap_bytes",
                                          "block_size", "max_seqs", "budget_min", "budget_max",
                                          "threads", "chat_template", "chat_template_file", "prefix_cache",
-                                         "price_per_hour"};
+                                         "price_per_hour", "device"};
     const yaml_node_t *v[NK];
     char fp[YDOC_PATH_MAX];
     const char *p = NULL;
@@ -400,6 +417,7 @@ static int parse_model(const ydoc *d, const yaml_node_t *n, const char *path, cf
     if ((rc = ydoc_get_i32(d, v[BMIN], FP(BMIN), 1, 1 << 20, &m->budget_min))) return rc;
     if ((rc = ydoc_get_i32(d, v[BMAX], FP(BMAX), 1, 1 << 20, &m->budget_max))) return rc;
     if ((rc = ydoc_get_i32(d, v[THREADS], FP(THREADS), 0, 4096, &m->threads))) return rc;
+    if ((rc = parse_device(d, v[DEVICE], FP(DEVICE), m))) return rc;
     if (m->budget_min > m->budget_max) {
         const yaml_node_t *at = v[BMIN] ? v[BMIN] : v[BMAX];
         return ydoc_fail(d, at, FP(BMIN), "budget_min %d is larger than budget_max %d", m->budget_min,

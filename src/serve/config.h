@@ -70,6 +70,9 @@
  *       budget_min: 64         tokens per step, 1..budget_max
  *       budget_max: 512        tokens per step, budget_min..1048576
  *       threads: 0             CPU threads, 0 = all cores, 0..4096
+ *       device: cpu            cpu, cuda or cuda:N (the Nth device this
+ *                              process sees); a build without the CUDA
+ *                              backend refuses cuda when the model loads
  *       chat_template: "..."   optional Jinja text replacing the GGUF's
  *                              tokenizer.chat_template (the model has none,
  *                              or one the interpreter cannot run)
@@ -201,6 +204,7 @@ typedef struct cfg_model {
     int max_seqs;                   /* sequences per step */
     int budget_min, budget_max;     /* tokens per step */
     int threads;                    /* 0 = all cores */
+    char device[16];                /* engine backend: "cpu", "cuda" or "cuda:N" */
     char *chat_template;            /* owned Jinja text overriding the GGUF's, or NULL */
     char *chat_template_from;       /* owned: "config" or the file it was read from */
     int prefix_cache;               /* 1: automatic prefix caching (default) */

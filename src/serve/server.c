@@ -2135,6 +2135,7 @@ static int start_workers(srv *s, char *err, size_t errlen) {
             .budget_min = cm->budget_min,
             .budget_max = cm->budget_max,
             .threads = cm->threads,
+            .device = cm->device,
             .policy = c->policy,
             .max_requests = MAX_REQUESTS,
             .tiers = c->tiers,

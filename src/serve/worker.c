@@ -330,7 +330,7 @@ static int load_decoder(wk_worker *w, gguf_ctx *g, char *err, size_t errlen) {
     if ((rc = load_tok(w, w->m->gguf, w->m->cfg.vocab, err, errlen))) return rc;
     /* Minimum shares may take a step past its budget (sched.c), so the engine
      * takes up to twice the budget plus one decode per sequence. */
-    eng_opts eo = {.kv_pool_bytes = w->o.kv_bytes, .block_size = w->o.block_size,
+    eng_opts eo = {.backend = w->o.device, .kv_pool_bytes = w->o.kv_bytes, .block_size = w->o.block_size,
                    .max_batch_tokens = 2 * w->o.budget_max + w->o.max_seqs,
                    .max_seqs = w->o.max_seqs, .n_threads = w->o.threads};
     if ((rc = eng_new(w->m, &eo, &w->e, err, errlen))) return rc;

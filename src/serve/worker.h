@@ -193,6 +193,7 @@ typedef struct wk_opts {
     size_t kv_bytes;        /* KV cache */
     size_t swap_bytes;      /* host swap space, 0 = no swap */
     int block_size, max_seqs, budget_min, budget_max, threads;
+    const char *device;     /* engine backend ("cpu", "cuda:N"); NULL = cpu */
     int policy;             /* SCHED_POLICY_* */
     int32_t max_requests;   /* queued + running */
     const sched_tier *tiers;          /* (n_tiers) */

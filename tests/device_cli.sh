@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# Choosing where the forward pass runs: `generate --device`, `serve
+# --device` and a model's `device:` key. cpu runs; a malformed device is
+# refused with a message naming it; cuda either runs (a CUDA build on a
+# GPU machine: the tokens must then be the CPU's, greedy), or fails fast
+# saying why: "this build has no CUDA backend" (built without nvcc) or "no
+# CUDA device" (built with it, no GPU or driver here). Every command runs
+# under `timeout`, so a hang fails instead of stalling the suite.
+#
+# Environment: TS_TESSERA (binary), TS_TMPDIR (scratch).
+set -euo pipefail
+: "${TS_TESSERA:?TS_TESSERA must point at the tessera binary}"
+: "${TS_TMPDIR:?TS_TMPDIR must name a scratch folder}"
+W="$TS_TMPDIR/device_cli"
+fail() { echo "device_cli: FAIL: $*" >&2; exit 1; }
+rm -rf "$W"
+mkdir -p "$W"
+timeout 30 "$TS_TESSERA" mkmodel "$W/m.gguf" --preset tiny >/dev/null 2>&1 || fail "mkmodel"
+
+gen() { timeout 60 "$TS_TESSERA" generate --model "$W/m.gguf" --prompt "hello there" -n 8 --temp 0 --ids "$@"; }
+
+gen --device cpu >"$W/cpu.out" 2>"$W/cpu.err" || fail "generate --device cpu: $(cat "$W/cpu.err")"
+gen >"$W/default.out" 2>/dev/null || fail "generate without --device"
+cmp -s "$W/cpu.out" "$W/default.out" || fail "--device cpu and the default differ"
+
+# refused: status non-zero, the device named in the message
+for bad in gpu cuda: cuda:-1 cuda:1x CUDA; do
+    rc=0
+    gen --device "$bad" >/dev/null 2>"$W/err" || rc=$?
+    [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] || fail "--device $bad: status $rc"
+    grep -qF "'$bad'" "$W/err" || fail "--device $bad: stderr is '$(cat "$W/err")'"
+done
+
+rc=0
+gen --device cuda >"$W/cuda.out" 2>"$W/cuda.err" || rc=$?
+if [ "$rc" -eq 0 ]; then
+    cmp -s "$W/cpu.out" "$W/cuda.out" || fail "greedy tokens on cuda differ from cpu: $(cat "$W/cuda.out")"
+    echo "device_cli: cuda ran, the same greedy tokens as cpu"
+else
+    [ "$rc" -ne 124 ] || fail "generate --device cuda hung"
+    grep -qE "this build has no CUDA backend|no CUDA device" "$W/cuda.err" ||
+        fail "--device cuda: status $rc, stderr '$(cat "$W/cuda.err")'"
+    echo "device_cli: cuda refused as it should be here: $(cat "$W/cuda.err")"
+fi
+
+# serve: a bad --device is a usage error; a bad device: key a config error
+# with its place in the file.
+rc=0
+timeout 10 "$TS_TESSERA" serve --model "$W/m.gguf" --device tpu --listen 127.0.0.1:0 >/dev/null 2>"$W/err" || rc=$?
+[ "$rc" -eq 2 ] || fail "serve --device tpu: status $rc"
+grep -qF "bad --device 'tpu'" "$W/err" || fail "serve --device tpu: stderr '$(cat "$W/err")'"
+cat >"$W/c.yaml" <<EOF
+listen: 127.0.0.1:1
+models:
+  - name: m
+    path: m.gguf
+    device: cuda:one
+tenants:
+  - name: t
+    key_sha256: "0000000000000000000000000000000000000000000000000000000000000000"
+EOF
+rc=0
+timeout 10 "$TS_TESSERA" serve --config "$W/c.yaml" >/dev/null 2>"$W/err" || rc=$?
+[ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] || fail "device: cuda:one: status $rc"
+grep -qF "'cuda:one' is not cpu, cuda or cuda:N" "$W/err" || fail "device: cuda:one: stderr '$(cat "$W/err")'"
+grep -qF "device" "$W/err" || fail "device: cuda:one: the key is not named"
+echo "device_cli: PASS"
