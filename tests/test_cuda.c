@@ -645,6 +645,22 @@ static void test_refusals(void **state) {
     assert_non_null(strstr(err, "does not exist"));
     o.backend = "cuda:x";
     assert_int_equal(eng_new(m, &o, &e, err, sizeof err), TS_ERR_INVAL);
+    /* The MPS environment, read at create (the runtime itself ignores it
+     * without an MPS server, and read it when the context was made). */
+    o.backend = "cuda";
+    setenv("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT", "0=1M", 1);
+    assert_int_equal(eng_new(m, &o, &e, err, sizeof err), TS_ERR_NOMEM);
+    assert_non_null(strstr(err, "MPS limit 1.0 MiB"));
+    print_message("MPS limit: %s\n", err);
+    setenv("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT", "0=1T", 1);
+    assert_int_equal(eng_new(m, &o, &e, err, sizeof err), TS_ERR_INVAL);
+    assert_non_null(strstr(err, "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"));
+    unsetenv("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT");
+    setenv("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", "150", 1);
+    assert_int_equal(eng_new(m, &o, &e, err, sizeof err), TS_ERR_INVAL);
+    assert_non_null(strstr(err, "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"));
+    unsetenv("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE");
+    assert_null(e);
     model_free(m);
 }
 

@@ -92,6 +92,7 @@ typedef struct cu_state {
     cudaEvent_t pin_ev[2];  /* last copy through each half */
     uint64_t dev_bytes;     /* bytes this engine allocated on the device */
     double mps_thread_pct;  /* CUDA_MPS_ACTIVE_THREAD_PERCENTAGE in force */
+    uint64_t mps_limit;     /* CUDA_MPS_PINNED_DEVICE_MEM_LIMIT of this device, 0 = none */
     char msg[384];          /* the last failure */
 } cu_state;
 
@@ -322,11 +323,9 @@ static int make_streams(cu_state *s) {
 }
 
 /* The KV pool, if it fits what this process may use of the device. */
-static int alloc_kv(cu_state *s, const char *uuid) {
-    uint64_t mps = 0;
-    int rc = cudalev_parse_pinned_limit(getenv("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"), s->dev, uuid, &mps, s->msg,
-                                        sizeof s->msg);
-    if (rc) return rc;
+static int alloc_kv(cu_state *s) {
+    const uint64_t mps = s->mps_limit;
+    int rc;
     size_t free_b = 0, total_b = 0;
     CU(cudaMemGetInfo(&free_b, &total_b));
     cudalev_mem mem = {.free_bytes = free_b, .total_bytes = total_b, .used_by_us = s->dev_bytes, .mps_limit = mps,
@@ -356,11 +355,14 @@ static int cu_setup(cu_state *s, eng_opts *o) {
     if (rc) return rc;
     char uuid[48];
     format_uuid(uuid, sizeof uuid, (const unsigned char *)p.uuid.bytes);
+    /* The MPS settings first: a malformed one fails before any upload. */
     if ((rc = cudalev_parse_thread_pct(getenv("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"), &s->mps_thread_pct, s->msg,
-                                       sizeof s->msg)))
+                                       sizeof s->msg)) ||
+        (rc = cudalev_parse_pinned_limit(getenv("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"), s->dev, uuid, &s->mps_limit,
+                                         s->msg, sizeof s->msg)))
         return rc;
     if ((rc = make_streams(s)) || (rc = upload_weights(s)) || (rc = upload_rope(s)) || (rc = alloc_scratch(s)) ||
-        (rc = alloc_kv(s, uuid)))
+        (rc = alloc_kv(s)))
         return rc;
     CU(cudaDeviceSynchronize());
     return 0;
