@@ -51,6 +51,7 @@ _Static_assert((int)CK_F32 == (int)GGUF_TT_F32 && (int)CK_F16 == (int)GGUF_TT_F1
                "cuda_kern.h's type ids must be gguf.h's");
 
 #define CU_GEMM_MIN_T 16                    /* activation rows from which products go to cuBLAS */
+#define CU_GRAPH_T CU_GEMM_MIN_T            /* steps of fewer tokens replay a captured graph */
 #define CU_DQ_TILE_ELEMS ((int64_t)32 << 20) /* f16 elements of a dequantized weight tile (64 MiB) */
 #define CU_PIN_BYTES ((size_t)64 << 20)     /* pinned swap staging, two halves */
 #define CU_RESERVE_MIN ((uint64_t)256 << 20) /* device bytes left free at least ... */
@@ -91,6 +92,16 @@ typedef struct cu_state {
     int pin_blocks;
     cudaEvent_t pin_ev[2];  /* last copy through each half */
     uint64_t dev_bytes;     /* bytes this engine allocated on the device */
+    /* A decode step of the 1B shape is ~180 launches of a few us each,
+     * about what its weights take to read at HBM speed: so steps of fewer
+     * than CU_GRAPH_T tokens (no cuBLAS in them) run as a CUDA graph, one
+     * per (tokens, logits rows), captured the first time it is met. Every
+     * kernel argument is fixed for a given pair: buffers never move and
+     * the step's indices are read from d_idx. TESSERA_CUDA_GRAPHS=0 turns
+     * them off (to measure what they buy); a failed capture turns them
+     * off with a line on stderr. */
+    cudaGraphExec_t graphs[CU_GRAPH_T][CU_GRAPH_T + 1]; /* [T][rows] */
+    int graphs_off;
     double mps_thread_pct;  /* CUDA_MPS_ACTIVE_THREAD_PERCENTAGE in force */
     uint64_t mps_limit;     /* CUDA_MPS_PINNED_DEVICE_MEM_LIMIT of this device, 0 = none */
     char msg[384];          /* the last failure */
@@ -242,6 +253,9 @@ static void cu_destroy(void *st) {
     if (s->pin) (void)cudaFreeHost(s->pin);
     for (int i = 0; i < 2; i++)
         if (s->pin_ev[i]) (void)cudaEventDestroy(s->pin_ev[i]);
+    for (int t = 0; t < CU_GRAPH_T; t++)
+        for (int r = 0; r <= CU_GRAPH_T; r++)
+            if (s->graphs[t][r]) (void)cudaGraphExecDestroy(s->graphs[t][r]);
     if (s->st) (void)cudaStreamDestroy(s->st);
     if (s->copy_st) (void)cudaStreamDestroy(s->copy_st);
     free(s->layers);
@@ -386,6 +400,8 @@ static int cu_create(const model *m, eng_opts *o, int n_blocks, void **out, char
     size_t per_seq = ((size_t)c->ctx_len + (size_t)s->bs - 1) / (size_t)s->bs;
     if (per_seq > (size_t)n_blocks) per_seq = (size_t)n_blocks;
     s->max_tab = (size_t)s->max_seqs * per_seq;
+    const char *graphs = getenv("TESSERA_CUDA_GRAPHS");
+    s->graphs_off = graphs && strcmp(graphs, "0") == 0;
     /* Host threads only run the sampler and this file's bookkeeping. */
     if (o->n_threads <= 0) o->n_threads = 1;
     int rc = cu_setup(s, o);
@@ -485,12 +501,11 @@ static int layer_forward(cu_state *s, int l, int T, ck_tokens tk) {
     return mm(s, s->xb, dim, s->hb, T, &D->w_down);
 }
 
-static int step(cu_state *s, const eng_batch *b, float *logits) {
+/* The step's device work, from the embedding to the logits rows on the
+ * device, enqueued on the compute stream (or captured into a graph). */
+static int device_work(cu_state *s, int T, int rows, ck_tokens tk) {
     const model_config *c = &s->m->cfg;
-    int T, rows, rc;
-    ck_tokens tk;
-    CU(cudaSetDevice(s->dev));
-    if ((rc = pack_step(s, b, &T, &rows, &tk))) return rc;
+    int rc;
     CU(ck_embed(s->x, s->tok_embd, s->d_idx, T, c->embd_scale, s->st));
     for (int l = 0; l < c->n_layers; l++)
         if ((rc = layer_forward(s, l, T, tk))) return rc;
@@ -500,9 +515,43 @@ static int step(cu_state *s, const eng_batch *b, float *logits) {
         CU(ck_rmsnorm_rows(s->hb, s->x, out_rows, s->out_norm, rows, c->dim, c->rms_eps, s->st));
         if ((rc = mm(s, s->logits, c->vocab, s->hb, rows, &s->output))) return rc;
         if (c->logit_softcap > 0) CU(ck_softcap(s->logits, (int64_t)rows * c->vocab, c->logit_softcap, s->st));
+    }
+    return 0;
+}
+
+/* Capture device_work for (T, rows) into s->graphs[T][rows]. A failure
+ * turns graphs off for this engine and is not the step's failure: the step
+ * then runs without, and a real fault shows there. */
+static void make_graph(cu_state *s, int T, int rows, ck_tokens tk) {
+    cudaGraph_t g = NULL;
+    cudaError_t e = cudaStreamBeginCapture(s->st, cudaStreamCaptureModeThreadLocal);
+    int rc = 0;
+    if (e == cudaSuccess) {
+        rc = device_work(s, T, rows, tk);
+        e = cudaStreamEndCapture(s->st, &g);
+    }
+    if (!rc && e == cudaSuccess) e = cudaGraphInstantiate(&s->graphs[T][rows], g, 0);
+    if (g) (void)cudaGraphDestroy(g);
+    if (rc || e != cudaSuccess) {
+        s->graphs[T][rows] = NULL;
+        s->graphs_off = 1;
+        fprintf(stderr, "tessera: cuda backend: decode graphs off: %s\n", rc ? s->msg : cudaGetErrorString(e));
+        (void)cudaGetLastError();
+    }
+}
+
+static int step(cu_state *s, const eng_batch *b, float *logits) {
+    const model_config *c = &s->m->cfg;
+    int T, rows, rc;
+    ck_tokens tk;
+    CU(cudaSetDevice(s->dev));
+    if ((rc = pack_step(s, b, &T, &rows, &tk))) return rc;
+    if (T < CU_GRAPH_T && !s->graphs_off && !s->graphs[T][rows]) make_graph(s, T, rows, tk);
+    if (T < CU_GRAPH_T && s->graphs[T][rows]) CU(cudaGraphLaunch(s->graphs[T][rows], s->st));
+    else if ((rc = device_work(s, T, rows, tk))) return rc;
+    if (rows)
         CU(cudaMemcpyAsync(logits, s->logits, (size_t)rows * (size_t)c->vocab * sizeof(float), cudaMemcpyDeviceToHost,
                            s->st));
-    }
     /* The step ends here: the caller samples from logits, and a swap that
      * follows reads the cache this step wrote. */
     CU(cudaStreamSynchronize(s->st));

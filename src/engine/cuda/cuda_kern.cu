@@ -346,6 +346,9 @@ template <uint32_t TYPE>
 __device__ void mv_float_row(float (&acc)[MV_TC], const uint8_t *row, const float *x, int64_t n_in, int tn) {
     const int lane = threadIdx.x % WARP;
     if (n_in % 8 == 0 && TYPE != CK_F32) {
+        /* unrolled so a warp has several 512-byte loads in flight: one
+         * at a time leaves HBM idle between them */
+#pragma unroll 4
         for (int64_t i0 = (int64_t)lane * 8; i0 < n_in; i0 += WARP * 8) {
             const uint4 raw = *reinterpret_cast<const uint4 *>(row + (size_t)i0 * 2);
             const uint16_t *hv = reinterpret_cast<const uint16_t *>(&raw);
@@ -366,6 +369,7 @@ __device__ void mv_float_row(float (&acc)[MV_TC], const uint8_t *row, const floa
 __device__ void mv_q8_0_row(float (&acc)[MV_TC], const uint8_t *row, const float *x, int64_t n_in, int tn) {
     const int lane = threadIdx.x % WARP;
     const int64_t nb = n_in / 32;
+#pragma unroll 4
     for (int64_t b0 = 0; b0 < nb; b0 += 4) {
         const int64_t b = b0 + lane / 8;
         if (b >= nb) break;
