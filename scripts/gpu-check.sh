@@ -151,7 +151,8 @@ fi
 
 step test_cuda_levers tests 30 "$BUILD/test_cuda_levers" || STATUS=1
 if [ "$MODE" = full ]; then
-    step device_cli tests 60 env TS_TESSERA="$BUILD/tessera" TS_TMPDIR="$SCRATCH" bash tests/device_cli.sh || STATUS=1
+    step device_cli tests 60 env TS_TESSERA="$BUILD/tessera" TS_TMPDIR="$SCRATCH" TS_SRC="$PWD" PY=python3 \
+        bash tests/device_cli.sh || STATUS=1
 else
     say "device_cli: not run (an engine-only build has no tessera binary; test_cuda covers greedy decoding)"
 fi

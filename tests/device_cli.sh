@@ -7,7 +7,7 @@
 # CUDA device" (built with it, no GPU or driver here). Every command runs
 # under `timeout`, so a hang fails instead of stalling the suite.
 #
-# Environment: TS_TESSERA (binary), TS_TMPDIR (scratch).
+# Environment: TS_TESSERA (binary), TS_TMPDIR (scratch), TS_SRC (sources).
 set -euo pipefail
 : "${TS_TESSERA:?TS_TESSERA must point at the tessera binary}"
 : "${TS_TMPDIR:?TS_TMPDIR must name a scratch folder}"
@@ -64,4 +64,39 @@ timeout 10 "$TS_TESSERA" serve --config "$W/c.yaml" >/dev/null 2>"$W/err" || rc=
 [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] || fail "device: cuda:one: status $rc"
 grep -qF "'cuda:one' is not cpu, cuda or cuda:N" "$W/err" || fail "device: cuda:one: stderr '$(cat "$W/err")'"
 grep -qF "device" "$W/err" || fail "device: cuda:one: the key is not named"
+# An embedding model has a CPU implementation only: a device is refused,
+# not ignored. (tests/ref/bert_gguf.py writes a tiny BERT; it needs NumPy,
+# which scripts/deps.sh installs for the test suite.)
+: "${TS_SRC:?TS_SRC must name the source tree}"
+PY=${PY:-/usr/bin/python3}
+"$PY" -c "import numpy" 2>/dev/null || fail "$PY cannot import numpy (scripts/deps.sh installs python3-numpy)"
+"$PY" "$TS_SRC/tests/ref/bert_gguf.py" "$W/bert.gguf" --pooling mean --ctx 64 --seed 7 >/dev/null ||
+    fail "bert_gguf.py could not write an encoder"
+rc=0
+timeout 10 "$TS_TESSERA" serve --model "$W/bert.gguf" --device cuda --listen 127.0.0.1:0 >/dev/null 2>"$W/err" || rc=$?
+[ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] || fail "an encoder on --device cuda: status $rc"
+grep -qF "an embedding model runs on the CPU only, not on device 'cuda'" "$W/err" ||
+    fail "an encoder on --device cuda: stderr '$(cat "$W/err")'"
+
+# serve --device cuda reaches the engine: it serves (a GPU here), or it
+# stops before listening with the reason.
+timeout 30 "$TS_TESSERA" serve --model "$W/m.gguf" --device cuda --listen 127.0.0.1:0 >"$W/s.out" 2>"$W/s.err" &
+pid=$!
+for _ in $(seq 100); do
+    grep -q "listening" "$W/s.out" 2>/dev/null && break
+    kill -0 "$pid" 2>/dev/null || break
+    sleep 0.2
+done
+if grep -q "listening" "$W/s.out"; then
+    kill -TERM "$pid"
+    wait "$pid" || true
+    echo "device_cli: serve --device cuda listened"
+else
+    rc=0
+    wait "$pid" || rc=$?
+    [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] || fail "serve --device cuda: status $rc without listening"
+    grep -qE "this build has no CUDA backend|no CUDA device" "$W/s.err" ||
+        fail "serve --device cuda: stderr '$(cat "$W/s.err")'"
+    echo "device_cli: serve --device cuda refused: $(head -1 "$W/s.err")"
+fi
 echo "device_cli: PASS"

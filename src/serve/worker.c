@@ -345,6 +345,13 @@ static int load_decoder(wk_worker *w, gguf_ctx *g, char *err, size_t errlen) {
  * least one input of the full context, so any admitted input fits. */
 static int load_encoder(wk_worker *w, gguf_ctx *g, char *err, size_t errlen) {
     char inner[320];
+    /* The encoder has a CPU implementation only: a device it would not use
+     * is refused rather than silently ignored. */
+    if (w->o.device && strcmp(w->o.device, "cpu") != 0) {
+        gguf_close(g);
+        return err_set(err, errlen, TS_ERR_CONFIG, "%s: an embedding model runs on the CPU only, not on device '%s'",
+                       w->o.path, w->o.device);
+    }
     int rc = enc_from_gguf(g, &w->em, inner, sizeof(inner));
     if (rc) {
         err_set(err, errlen, rc, "%s: %s", w->o.path, inner);
