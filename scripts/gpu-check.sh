@@ -168,7 +168,7 @@ step bench_gpu bench_gpu 240 "$BUILD/bench_gpu" --models "${GPU_CHECK_MODELS:-11
 # ---- summary ---------------------------------------------------------------------------
 {
     echo "---- test_cuda: each comparison's worst error (tolerances are first guesses)"
-    grep -E "worst relative|greedy|round trip|pool:|limit:|q6_K:|FAILED|PASSED|ERROR" "$OUTDIR/test_cuda.log"
+    grep -E "worst relative|greedy|round trip|pool:|limit:|q2_K:|FAILED|PASSED|ERROR" "$OUTDIR/test_cuda.log"
     echo "---- bench_gpu"
     grep -vE '^(\{|====)' "$OUTDIR/bench_gpu.log" 2>/dev/null
     echo "---- files in $OUTDIR"

@@ -5,7 +5,7 @@
  * and the residual step with gemma3's post-norm), the SiLU and GELU-tanh
  * gates, the soft cap, the embedding lookup, the matrix-vector product and
  * the dequantized tiles of the cuBLAS path in every type the backend runs
- * (f32, f16, bf16, q8_0, q4_K), rope with the q/k head norms and the store
+ * (f32, f16, bf16, q8_0, q4_K; q4_0, q5_0, q5_K, q6_K), rope with the q/k head norms and the store
  * into the paged cache (against a reference written here from the
  * convention of cpu_backend.c's rope_head), and paged attention over
  * shuffled block tables with a sliding window (against a plain softmax in
@@ -18,7 +18,7 @@
  * batching equivalence of test_engine.c (mixed prefill chunks and decodes
  * over interleaved tables == each sequence alone) with a swap out and back
  * into other blocks in the middle; a byte-exact copy round trip; and the
- * load-time refusals (a type without a kernel, a KV pool larger than the
+ * load-time refusals (a type without a kernel (q2_K), a KV pool larger than the
  * device, a device that does not exist) with their messages.
  *
  * Without a GPU (no driver, or no device) the program prints why and exits
@@ -159,7 +159,8 @@ static void test_gates_and_softcap(void **state) {
 
 /* ---- kernels: products in every type ------------------------------------------ */
 
-static const uint32_t TYPES[] = {GGUF_TT_F32, GGUF_TT_F16, GGUF_TT_BF16, GGUF_TT_Q8_0, GGUF_TT_Q4_K};
+static const uint32_t TYPES[] = {GGUF_TT_F32,  GGUF_TT_F16,  GGUF_TT_BF16, GGUF_TT_Q8_0, GGUF_TT_Q4_K,
+                                 GGUF_TT_Q4_0, GGUF_TT_Q5_0, GGUF_TT_Q5_K, GGUF_TT_Q6_K};
 
 /* A (rows, n_in) matrix of type from random floats: host bytes in *host. */
 static void make_mat(uint32_t type, int64_t rows, int64_t n_in, void **host, size_t *bytes) {
@@ -368,7 +369,9 @@ static void test_rope_attention(void **state) {
 #define N_BLOCKS 64
 #define MAX_T 64
 
-static model *make_model(const char *arch, uint32_t type) {
+/* The tiny GQA model of seed 11 (test_engine.c's), in arch (NULL: llama)
+ * and type, with n_ov per-matrix type overrides. */
+static model *make_model_ov(const char *arch, uint32_t type, const mkmodel_override *ov, int n_ov) {
     mkmodel_spec s;
     char path[512], err[256];
     mkmodel_preset("tiny", &s);
@@ -378,6 +381,8 @@ static model *make_model(const char *arch, uint32_t type) {
         s.ffn_dim = 512;
     }
     s.type = type;
+    s.overrides = ov;
+    s.n_overrides = n_ov;
     s.n_heads = 8;
     s.n_kv_heads = 2;
     s.seed = 11;
@@ -390,6 +395,8 @@ static model *make_model(const char *arch, uint32_t type) {
     remove(path);
     return m;
 }
+
+static model *make_model(const char *arch, uint32_t type) { return make_model_ov(arch, type, NULL, 0); }
 
 static eng *make_engine(const model *m, const char *backend) {
     eng_opts o = {.backend = backend, .kv_pool_bytes = model_kv_bytes_per_token(&m->cfg) * BS * (size_t)N_BLOCKS,
@@ -423,8 +430,8 @@ static double type_tol(uint32_t type) {
 /* A 23-token prompt in one step (every row's logits), then 6 decodes, on
  * both backends from the same table; logits and the cache written are
  * compared at each step. */
-static void check_forward(const char *arch, uint32_t type) {
-    model *m = make_model(arch, type);
+static void check_forward_ov(const char *arch, uint32_t type, const mkmodel_override *ov, int n_ov) {
+    model *m = make_model_ov(arch, type, ov, n_ov);
     eng *c = make_engine(m, "cpu"), *g = make_engine(m, "cuda");
     const int vocab = m->cfg.vocab, n = 23;
     int32_t ids[32], table[16];
@@ -440,8 +447,8 @@ static void check_forward(const char *arch, uint32_t type) {
         eng_batch b = {&q, 1};
         assert_int_equal(eng_forward(c, &b, lc), 0);
         assert_int_equal(eng_forward(g, &b, lg), 0);
-        snprintf(what, sizeof what, "%s %s %s %d logits", arch ? arch : "llama", gguf_type_name(type),
-                 step ? "decode" : "prompt", step);
+        snprintf(what, sizeof what, "%s %s%s %s %d logits", arch ? arch : "llama", gguf_type_name(type),
+                 n_ov ? " mix" : "", step ? "decode" : "prompt", step);
         expect_close(what, lg, lc, (size_t)len * vocab, tol);
         /* the CPU's argmax of the last row is both backends' next token */
         const float *last = lc + (size_t)(len - 1) * vocab;
@@ -452,7 +459,7 @@ static void check_forward(const char *arch, uint32_t type) {
     /* The cache both wrote: the first 8 blocks of the table. */
     assert_int_equal(eng_kv_copy_out(c, table, 8, kc), 0);
     assert_int_equal(eng_kv_copy_out(g, table, 8, kg), 0);
-    snprintf(what, sizeof what, "%s %s KV cache", arch ? arch : "llama", gguf_type_name(type));
+    snprintf(what, sizeof what, "%s %s%s KV cache", arch ? arch : "llama", gguf_type_name(type), n_ov ? " mix" : "");
     expect_close(what, kg, kc, kvb / 4, tol);
     free(lc); free(lg); free(kc); free(kg);
     eng_free(c);
@@ -460,9 +467,18 @@ static void check_forward(const char *arch, uint32_t type) {
     model_free(m);
 }
 
+static void check_forward(const char *arch, uint32_t type) { check_forward_ov(arch, type, NULL, 0); }
+
+/* llama.cpp's Q4_K_M recipe, as test_engine.c's QKM: q4_K with v and the
+ * output in q6_K, gate in q5_0, down in q5_K, the embedding in q8_0. */
+static const mkmodel_override QKM[] = {{"attn_v", GGUF_TT_Q6_K},   {"output", GGUF_TT_Q6_K},
+                                       {"ffn_gate", GGUF_TT_Q5_0}, {"ffn_down", GGUF_TT_Q5_K},
+                                       {"token_embd", GGUF_TT_Q8_0}};
+
 static void test_forward_llama_types(void **state) {
     (void)state;
     for (size_t i = 0; i < sizeof TYPES / sizeof TYPES[0]; i++) check_forward(NULL, TYPES[i]);
+    check_forward_ov(NULL, GGUF_TT_Q4_K, QKM, (int)(sizeof QKM / sizeof QKM[0]));
 }
 
 static void test_forward_archs(void **state) {
@@ -637,12 +653,12 @@ static void test_refusals(void **state) {
     (void)state;
     char err[512];
     eng *e = NULL;
-    model *m = make_model(NULL, GGUF_TT_Q6_K);
+    model *m = make_model(NULL, GGUF_TT_Q2_K);
     eng_opts o = {.backend = "cuda", .kv_pool_bytes = model_kv_bytes_per_token(&m->cfg) * 64, .block_size = 16};
     assert_int_equal(eng_new(m, &o, &e, err, sizeof err), TS_ERR_GGUF_TYPE);
     assert_null(e);
-    assert_non_null(strstr(err, "q6_K"));
-    print_message("q6_K: %s\n", err);
+    assert_non_null(strstr(err, "q2_K"));
+    print_message("q2_K: %s\n", err);
     model_free(m);
     m = make_model(NULL, GGUF_TT_F32);
     o.kv_pool_bytes = (size_t)1 << 40; /* 1 TiB: more than any GPU, fewer blocks than INT32_MAX */

@@ -47,7 +47,9 @@
 
 _Static_assert((int)CK_F32 == (int)GGUF_TT_F32 && (int)CK_F16 == (int)GGUF_TT_F16 &&
                    (int)CK_BF16 == (int)GGUF_TT_BF16 && (int)CK_Q8_0 == (int)GGUF_TT_Q8_0 &&
-                   (int)CK_Q4_K == (int)GGUF_TT_Q4_K,
+                   (int)CK_Q4_K == (int)GGUF_TT_Q4_K && (int)CK_Q4_0 == (int)GGUF_TT_Q4_0 &&
+                   (int)CK_Q5_0 == (int)GGUF_TT_Q5_0 && (int)CK_Q5_K == (int)GGUF_TT_Q5_K &&
+                   (int)CK_Q6_K == (int)GGUF_TT_Q6_K,
                "cuda_kern.h's type ids must be gguf.h's");
 
 #define CU_GEMM_MIN_T 16                    /* activation rows from which products go to cuBLAS */
@@ -153,7 +155,8 @@ static int up_mat(cu_state *s, upload *u, const ops_mat *w, ck_mat *out, const c
         char where[32] = "";
         if (layer >= 0) snprintf(where, sizeof where, " of layer %d", layer);
         snprintf(s->msg, sizeof s->msg,
-                 "the CUDA backend has no kernel for %s (%s%s); it runs f32, f16, bf16, q8_0 and q4_K",
+                 "the CUDA backend has no kernel for %s (%s%s); it runs f32, f16, bf16, q8_0, q4_0, q5_0, q4_K, q5_K "
+                 "and q6_K",
                  gguf_type_name(w->type), role, where);
         return TS_ERR_GGUF_TYPE;
     }

@@ -18,6 +18,10 @@
 #define ATT_WARPS 4         /* warps sharing one (token, head) of attention */
 #define Q8_0_BYTES 34       /* f16 scale + 32 int8 */
 #define Q4_K_BYTES 144      /* f16 d, f16 dmin, 12 bytes of scales, 128 of nibbles */
+#define Q4_0_BYTES 18       /* f16 scale, 16 bytes of nibbles */
+#define Q5_0_BYTES 22       /* f16 scale, 4 bytes of fifth bits, 16 of nibbles */
+#define Q5_K_BYTES 176      /* Q4_K's fields, then 32 bytes of fifth bits before the nibbles */
+#define Q6_K_BYTES 210      /* 128 bytes of low nibbles, 64 of high bit pairs, 16 int8 scales, f16 d */
 
 /* ---- element access ------------------------------------------------------- */
 
@@ -50,20 +54,48 @@ __device__ float dq_elem(const uint8_t *row, uint32_t type, int64_t i) {
         const uint8_t *b = row + (size_t)(i / 32) * Q8_0_BYTES;
         return f16_at(b) * (float)(int8_t)b[2 + i % 32];
     }
-    case CK_Q4_K: {
-        const uint8_t *b = row + (size_t)(i / 256) * Q4_K_BYTES;
-        const int e = (int)(i % 256), byte = b[16 + 32 * (e / 64) + e % 32];
-        const int q = (e % 64) < 32 ? byte & 0xF : byte >> 4;
+    case CK_Q4_K:
+    case CK_Q5_K: {
+        /* element 64g + l (l < 32): low nibble of qs[32g + l], 64g + 32 + l
+         * its high nibble; Q5_K adds bit e / 32 of qh[e % 32] as 16 */
+        const int k5 = type == CK_Q5_K;
+        const uint8_t *b = row + (size_t)(i / 256) * (k5 ? Q5_K_BYTES : Q4_K_BYTES);
+        const int e = (int)(i % 256), byte = b[(k5 ? 48 : 16) + 32 * (e / 64) + e % 32];
+        int q = (e % 64) < 32 ? byte & 0xF : byte >> 4;
+        if (k5) q |= ((b[16 + e % 32] >> (e / 32)) & 1) << 4;
         float sc, m;
         q4k_scale_min(e / 32, b + 4, &sc, &m);
         return f16_at(b) * sc * (float)q - f16_at(b + 2) * m;
+    }
+    case CK_Q6_K: {
+        /* element 128h + 32k + l: low 4 bits from ql[64h + 32(k % 2) + l]
+         * (low nibble for k < 2), high 2 bits at 2k of qh[32h + l]; less 32 */
+        const uint8_t *b = row + (size_t)(i / 256) * Q6_K_BYTES;
+        const int e = (int)(i % 256), h = e / 128, k = (e % 128) / 32, l = e % 32;
+        const int lb = b[64 * h + 32 * (k % 2) + l];
+        const int q = ((k < 2 ? lb & 0xF : lb >> 4) | (((b[128 + 32 * h + l] >> (2 * k)) & 3) << 4)) - 32;
+        return f16_at(b + 208) * (float)(int8_t)b[192 + e / 16] * (float)q;
+    }
+    case CK_Q4_0:
+    case CK_Q5_0: {
+        /* element j of a block: the low nibble of qs[j] (j < 16), else the
+         * high nibble of qs[j - 16]; Q5_0's fifth bit is bit j of qh */
+        const int q5 = type == CK_Q5_0, j = (int)(i % 32);
+        const uint8_t *b = row + (size_t)(i / 32) * (q5 ? Q5_0_BYTES : Q4_0_BYTES), *qs = b + (q5 ? 6 : 2);
+        int u = j < 16 ? qs[j] & 0xF : qs[j - 16] >> 4;
+        if (q5) u |= ((b[2 + j / 8] >> (j % 8)) & 1) << 4;
+        return (float)(u - (q5 ? 16 : 8)) * f16_at(b);
     }
     default: return 0.0f; /* unreachable: types are checked at load */
     }
 }
 
 extern "C" int ck_type_supported(uint32_t type) {
-    return type == CK_F32 || type == CK_F16 || type == CK_BF16 || type == CK_Q8_0 || type == CK_Q4_K;
+    switch (type) {
+    case CK_F32: case CK_F16: case CK_BF16: case CK_Q8_0: case CK_Q4_K:
+    case CK_Q4_0: case CK_Q5_0: case CK_Q5_K: case CK_Q6_K: return 1;
+    default: return 0;
+    }
 }
 
 __host__ __device__ static inline size_t row_bytes(uint32_t type, int64_t n_in) {
@@ -73,6 +105,10 @@ __host__ __device__ static inline size_t row_bytes(uint32_t type, int64_t n_in) 
     case CK_BF16: return (size_t)n_in * 2;
     case CK_Q8_0: return (size_t)(n_in / 32) * Q8_0_BYTES;
     case CK_Q4_K: return (size_t)(n_in / 256) * Q4_K_BYTES;
+    case CK_Q4_0: return (size_t)(n_in / 32) * Q4_0_BYTES;
+    case CK_Q5_0: return (size_t)(n_in / 32) * Q5_0_BYTES;
+    case CK_Q5_K: return (size_t)(n_in / 256) * Q5_K_BYTES;
+    case CK_Q6_K: return (size_t)(n_in / 256) * Q6_K_BYTES;
     default: return 0;
     }
 }
@@ -419,7 +455,9 @@ __global__ void matvec_kernel(float *y, int64_t ldy, const float *x, int T, ck_m
     for (int c = 0; c < MV_TC; c++) acc[c] = 0.0f;
     if (TYPE == CK_Q8_0) mv_q8_0_row(acc, row, xt, w.n_in, tn);
     else if (TYPE == CK_Q4_K) mv_q4_k_row(acc, row, xt, w.n_in, tn);
-    else mv_float_row<TYPE>(acc, row, xt, w.n_in, tn);
+    else if (TYPE == CK_F32 || TYPE == CK_F16 || TYPE == CK_BF16) mv_float_row<TYPE>(acc, row, xt, w.n_in, tn);
+    else /* the generic types: element by element */
+        for (int64_t i = lane; i < w.n_in; i += WARP) axpy_cols<MV_TC>(acc, dq_elem(row, TYPE, i), xt, w.n_in, i, tn);
 #pragma unroll
     for (int c = 0; c < MV_TC; c++) {
         const float s = warp_sum(acc[c]);
@@ -437,6 +475,10 @@ extern "C" cudaError_t ck_matvec(float *y, int64_t ldy, const float *x, int T, c
     case CK_BF16: matvec_kernel<CK_BF16><<<grid, threads, 0, st>>>(y, ldy, x, T, w); break;
     case CK_Q8_0: matvec_kernel<CK_Q8_0><<<grid, threads, 0, st>>>(y, ldy, x, T, w); break;
     case CK_Q4_K: matvec_kernel<CK_Q4_K><<<grid, threads, 0, st>>>(y, ldy, x, T, w); break;
+    case CK_Q4_0: matvec_kernel<CK_Q4_0><<<grid, threads, 0, st>>>(y, ldy, x, T, w); break;
+    case CK_Q5_0: matvec_kernel<CK_Q5_0><<<grid, threads, 0, st>>>(y, ldy, x, T, w); break;
+    case CK_Q5_K: matvec_kernel<CK_Q5_K><<<grid, threads, 0, st>>>(y, ldy, x, T, w); break;
+    case CK_Q6_K: matvec_kernel<CK_Q6_K><<<grid, threads, 0, st>>>(y, ldy, x, T, w); break;
     default: return cudaErrorInvalidValue;
     }
     return launched();

@@ -10,8 +10,11 @@
  *
  * Weights keep the GGUF file's layout on the device (uploaded once, never
  * converted), so the products dequantize in the kernel: F32, F16, BF16,
- * Q8_0 and Q4_K. Any other type is refused when the model is loaded onto
- * the device (ck_type_supported), never met here.
+ * Q8_0 and Q4_K with kernels of their own; Q4_0, Q5_0, Q5_K and Q6_K (the
+ * partners of Q4_K/Q5_K in llama.cpp's _M mixes) through a generic one
+ * that decodes element by element: correct, not tuned. Any other type is
+ * refused when the model is loaded onto the device (ck_type_supported),
+ * never met here.
  *
  * The KV cache has the CPU backend's layout: block b holds, for every
  * layer, the keys and then the values of bs positions, rows of kvd floats:
@@ -37,8 +40,12 @@ extern "C" {
 enum {
     CK_F32 = 0,
     CK_F16 = 1,
+    CK_Q4_0 = 2,
+    CK_Q5_0 = 6,
     CK_Q8_0 = 8,
     CK_Q4_K = 12,
+    CK_Q5_K = 13,
+    CK_Q6_K = 14,
     CK_BF16 = 30,
 };
 
