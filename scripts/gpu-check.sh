@@ -71,7 +71,8 @@ step() {
 # ---- what machine this is ---------------------------------------------------------
 {
     date -u
-    echo "commit: $(git rev-parse HEAD 2>/dev/null || echo unknown) $(git status --porcelain 2>/dev/null | wc -l) changed files"
+    echo "commit: $(git rev-parse HEAD 2>/dev/null || echo unknown)," \
+        "$(git status --porcelain 2>/dev/null | wc -l) changed files"
     uname -a
     nproc
     command -v nvcc >/dev/null && nvcc --version
@@ -158,7 +159,8 @@ else
 fi
 
 # ---- benchmark ------------------------------------------------------------------------
-step bench_gpu bench_gpu 240 "$BUILD/bench_gpu" --models "${GPU_CHECK_MODELS:-110m,1b}" --types "${GPU_CHECK_TYPES:-f16,q8_0}" \
+step bench_gpu bench_gpu 240 "$BUILD/bench_gpu" --models "${GPU_CHECK_MODELS:-110m,1b}" \
+    --types "${GPU_CHECK_TYPES:-f16,q8_0}" \
     --tmp "$SCRATCH" --out "$OUTDIR/bench_gpu.jsonl" || STATUS=1
 {
     echo "---- after the benchmark"

@@ -641,7 +641,8 @@ static void test_copy_round_trip(void **state) {
     assert_int_equal(eng_kv_copy_in(e, a, SWAP_BLOCKS, src), 0);
     assert_int_equal(eng_kv_copy_out(e, r, SWAP_BLOCKS, back), 0);
     for (int i = 0; i < SWAP_BLOCKS; i++)
-        if (memcmp(back + (size_t)i * bb, src + (size_t)r[i] * bb, bb) != 0) fail_msg("block %d came back changed", r[i]);
+        if (memcmp(back + (size_t)i * bb, src + (size_t)r[i] * bb, bb) != 0)
+            fail_msg("block %d came back changed", r[i]);
     print_message("swap round trip: %d blocks of %zu bytes, byte-exact\n", SWAP_BLOCKS, bb);
     free(a); free(r); free(src); free(back);
     eng_free(e);

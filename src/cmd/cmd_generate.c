@@ -127,7 +127,8 @@ static int generate(const gen_args *a, const model *m, const tok *t) {
     r.vocab = m->cfg.vocab;
     r.bs = 16;
     int n_blocks = (r.cap + r.bs - 1) / r.bs;
-    eng_opts eo = {.backend = a->device, .kv_pool_bytes = model_kv_bytes_per_token(&m->cfg) * (size_t)n_blocks * (size_t)r.bs,
+    eng_opts eo = {.backend = a->device,
+                   .kv_pool_bytes = model_kv_bytes_per_token(&m->cfg) * (size_t)n_blocks * (size_t)r.bs,
                    .block_size = r.bs, .max_batch_tokens = max_T, .max_seqs = 1, .n_threads = a->threads};
     char err[256];
     smp sm;

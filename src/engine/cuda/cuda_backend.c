@@ -175,7 +175,8 @@ static int up_layer(cu_state *s, upload *u, int l) {
     cu_layer *D = &s->layers[l];
     const int qd = c->n_heads * c->head_dim, kvd = c->n_kv_heads * c->head_dim;
     int rc;
-    if ((rc = up_vec(s, u, L->attn_norm, c->dim, &D->attn_norm)) || (rc = up_vec(s, u, L->ffn_norm, c->dim, &D->ffn_norm)) ||
+    if ((rc = up_vec(s, u, L->attn_norm, c->dim, &D->attn_norm)) ||
+        (rc = up_vec(s, u, L->ffn_norm, c->dim, &D->ffn_norm)) ||
         (rc = up_vec(s, u, L->bq, qd, &D->bq)) || (rc = up_vec(s, u, L->bk, kvd, &D->bk)) ||
         (rc = up_vec(s, u, L->bv, kvd, &D->bv)) || (rc = up_vec(s, u, L->q_norm, c->head_dim, &D->q_norm)) ||
         (rc = up_vec(s, u, L->k_norm, c->head_dim, &D->k_norm)) ||
@@ -185,7 +186,8 @@ static int up_layer(cu_state *s, upload *u, int l) {
     if ((rc = up_mat(s, u, &L->wq, &D->wq, "attn_q", l)) || (rc = up_mat(s, u, &L->wk, &D->wk, "attn_k", l)) ||
         (rc = up_mat(s, u, &L->wv, &D->wv, "attn_v", l)) || (rc = up_mat(s, u, &L->wo, &D->wo, "attn_output", l)) ||
         (rc = up_mat(s, u, &L->w_gate, &D->w_gate, "ffn_gate", l)) ||
-        (rc = up_mat(s, u, &L->w_up, &D->w_up, "ffn_up", l)) || (rc = up_mat(s, u, &L->w_down, &D->w_down, "ffn_down", l)))
+        (rc = up_mat(s, u, &L->w_up, &D->w_up, "ffn_up", l)) ||
+        (rc = up_mat(s, u, &L->w_down, &D->w_down, "ffn_down", l)))
         return rc;
     return 0;
 }
@@ -298,7 +300,8 @@ static int alloc_scratch(cu_state *s) {
     size_t widest = dim > ffn ? dim : ffn;
     if (qd > widest) widest = qd;
     int rc;
-    if ((rc = dalloc(s, (void **)&s->x, T * dim * 4)) || (rc = dalloc(s, (void **)&s->xb, T * (qd > dim ? qd : dim) * 4)) ||
+    if ((rc = dalloc(s, (void **)&s->x, T * dim * 4)) ||
+        (rc = dalloc(s, (void **)&s->xb, T * (qd > dim ? qd : dim) * 4)) ||
         (rc = dalloc(s, (void **)&s->q, T * qd * 4)) || (rc = dalloc(s, (void **)&s->k, T * kvd * 4)) ||
         (rc = dalloc(s, (void **)&s->v, T * kvd * 4)) || (rc = dalloc(s, (void **)&s->att, T * qd * 4)) ||
         (rc = dalloc(s, (void **)&s->hb, T * (ffn > dim ? ffn : dim) * 4)) ||
@@ -345,8 +348,9 @@ static int alloc_kv(cu_state *s) {
     int rc;
     size_t free_b = 0, total_b = 0;
     CU(cudaMemGetInfo(&free_b, &total_b));
+    const uint64_t frac = total_b / CU_RESERVE_FRAC;
     cudalev_mem mem = {.free_bytes = free_b, .total_bytes = total_b, .used_by_us = s->dev_bytes, .mps_limit = mps,
-                       .reserve = total_b / CU_RESERVE_FRAC > CU_RESERVE_MIN ? total_b / CU_RESERVE_FRAC : CU_RESERVE_MIN};
+                       .reserve = frac > CU_RESERVE_MIN ? frac : CU_RESERVE_MIN};
     const uint64_t budget = cudalev_kv_budget(&mem);
     const uint64_t want = (uint64_t)s->n_blocks * s->block_floats * sizeof(float);
     if (want > budget) {
