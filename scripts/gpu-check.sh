@@ -95,7 +95,8 @@ EXTRA=()
 # Unpack .gpu-deps/*.deb into SYS and point pkg-config, the compiler, the
 # linker and the loader at it, and at it alone for pkg-config.
 use_sysroot() {
-    local SYS="$SCRATCH/sysroot" ML
+    local SYS="$PWD/$BUILD-sysroot" ML
+    rm -rf "$SYS"
     ML="$SYS/usr/lib/x86_64-linux-gnu"
     for d in .gpu-deps/*.deb; do dpkg-deb -x "$d" "$SYS" || return 1; done
     # Debian selects the OpenBLAS variant by update-alternatives, which an
@@ -122,7 +123,16 @@ else
     say "result: FAILED (no libraries to build with)"
     exit 1
 fi
-[ "$MODE" = full ] || EXTRA+=(-DTESSERA_ENGINE_ONLY=ON)
+if [ "$MODE" = full ]; then EXTRA+=(-DTESSERA_ENGINE_ONLY=OFF); else EXTRA+=(-DTESSERA_ENGINE_ONLY=ON); fi
+# CMake caches what pkg-config found: a build folder configured against
+# other libraries (the system's, or the unpacked ones) starts afresh. The
+# unpacked ones always lie at the same path, so a second run (after a fix)
+# keeps its build folder and only recompiles what changed.
+WHERE="$MODE ${PKG_CONFIG_SYSROOT_DIR:-system}"
+if [ -f "$BUILD/.gpu-check-libs" ] && [ "$(cat "$BUILD/.gpu-check-libs")" != "$WHERE" ]; then
+    rm -rf "$BUILD"
+fi
+mkdir -p "$BUILD" && echo "$WHERE" >"$BUILD/.gpu-check-libs"
 [ -z "$PKGCONF" ] || EXTRA+=(-DPKG_CONFIG_EXECUTABLE="$PKGCONF")
 
 # ---- build ------------------------------------------------------------------------
