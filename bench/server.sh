@@ -1,6 +1,7 @@
 # bench/server.sh - start and stop a fresh `tessera serve` for the benchmark
 # scripts (sourced, not run). Needs TESSERA (the binary); sets SERVER_PID and
-# URL. The caller traps stop_server on EXIT.
+# URL. The caller traps stop_server on EXIT. DEVICE, when set, is passed as
+# --device (DEVICE=cuda runs the same scenarios on the CUDA backend).
 
 SERVER_PID=""
 
@@ -19,7 +20,8 @@ stop_server() {
 # start_server CONFIG POLICY LOG: start on a free port of 127.0.0.1, set URL.
 start_server() {
     local config=$1 policy=$2 log=$3
-    "$TESSERA" serve --config "$config" --policy "$policy" --listen 127.0.0.1:0 >"$log" 2>&1 &
+    "$TESSERA" serve --config "$config" --policy "$policy" --listen 127.0.0.1:0 ${DEVICE:+--device "$DEVICE"} \
+        >"$log" 2>&1 &
     SERVER_PID=$!
     for _ in $(seq 300); do
         URL=$(sed -n 's/^tessera: listening on \(http:\/\/127\.0\.0\.1:[0-9]*\).*/\1/p' "$log")
