@@ -172,6 +172,18 @@ fi
 step bench_gpu bench_gpu 240 "$BUILD/bench_gpu" --models "${GPU_CHECK_MODELS:-110m,1b}" \
     --types "${GPU_CHECK_TYPES:-f16,q8_0}" \
     --tmp "$SCRATCH" --out "$OUTDIR/bench_gpu.jsonl" || STATUS=1
+# ---- memcheck: out-of-bounds and misaligned accesses in the kernels --------------------
+# Last, with what is left of the budget: a timeout here says nothing about the
+# code; status 9 is memcheck's report of errors, and fails the check.
+if command -v compute-sanitizer >/dev/null && [ "$(left)" -gt 60 ]; then
+    step memcheck tests 180 env TEST_CUDA_FILTER="${GPU_CHECK_MEMCHECK_FILTER:-*}" \
+        compute-sanitizer --tool memcheck --error-exitcode 9 --print-limit 20 "$BUILD/test_cuda"
+    rc=$?
+    [ "$rc" -ne 9 ] || { STATUS=1; say "memcheck: compute-sanitizer found errors (tests.log)"; }
+else
+    say "memcheck: not run (no compute-sanitizer, or under 60 s of budget left)"
+fi
+
 {
     echo "---- after the benchmark"
     timeout 10 nvidia-smi --query-gpu=memory.used,temperature.gpu,clocks.sm,clocks.mem --format=csv
@@ -180,7 +192,8 @@ step bench_gpu bench_gpu 240 "$BUILD/bench_gpu" --models "${GPU_CHECK_MODELS:-11
 # ---- summary ---------------------------------------------------------------------------
 {
     echo "---- test_cuda: each comparison's worst error (tolerances are first guesses)"
-    grep -E "worst relative|greedy|round trip|pool:|limit:|q2_K:|FAILED|PASSED|ERROR" "$OUTDIR/test_cuda.log"
+    grep -E "worst relative|greedy|round trip|pool:|limit:|q2_K:|FAILED|PASSED|ERROR|out of tolerance" \
+        "$OUTDIR/test_cuda.log"
     echo "---- bench_gpu"
     grep -vE '^(\{|====)' "$OUTDIR/bench_gpu.log" 2>/dev/null
     echo "---- files in $OUTDIR"
