@@ -162,7 +162,12 @@ fi
 
 step test_cuda_levers tests 30 "$BUILD/test_cuda_levers" || STATUS=1
 if [ "$MODE" = full ]; then
-    step device_cli tests 60 env TS_TESSERA="$BUILD/tessera" TS_TMPDIR="$SCRATCH" TS_SRC="$PWD" PY=python3 \
+    # device_cli writes a BERT with NumPy: the first python3 that has it.
+    PY=python3
+    for p in /usr/bin/python3 python3; do
+        if "$p" -c "import numpy" 2>/dev/null; then PY=$p; break; fi
+    done
+    step device_cli tests 60 env TS_TESSERA="$BUILD/tessera" TS_TMPDIR="$SCRATCH" TS_SRC="$PWD" PY="$PY" \
         bash tests/device_cli.sh || STATUS=1
 else
     say "device_cli: not run (an engine-only build has no tessera binary; test_cuda covers greedy decoding)"
