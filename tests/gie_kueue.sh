@@ -44,19 +44,26 @@ emit() {
     done
 }
 
-# valid STEM: both files of STEM validate, against the plan too.
+# valid STEM [KUEUE_KINDS]: both files of STEM validate, against the plan
+# too. mixed.yaml's plan uses every GPU, so its queues have no flavor.
 valid() {
-    local stem=$1
+    local stem=$1 kinds=${2:-ResourceFlavor,ClusterQueue,LocalQueue}
     check "$W/$stem.gie" "$stem gie" --plan "$W/$stem.json" --expect InferencePool,InferenceObjective ||
         fail "$stem: the GIE objects do not validate (above)"
-    check "$W/$stem.kueue" "$stem kueue" --plan "$W/$stem.json" --expect ResourceFlavor,ClusterQueue,LocalQueue ||
+    check "$W/$stem.kueue" "$stem kueue" --plan "$W/$stem.json" --expect "$kinds" ||
         fail "$stem: the Kueue objects do not validate (above)"
 }
 
 emit fleet "$TS_SRC/examples/plan/fleet.yaml"
 emit mixed "$TS_SRC/tests/golden/plan/mixed.yaml"
 valid fleet
-valid mixed
+valid mixed ClusterQueue,LocalQueue
+grep -q '^kind: ResourceFlavor$' "$W/mixed.kueue" && fail "mixed.yaml's plan leaves no GPU free, yet has a ResourceFlavor"
+# Kueue does not count the serving pods: the fleet's quotas are its 8 idle
+# A100s of node a100-1 (a100-0 and h100-0 time-slice or run MPS), no more.
+[ "$(awk '/nominalQuota:/ { s += $2 } END { print s }' "$W/fleet.kueue")" = 8 ] ||
+    fail "fleet.yaml's quotas do not add up to the 8 GPUs its plan leaves free"
+grep -q 'mig-' "$W/fleet.kueue" && fail "fleet.yaml's queues offer MIG instances, which all serve"
 
 # The pools select the pods --emit k8s runs, on their port.
 for stem in fleet mixed; do
@@ -82,7 +89,7 @@ reject() {
     grep -qF -- "$want" <<<"$out" || { echo "$out" >&2; fail "$what was rejected, but not for '$want'"; }
     echo "$name: rejected as it should: $what"
 }
-G="$W/mixed.gie" K="$W/mixed.kueue"
+G="$W/mixed.gie" K="$W/fleet.kueue"
 sed '0,/inference.networking.k8s.io\/v1$/s//inference.networking.k8s.io\/v1alpha9/' "$G" >"$W/b1"
 reject "an InferencePool of a version the CRD does not serve" "serves no version 'v1alpha9'" "$W/b1"
 sed '0,/endpointPickerRef:/s//extensionRef:/' "$G" >"$W/b2"
@@ -96,13 +103,15 @@ reject "a gold objective without gold's priority" "priority 0, tier gold" "$W/b5
 sed '0,/nominalQuota: 1$/s//nominalQuota: 1,5/' "$K" >"$W/b6"
 reject "a quota that is no quantity" "must match pattern" "$W/b6"
 sed '0,/nominalQuota: 1$/s//nominalQuota: 500m/' "$K" >"$W/b7"
-reject "half a MIG instance of quota" "is counted in units" "$W/b7"
+reject "half a GPU of quota" "is counted in units" "$W/b7"
 sed '0,/cohortName:/s//cohort:/' "$K" >"$W/b8"
 reject "the v1beta1 field cohort in v1beta2" "additional properties 'cohort'" "$W/b8"
 sed '0,/reclaimWithinCohort: Any/s//reclaimWithinCohort: Sometimes/' "$K" >"$W/b9"
 reject "a preemption policy Kueue does not have" "allowed values (Never, LowerPriority, Any)" "$W/b9"
 sed '0,/nominalQuota: 0$/s//nominalQuota: 3/' "$K" >"$W/b10"
-reject "quotas that add up to more GPUs than the plan has" "nominal quotas add up to" "$W/b10" --plan "$W/mixed.json"
+reject "quotas that add up to more GPUs than the plan leaves free" "nominal quotas add up to" "$W/b10" --plan "$W/fleet.json"
+sed '0,/tessera.dev\/batch-gpus: a100-80gb/s//tessera.dev\/batch-gpus: h100-80gb/; s/^  name: a100-80gb$/  name: h100-80gb/; s/- name: a100-80gb$/- name: h100-80gb/' "$K" >"$W/b12"
+reject "a flavor of GPUs the serving pods hold" "offers GPUs the plan does not leave free" "$W/b12" --plan "$W/fleet.json"
 sed 's/^kind: LocalQueue$/kind: LocalQueues/' "$K" >"$W/b11"
 reject "a kind no vendored CRD defines" "no vendored CRD for kind LocalQueues" "$W/b11"
 
@@ -112,7 +121,7 @@ MIX="$TS_SRC/tests/golden/plan/mixed.yaml"
 sed 's/^  - name: blog$/  - name: Blog.Corp_EU/' "$MIX" >"$W/sane.yaml"
 grep -q 'Blog.Corp_EU' "$W/sane.yaml" || fail "the fixture edit did not apply (mixed.yaml changed?)"
 emit sane "$W/sane.yaml"
-valid sane
+valid sane ClusterQueue,LocalQueue
 grep -q '^  name: blog-corp-eu$' "$W/sane.gie" || fail "tenant Blog.Corp_EU is not the objective blog-corp-eu"
 grep -q '^  namespace: blog-corp-eu$' "$W/sane.kueue" || fail "tenant Blog.Corp_EU has no namespace blog-corp-eu"
 

@@ -23,10 +23,11 @@
 
 #define PATH_LEN 4096
 
-static void fixture_path(char *buf, size_t cap) {
+/* rel: a path under the repository root. */
+static void src_path(char *buf, size_t cap, const char *rel) {
     const char *env = getenv("TS_SRC"), *f = __FILE__, *end = strstr(f, "tests/test_plan_k8s_names.c");
-    if (f[0] == '/' && end) snprintf(buf, cap, "%.*stests/golden/plan/mixed.yaml", (int)(end - f), f);
-    else snprintf(buf, cap, "%s/tests/golden/plan/mixed.yaml", env ? env : ".");
+    if (f[0] == '/' && end) snprintf(buf, cap, "%.*s%s", (int)(end - f), f, rel);
+    else snprintf(buf, cap, "%s/%s", env ? env : ".", rel);
 }
 
 typedef struct fixture {
@@ -37,13 +38,17 @@ typedef struct fixture {
 /* mixed.yaml planned, with tenant t (if t >= 0) renamed to tenant_name and
  * tier k (if k >= 0) to tier_name: names only reach the emitters, so the
  * plan is the same. */
-static void load(fixture *fx, int t, const char *tenant_name, int k, const char *tier_name) {
+static void load_from(fixture *fx, const char *rel, int t, const char *tenant_name, int k, const char *tier_name) {
     char path[PATH_LEN], err[512];
-    fixture_path(path, sizeof path);
+    src_path(path, sizeof path, rel);
     if (planio_load(path, &fx->in, err, sizeof err)) fail_msg("%s: %s", path, err);
     assert_int_equal(plan_build(&fx->in, &fx->p), 0);
     if (t >= 0) snprintf(fx->in.tenants[t].name, sizeof fx->in.tenants[t].name, "%s", tenant_name);
     if (k >= 0) snprintf(fx->in.tiers[k].name, sizeof fx->in.tiers[k].name, "%s", tier_name);
+}
+
+static void load(fixture *fx, int t, const char *tenant_name, int k, const char *tier_name) {
+    load_from(fx, "tests/golden/plan/mixed.yaml", t, tenant_name, k, tier_name);
 }
 
 static void unload(fixture *fx) {
@@ -133,11 +138,48 @@ static void test_clashing_names_refused(void **st) {
     unload(&fx);
 }
 
+/* The sum of the values of every line "<key> N" of text. */
+static long sum_of(const char *text, const char *key) {
+    long sum = 0;
+    size_t n = strlen(key);
+    for (const char *at = strstr(text, key); at; at = strstr(at + n, key)) sum += strtol(at + n, NULL, 10);
+    return sum;
+}
+
+/* Kueue does not count the serving pods, so the quotas may hold only the
+ * GPUs the plan leaves free: fleet.yaml's plan uses 8 of its 24 GPUs and
+ * time-slices or runs MPS on nodes a100-0 and h100-0, whose device plugin
+ * then shares every GPU alike; the 8 idle A100s of a100-1 are what is free.
+ * mixed.yaml's plan uses every GPU: no quota at all. */
+static void test_kueue_quotas_free_gpus(void **st) {
+    (void)st;
+    fixture fx;
+    load_from(&fx, "examples/plan/fleet.yaml", -1, NULL, -1, NULL);
+    emit_out out;
+    assert_int_equal(emit_run(&fx.p, EMIT_KUEUE, &out), 0);
+    const char *y = out.files[0].data;
+    assert_int_equal(sum_of(y, "nominalQuota: "), 8);
+    assert_null(strstr(y, "nvidia.com/mig-"));
+    assert_non_null(strstr(y, "kubectl label node a100-1 tessera.dev/batch-gpus=a100-80gb"));
+    assert_null(strstr(y, "kubectl label node h100-0"));
+    emit_out_free(&out);
+    unload(&fx);
+
+    load(&fx, -1, NULL, -1, NULL);
+    assert_int_equal(emit_run(&fx.p, EMIT_KUEUE, &out), 0);
+    assert_null(strstr(out.files[0].data, "nominalQuota"));
+    assert_null(strstr(out.files[0].data, "kind: ResourceFlavor"));
+    assert_non_null(strstr(out.files[0].data, "the plan leaves no GPU free"));
+    emit_out_free(&out);
+    unload(&fx);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_dns_label),
         cmocka_unit_test(test_distinct_names_sanitised),
         cmocka_unit_test(test_clashing_names_refused),
+        cmocka_unit_test(test_kueue_quotas_free_gpus),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,27 +1,39 @@
 /*
  * emit_kueue.c - the plan as Kueue objects (kueue.x-k8s.io/v1beta2), for
  * clusters where the tenants also run batch GPU jobs (fine-tuning, offline
- * inference) on the GPUs the plan serves them from; see emit.h.
+ * inference) on the fleet the plan serves them from; see emit.h.
  *
- * Flavors. One ResourceFlavor per GPU type whose GPUs the plan uses whole
- * or shared (MPS, time-slicing): resource nvidia.com/gpu; and one per GPU
- * type and MIG profile it places: resource nvidia.com/mig-<profile> (the
- * device plugin's mixed strategy). Both select nodes by the label
- * tessera.dev/gpu-type=<type>, which the file's header says how to set:
- * GPU Feature Discovery's product names are not in the catalog, and the
- * plan already knows which node has which type.
+ * What the quotas cover. Kueue counts only the workloads it admits: the
+ * serving pods of --emit k8s are not among them, so a quota that included
+ * their GPUs would admit jobs onto GPUs that are taken, and those jobs
+ * would sit pending. The quotas therefore hold only what the plan leaves
+ * free and a pod can really request: the GPUs it leaves idle (MIG off, as
+ * --emit mig-parted leaves them), by type, resource nvidia.com/gpu, on
+ * nodes whose device plugin does not share GPUs. On a node where the plan
+ * uses MPS or time-slicing the plugin shares every GPU of the node alike,
+ * so nvidia.com/gpu there counts replicas of the serving GPUs too and a job
+ * could land on one: those idle GPUs are offered to nobody. Nothing MIG is
+ * offered: every GI the plan creates serves, and memory slices without a
+ * GI are not a resource a pod can request. The header says what is left
+ * out and why.
  *
- * Quotas. A tenant's share of a unit (a used GPU, or a placed MIG instance)
- * is its part of the work that unit runs: for each instance on it, the
- * instance's part of the unit (its slice's MPS or time-slice share of the
- * GPU, or its MPS share inside the GI, normalised over the unit's
- * instances, so idle remainders go to those who share the unit) times the
- * tenant's part of the instance's worker (plan_tenant_share). Shares are
- * fractions, but Kueue counts an extended resource in whole units (it
- * rounds a fraction up), so the shares of each flavor are apportioned by
- * largest remainder (ties to the earlier tenant): each tenant gets the
- * floor or the ceiling of its share and the nominal quotas of a flavor
- * add up to exactly its units, never more.
+ * Flavors. One ResourceFlavor per GPU type with free GPUs, selecting nodes
+ * by the label tessera.dev/batch-gpus=<type>; the header lists the nodes to
+ * label, only those with free GPUs offered, so an admitted job is placed
+ * where the free GPUs are (GPU Feature Discovery's product names are not in
+ * the catalog, and the plan knows which node has which type).
+ *
+ * Quotas. A tenant's plan share is the GPUs the plan gives it, in GPU
+ * equivalents: for each instance of its worker, the instance's part of its
+ * unit (its slice's MPS or time-slice share of the GPU normalised over the
+ * GPU's slices, or a GI's SMs over the GPU's, times its MPS share inside
+ * the GI normalised over the GI's instances) times the tenant's part of
+ * the worker (plan_tenant_share). The free GPUs of a flavor go first to the
+ * tier cohorts by the sum of their tenants' plan shares, then inside each
+ * cohort to its tenants by theirs, both by largest remainder (ties to the
+ * earlier): Kueue counts an extended resource in whole units, so each gets
+ * the floor or the ceiling of its share and the quotas add up to exactly
+ * the free GPUs. When no tenant is served, every tenant weighs the same.
  *
  * Cohorts and preemption. Tenants of one tier form a cohort
  * (tessera-<tier>) and may borrow what the rest of their cohort leaves
@@ -35,10 +47,9 @@
  *   (bronze)             nobody.
  * A tenant's namespace is its name as a DNS-1123 label; its ClusterQueue
  * admits that namespace only, and the LocalQueue tessera-batch in it
- * leads there. Known limits, also in the header: on nodes whose device
- * plugin shares GPUs (MPS or time-slicing replicas) nvidia.com/gpu counts
- * replicas, not GPUs; the queues cover GPUs only, so jobs that request CPU
- * or memory need those covered or excluded in Kueue's configuration.
+ * leads there. Known limits, also in the header: the queues cover GPUs
+ * only, so jobs that request CPU or memory need those covered or excluded
+ * in Kueue's configuration.
  */
 #include "emit.h"
 #include "emit_int.h"
@@ -51,110 +62,66 @@
 #include "err.h"
 #include "strbuf.h"
 
-#define KUEUE_MAX_GROUPS 16         /* resource groups of one ClusterQueue (the CRD's maxItems) */
 #define KUEUE_QUEUE "tessera-batch" /* the LocalQueue in each tenant's namespace */
+#define KUEUE_NODE_LABEL "tessera.dev/batch-gpus" /* on the nodes whose free GPUs the flavors offer */
 
 typedef struct flavor {
     int type;                       /* index into plan.types */
-    const char *profile;            /* MIG profile, NULL = whole or shared GPUs */
-    char resource[64];              /* "nvidia.com/gpu", "nvidia.com/mig-3g.40gb" */
-    char raw[96];                   /* "A100-80GB", "A100-80GB-3g.40gb": what its name is made from */
-    int units;                      /* GPUs or MIG instances of the plan it holds */
+    int units;                      /* free GPUs of that type, on nodes that share none */
 } flavor;
 
 typedef struct kueue {
     const plan *p;
-    flavor *fl;                     /* owned, sorted: whole GPUs first, then by resource, then type */
+    flavor fl[PLAN_MAX_TYPES];      /* in plan.types order */
     size_t n_fl;
+    int idle_shared;                /* idle GPUs left out: their node's plugin shares GPUs */
     emit_label *fl_names;           /* owned, [n_fl] */
     emit_label *tenants;            /* owned, [n_tenants] */
     emit_label *tiers;              /* owned, [n_tiers] */
-    double *share;                  /* owned, [n_fl][n_tenants]: units, fractional */
-    int *quota;                     /* owned, [n_fl][n_tenants]: units, apportioned */
+    double *held;                   /* owned, [n_tenants]: the plan's GPUs, in GPU equivalents */
+    int *quota;                     /* owned, [n_fl][n_tenants]: free GPUs, apportioned */
     int *cohort;                    /* owned, [n_fl][n_tiers]: the tier's quotas added up */
 } kueue;
 
-static int is_mig_slice(const plan_slice *s) { return s->mode == PLAN_MODE_MIG || s->mode == PLAN_MODE_MIG_MPS; }
-
-static int gpu_whole_or_shared(const plan_gpu *g) {
-    return g->mode == PLAN_GPU_MPS || g->mode == PLAN_GPU_TIMESLICE || g->mode == PLAN_GPU_WHOLE;
-}
-
-/* The flavor of (type, profile), or -1. Profiles compare by pointer: both
- * come from the catalog's one table. */
-static int flavor_find(const kueue *k, int type, const char *profile) {
-    for (size_t f = 0; f < k->n_fl; f++)
-        if (k->fl[f].type == type && k->fl[f].profile == profile) return (int)f;
-    return -1;
-}
-
-static int flavor_add(kueue *k, int type, const char *profile) {
-    int f = flavor_find(k, type, profile);
-    if (f < 0) {
-        flavor *a = realloc(k->fl, (k->n_fl + 1) * sizeof *a);
-        if (!a) return TS_ERR_NOMEM;
-        k->fl = a;
-        flavor *n = &a[k->n_fl];
-        memset(n, 0, sizeof *n);
-        n->type = type;
-        n->profile = profile;
-        const char *tname = k->p->types[type]->name;
-        if (profile) {
-            snprintf(n->resource, sizeof n->resource, "nvidia.com/mig-%s", profile);
-            snprintf(n->raw, sizeof n->raw, "%s-%s", tname, profile);
-        } else {
-            snprintf(n->resource, sizeof n->resource, "nvidia.com/gpu");
-            snprintf(n->raw, sizeof n->raw, "%s", tname);
-        }
-        f = (int)k->n_fl++;
+/* Whether the device plugin of node n shares GPUs: the plan runs MPS or
+ * time-slicing on one of them (emit_k8s.c's per-node sharing). */
+static int node_shares_gpus(const plan *p, size_t n) {
+    const plan_node *nd = &p->nodes[n];
+    for (int i = 0; i < nd->n_gpus; i++) {
+        int m = p->gpus[nd->first_gpu + (size_t)i].mode;
+        if (m == PLAN_GPU_MPS || m == PLAN_GPU_TIMESLICE) return 1;
     }
-    k->fl[f].units++;
     return 0;
 }
 
-static int flavor_cmp(const void *a, const void *b) {
-    const flavor *x = a, *y = b;
-    if (!x->profile != !y->profile) return x->profile ? 1 : -1;
-    int c = strcmp(x->resource, y->resource);
-    return c ? c : x->type - y->type;
+/* Idle GPUs of node n. */
+static int node_idle(const plan *p, size_t n) {
+    const plan_node *nd = &p->nodes[n];
+    int idle = 0;
+    for (int i = 0; i < nd->n_gpus; i++) idle += p->gpus[nd->first_gpu + (size_t)i].mode == PLAN_GPU_IDLE;
+    return idle;
 }
 
-/* The profile name of a MIG slice, from the catalog (stable pointer). */
-static const char *slice_profile(const plan *p, const plan_slice *s) {
-    const plan_gpu *g = &p->gpus[s->gpu];
-    const gpucat_mig *m = gpucat_mig_by_id(p->types[g->type], s->gi_id);
-    return m ? m->name : NULL;
-}
-
-/* Every unit the plan uses, counted into its flavor. */
-static int find_flavors(kueue *k) {
+/* Free GPUs by type, from the nodes whose plugin hands out whole GPUs. */
+static void find_flavors(kueue *k) {
     const plan *p = k->p;
-    for (size_t g = 0; g < p->n_gpus; g++) {
-        const plan_gpu *gpu = &p->gpus[g];
-        if (gpu_whole_or_shared(gpu)) {
-            int rc = flavor_add(k, gpu->type, NULL);
-            if (rc) return rc;
+    int units[PLAN_MAX_TYPES] = {0};
+    for (size_t n = 0; n < p->n_nodes; n++) {
+        int idle = node_idle(p, n);
+        if (!idle) continue;
+        if (node_shares_gpus(p, n)) {
+            k->idle_shared += idle;
             continue;
         }
-        for (size_t s = 0; s < p->n_slices; s++) {
-            const plan_slice *sl = &p->slices[s];
-            if (sl->gpu != (int)g || !is_mig_slice(sl)) continue;
-            const char *prof = slice_profile(p, sl);
-            if (!prof) return TS_ERR_INVAL;
-            int rc = flavor_add(k, gpu->type, prof);
-            if (rc) return rc;
-        }
+        units[p->gpus[p->nodes[n].first_gpu].type] += idle;
     }
-    if (k->n_fl) qsort(k->fl, k->n_fl, sizeof *k->fl, flavor_cmp);
-    return 0;
+    for (size_t t = 0; t < p->n_types; t++)
+        if (units[t]) k->fl[k->n_fl++] = (flavor){.type = (int)t, .units = units[t]};
 }
 
-/* Add each tenant's part of slice s, of which the slice holds part of its
- * unit (1 for a GI; its share of the GPU among the GPU's slices), to the
- * shares of flavor f. */
-static void add_slice(kueue *k, int f, const plan_slice *s, double part) {
+/* Add each tenant's part of slice s, which holds gpus of its GPU, to held. */
+static void add_slice(kueue *k, const plan_slice *s, double gpus) {
     const plan *p = k->p;
-    size_t nt = p->in->n_tenants;
     double pct_sum = 0;
     for (int i = 0; i < s->n_inst; i++) pct_sum += p->insts[s->first_inst + (size_t)i].pct;
     for (int i = 0; i < s->n_inst; i++) {
@@ -163,7 +130,7 @@ static void add_slice(kueue *k, int f, const plan_slice *s, double part) {
         const plan_worker *w = &p->workers[in->worker];
         for (size_t j = 0; j < w->n_tenants; j++) {
             size_t t = w->tenants[j];
-            k->share[(size_t)f * nt + t] += part * inst_part * plan_tenant_share(p, t);
+            k->held[t] += gpus * inst_part * plan_tenant_share(p, t);
         }
     }
 }
@@ -171,63 +138,96 @@ static void add_slice(kueue *k, int f, const plan_slice *s, double part) {
 /* The share of the GPU a slice of a whole or shared GPU holds, percent. */
 static double slice_pct(const plan_slice *s) { return s->mode == PLAN_MODE_WHOLE ? 100.0 : s->pct; }
 
-static void find_shares(kueue *k) {
+/* The part of its GPU a MIG slice holds: its SMs over the GPU's. */
+static double gi_part(const plan *p, const plan_slice *s) {
+    const gpucat_gpu *type = p->types[p->gpus[s->gpu].type];
+    const gpucat_mig *m = gpucat_mig_by_id(type, s->gi_id);
+    return m && type->sms > 0 ? (double)m->sms / type->sms : 0;
+}
+
+static void find_held(kueue *k) {
     const plan *p = k->p;
     for (size_t g = 0; g < p->n_gpus; g++) {
         const plan_gpu *gpu = &p->gpus[g];
-        if (gpu_whole_or_shared(gpu)) {
-            int f = flavor_find(k, gpu->type, NULL);
-            double total = 0;
-            for (size_t s = 0; s < p->n_slices; s++)
-                if (p->slices[s].gpu == (int)g) total += slice_pct(&p->slices[s]);
-            for (size_t s = 0; s < p->n_slices; s++) {
-                const plan_slice *sl = &p->slices[s];
-                if (sl->gpu == (int)g && total > 0) add_slice(k, f, sl, slice_pct(sl) / total);
-            }
-            continue;
-        }
+        if (gpu->mode == PLAN_GPU_IDLE) continue;
+        double total = 0;
+        for (size_t s = 0; s < p->n_slices; s++)
+            if (p->slices[s].gpu == (int)g) total += slice_pct(&p->slices[s]);
         for (size_t s = 0; s < p->n_slices; s++) {
             const plan_slice *sl = &p->slices[s];
-            if (sl->gpu != (int)g || !is_mig_slice(sl)) continue;
-            add_slice(k, flavor_find(k, gpu->type, slice_profile(p, sl)), sl, 1.0);
+            if (sl->gpu != (int)g) continue;
+            if (gpu->mode == PLAN_GPU_MIG) add_slice(k, sl, gi_part(p, sl));
+            else if (total > 0) add_slice(k, sl, slice_pct(sl) / total);
         }
     }
 }
 
-/* Largest remainder: floors first, then one more unit to each of the
- * largest fractional parts (the earlier tenant on a tie) until the units
- * are given out. The floors add up to at most the units, since the shares
- * add up to them. */
-static void apportion(const double *share, int units, size_t n, int *quota) {
+/* Largest remainder: units split by weight[0..n) into quota, floors first,
+ * then one more unit to each of the largest fractional parts (the earlier
+ * on a tie) until the units are given out; all weights 0 splits evenly.
+ * The quotas add up to units exactly. */
+static void apportion(const double *weight, int units, size_t n, int *quota) {
+    if (n == 0) return;
+    double sum = 0;
+    for (size_t i = 0; i < n; i++) sum += weight[i];
     int given = 0;
-    for (size_t t = 0; t < n; t++) {
-        quota[t] = (int)floor(share[t] + 1e-9);
-        given += quota[t];
+    for (size_t i = 0; i < n; i++) {
+        quota[i] = (int)floor(units * (sum > 0 ? weight[i] / sum : 1.0 / n) + 1e-9);
+        given += quota[i];
     }
-    for (; given < units; given++) {
-        size_t best = n;
-        double best_frac = -1;
-        for (size_t t = 0; t < n; t++) {
-            double frac = share[t] - quota[t];
-            /* Each tenant gets at most one extra unit: its frac is then < 0. */
+    while (given < units) {
+        size_t best = 0;
+        double best_frac = -2;
+        for (size_t i = 0; i < n; i++) {
+            double frac = units * (sum > 0 ? weight[i] / sum : 1.0 / n) - quota[i];
             if (frac > best_frac + 1e-12) {
-                best = t;
+                best = i;
                 best_frac = frac;
             }
         }
-        if (best == n || best_frac <= 1e-9) break;
         quota[best]++;
+        given++;
     }
 }
 
-static void find_quotas(kueue *k) {
+/* Flavor f's free GPUs to the tiers' cohorts, then to each cohort's
+ * tenants; w and q are scratch of n_tenants and n_tiers entries. */
+static void find_quotas_of(kueue *k, size_t f, double *w, int *q, size_t *idx) {
     const plan_input *in = k->p->in;
-    size_t nt = in->n_tenants;
-    for (size_t f = 0; f < k->n_fl; f++) {
-        apportion(&k->share[f * nt], k->fl[f].units, nt, &k->quota[f * nt]);
+    size_t nt = in->n_tenants, nk = in->n_tiers;
+    int any = 0;
+    for (size_t t = 0; t < nt; t++) any |= k->held[t] > 0;
+    for (size_t c = 0; c < nk; c++) {
+        w[c] = 0;
         for (size_t t = 0; t < nt; t++)
-            k->cohort[f * in->n_tiers + (size_t)in->tenants[t].tier] += k->quota[f * nt + t];
+            if ((size_t)in->tenants[t].tier == c) w[c] += any ? k->held[t] : 1.0;
     }
+    apportion(w, k->fl[f].units, nk, &k->cohort[f * nk]);
+    for (size_t c = 0; c < nk; c++) {
+        size_t m = 0;
+        for (size_t t = 0; t < nt; t++)
+            if ((size_t)in->tenants[t].tier == c) {
+                idx[m] = t;
+                w[m++] = any ? k->held[t] : 1.0;
+            }
+        apportion(w, k->cohort[f * nk + c], m, q);
+        for (size_t i = 0; i < m; i++) k->quota[f * nt + idx[i]] = q[i];
+    }
+}
+
+static int find_quotas(kueue *k) {
+    const plan_input *in = k->p->in;
+    size_t n = (in->n_tenants > in->n_tiers ? in->n_tenants : in->n_tiers) + 1;
+    double *w = malloc(n * sizeof *w);
+    int *q = malloc(n * sizeof *q);
+    size_t *idx = malloc(n * sizeof *idx);
+    if (w && q && idx)
+        for (size_t f = 0; f < k->n_fl; f++) find_quotas_of(k, f, w, q, idx);
+    int rc = w && q && idx ? 0 : TS_ERR_NOMEM;
+    free(w);
+    free(q);
+    free(idx);
+    return rc;
 }
 
 static int last_band(const plan_input *in) {
@@ -239,22 +239,44 @@ static int last_band(const plan_input *in) {
 
 /* ---- rendering ----------------------------------------------------------------- */
 
+static int free_units(const kueue *k) {
+    int n = 0;
+    for (size_t f = 0; f < k->n_fl; f++) n += k->fl[f].units;
+    return n;
+}
+
 static void kueue_header(const kueue *k, strbuf *b) {
     const plan *p = k->p;
+    int n_free = free_units(k);
     strbuf_printf(b,
-                  "# tessera plan: Kueue objects for the tenants' batch GPU jobs on the planned GPUs.\n"
-                  "# Each tenant's ClusterQueue holds its share of the planned GPUs and MIG instances, in whole\n"
-                  "# units (largest remainder), and may borrow what its tier's cohort leaves idle; jobs go to\n"
-                  "# the LocalQueue " KUEUE_QUEUE " in the tenant's namespace (create the namespaces first).\n"
-                  "# Limits: where the device plugin shares GPUs (MPS or time-slicing replicas), nvidia.com/gpu\n"
-                  "# counts replicas, not GPUs; the queues cover GPUs only, so jobs that request cpu or memory\n"
-                  "# need them covered, or excluded in Kueue's configuration (resources.excludeResourcePrefixes).\n"
-                  "# Label the nodes so the flavors find them:\n");
+                  "# tessera plan: Kueue objects for the tenants' batch GPU jobs beside the planned serving.\n"
+                  "# Kueue does not count the serving pods, so the quotas hold only the GPUs the plan leaves\n"
+                  "# free: %d idle GPU%s (nvidia.com/gpu, MIG off), split among the tiers' cohorts and then\n"
+                  "# their tenants by their share of the plan, in whole units (largest remainder); a tenant may\n"
+                  "# borrow what its cohort leaves idle. Jobs go to the LocalQueue " KUEUE_QUEUE " in the\n"
+                  "# tenant's namespace (create the namespaces first).\n"
+                  "# Not offered: the MIG instances (all of them serve; memory slices without a GI cannot be\n"
+                  "# requested)",
+                  n_free, n_free == 1 ? "" : "s");
+    if (k->idle_shared)
+        strbuf_printf(b,
+                      "; %d idle GPU%s on nodes whose device plugin shares GPUs (MPS or\n"
+                      "# time-slicing: nvidia.com/gpu there counts replicas of the serving GPUs too)",
+                      k->idle_shared, k->idle_shared == 1 ? "" : "s");
+    strbuf_printf(b, ".\n# Limits: the queues cover GPUs only, so jobs that request cpu or memory need them covered,\n"
+                     "# or excluded in Kueue's configuration (resources.excludeResourcePrefixes).\n");
+    if (!k->n_fl) {
+        strbuf_printf(b, "# NOTE the plan leaves no GPU free: the queues admit nothing until it does.\n");
+        return;
+    }
+    strbuf_printf(b, "# Label the nodes with free GPUs so the flavors find them (only these: a job placed elsewhere\n"
+                     "# would wait for a serving GPU):\n");
     for (size_t n = 0; n < p->n_nodes; n++) {
-        if (!emit_node_used(p, n)) continue;
+        if (!node_idle(p, n) || node_shares_gpus(p, n)) continue;
         char type[PLAN_NAME_MAX];
         plan_dns_label(type, sizeof type, p->in->pools[p->nodes[n].pool].gpu->name);
-        strbuf_printf(b, "#   kubectl label node %s tessera.dev/gpu-type=%s\n", p->nodes[n].name, type);
+        strbuf_printf(b, "#   kubectl label node %s " KUEUE_NODE_LABEL "=%s    # %d free\n", p->nodes[n].name, type,
+                      node_idle(p, n));
     }
 }
 
@@ -263,11 +285,10 @@ static void kueue_flavor(const kueue *k, size_t f, strbuf *b) {
     char type[PLAN_NAME_MAX];
     plan_dns_label(type, sizeof type, k->p->types[fl->type]->name);
     strbuf_printf(b,
-                  "---\n# %s: %d %s%s of the plan\napiVersion: kueue.x-k8s.io/v1beta2\nkind: ResourceFlavor\n"
-                  "metadata:\n  name: %s\n  labels:\n    app.kubernetes.io/name: tessera\nspec:\n  nodeLabels:\n"
-                  "    tessera.dev/gpu-type: %s\n",
-                  fl->resource, fl->units, fl->profile ? "MIG instance" : "GPU", fl->units == 1 ? "" : "s",
-                  k->fl_names[f], type);
+                  "---\n# nvidia.com/gpu: %d %s GPU%s the plan leaves free\napiVersion: kueue.x-k8s.io/v1beta2\n"
+                  "kind: ResourceFlavor\nmetadata:\n  name: %s\n  labels:\n    app.kubernetes.io/name: tessera\n"
+                  "spec:\n  nodeLabels:\n    " KUEUE_NODE_LABEL ": %s\n",
+                  fl->units, k->p->types[fl->type]->name, fl->units == 1 ? "" : "s", k->fl_names[f], type);
 }
 
 static void cq_preemption(const plan_input *in, const plan_tier *tier, strbuf *b) {
@@ -277,74 +298,53 @@ static void cq_preemption(const plan_input *in, const plan_tier *tier, strbuf *b
     strbuf_printf(b, "  preemption:\n    reclaimWithinCohort: %s\n    withinClusterQueue: %s\n", reclaim, within);
 }
 
-/* The resource groups of tenant t: one per resource, holding the flavors of
- * that resource its cohort has quota of. Returns the number of groups. */
-static int cq_groups(const kueue *k, size_t t, strbuf *b) {
+/* The resource group of tenant t: the flavors its cohort has quota of. */
+static void cq_groups(const kueue *k, size_t t, strbuf *b) {
     const plan_input *in = k->p->in;
     size_t nt = in->n_tenants, tier = (size_t)in->tenants[t].tier;
-    const char *open = NULL;
-    int groups = 0;
+    int open = 0;
     for (size_t f = 0; f < k->n_fl; f++) {
         int cohort = k->cohort[f * in->n_tiers + tier], own = k->quota[f * nt + t];
         if (cohort == 0) continue;
-        if (!open || strcmp(open, k->fl[f].resource) != 0) {
-            if (!groups) strbuf_printf(b, "  resourceGroups:\n");
-            open = k->fl[f].resource;
-            groups++;
-            strbuf_printf(b, "    - coveredResources:\n        - %s\n      flavors:\n", open);
-        }
+        if (!open)
+            strbuf_printf(b, "  resourceGroups:\n    - coveredResources:\n        - nvidia.com/gpu\n      flavors:\n");
+        open = 1;
         strbuf_printf(b,
-                      "        - name: %s\n          resources:\n            - name: %s\n"
+                      "        - name: %s\n          resources:\n            - name: nvidia.com/gpu\n"
                       "              nominalQuota: %d\n              borrowingLimit: %d\n",
-                      k->fl_names[f], k->fl[f].resource, own, cohort - own);
+                      k->fl_names[f], own, cohort - own);
     }
-    return groups;
 }
 
-static int kueue_tenant(const kueue *k, size_t t, strbuf *b, emit_out *out) {
+static void kueue_tenant(const kueue *k, size_t t, strbuf *b) {
     const plan_input *in = k->p->in;
     const plan_tenant *tn = &in->tenants[t];
     const plan_tier *tier = &in->tiers[tn->tier];
     const char *ns = k->tenants[t];
-    strbuf_printf(b, "---\n# tenant %s: tier %s (band %d); share of the planned units:", tn->name, tier->name,
-                  tier->band);
-    int any = 0;
-    for (size_t f = 0; f < k->n_fl; f++) {
-        double s = k->share[f * in->n_tenants + t];
-        if (s <= 0) continue;
-        strbuf_printf(b, " %s %.2f -> %d;", k->fl_names[f], s, k->quota[f * in->n_tenants + t]);
-        any = 1;
-    }
+    strbuf_printf(b, "---\n# tenant %s: tier %s (band %d); plan share %.2f GPUs; free GPUs:", tn->name, tier->name,
+                  tier->band, k->held[t]);
+    for (size_t f = 0; f < k->n_fl; f++) strbuf_printf(b, " %s %d;", k->fl_names[f], k->quota[f * in->n_tenants + t]);
     strbuf_printf(b, "%s\napiVersion: kueue.x-k8s.io/v1beta2\nkind: ClusterQueue\nmetadata:\n  name: tessera-%s\n"
                      "  labels:\n    app.kubernetes.io/name: tessera\n    tessera.dev/tenant: %s\nspec:\n"
                      "  cohortName: tessera-%s\n  namespaceSelector:\n    matchLabels:\n"
                      "      kubernetes.io/metadata.name: %s\n",
-                  any ? "" : " none", ns, ns, k->tiers[tn->tier], ns);
+                  k->n_fl ? "" : " none", ns, ns, k->tiers[tn->tier], ns);
     cq_preemption(in, tier, b);
-    int groups = cq_groups(k, t, b);
-    if (groups > KUEUE_MAX_GROUPS) {
-        snprintf(out->why, sizeof out->why,
-                 "tenant '%s' would need %d Kueue resource groups (one per GPU resource), more than the %d a "
-                 "ClusterQueue takes",
-                 tn->name, groups, KUEUE_MAX_GROUPS);
-        return TS_ERR_INVAL;
-    }
+    cq_groups(k, t, b);
     strbuf_printf(b,
                   "---\napiVersion: kueue.x-k8s.io/v1beta2\nkind: LocalQueue\nmetadata:\n  name: " KUEUE_QUEUE "\n"
                   "  namespace: %s\n  labels:\n    app.kubernetes.io/name: tessera\nspec:\n"
                   "  clusterQueue: tessera-%s\n",
                   ns, ns);
-    return 0;
 }
 
 /* ---- entry point --------------------------------------------------------------- */
 
 static void kueue_free(kueue *k) {
-    free(k->fl);
     free(k->fl_names);
     free(k->tenants);
     free(k->tiers);
-    free(k->share);
+    free(k->held);
     free(k->quota);
     free(k->cohort);
 }
@@ -358,24 +358,23 @@ static int kueue_names(kueue *k, emit_out *out) {
     if (!names) return TS_ERR_NOMEM;
     for (size_t t = 0; t < in->n_tiers; t++) names[t] = in->tiers[t].name;
     rc = emit_labels("tier", names, in->n_tiers, &k->tiers, out);
-    for (size_t f = 0; !rc && f < k->n_fl; f++) names[f] = k->fl[f].raw;
+    for (size_t f = 0; !rc && f < k->n_fl; f++) names[f] = k->p->types[k->fl[f].type]->name;
     if (!rc) rc = emit_labels("GPU flavor", names, k->n_fl, &k->fl_names, out);
     free(names);
     return rc;
 }
 
 static int kueue_build(kueue *k, emit_out *out) {
-    int rc = find_flavors(k);
-    if (rc == TS_ERR_INVAL) snprintf(out->why, sizeof out->why, "a MIG slice of the plan names no known profile");
-    if (rc || (rc = kueue_names(k, out))) return rc;
+    find_flavors(k);
+    int rc = kueue_names(k, out);
+    if (rc) return rc;
     size_t nt = k->p->in->n_tenants, nf = k->n_fl ? k->n_fl : 1;
-    k->share = calloc(nf * (nt ? nt : 1), sizeof *k->share);
+    k->held = calloc(nt ? nt : 1, sizeof *k->held);
     k->quota = calloc(nf * (nt ? nt : 1), sizeof *k->quota);
     k->cohort = calloc(nf * (k->p->in->n_tiers ? k->p->in->n_tiers : 1), sizeof *k->cohort);
-    if (!k->share || !k->quota || !k->cohort) return TS_ERR_NOMEM;
-    find_shares(k);
-    find_quotas(k);
-    return 0;
+    if (!k->held || !k->quota || !k->cohort) return TS_ERR_NOMEM;
+    find_held(k);
+    return find_quotas(k);
 }
 
 int emit_kueue(const plan *p, emit_out *out) {
@@ -387,7 +386,7 @@ int emit_kueue(const plan *p, emit_out *out) {
     if (!rc) {
         kueue_header(&k, &b);
         for (size_t f = 0; f < k.n_fl; f++) kueue_flavor(&k, f, &b);
-        for (size_t t = 0; !rc && t < p->in->n_tenants; t++) rc = kueue_tenant(&k, t, &b, out);
+        for (size_t t = 0; t < p->in->n_tenants; t++) kueue_tenant(&k, t, &b);
     }
     kueue_free(&k);
     if (rc) {

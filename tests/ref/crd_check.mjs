@@ -18,8 +18,10 @@
 //     extended resources such as nvidia.com/gpu, which Kubernetes counts in
 //     whole units.
 // With --plan PLAN.json (tessera plan --emit json of the same input) it also
-// checks the objects against the plan they came from: Kueue quotas of each
-// flavor add up to the GPUs or MIG instances the plan gives that flavor,
+// checks the objects against the plan they came from: Kueue flavors are the
+// GPU types the plan leaves GPUs free of (on nodes that share none), and
+// their quotas add up to exactly those free GPUs (Kueue does not count the
+// serving pods, so a quota of their GPUs would admit jobs onto taken ones),
 // borrowing limits are the rest of the tier's cohort, every ClusterQueue has
 // its LocalQueue; every InferenceObjective names an emitted pool of its
 // tenant's worker with its tier's priority.
@@ -219,23 +221,23 @@ const dnsLabel = (s) => s.toLowerCase().replace(/[^a-z0-9]+/g, "-").replace(/^-+
 const of = (kind) => objs.filter((o) => o.kind === kind);
 
 function checkKueue(plan) {
-    // Units per flavor, counted from the plan's GPUs and slices.
+    // Free units per flavor: the GPUs the plan leaves idle, by type, on the
+    // nodes whose device plugin hands out whole GPUs (none of the node's
+    // GPUs runs MPS or time-slicing). The report lists only the GPUs in use,
+    // by node name (<pool>-<i>) and index; the rest of a node is idle. The
+    // serving pods hold the others, and Kueue does not count them.
     const units = new Map();
-    const add = (name) => units.set(name, (units.get(name) ?? 0) + 1);
-    for (const g of plan.gpus) if (["mps", "timeslice", "whole"].includes(g.mode)) add(dnsLabel(g.type));
-    // A slice names its GPU by fleet index (pools, their nodes, their GPUs in
-    // order); the report lists only the GPUs in use, by node and index.
-    const byFleetIndex = [];
     for (const pool of plan.input.pools)
-        for (let n = 0; n < pool.nodes; n++)
-            for (let k = 0; k < pool.gpus_per_node; k++)
-                byFleetIndex.push(plan.gpus.find((g) => g.node === `${pool.name}-${n}` && g.index === k));
-    for (const s of plan.slices) {
-        if (s.gpu < 0 || !["mig", "mig+mps"].includes(s.mode)) continue;
-        add(dnsLabel(`${byFleetIndex[s.gpu].type}-${plan.instances[s.first_inst].profile}`));
-    }
+        for (let n = 0; n < pool.nodes; n++) {
+            const used = plan.gpus.filter((g) => g.node === `${pool.name}-${n}`);
+            if (used.some((g) => ["mps", "timeslice"].includes(g.mode))) continue;
+            const idle = pool.gpus_per_node - used.length;
+            if (idle > 0) units.set(dnsLabel(pool.gpu), (units.get(dnsLabel(pool.gpu)) ?? 0) + idle);
+        }
+    for (const f of of("ResourceFlavor"))
+        if (!units.has(f.metadata.name)) fail(label, `ResourceFlavor ${f.metadata.name} offers GPUs the plan does not leave free`);
     const flavors = new Set(of("ResourceFlavor").map((f) => f.metadata.name));
-    for (const [name, n] of units) if (!flavors.has(name)) fail(label, `the plan has ${n} units of flavor ${name}, but no ResourceFlavor ${name}`);
+    for (const [name, n] of units) if (!flavors.has(name)) fail(label, `the plan leaves ${n} GPUs of flavor ${name} free, but there is no ResourceFlavor ${name}`);
     const tierOf = new Map(plan.input.tenants.map((t) => [dnsLabel(t.name), t.tier]));
     const quota = new Map(), cohort = new Map();
     const cqs = of("ClusterQueue");
@@ -250,13 +252,14 @@ function checkKueue(plan) {
             for (const f of rg.flavors) {
                 if (!flavors.has(f.name)) fail(label, `ClusterQueue ${cq.metadata.name} names flavor ${f.name}, which is not emitted`);
                 const r = f.resources[0], q = quantity(r.nominalQuota);
+                if (r.name !== "nvidia.com/gpu") fail(label, `ClusterQueue ${cq.metadata.name} flavor ${f.name}: quota of ${r.name}, not of free GPUs (nvidia.com/gpu)`);
                 quota.set(f.name, (quota.get(f.name) ?? 0) + q);
                 const ck = `${cq.spec.cohortName}/${f.name}`;
                 cohort.set(ck, (cohort.get(ck) ?? 0) + q);
             }
     }
     for (const [name, n] of units)
-        if ((quota.get(name) ?? 0) !== n) fail(label, `flavor ${name}: nominal quotas add up to ${quota.get(name) ?? 0}, the plan has ${n} units`);
+        if ((quota.get(name) ?? 0) !== n) fail(label, `flavor ${name}: nominal quotas add up to ${quota.get(name) ?? 0}, the plan leaves ${n} GPUs free`);
     for (const cq of cqs)
         for (const rg of cq.spec.resourceGroups ?? [])
             for (const f of rg.flavors) {
