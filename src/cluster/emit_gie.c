@@ -79,14 +79,6 @@ int emit_worker_placed(const plan *p, const plan_worker *w) {
 
 /* ---- GIE ---------------------------------------------------------------------- */
 
-/* The lowest band (largest number) of the input's tiers. */
-static int last_band(const plan_input *in) {
-    int b = 0;
-    for (size_t k = 0; k < in->n_tiers; k++)
-        if (in->tiers[k].band > b) b = in->tiers[k].band;
-    return b;
-}
-
 static void gie_header(strbuf *b) {
     strbuf_printf(b,
                   "# tessera plan: Gateway API Inference Extension objects.\n"
@@ -122,7 +114,7 @@ static void gie_objective(const plan *p, size_t t, const char *label, strbuf *b)
                   "kind: InferenceObjective\nmetadata:\n  name: %s\n  labels:\n    app.kubernetes.io/name: tessera\n"
                   "    tessera.dev/tenant: %s\nspec:\n  poolRef:\n    group: inference.networking.k8s.io\n"
                   "    kind: InferencePool\n    name: tessera-%s\n  priority: %d\n",
-                  tn->name, tier->name, tier->band, label, label, w->name, last_band(p->in) - tier->band);
+                  tn->name, tier->name, tier->band, label, label, w->name, emit_last_band(p->in) - tier->band);
 }
 
 /* Whether "tessera-<name>-epp" is a DNS-1035 label (a Service name) and

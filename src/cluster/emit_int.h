@@ -46,6 +46,14 @@ void emit_serve_yaml(const plan *p, size_t i, int port, const char *model_dir, i
 
 static inline double emit_mib_up(double bytes) { return ceil(bytes / MIB); }
 
+/* The lowest band (largest number) of the input's tiers: best effort. */
+static inline int emit_last_band(const plan_input *in) {
+    int b = 0;
+    for (size_t k = 0; k < in->n_tiers; k++)
+        if (in->tiers[k].band > b) b = in->tiers[k].band;
+    return b;
+}
+
 int emit_k8s(const plan *p, emit_out *out);
 
 /* ---- Kubernetes names (emit_gie.c) ---- */

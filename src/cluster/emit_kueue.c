@@ -230,13 +230,6 @@ static int find_quotas(kueue *k) {
     return rc;
 }
 
-static int last_band(const plan_input *in) {
-    int b = 0;
-    for (size_t t = 0; t < in->n_tiers; t++)
-        if (in->tiers[t].band > b) b = in->tiers[t].band;
-    return b;
-}
-
 /* ---- rendering ----------------------------------------------------------------- */
 
 static int free_units(const kueue *k) {
@@ -294,7 +287,7 @@ static void kueue_flavor(const kueue *k, size_t f, strbuf *b) {
 static void cq_preemption(const plan_input *in, const plan_tier *tier, strbuf *b) {
     const char *reclaim = "LowerPriority", *within = "LowerPriority";
     if (tier->band == 0) reclaim = "Any";
-    else if (tier->band == last_band(in)) reclaim = within = "Never";
+    else if (tier->band == emit_last_band(in)) reclaim = within = "Never";
     strbuf_printf(b, "  preemption:\n    reclaimWithinCohort: %s\n    withinClusterQueue: %s\n", reclaim, within);
 }
 

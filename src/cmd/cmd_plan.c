@@ -138,9 +138,10 @@ int cmd_plan(int argc, char **argv) {
     int status = 0;
     if ((rc = emit_run(&p, kind, &out))) {
         /* A plan that cannot be written as asked (tenant names that clash as
-         * Kubernetes names) is the input's fault: status 2, like bad input. */
+         * Kubernetes names) is the input's fault, and the emitter says why:
+         * status 2, like bad input. An error without a why is tessera's own. */
         fprintf(stderr, "plan: %s\n", out.why[0] ? out.why : err_str(rc));
-        status = rc == TS_ERR_INVAL ? 2 : 1;
+        status = rc == TS_ERR_INVAL && out.why[0] ? 2 : 1;
     } else {
         if (dir) {
             if (mkdir(dir, 0777) != 0 && errno != EEXIST) {
