@@ -174,12 +174,25 @@ static void test_kueue_quotas_free_gpus(void **st) {
     unload(&fx);
 }
 
+/* GIE v1.0's picker sheds priority < 0: best effort (crawler, bronze) is
+ * -1, the other tiers >= 0 with gold highest. */
+static void test_gie_priorities(void **st) {
+    (void)st;
+    fixture fx;
+    load(&fx, -1, NULL, -1, NULL);
+    emitted(&fx, EMIT_GIE, "name: tessera-mistral-7b-gold\n  priority: 1\n");
+    emitted(&fx, EMIT_GIE, "name: tessera-lawfirm-mistral-7b\n  priority: 0\n");
+    emitted(&fx, EMIT_GIE, "name: tessera-qwen2-0-5b-be\n  priority: -1\n");
+    unload(&fx);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_dns_label),
         cmocka_unit_test(test_distinct_names_sanitised),
         cmocka_unit_test(test_clashing_names_refused),
         cmocka_unit_test(test_kueue_quotas_free_gpus),
+        cmocka_unit_test(test_gie_priorities),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

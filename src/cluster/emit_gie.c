@@ -10,10 +10,13 @@
  * Service tessera-<worker>-epp: the name GIE's inferencepool Helm chart
  * gives the EPP of a release named tessera-<worker>. A tenant is one
  * InferenceObjective (inference.networking.x-k8s.io/v1alpha2) on its
- * worker's pool, with its tier as priority: the tier of band 0 highest, the
- * last band 0, which is also what the EPP gives a request that names no
- * objective, so unknown traffic never outranks a paying tier. Field names
- * and versions follow the CRDs vendored in tests/data/crds/.
+ * worker's pool, with its tier as priority (gie_priority): the EPP of GIE
+ * v1.0 sheds a request of priority < 0 when its pool is saturated and keeps
+ * the rest, so the last (best-effort) band is -1 and every band above it
+ * >= 0, the tier of band 0 highest. A request that names no objective gets
+ * 0: it ranks with the lowest paying tier, above best effort. Priorities
+ * compare only among the objectives of one pool. Field names and versions
+ * follow the CRDs vendored in tests/data/crds/.
  */
 #include "emit.h"
 #include "emit_int.h"
@@ -79,6 +82,11 @@ int emit_worker_placed(const plan *p, const plan_worker *w) {
 
 /* ---- GIE ---------------------------------------------------------------------- */
 
+/* Band b of last + 1 bands as an InferenceObjective priority: last - 1 - b,
+ * so gold is highest and best effort -1 (sheddable); a single tier is 0,
+ * it is nobody's best effort. */
+static int gie_priority(int band, int last) { return last > 0 ? last - 1 - band : 0; }
+
 static void gie_header(strbuf *b) {
     strbuf_printf(b,
                   "# tessera plan: Gateway API Inference Extension objects.\n"
@@ -87,7 +95,9 @@ static void gie_header(strbuf *b) {
                   "# Service tessera-<worker>-epp, which GIE's inferencepool Helm chart creates for a release\n"
                   "# named tessera-<worker> (docs/deploy-gie.md gives the values). Each InferenceObjective is a\n"
                   "# tenant: its requests name it in the x-gateway-inference-objective header, and its\n"
-                  "# priority is its tier's (higher first; the last tier is 0, like requests naming none).\n");
+                  "# priority is its tier's, compared among the objectives of one pool: higher first; the\n"
+                  "# best-effort tier is -1, which the picker sheds when the pool is saturated; a request\n"
+                  "# naming no objective is 0.\n");
 }
 
 /* FailOpen: tessera enforces each tenant's limits and fair share inside the
@@ -114,7 +124,8 @@ static void gie_objective(const plan *p, size_t t, const char *label, strbuf *b)
                   "kind: InferenceObjective\nmetadata:\n  name: %s\n  labels:\n    app.kubernetes.io/name: tessera\n"
                   "    tessera.dev/tenant: %s\nspec:\n  poolRef:\n    group: inference.networking.k8s.io\n"
                   "    kind: InferencePool\n    name: tessera-%s\n  priority: %d\n",
-                  tn->name, tier->name, tier->band, label, label, w->name, emit_last_band(p->in) - tier->band);
+                  tn->name, tier->name, tier->band, label, label, w->name,
+                  gie_priority(tier->band, emit_last_band(p->in)));
 }
 
 /* Whether "tessera-<name>-epp" is a DNS-1035 label (a Service name) and

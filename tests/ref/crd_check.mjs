@@ -24,7 +24,7 @@
 // serving pods, so a quota of their GPUs would admit jobs onto taken ones),
 // borrowing limits are the rest of the tier's cohort, every ClusterQueue has
 // its LocalQueue; every InferenceObjective names an emitted pool of its
-// tenant's worker with its tier's priority.
+// tenant's worker with its tier's priority (best effort -1, the others >= 0).
 //
 // usage: node crd_check.mjs NODE_MODULES CRD_DIR FILE.yaml LABEL [--plan P.json] [--expect Kind,Kind]
 // Exit status 0 when every object is valid, 1 otherwise (each error on stderr).
@@ -290,8 +290,11 @@ function checkGie(plan) {
         if (!o) { fail(label, `tenant ${t.name} has no InferenceObjective`); continue; }
         if (o.spec.poolRef.name !== `tessera-${t.worker}` || !pools.has(o.spec.poolRef.name))
             fail(label, `InferenceObjective ${o.metadata.name} names pool ${o.spec.poolRef.name}, not its worker's emitted pool tessera-${t.worker}`);
-        if (o.spec.priority !== last - bands.get(t.tier))
-            fail(label, `InferenceObjective ${o.metadata.name}: priority ${o.spec.priority}, tier ${t.tier} has band ${bands.get(t.tier)} of ${last}`);
+        // The v1.0 EPP sheds priority < 0: best effort (the last band) is -1,
+        // the bands above it >= 0 with band 0 highest; a single tier is 0.
+        const want = last > 0 ? last - 1 - bands.get(t.tier) : 0;
+        if (o.spec.priority !== want)
+            fail(label, `InferenceObjective ${o.metadata.name}: priority ${o.spec.priority}, tier ${t.tier} has band ${bands.get(t.tier)} of ${last} (wants ${want})`);
     }
 }
 
