@@ -186,6 +186,33 @@ static void test_gie_priorities(void **st) {
     unload(&fx);
 }
 
+/* Kueue: without WorkloadPriorityClasses every job has priority 0, so only
+ * reclaimWithinCohort Any lets a tenant take back its quota; every band but
+ * the last has it. fleet.yaml's gold tenant chat rounds to no free GPU: the
+ * header says so. */
+static void test_kueue_preemption(void **st) {
+    (void)st;
+    fixture fx;
+    load_from(&fx, "examples/plan/fleet.yaml", -1, NULL, -1, NULL);
+    emit_out out;
+    assert_int_equal(emit_run(&fx.p, EMIT_KUEUE, &out), 0);
+    const char *y = out.files[0].data;
+    static const char *const want[][2] = {
+        {"tessera-bank", "Any"}, {"tessera-docs", "Any"}, {"tessera-analytics", "Any"}, {"tessera-batch", "Never"}};
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+        char head[128];
+        snprintf(head, sizeof head, "  name: %s\n  labels:", want[i][0]);
+        const char *cq = strstr(y, head), *pre = cq ? strstr(cq, "reclaimWithinCohort: ") : NULL;
+        if (!pre) fail_msg("no ClusterQueue %s with a preemption", want[i][0]);
+        if (strncmp(pre + strlen("reclaimWithinCohort: "), want[i][1], strlen(want[i][1])) != 0)
+            fail_msg("ClusterQueue %s does not reclaim %s", want[i][0], want[i][1]);
+    }
+    assert_non_null(strstr(y, "# NOTE tenant chat (tier gold, band 0) gets no GPU of its own"));
+    assert_null(strstr(y, "# NOTE tenant bank"));
+    emit_out_free(&out);
+    unload(&fx);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_dns_label),
@@ -193,6 +220,7 @@ int main(void) {
         cmocka_unit_test(test_clashing_names_refused),
         cmocka_unit_test(test_kueue_quotas_free_gpus),
         cmocka_unit_test(test_gie_priorities),
+        cmocka_unit_test(test_kueue_preemption),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -39,12 +39,19 @@
  * (tessera-<tier>) and may borrow what the rest of their cohort leaves
  * idle: borrowingLimit is the cohort's quota of the flavor less their own,
  * written out so the bound is visible. Preemption follows the tier's band:
- *   band 0 (gold)        reclaimWithinCohort Any, withinClusterQueue
- *                        LowerPriority: its quota is always its own again;
- *   middle bands         LowerPriority for both: reclaim and preempt only
- *                        lower priorities;
+ *   every band but the   reclaimWithinCohort Any: its quota is its own
+ *   last (gold, silver)  again, whoever borrowed it; withinClusterQueue
+ *                        LowerPriority;
  *   the last band > 0    Never for both: best effort waits, preempts
  *   (bronze)             nobody.
+ * Not LowerPriority for reclaiming: Kueue compares workload priorities, and
+ * a job that names no WorkloadPriorityClass has 0, so between the tenants'
+ * jobs LowerPriority would mean Never and a tenant could not take back its
+ * own quota. tessera emits no WorkloadPriorityClass: all jobs of a queue are
+ * one tenant's, and their order is that tenant's to set (withinClusterQueue
+ * LowerPriority acts only between classes its jobs name). A tenant of band
+ * 0 whose shares round to no GPU anywhere is named in the header: it can
+ * only borrow.
  * A tenant's namespace is its name as a DNS-1123 label; its ClusterQueue
  * admits that namespace only, and the LocalQueue tessera-batch in it
  * leads there. Known limits, also in the header: the queues cover GPUs
@@ -238,6 +245,22 @@ static int free_units(const kueue *k) {
     return n;
 }
 
+/* A tenant of band 0 whose shares round to no free GPU of any flavor: it
+ * has no quota of its own, only what its cohort lends. */
+static void gold_without_quota(const kueue *k, strbuf *b) {
+    const plan_input *in = k->p->in;
+    for (size_t t = 0; t < in->n_tenants; t++) {
+        const plan_tier *tier = &in->tiers[in->tenants[t].tier];
+        int own = 0;
+        for (size_t f = 0; f < k->n_fl; f++) own += k->quota[f * in->n_tenants + t];
+        if (tier->band != 0 || own) continue;
+        strbuf_printf(b,
+                      "# NOTE tenant %s (tier %s, band 0) gets no GPU of its own: its plan share, %.2f GPUs,\n"
+                      "#   rounds to 0 of the free GPUs. It can only borrow from its cohort tessera-%s.\n",
+                      in->tenants[t].name, tier->name, k->held[t], k->tiers[in->tenants[t].tier]);
+    }
+}
+
 static void kueue_header(const kueue *k, strbuf *b) {
     const plan *p = k->p;
     int n_free = free_units(k);
@@ -262,6 +285,7 @@ static void kueue_header(const kueue *k, strbuf *b) {
         strbuf_printf(b, "# NOTE the plan leaves no GPU free: the queues admit nothing until it does.\n");
         return;
     }
+    gold_without_quota(k, b);
     strbuf_printf(b, "# Label the nodes with free GPUs so the flavors find them (only these: a job placed elsewhere\n"
                      "# would wait for a serving GPU):\n");
     for (size_t n = 0; n < p->n_nodes; n++) {
@@ -285,9 +309,8 @@ static void kueue_flavor(const kueue *k, size_t f, strbuf *b) {
 }
 
 static void cq_preemption(const plan_input *in, const plan_tier *tier, strbuf *b) {
-    const char *reclaim = "LowerPriority", *within = "LowerPriority";
-    if (tier->band == 0) reclaim = "Any";
-    else if (tier->band == emit_last_band(in)) reclaim = within = "Never";
+    const char *reclaim = "Any", *within = "LowerPriority";
+    if (tier->band > 0 && tier->band == emit_last_band(in)) reclaim = within = "Never";
     strbuf_printf(b, "  preemption:\n    reclaimWithinCohort: %s\n    withinClusterQueue: %s\n", reclaim, within);
 }
 
