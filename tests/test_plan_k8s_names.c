@@ -213,6 +213,27 @@ static void test_kueue_preemption(void **st) {
     unload(&fx);
 }
 
+/* A worker name that cannot make "tessera-<worker>" a Helm release name (53
+ * characters) or a label is refused; at the limit the EPP Service is the
+ * chart's: the release name cut to 40 characters, then "-epp". plan_build's
+ * names are labels, but a plan read back from JSON need not be. */
+static void test_worker_names(void **st) {
+    (void)st;
+    fixture fx;
+    load(&fx, -1, NULL, -1, NULL);
+    plan_worker *w = &fx.p.workers[0];
+    snprintf(w->name, sizeof w->name, "Bad_Name");
+    refused(&fx, EMIT_GIE, "worker 'Bad_Name' cannot name an InferencePool");
+    snprintf(w->name, sizeof w->name, "%s", "a23456789-123456789-123456789-123456789-123456");  /* 46 */
+    refused(&fx, EMIT_GIE, "cannot name an InferencePool: tessera-<worker> must be a Helm release name");
+    snprintf(w->name, sizeof w->name, "-lead");
+    refused(&fx, EMIT_GIE, "worker '-lead' cannot name an InferencePool");
+    snprintf(w->name, sizeof w->name, "%s", "a23456789-123456789-123456789-123456789-12345");   /* 45 */
+    emitted(&fx, EMIT_GIE, "  name: tessera-a23456789-123456789-123456789-123456789-12345\n");
+    emitted(&fx, EMIT_GIE, "  endpointPickerRef:\n    name: tessera-a23456789-123456789-123456789-12-epp\n");
+    unload(&fx);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_dns_label),
@@ -221,6 +242,7 @@ int main(void) {
         cmocka_unit_test(test_kueue_quotas_free_gpus),
         cmocka_unit_test(test_gie_priorities),
         cmocka_unit_test(test_kueue_preemption),
+        cmocka_unit_test(test_worker_names),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

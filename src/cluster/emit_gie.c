@@ -7,8 +7,8 @@
  * selects them by the labels --emit k8s puts on its pods
  * (app.kubernetes.io/name: tessera, tessera.dev/worker: <worker>) and sends
  * every request through that pool's endpoint picker (EPP), reached as the
- * Service tessera-<worker>-epp: the name GIE's inferencepool Helm chart
- * gives the EPP of a release named tessera-<worker>. A tenant is one
+ * Service the inferencepool Helm chart of GIE gives the EPP of a release
+ * named tessera-<worker>: that name cut to 40 characters, then "-epp". A tenant is one
  * InferenceObjective (inference.networking.x-k8s.io/v1alpha2) on its
  * worker's pool, with its tier as priority (gie_priority): the EPP of GIE
  * v1.0 sheds a request of priority < 0 when its pool is saturated and keeps
@@ -92,17 +92,22 @@ static void gie_header(strbuf *b) {
                   "# tessera plan: Gateway API Inference Extension objects.\n"
                   "# Apply them in the namespace of the tessera pods (--emit k8s): a pool selects pods of its\n"
                   "# own namespace only. Each InferencePool is one worker's replicas; its endpoint picker is the\n"
-                  "# Service tessera-<worker>-epp, which GIE's inferencepool Helm chart creates for a release\n"
-                  "# named tessera-<worker> (docs/deploy-gie.md gives the values). Each InferenceObjective is a\n"
-                  "# tenant: its requests name it in the x-gateway-inference-objective header, and its\n"
-                  "# priority is its tier's, compared among the objectives of one pool: higher first; the\n"
-                  "# best-effort tier is -1, which the picker sheds when the pool is saturated; a request\n"
-                  "# naming no objective is 0.\n");
+                  "# Service that GIE's inferencepool Helm chart creates for a release named tessera-<worker>:\n"
+                  "# tessera-<worker>-epp, the release name cut to 40 characters before -epp (docs/deploy-gie.md\n"
+                  "# gives the values). Each InferenceObjective is a tenant: its requests name it in the\n"
+                  "# x-gateway-inference-objective header, and its priority is its tier's, compared among the\n"
+                  "# objectives of one pool: higher first; the best-effort tier is -1, which the picker sheds\n"
+                  "# when the pool is saturated; a request naming no objective is 0.\n");
 }
+
+#define GIE_RELEASE_MAX 53          /* characters of a Helm release name */
+#define GIE_EPP_BASE_MAX 40         /* the chart's EPP Service: the release name cut to 40, then "-epp" */
 
 /* FailOpen: tessera enforces each tenant's limits and fair share inside the
  * worker, so routing without the picker loses balance, not isolation. */
 static void gie_pool(const plan *p, const plan_worker *w, strbuf *b) {
+    char pool[sizeof w->name + 8];
+    snprintf(pool, sizeof pool, "tessera-%s", w->name);
     strbuf_printf(b, "---\n# worker %s: model %s, %d replica%s, tenants:", w->name, p->in->models[w->model].name,
                   w->replicas, w->replicas == 1 ? "" : "s");
     for (size_t k = 0; k < w->n_tenants; k++) strbuf_printf(b, " %s", p->in->tenants[w->tenants[k]].name);
@@ -111,8 +116,8 @@ static void gie_pool(const plan *p, const plan_worker *w, strbuf *b) {
                   "  name: tessera-%s\n  labels:\n    app.kubernetes.io/name: tessera\n    tessera.dev/worker: %s\n"
                   "spec:\n  selector:\n    matchLabels:\n      app.kubernetes.io/name: tessera\n"
                   "      tessera.dev/worker: %s\n  targetPorts:\n    - number: %d\n  endpointPickerRef:\n"
-                  "    name: tessera-%s-epp\n    port:\n      number: %d\n    failureMode: FailOpen\n",
-                  w->name, w->name, w->name, EMIT_SERVE_PORT, w->name, EMIT_EPP_PORT);
+                  "    name: %.*s-epp\n    port:\n      number: %d\n    failureMode: FailOpen\n",
+                  w->name, w->name, w->name, EMIT_SERVE_PORT, GIE_EPP_BASE_MAX, pool, EMIT_EPP_PORT);
 }
 
 static void gie_objective(const plan *p, size_t t, const char *label, strbuf *b) {
@@ -128,12 +133,14 @@ static void gie_objective(const plan *p, size_t t, const char *label, strbuf *b)
                   gie_priority(tier->band, emit_last_band(p->in)));
 }
 
-/* Whether "tessera-<name>-epp" is a DNS-1035 label (a Service name) and
- * name a label value. plan_build's worker names always are; a plan read
- * back from JSON (planjson.h) need not be. */
+/* Whether "tessera-<name>" is a Helm release name (the inferencepool chart
+ * is installed once per pool under the pool's name; Helm takes at most 53
+ * characters), the EPP Service name made of it a DNS-1035 label, and name a
+ * label value. plan_build's worker names are labels but may be longer; a
+ * plan read back from JSON (planjson.h) need not be a label at all. */
 static int worker_name_ok(const char *name) {
     size_t n = strlen(name);
-    if (n == 0 || n > 63 - strlen("tessera--epp") || name[0] == '-' || name[n - 1] == '-') return 0;
+    if (n == 0 || n > GIE_RELEASE_MAX - strlen("tessera-") || name[0] == '-' || name[n - 1] == '-') return 0;
     for (size_t i = 0; i < n; i++)
         if (!islower((unsigned char)name[i]) && !isdigit((unsigned char)name[i]) && name[i] != '-') return 0;
     return 1;
@@ -142,8 +149,10 @@ static int worker_name_ok(const char *name) {
 int emit_gie(const plan *p, emit_out *out) {
     for (size_t w = 0; w < p->n_workers; w++) {
         if (worker_name_ok(p->workers[w].name)) continue;
-        snprintf(out->why, sizeof out->why, "worker '%.60s' cannot name an InferencePool and its EPP Service",
-                 p->workers[w].name);
+        snprintf(out->why, sizeof out->why,
+                 "worker '%.60s' cannot name an InferencePool: tessera-<worker> must be a Helm release name "
+                 "(%d characters at most, lower case, digits, '-'); shorten its tenant or model names",
+                 p->workers[w].name, GIE_RELEASE_MAX);
         return TS_ERR_INVAL;
     }
     emit_label *labels = NULL;
