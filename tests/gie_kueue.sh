@@ -141,6 +141,8 @@ refuse "$W/clash.yaml" gie "tenants 'shop' and 'Shop' both become 'shop'"
 refuse "$W/clash.yaml" kueue "tenants 'shop' and 'Shop' both become 'shop'"
 sed "s/^  - name: blog\$/  - name: '._.'/" "$MIX" >"$W/noname.yaml"
 refuse "$W/noname.yaml" kueue "tenant '._.' has no letter or digit"
+sed 's/^  - name: blog$/  - name: kube-system/' "$MIX" >"$W/kube.yaml"
+refuse "$W/kube.yaml" kueue "tenant 'kube-system' would have the namespace 'kube-system'"
 sed 's/silver/Gold/g' "$MIX" >"$W/tiers.yaml"
 refuse "$W/tiers.yaml" kueue "tiers 'gold' and 'Gold' both become 'gold'"
 

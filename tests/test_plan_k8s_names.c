@@ -234,6 +234,28 @@ static void test_worker_names(void **st) {
     unload(&fx);
 }
 
+/* Kueue gives each tenant its namespace: never Kubernetes' own. */
+static void test_reserved_namespaces_refused(void **st) {
+    (void)st;
+    static const char *const bad[][2] = {
+        {"Default", "'default'"}, {"kube-system", "'kube-system'"}, {"Kube_Ops", "'kube-ops'"}};
+    fixture fx;
+    load(&fx, -1, NULL, -1, NULL);
+    int blog = tenant_index(&fx, "blog");
+    unload(&fx);
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        load(&fx, blog, bad[i][0], -1, NULL);
+        refused(&fx, EMIT_KUEUE, bad[i][1]);
+        refused(&fx, EMIT_KUEUE, "which Kubernetes keeps for itself");
+        /* GIE objects live in the pods' namespace: unaffected. */
+        emitted(&fx, EMIT_GIE, "kind: InferenceObjective");
+        unload(&fx);
+    }
+    load(&fx, blog, "kubeflow", -1, NULL);
+    emitted(&fx, EMIT_KUEUE, "  namespace: kubeflow\n");
+    unload(&fx);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_dns_label),
@@ -243,6 +265,7 @@ int main(void) {
         cmocka_unit_test(test_gie_priorities),
         cmocka_unit_test(test_kueue_preemption),
         cmocka_unit_test(test_worker_names),
+        cmocka_unit_test(test_reserved_namespaces_refused),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

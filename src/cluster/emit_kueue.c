@@ -52,8 +52,9 @@
  * LowerPriority acts only between classes its jobs name). A tenant of band
  * 0 whose shares round to no GPU anywhere is named in the header: it can
  * only borrow.
- * A tenant's namespace is its name as a DNS-1123 label; its ClusterQueue
- * admits that namespace only, and the LocalQueue tessera-batch in it
+ * A tenant's namespace is its name as a DNS-1123 label, refused when that
+ * is default or kube-* (Kubernetes' own); its ClusterQueue admits that
+ * namespace only, and the LocalQueue tessera-batch in it
  * leads there. Known limits, also in the header: the queues cover GPUs
  * only, so jobs that request CPU or memory need those covered or excluded
  * in Kueue's configuration.
@@ -365,9 +366,28 @@ static void kueue_free(kueue *k) {
     free(k->cohort);
 }
 
+/* A tenant's namespace must not be one of Kubernetes' own: `default`
+ * holds whatever names no namespace, and kube-* (kube-system, kube-public,
+ * kube-node-lease) the cluster's own; a tenant's batch queue there would
+ * admit jobs nobody meant as the tenant's. Returns 0 or TS_ERR_INVAL. */
+static int tenant_namespaces_ok(const kueue *k, emit_out *out) {
+    const plan_input *in = k->p->in;
+    for (size_t t = 0; t < in->n_tenants; t++) {
+        const char *ns = k->tenants[t];
+        if (strcmp(ns, "default") != 0 && strncmp(ns, "kube-", 5) != 0) continue;
+        snprintf(out->why, sizeof out->why,
+                 "tenant '%.60s' would have the namespace '%.60s', which Kubernetes keeps for itself (default, "
+                 "kube-*): rename the tenant",
+                 in->tenants[t].name, ns);
+        return TS_ERR_INVAL;
+    }
+    return 0;
+}
+
 static int kueue_names(kueue *k, emit_out *out) {
     const plan_input *in = k->p->in;
     int rc = emit_tenant_labels(k->p, &k->tenants, out);
+    if (!rc) rc = tenant_namespaces_ok(k, out);
     if (rc) return rc;
     size_t n = in->n_tiers > k->n_fl ? in->n_tiers : k->n_fl;
     const char **names = malloc((n ? n : 1) * sizeof *names);
