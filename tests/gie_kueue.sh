@@ -71,13 +71,31 @@ for stem in fleet mixed; do
     [ "$stem" = mixed ] && input=$TS_SRC/tests/golden/plan/mixed.yaml
     timeout 30 "$TS_TESSERA" plan --input "$input" --emit k8s >"$W/$stem.k8s" 2>/dev/null || [ $? -le 1 ] ||
         fail "plan --emit k8s of $input failed"
-    timeout 60 node "$TS_SRC/tests/ref/pool_pods.mjs" "$NM" "$W/$stem.gie" "$W/$stem.k8s" ||
-        fail "$stem: an InferencePool selects no pod of --emit k8s (above)"
+    timeout 60 node "$TS_SRC/tests/ref/pool_pods.mjs" "$NM" "$W/$stem.gie" "$W/$stem.k8s" "$W/$stem.json" ||
+        fail "$stem: an InferencePool does not select exactly its worker's pods of --emit k8s (above)"
 done
+# pools BROKEN WANT: pool_pods.mjs must fail the pools of BROKEN, saying WANT.
+pools() {
+    local out
+    if out=$(timeout 60 node "$TS_SRC/tests/ref/pool_pods.mjs" "$NM" "$1" "$W/fleet.k8s" "$W/fleet.json" 2>&1); then
+        fail "pool_pods.mjs accepted $1"
+    fi
+    grep -qF -- "$2" <<<"$out" || { echo "$out" >&2; fail "pool_pods.mjs rejected $1, but not for '$2'"; }
+}
 sed 's/tessera.dev\/worker: /tessera.dev\/worker: x-/' "$W/fleet.gie" >"$W/nopods"
-if timeout 60 node "$TS_SRC/tests/ref/pool_pods.mjs" "$NM" "$W/nopods" "$W/fleet.k8s" 2>/dev/null; then
-    fail "pool_pods.mjs accepted pools that select no pod"
+pools "$W/nopods" "selects no pod"
+# A selector without the worker label takes every tessera pod of the namespace.
+sed '0,/^      tessera.dev\/worker: .*/{//d}' "$W/fleet.gie" >"$W/allpods"
+pools "$W/allpods" "not its worker"
+# The 3 replicas of mistral-7b-gold in mixed.yaml's plan, one dropped from k8s.
+awk '/^---$/ { if (doc !~ /tessera.dev\/instance: mistral-7b-gold-r1/) printf "%s", doc; doc = "" } { doc = doc $0 "\n" }
+     END { if (doc !~ /tessera.dev\/instance: mistral-7b-gold-r1/) printf "%s", doc }' "$W/mixed.k8s" >"$W/mixed-r1.k8s"
+grep -q 'mistral-7b-gold-r0' "$W/mixed-r1.k8s" || fail "the replica edit of mixed.k8s removed too much"
+if out=$(timeout 60 node "$TS_SRC/tests/ref/pool_pods.mjs" "$NM" "$W/mixed.gie" "$W/mixed-r1.k8s" "$W/mixed.json" 2>&1); then
+    fail "pool_pods.mjs accepted a pool missing a replica of its worker"
 fi
+grep -qF "the plan places [mistral-7b-gold-r0, mistral-7b-gold-r1, mistral-7b-gold-r2]" <<<"$out" ||
+    { echo "$out" >&2; fail "a pool missing a replica was rejected, but not for the missing replica"; }
 
 # ---- the checker rejects what the API server would (or would silently drop) ----
 
@@ -114,6 +132,10 @@ sed '0,/nominalQuota: 0$/s//nominalQuota: 3/' "$K" >"$W/b10"
 reject "quotas that add up to more GPUs than the plan leaves free" "nominal quotas add up to" "$W/b10" --plan "$W/fleet.json"
 sed '0,/tessera.dev\/batch-gpus: a100-80gb/s//tessera.dev\/batch-gpus: h100-80gb/; s/^  name: a100-80gb$/  name: h100-80gb/; s/- name: a100-80gb$/- name: h100-80gb/' "$K" >"$W/b12"
 reject "a flavor of GPUs the serving pods hold" "offers GPUs the plan does not leave free" "$W/b12" --plan "$W/fleet.json"
+sed '0,/^          resources:$/s//          resourcez:/' "$K" >"$W/b14"
+reject "a flavor without resources (its CEL rule cannot run)" "CEL rule could not be evaluated" "$W/b14"
+sed '0,/^      flavors:$/s//      flavours:/' "$K" >"$W/b15"
+reject "a resource group without flavors (its CEL rule cannot run)" "CEL rule could not be evaluated" "$W/b15"
 sed 's/^kind: LocalQueue$/kind: LocalQueues/' "$K" >"$W/b11"
 reject "a kind no vendored CRD defines" "no vendored CRD for kind LocalQueues" "$W/b11"
 

@@ -103,8 +103,21 @@ ajv.addKeyword({
             const rule = r.rule.replace(/\s+/g, " ").trim();
             if (rule.includes("oldSelf")) continue;        // a transition rule: updates only
             const f = CEL[rule];
-            if (!f) cel.errors.push({ keyword: "x-kubernetes-validations", message: `CEL rule not known to crd_check.mjs: ${rule}`, params: {} });
-            else if (!f(data)) cel.errors.push({ keyword: "x-kubernetes-validations", message: r.message, params: {} });
+            if (!f) {
+                cel.errors.push({ keyword: "x-kubernetes-validations", message: `CEL rule not known to crd_check.mjs: ${rule}`, params: {} });
+                continue;
+            }
+            // A field the rule reads may be missing (the schema reports that
+            // too); the API server's CEL then fails with "no such key", and so
+            // does the check, reported, not thrown.
+            let ok;
+            try {
+                ok = f(data);
+            } catch (e) {
+                cel.errors.push({ keyword: "x-kubernetes-validations", message: `CEL rule could not be evaluated (${e.message}): ${rule}`, params: {} });
+                continue;
+            }
+            if (!ok) cel.errors.push({ keyword: "x-kubernetes-validations", message: r.message, params: {} });
         }
         return cel.errors.length === 0;
     },
