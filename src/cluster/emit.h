@@ -34,13 +34,15 @@
  *               whole-GPU ones Deployments; models come from one
  *               ReadOnlyMany PVC at /models.
  *   gie         an InferencePool per worker selecting the pods --emit k8s
- *               labels, its endpoint picker behind a Service named
- *               tessera-<worker>-epp, and an InferenceObjective per tenant
- *               with the tier as priority; see emit_gie.c.
- *   kueue       a ResourceFlavor per GPU type and per MIG profile used, a
- *               ClusterQueue per tenant with its share of the planned GPUs
- *               as quota, a cohort per tier and a LocalQueue in the
- *               tenant's namespace; see emit_kueue.c.
+ *               labels, its endpoint picker behind the Service the GIE Helm
+ *               chart names for release tessera-<worker>, and an
+ *               InferenceObjective per tenant with the tier as priority
+ *               (best effort -1); see emit_gie.c.
+ *   kueue       a ResourceFlavor per GPU type the plan leaves GPUs free of
+ *               (Kueue does not count the serving pods), a ClusterQueue per
+ *               tenant with its plan share of the free GPUs as quota, a
+ *               cohort per tier and a LocalQueue in the tenant's namespace
+ *               (never default or kube-*); see emit_kueue.c.
  *               Tenant names become DNS-1123 labels (lower case, '-' for
  *               the rest); two tenants that would share one are refused.
  *   serve       one tessera.yaml per instance in serve's schema (config.h):
