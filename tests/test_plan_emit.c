@@ -901,6 +901,20 @@ static void plugin_block(const char *text, const char *node, char *buf, size_t c
     snprintf(buf, cap, "%.*s", (int)(end - a), a);
 }
 
+/* MiB a GPU of type t has as its driver reports them (nvidia-smi's total,
+ * what NVML gives the device plugin and HAMi): the transcripts gpucat.c
+ * cites, written here again so that the emitter's figure is checked, not
+ * repeated. Other types: their usable memory, below the driver's total. */
+static double driver_mib(const gpucat_gpu *t) {
+    static const struct {
+        const char *name;
+        double mib;
+    } SMI[] = {{"L40S", 46068}, {"L4", 23034}};
+    for (size_t i = 0; i < sizeof SMI / sizeof SMI[0]; i++)
+        if (strcmp(t->name, SMI[i].name) == 0) return SMI[i].mib;
+    return floor(t->mem_gib * 1024.0);
+}
+
 /* NVIDIA's device plugin refuses MPS with migStrategy mixed, and its MPS
  * replicas are equal (100/replicas % of SMs, memory/replicas): a node
  * config that shares by MPS must hold every planned share on that node
@@ -933,9 +947,14 @@ static void test_k8s_sharing(void **st) {
                 if (s->gpu < 0 || p->gpus[s->gpu].node != (int)n) continue;
                 if (s->mode != PLAN_MODE_MPS && s->mode != PLAN_MODE_TIMESLICE)
                     fail_msg("%s: a MIG or whole GPU beside plugin MPS", p->nodes[n].name);
-                double mib = floor(p->types[p->gpus[s->gpu].type]->mem_gib * 1024.0);
+                double grant = floor(driver_mib(p->types[p->gpus[s->gpu].type]) / replicas);
                 assert_true((s->mode == PLAN_MODE_TIMESLICE ? s->pct : in->pct) <= 100 / replicas);
-                assert_true(ceil(in->mem_limit / 1048576.0) <= floor(mib / replicas));
+                assert_true(ceil(in->mem_limit / 1048576.0) <= grant);
+                /* The grant the manifest states is the plugin's. */
+                if (s->mode != PLAN_MODE_MPS) continue;
+                char want[160];
+                snprintf(want, sizeof want, "replica gives %d%% and %.0f MiB", 100 / replicas, grant);
+                if (!strstr(text, want)) fail_msg("%s: the manifest does not say '%s'", p->nodes[n].name, want);
             }
         }
         free(text);
@@ -962,10 +981,15 @@ static void check_hami(const char *what, const plan *p, const char *why) {
         const plan_inst *in = &p->insts[i];
         const plan_slice *s = &p->slices[in->slice];
         const plan_gpu *g = &p->gpus[s->gpu];
-        double mib = s->mode == PLAN_MODE_WHOLE ? floor(p->types[g->type]->mem_gib * 1024.0)
-                                                : ceil(in->mem_limit / 1048576.0);
-        double pct = s->mode == PLAN_MODE_WHOLE ? 100 : ceil(s->mode == PLAN_MODE_MPS ? in->pct : s->pct);
-        snprintf(want, sizeof want, "nvidia.com/gpumem: %.0f\n              nvidia.com/gpucores: %.0f\n", mib, pct);
+        /* A whole GPU by percentage (a MiB figure above what HAMi registered
+         * leaves the pod Pending), a share never above the driver's MiB. */
+        double mib = fmin(ceil(in->mem_limit / 1048576.0), driver_mib(p->types[g->type]));
+        double pct = ceil(s->mode == PLAN_MODE_MPS ? in->pct : s->pct);
+        if (s->mode == PLAN_MODE_WHOLE)
+            snprintf(want, sizeof want, "nvidia.com/gpumem-percentage: 100\n              nvidia.com/gpucores: 100\n");
+        else
+            snprintf(want, sizeof want, "nvidia.com/gpumem: %.0f\n              nvidia.com/gpucores: %.0f\n", mib,
+                     pct);
         if (!strstr(text, want)) fail_msg("%s: no instance asks %s", what, want);
         snprintf(want, sizeof want, "nvidia.com/use-gpuuuid: GPU-UUID-%s-gpu%d\n", p->nodes[g->node].name, g->index);
         if (!strstr(text, want)) fail_msg("%s: no pod pinned by %s", what, want);

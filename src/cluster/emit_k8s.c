@@ -23,8 +23,10 @@
  *   hami   HAMi's vGPU resources (nvidia.com/gpumem, nvidia.com/gpucores)
  *          on a node without MIG whose plan the plugin cannot express:
  *          unequal MPS shares, or whole-GPU instances beside shared GPUs.
- *          The pod carries its planned memory and core share and HAMi's
- *          nvidia.com/use-gpuuuid annotation for the planned GPU.
+ *          The pod carries its planned memory (at most the MiB the driver
+ *          reports; a whole GPU asks nvidia.com/gpumem-percentage: 100)
+ *          and core share, and HAMi's nvidia.com/use-gpuuuid annotation
+ *          for the planned GPU.
  * Workloads: an instance that shares a GPU or GI (mps, mig+mps, timeslice)
  * is a StatefulSet of one: the plan binds it to one GPU's share, and a
  * StatefulSet never runs a second pod of the same identity while the first
@@ -93,7 +95,14 @@ static double inst_pct(const plan *p, const plan_inst *in) {
     return 100.0;
 }
 
-static double gpu_mib(const plan *p, const plan_gpu *g) { return floor(p->types[g->type]->mem_gib * 1024.0); }
+/* MiB of GPU g as the driver reports them: what the device plugin divides
+ * among its MPS replicas and what HAMi registers, so no request may exceed
+ * it. The catalog's nvidia-smi figure where it has one; else its usable GiB,
+ * which for MIG types is the 7g profile's and below the driver's total. */
+static double gpu_mib(const plan *p, const plan_gpu *g) {
+    const gpucat_gpu *t = p->types[g->type];
+    return t->smi_mib > 0 ? t->smi_mib : floor(t->mem_gib * 1024.0);
+}
 
 /* The first shared instance of node n that the plugin's MPS grant (replicas
  * equal shares) cannot hold, or -1. */
@@ -342,10 +351,15 @@ static void k8s_gpu(const plan *p, const plan_inst *in, const k8s_node *k, strbu
     strbuf_printf(b, "          resources:\n            limits:\n");
     if (mig) {
         strbuf_printf(b, "              nvidia.com/mig-%s: 1\n", plan_slice_profile(p, s));
+    } else if (k->share == SHARE_HAMI && s->mode == PLAN_MODE_WHOLE) {
+        /* All of it by percentage: a MiB figure from the catalog can exceed
+         * what HAMi registered for the card, and the pod would stay Pending. */
+        strbuf_printf(b, "              nvidia.com/gpu: 1\n              nvidia.com/gpumem-percentage: 100\n"
+                         "              nvidia.com/gpucores: 100\n");
     } else if (k->share == SHARE_HAMI) {
         strbuf_printf(b, "              nvidia.com/gpu: 1\n              nvidia.com/gpumem: %.0f\n"
                          "              nvidia.com/gpucores: %.0f\n",
-                      s->mode == PLAN_MODE_WHOLE ? gpu_mib(p, g) : emit_mib_up(in->mem_limit), ceil(inst_pct(p, in)));
+                      fmin(emit_mib_up(in->mem_limit), gpu_mib(p, g)), ceil(inst_pct(p, in)));
     } else {
         strbuf_printf(b, "              nvidia.com/gpu: 1\n");
     }

@@ -13,7 +13,10 @@
  *           from the JAX GPU spec table [S] and deviceQuery (L4) [V].
  * Usable memory of a whole GPU is the 7g profile's -lgip figure where there
  * is one (what a process can allocate, which is less than the marketing
- * size), otherwise the nvidia-smi total as noted.
+ * size), otherwise the nvidia-smi total as noted. The last field, where a
+ * row has it, is that nvidia-smi total in MiB as the transcript shows it:
+ * the Kubernetes emitter asks no more of a GPU than the driver reports
+ * (45 GiB is 46080 MiB, 12 more than an L40S has).
  *
  * The GI profile order in every row is 19, 20, 15, 14, 9, 5, 0, the order
  * of mig.h's geometry table.
@@ -34,7 +37,7 @@ static const gpucat_gpu CATALOG[] = {
       {"2g.10gb", 14, 28, 9.62},
       {"3g.20gb", 9, 42, 19.50},
       {"4g.20gb", 5, 56, 19.50},
-      {"7g.40gb", 0, 98, 39.25}}},
+      {"7g.40gb", 0, 98, 39.25}}, 0},
     /* A100 SXM4 80GB. Specs [V]; MIG memory from -lgip (+-0.25 GiB by
      * driver) [V], SMs as on A100-40GB [V]. */
     {"A100-80GB", 79.00, 2039, 312, 0, 108, 64, 7,
@@ -44,7 +47,7 @@ static const gpucat_gpu CATALOG[] = {
       {"2g.20gb", 14, 28, 19.50},
       {"3g.40gb", 9, 42, 39.25},
       {"4g.40gb", 5, 56, 39.25},
-      {"7g.80gb", 0, 98, 79.00}}},
+      {"7g.80gb", 0, 98, 79.00}}, 0},
     /* H100 SXM5 80GB. Specs [V]; MIG from guide Table 7 and the -lgip
      * transcript at jbarrow.ai/field_notes/nvidia-mig [V]. Hopper SMs are
      * not 16 per slice: 1g.20gb has 26, 3g.40gb 60. */
@@ -55,7 +58,7 @@ static const gpucat_gpu CATALOG[] = {
       {"2g.20gb", 14, 32, 19.62},
       {"3g.40gb", 9, 60, 39.50},
       {"4g.40gb", 5, 64, 39.50},
-      {"7g.80gb", 0, 132, 79.25}}},
+      {"7g.80gb", 0, 132, 79.25}}, 0},
     /* H100 PCIe 80GB. Specs [S] (hpctech.co.jp), 114 SMs [S]. Profile names
      * as on the SXM part [S]; per-profile SMs [U]: the SXM -lgip counts
      * scaled by 114/132 and rounded to even; memory as on the SXM [U]. */
@@ -66,7 +69,7 @@ static const gpucat_gpu CATALOG[] = {
       {"2g.20gb", 14, 28, 19.62},
       {"3g.40gb", 9, 52, 39.50},
       {"4g.40gb", 5, 56, 39.50},
-      {"7g.80gb", 0, 114, 79.25}}},
+      {"7g.80gb", 0, 114, 79.25}}, 0},
     /* H100 NVL 94GB. Specs [U] (bandwidth 3.9 TB/s, ~835 dense FP16);
      * MIG SMs and memory from an Azure -lgip transcript [S]. */
     {"H100-94GB", 93.12, 3900, 835, 1671, 132, 128, 7,
@@ -76,7 +79,7 @@ static const gpucat_gpu CATALOG[] = {
       {"2g.24gb", 14, 32, 21.62},
       {"3g.47gb", 9, 60, 46.38},
       {"4g.47gb", 5, 64, 46.38},
-      {"7g.94gb", 0, 132, 93.12}}},
+      {"7g.94gb", 0, 132, 93.12}}, 0},
     /* H200 SXM 141GB. Specs [S] (product page); profile names and counts
      * guide Table 8 [V]; SMs 2g=32, 3g=60, 4g=64 observed [S], 1g=16,
      * 1g.35gb=26, 7g=132 assumed as on H100 [U]. Usable memory [U]: the
@@ -89,7 +92,7 @@ static const gpucat_gpu CATALOG[] = {
       {"2g.35gb", 14, 32, 34.50},
       {"3g.71gb", 9, 60, 69.50},
       {"4g.71gb", 5, 64, 69.50},
-      {"7g.141gb", 0, 132, 139.75}}},
+      {"7g.141gb", 0, 132, 139.75}}, 0},
     /* B200 180GB. Specs [U]: 8 TB/s, 2.25 PFLOP/s dense FP16 and 4.5 FP8
      * per GPU (half the HGX B200 sparse figures), PCIe Gen5 host link.
      * Profile names and counts guide Table 9 [V]; 148 SMs and 1g.23gb = 18
@@ -102,13 +105,13 @@ static const gpucat_gpu CATALOG[] = {
       {"2g.45gb", 14, 36, 44.00},
       {"3g.90gb", 9, 68, 88.75},
       {"4g.90gb", 5, 72, 88.75},
-      {"7g.180gb", 0, 148, 178.25}}},
+      {"7g.180gb", 0, 148, 178.25}}, 0},
     /* L4 24GB: no MIG. Specs [S] (datasheet quote, 242.5 FP8 dense); 58
      * SMs from deviceQuery [V]; usable 22.5 GiB = nvidia-smi's 23034 MiB [U]. */
-    {"L4", 22.5, 300, 121, 242.5, 58, 64, 0, {{0}}},
+    {"L4", 22.5, 300, 121, 242.5, 58, 64, 0, {{0}}, 23034},
     /* L40S 48GB: no MIG. Specs [S] (datasheet table), 142 SMs [S]; usable
      * 45 GiB = nvidia-smi's 46068 MiB [U]. */
-    {"L40S", 45.0, 864, 362, 733, 142, 64, 0, {{0}}},
+    {"L40S", 45.0, 864, 362, 733, 142, 64, 0, {{0}}, 46068},
 };
 
 #define N_CATALOG (sizeof(CATALOG) / sizeof(CATALOG[0]))

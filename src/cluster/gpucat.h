@@ -38,6 +38,9 @@ typedef struct gpucat_gpu {
     double host_gbs;                /* host link, GB/s both directions together */
     int n_mig;                      /* GI profiles in mig[], 0 = no MIG */
     gpucat_mig mig[GPUCAT_MIG_MAX]; /* in GI-id table order of mig.h */
+    int smi_mib;                    /* MiB the driver reports (nvidia-smi's total, NVML's), 0 = no
+                                     * transcript: what the device plugin divides among MPS replicas
+                                     * and HAMi registers, which mem_gib x 1024 may exceed */
 } gpucat_gpu;
 
 /* Number of GPU types in the catalog, and the i-th (0 <= i < count). */

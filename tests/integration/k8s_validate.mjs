@@ -52,7 +52,8 @@ const MPS_VARS = {
     CUDA_MPS_PIPE_DIRECTORY: /^\/\S+$/,
     CUDA_MPS_LOG_DIRECTORY: /^\/\S+$/,
 };
-const GPU_RESOURCE = /^nvidia\.com\/(gpu|mig-[0-9]+g\.[0-9]+gb(\+[a-z]+)?|gpumem|gpucores)$/;
+const GPU_RESOURCE = /^nvidia\.com\/(gpu|mig-[0-9]+g\.[0-9]+gb(\+[a-z]+)?|gpumem|gpumem-percentage|gpucores)$/;
+const HAMI_RESOURCES = ["nvidia.com/gpumem", "nvidia.com/gpumem-percentage", "nvidia.com/gpucores"];
 
 const problems = [];
 let validated = 0, skipped = 0, configs = 0;
@@ -174,7 +175,7 @@ function checkWorkload(where, o, objs, plugin) {
             problems.push(`${where}: volume ${v.name}: no PersistentVolumeClaim ${v.persistentVolumeClaim.claimName}`);
     }
     const hami = Object.keys((pod.containers || []).reduce((a, c) => Object.assign(a, (c.resources || {}).limits), {}))
-        .some((r) => r === "nvidia.com/gpumem" || r === "nvidia.com/gpucores");
+        .some((r) => HAMI_RESOURCES.includes(r));
     if (hami && plugin.has(node)) problems.push(`${where}: HAMi resources on node ${node}, which the NVIDIA plugin config serves`);
     const ann = o.spec.template.metadata.annotations || {};
     if (hami && !ann["nvidia.com/use-gpuuuid"]) problems.push(`${where}: HAMi pod without nvidia.com/use-gpuuuid: the planned GPU is not pinned`);
