@@ -75,6 +75,9 @@ refused() {
 refused "replicas not an integer" k8s-mps "spec/replicas must be integer" -e 's/^  replicas: 1$/  replicas: one/'
 refused "MPS with migStrategy mixed" k8s-mps "config l40s-0: / must NOT be valid" \
     -e 's/migStrategy: none/migStrategy: mixed/'
+refused "no default plugin config" k8s-mps 'no "default" config' -e '/^  default: |-$/,/^  [a-z0-9-]*-[0-9]*: |-$/{/^  [a-z0-9-]*-[0-9]*: |-$/!d}'
+refused "a default config that shares" k8s-mps 'the "default" config shares GPUs' \
+    -e '0,/^      migStrategy: none$/s//      migStrategy: none\n    sharing: {timeSlicing: {resources: [{name: nvidia.com\/gpu, replicas: 2}]}}/'
 refused "a misspelt plugin config key" k8s-mps "must NOT have additional properties" \
     -e 's/      migStrategy: none/      migStrategyy: none/'
 refused "MPS of a MIG resource" k8s-mps 'must be equal to constant' \

@@ -930,6 +930,10 @@ static void test_k8s_sharing(void **st) {
         size_t len;
         char *text = render(p, EMIT_K8S, &len);
         assert_null(strstr(text, "CUDA_VISIBLE_DEVICES"));
+        /* Unlabelled GPU nodes get whole GPUs, not a failed plugin. */
+        char dflt[256];
+        plugin_block(text, "default", dflt, sizeof dflt);
+        assert_string_equal(dflt, "    version: v1\n    flags:\n      migStrategy: none");
         for (size_t n = 0; n < p->n_nodes; n++) {
             char blk[2048];
             plugin_block(text, p->nodes[n].name, blk, sizeof blk);

@@ -238,8 +238,9 @@ static void k8s_header(const plan *p, const k8s_node *nodes, strbuf *b) {
                   "# 1. Image: docker build -t tessera:latest . (the repository's Dockerfile); push it and\n"
                   "#    set the image below to its registry path.\n"
                   "# 2. MIG layouts: --emit mig-parted (GPU Operator: node label nvidia.com/mig.config).\n"
-                  "# 3. Device plugin: install it with config.name=tessera-device-plugin and label each node\n"
-                  "#    nvidia.com/device-plugin.config=<node name>; the ConfigMap has one config per node.\n"
+                  "# 3. Device plugin: install it with config.name=tessera-device-plugin and\n"
+                  "#    config.default=default, and label each node nvidia.com/device-plugin.config=<node name>;\n"
+                  "#    the ConfigMap has one config per node and a default for unlabelled GPU nodes.\n"
                   "# 4. Models: fill the tessera-models volume with each model's GGUF file under its name.\n"
                   "# 5. Per instance: a ConfigMap (its tessera.yaml), a Service, and a StatefulSet (shares a\n"
                   "#    GPU) or Deployment (a MIG instance or whole GPU), pinned to its node.\n");
@@ -262,11 +263,17 @@ static void k8s_header(const plan *p, const k8s_node *nodes, strbuf *b) {
     }
 }
 
+/* One config per planned node, and a "default" for every other GPU node:
+ * the plugin's config-manager takes the config its node label names, else
+ * the one named "default", and fails on an unlabelled node when there is
+ * none. Node names are "<pool>-<k>", so none is "default". */
 static void k8s_device_plugin(const plan *p, const k8s_node *nodes, strbuf *b) {
-    int entries = 0;
-    for (size_t n = 0; n < p->n_nodes; n++) entries += emit_node_used(p, n) && nodes[n].share != SHARE_HAMI;
-    strbuf_printf(b, "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: tessera-device-plugin\n"
-                     "  namespace: nvidia-device-plugin\ndata:%s\n", entries ? "" : " {}");
+    strbuf_printf(b, "# The NVIDIA device plugin's configs: one per node the plan uses, selected by the node label\n"
+                     "# nvidia.com/device-plugin.config=<node name>, and \"default\" (whole GPUs, nothing shared)\n"
+                     "# for GPU nodes without the label, which the plugin would otherwise fail on.\n"
+                     "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: tessera-device-plugin\n"
+                     "  namespace: nvidia-device-plugin\ndata:\n"
+                     "  default: |-\n    version: v1\n    flags:\n      migStrategy: none\n");
     for (size_t n = 0; n < p->n_nodes; n++)
         if (emit_node_used(p, n) && nodes[n].share != SHARE_HAMI) plugin_config(p, n, &nodes[n], b);
 }

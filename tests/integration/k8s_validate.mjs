@@ -11,7 +11,8 @@
 // skipped (their own test validates them); any other kind is an error.
 // Then what the schemas cannot see:
 //   - each device-plugin config (ConfigMap tessera-device-plugin) against
-//     NVIDIA's documented config schema, with ajv;
+//     NVIDIA's documented config schema, with ajv, and a "default" config
+//     (migStrategy none, no sharing) for the nodes without the label;
 //   - container env: only NVIDIA's documented MPS variables, in their
 //     documented forms, and never CUDA_VISIBLE_DEVICES beside them (an MPS
 //     client sees its daemon's GPU as device 0);
@@ -106,6 +107,17 @@ function pluginConfigs(objs) {
     const nodes = new Map();
     for (const { where, o } of objs) {
         if (o.kind !== "ConfigMap" || o.metadata.name !== "tessera-device-plugin") continue;
+        // The config-manager falls back to the config named "default" on a
+        // node without the label, and fails there without one.
+        let dflt = null;
+        try {
+            dflt = o.data && o.data.default !== undefined ? YAML.parse(o.data.default) : null;
+        } catch (e) {
+            // the loop below reports the YAML error
+        }
+        if (!dflt) problems.push(`${where}: no "default" config: the plugin fails on a GPU node without the label`);
+        else if (dflt.sharing || !dflt.flags || dflt.flags.migStrategy !== "none")
+            problems.push(`${where}: the "default" config shares GPUs or uses MIG: unplanned nodes must get whole GPUs`);
         for (const [node, text] of Object.entries(o.data || {})) {
             configs++;
             let c;
