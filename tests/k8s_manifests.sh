@@ -98,6 +98,9 @@ refused "a grace period shorter than the drain" k8s-mps "does not cover the preS
 refused "no readiness probe" k8s-mps "no readiness probe on /health/ready" -e 's|path: /health/ready|path: /health/live|'
 refused "a StatefulSet without its Service" k8s-mps "names no Service" -e 's/serviceName: tessera-/serviceName: nothing-/'
 refused "a volume of no claim" k8s-mps "no PersistentVolumeClaim" -e 's/claimName: tessera-models/claimName: models/'
+refused "a models claim nothing can fill" k8s-mps "is not ReadWriteMany" -e 's/accessModes: \[ReadWriteMany\]/accessModes: [ReadOnlyMany]/'
+refused "a writable models mount" k8s-mps "mounts the shared volume models writable" \
+    -e 's|{name: models, mountPath: /models, readOnly: true}|{name: models, mountPath: /models}|'
 refused "an unknown kind" k8s-mps "unknown kind v1 Servic" -e 's/^kind: Service$/kind: Servic/'
 refused "a GIE kind in another group" k8s-mps "unknown kind example.com/v1 InferencePool" \
     -e '0,/^apiVersion: v1$/s//apiVersion: example.com\/v1/' \

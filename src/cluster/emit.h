@@ -32,7 +32,7 @@
  *               the plugin cannot express the plan (emit_k8s.c has the
  *               rules). Shared-GPU instances are StatefulSets, MIG and
  *               whole-GPU ones Deployments; models come from one
- *               ReadOnlyMany PVC at /models.
+ *               ReadWriteMany PVC mounted read-only at /models.
  *   gie         an InferencePool per worker selecting the pods --emit k8s
  *               labels, its endpoint picker behind the Service the GIE Helm
  *               chart names for release tessera-<worker>, and an

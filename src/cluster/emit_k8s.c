@@ -35,8 +35,11 @@
  * Deployment with the Recreate strategy: any free GI of its profile (or any
  * free GPU) on its node is the planned one, mig-parted created exactly the
  * planned counts.
- * Models: one ReadOnlyMany PersistentVolumeClaim mounted at /models in
- * every pod, each model's file by its name. An image volume would tie the
+ * Models: one PersistentVolumeClaim mounted read-only at /models in every
+ * pod, each model's file by its name. The claim is ReadWriteMany, not
+ * ReadOnlyMany: a ReadOnlyMany volume is one nothing can write, so a
+ * dynamically provisioned one could never be filled; the pods' mounts keep
+ * them from writing. An image volume would tie the
  * weights to an image; it is still off by default in current Kubernetes
  * releases and needs runtime support, while a PVC works on every cluster,
  * keeps one copy of tens of GB per storage backend, and lets a model be
@@ -241,7 +244,8 @@ static void k8s_header(const plan *p, const k8s_node *nodes, strbuf *b) {
                   "# 3. Device plugin: install it with config.name=tessera-device-plugin and\n"
                   "#    config.default=default, and label each node nvidia.com/device-plugin.config=<node name>;\n"
                   "#    the ConfigMap has one config per node and a default for unlabelled GPU nodes.\n"
-                  "# 4. Models: fill the tessera-models volume with each model's GGUF file under its name.\n"
+                  "# 4. Models: fill the tessera-models volume (ReadWriteMany) with each model's GGUF file\n"
+                  "#    under its name, e.g. by kubectl cp through a one-off pod that mounts it.\n"
                   "# 5. Per instance: a ConfigMap (its tessera.yaml), a Service, and a StatefulSet (shares a\n"
                   "#    GPU) or Deployment (a MIG instance or whole GPU), pinned to its node.\n");
     for (size_t n = 0; n < p->n_nodes; n++) {
@@ -291,10 +295,12 @@ static void k8s_models_pvc(const plan *p, strbuf *b) {
     }
     double gib = ceil(bytes * 1.1 / (1024.0 * MIB));
     strbuf_printf(b,
-                  "---\n# The models' files, read by every instance: a ReadOnlyMany volume (NFS, CephFS, a cloud\n"
-                  "# file store); set storageClassName to such a class of the cluster.\n"
+                  "---\n# The models' files, which every instance mounts read-only at /models. ReadWriteMany, so\n"
+                  "# that a one-off pod can fill it (kubectl cp; README.md, \"Deploying on Kubernetes\", step 4)\n"
+                  "# while the instances read it: set storageClassName to a class that offers RWX (NFS,\n"
+                  "# CephFS, AWS EFS, GCP Filestore, Azure Files), or bind a pre-provisioned PV holding them.\n"
                   "apiVersion: v1\nkind: PersistentVolumeClaim\nmetadata:\n  name: tessera-models\n"
-                  "spec:\n  accessModes: [ReadOnlyMany]\n  resources:\n    requests:\n      storage: %.0fGi\n",
+                  "spec:\n  accessModes: [ReadWriteMany]\n  resources:\n    requests:\n      storage: %.0fGi\n",
                   gib < 1 ? 1 : gib);
 }
 

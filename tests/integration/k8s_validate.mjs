@@ -20,6 +20,7 @@
 //     most the 100/replicas % of SMs that one replica is given;
 //   - HAMi resources only on a node without a plugin config, with the GPU
 //     UUID annotation that pins the planned GPU;
+//   - the models' PVC is ReadWriteMany (fillable) and mounted read-only;
 //   - references hold: ConfigMaps, the PVC, a StatefulSet's Service, each
 //     Service's selector and target port, the probes' named port;
 //   - probes on /health/live and /health/ready, and a grace period longer
@@ -183,8 +184,18 @@ function checkWorkload(where, o, objs, plugin) {
                 if (t && t.limits && t.limits.shutdown_grace_s !== undefined) grace = t.limits.shutdown_grace_s;
             }
         }
-        if (v.persistentVolumeClaim && !byName("PersistentVolumeClaim", v.persistentVolumeClaim.claimName))
-            problems.push(`${where}: volume ${v.name}: no PersistentVolumeClaim ${v.persistentVolumeClaim.claimName}`);
+        if (v.persistentVolumeClaim) {
+            const pvc = byName("PersistentVolumeClaim", v.persistentVolumeClaim.claimName);
+            if (!pvc) problems.push(`${where}: volume ${v.name}: no PersistentVolumeClaim ${v.persistentVolumeClaim.claimName}`);
+            // Filled once by another pod, read by many: a ReadOnlyMany claim
+            // could never be filled, a writable mount lets a pod spoil it.
+            else if (!(pvc.o.spec.accessModes || []).includes("ReadWriteMany"))
+                problems.push(`${where}: volume ${v.name}: claim ${pvc.o.metadata.name} is not ReadWriteMany: nothing can fill it while pods read it`);
+            for (const c of pod.containers || [])
+                for (const m of c.volumeMounts || [])
+                    if (m.name === v.name && m.readOnly !== true)
+                        problems.push(`${where}: container ${c.name} mounts the shared volume ${v.name} writable`);
+        }
     }
     const hami = Object.keys((pod.containers || []).reduce((a, c) => Object.assign(a, (c.resources || {}).limits), {}))
         .some((r) => HAMI_RESOURCES.includes(r));
