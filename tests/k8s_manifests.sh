@@ -101,6 +101,10 @@ refused "a volume of no claim" k8s-mps "no PersistentVolumeClaim" -e 's/claimNam
 refused "a models claim nothing can fill" k8s-mps "is not ReadWriteMany" -e 's/accessModes: \[ReadWriteMany\]/accessModes: [ReadOnlyMany]/'
 refused "a writable models mount" k8s-mps "mounts the shared volume models writable" \
     -e 's|{name: models, mountPath: /models, readOnly: true}|{name: models, mountPath: /models}|'
+refused "a BestEffort pod" k8s-mps "requests no cpu or memory" -e '/^            requests:$/,/^              memory: /d'
+refused "a memory limit above the request" k8s-mps "is not its request" \
+    -e '/^            limits:$/{n;s/memory: [0-9]*Mi/memory: 999999Mi/}'
+refused "fewer CPUs than engine threads" k8s-mps "CPUs for 2 engine threads" -e 's/cpu: "2"/cpu: "1"/'
 refused "an unknown kind" k8s-mps "unknown kind v1 Servic" -e 's/^kind: Service$/kind: Servic/'
 refused "a GIE kind in another group" k8s-mps "unknown kind example.com/v1 InferencePool" \
     -e '0,/^apiVersion: v1$/s//apiVersion: example.com\/v1/' \

@@ -1001,6 +1001,59 @@ static void check_hami(const char *what, const plan *p, const char *why) {
     free(text);
 }
 
+/* The workload (StatefulSet or Deployment) of instance name in k8s text,
+ * copied into buf up to the next object. */
+static void workload_block(const char *text, const char *name, char *buf, size_t cap) {
+    char key[160];
+    const char *a = NULL;
+    for (int k = 0; k < 2 && !a; k++) {
+        snprintf(key, sizeof key, "kind: %s\nmetadata:\n  name: tessera-%s\n", k ? "Deployment" : "StatefulSet", name);
+        a = strstr(text, key);
+    }
+    if (!a) fail_msg("no workload tessera-%s", name);
+    const char *end = strstr(a, "\n---\n");
+    snprintf(buf, cap, "%.*s", (int)(end ? end - a : (ptrdiff_t)strlen(a)), a);
+}
+
+/* Every pod requests CPU and memory (not BestEffort, the first evicted),
+ * with the memory limit equal to the request and the request at least the
+ * model's weights and its planned KV pool. */
+static void test_k8s_requests(void **st) {
+    (void)st;
+    for (size_t k = 0; k < sizeof INPUTS / sizeof INPUTS[0]; k++) {
+        fixture fx;
+        load(INPUTS[k], &fx);
+        const plan *p = &fx.p;
+        size_t len;
+        char *text = render(p, EMIT_K8S, &len), name[80];
+        char *blk = malloc(1 << 16);
+        assert_non_null(blk);
+        for (size_t i = 0; i < p->n_insts; i++) {
+            const plan_inst *in = &p->insts[i];
+            if (p->slices[in->slice].gpu < 0) continue;
+            emit_inst_name(p, i, name, sizeof name);
+            workload_block(text, name, blk, 1 << 16);
+            const char *rq = strstr(blk, "            requests:\n              cpu: \"");
+            if (!rq) fail_msg("%s: tessera-%s requests no CPU", STEMS[k], name);
+            assert_true(atoi(rq + strlen("            requests:\n              cpu: \"")) >= 1);
+            const char *mem = strstr(rq, "\n              memory: "), *lim = strstr(rq, "            limits:\n");
+            assert_non_null(mem);
+            assert_non_null(lim);
+            double mib = atof(mem + strlen("\n              memory: "));
+            const perf_model *pm = &p->in->models[p->workers[in->worker].model].m;
+            double need = (pm->params * pm->weight_bytes + in->est.kv_bytes) / 1048576.0;
+            if (mib < need) fail_msg("%s: tessera-%s requests %.0f MiB for %.0f MiB of weights and KV", STEMS[k], name,
+                                     mib, need);
+            char want[96];
+            snprintf(want, sizeof want, "            limits:\n              memory: %.0fMi\n", mib);
+            if (strncmp(lim, want, strlen(want)) != 0) fail_msg("%s: tessera-%s: limit is not %.0fMi", STEMS[k], name, mib);
+        }
+        free(blk);
+        free(text);
+        unload(&fx);
+    }
+}
+
 #define LOAD1 "load: {rps: 1, prompt_tokens: 256, output_tokens: 64}"
 
 static void test_k8s_hami(void **st) {
@@ -1086,6 +1139,7 @@ int main(void) {
         cmocka_unit_test(test_mig_mps_price),
         cmocka_unit_test(test_k8s_sharing),
         cmocka_unit_test(test_k8s_hami),
+        cmocka_unit_test(test_k8s_requests),
         cmocka_unit_test(test_command),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

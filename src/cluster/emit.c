@@ -854,8 +854,8 @@ static void model_path(const plan_model *m, const char *model_dir, char *buf, si
     snprintf(buf, cap, "%s/%s", model_dir, base ? base + 1 : own);
 }
 
-void emit_serve_yaml(const plan *p, size_t i, int port, const char *model_dir, int pool_public, strbuf *b,
-                     const char *indent) {
+void emit_serve_yaml(const plan *p, size_t i, int port, const char *model_dir, int pool_public, int threads,
+                     strbuf *b, const char *indent) {
     const plan_inst *in = &p->insts[i];
     const plan_worker *w = &p->workers[in->worker];
     const plan_model *m = &p->in->models[w->model];
@@ -889,6 +889,7 @@ void emit_serve_yaml(const plan *p, size_t i, int port, const char *model_dir, i
     strbuf_printf(b, "%s    path: %s\n", indent, path);
     strbuf_printf(b, "%s    kv_cache_bytes: %.0fMiB\n", indent, emit_mib_up(e->kv_bytes));
     strbuf_printf(b, "%s    max_seqs: %d\n", indent, e->seqs < 1 ? 1 : e->seqs > 65536 ? 65536 : e->seqs);
+    if (threads > 0) strbuf_printf(b, "%s    threads: %d\n", indent, threads);
     /* The price of this instance's GPU, GI or share, so serve's cost
      * accounting charges what the plan charged; unpriced pools write none. */
     double price = plan_inst_price(p, in);
@@ -928,7 +929,7 @@ static int emit_serve(const plan *p, emit_out *out) {
         char name[80];
         emit_inst_name(p, i, name, sizeof name);
         strbuf b = STRBUF_INIT;
-        emit_serve_yaml(p, i, serve_port(p, i), NULL, 0, &b, "");
+        emit_serve_yaml(p, i, serve_port(p, i), NULL, 0, 0, &b, "");
         int rc = emit_add_file(out, &b, "serve/%s.yaml", name);
         if (rc) return rc;
     }

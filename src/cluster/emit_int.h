@@ -40,9 +40,10 @@ int emit_node_used(const plan *p, size_t n);
  * indent (k8s nests it in a ConfigMap). The model's path is the input's,
  * or with model_dir non-NULL the file's name under model_dir. pool_public:
  * /metrics answers the model-server gauges without a key (the GIE endpoint
- * picker scrapes so). */
-void emit_serve_yaml(const plan *p, size_t i, int port, const char *model_dir, int pool_public, strbuf *b,
-                     const char *indent);
+ * picker scrapes so). threads: the engine's compute threads, 0 = serve's
+ * default (all cores; k8s sets what its pod requests). */
+void emit_serve_yaml(const plan *p, size_t i, int port, const char *model_dir, int pool_public, int threads,
+                     strbuf *b, const char *indent);
 
 static inline double emit_mib_up(double bytes) { return ceil(bytes / MIB); }
 

@@ -66,6 +66,14 @@
 #define K8S_PRESTOP_S 5                 /* s: endpoints and gateway stop routing to the pod */
 #define K8S_GRACE_S (K8S_PRESTOP_S + EMIT_SHUTDOWN_GRACE_S + 5)
 #define K8S_STARTUP_TRIES 120           /* x 5 s: loading a large model from the volume */
+/* The engine's compute threads, and the CPUs its pod requests: serve's
+ * default (every core of the node) would contend with the node's other
+ * pods, and a request below the threads would starve every step. Two, so
+ * that a node of 8 GPUs cut into 7 GIs each (56 pods) asks 112 CPUs; the
+ * CPU engine runs faster with more (raise threads and cpu together). */
+#define K8S_THREADS 2
+#define K8S_SWAP_MIB 256                /* MiB: serve's default swap_bytes, which the tessera.yaml keeps */
+#define K8S_MARGIN_MIB 512              /* MiB: the runtime, HTTP and per-sequence buffers */
 
 enum { SHARE_NONE = 0, SHARE_MPS, SHARE_TS, SHARE_HAMI };
 
@@ -328,6 +336,30 @@ static void mps_env(const plan *p, const plan_inst *in, strbuf *b) {
                   in->pct, emit_mib_up(in->mem_limit), emit_mps_priority(p, &p->workers[in->worker]));
 }
 
+/* MiB of host memory instance in needs: the weights (the plan's bytes; it
+ * does not know the file's size), the KV pool its tessera.yaml sets, serve's
+ * host swap, a tenth more and a margin. The CPU engine holds all of it in
+ * host memory; a GPU engine would hold less, and the request stays an upper
+ * bound. */
+static double pod_mib(const plan *p, const plan_inst *in) {
+    const perf_model *pm = &p->in->models[p->workers[in->worker].model].m;
+    double need = emit_mib_up(perf_weight_bytes(pm)) + emit_mib_up(in->est.kv_bytes);
+    return ceil(need * 1.1) + K8S_SWAP_MIB + K8S_MARGIN_MIB;
+}
+
+/* CPU and memory, requested so that the pod is not BestEffort (the first
+ * evicted), with the memory limit equal to the request: an instance that
+ * outgrows its sum is killed and restarted rather than squeezing the node's
+ * other pods. No CPU limit: the CFS quota would stall steps. */
+static void k8s_requests(const plan *p, const plan_inst *in, strbuf *b) {
+    strbuf_printf(b,
+                  "          # memory = (weights + KV pool) x 1.1 + host swap %d MiB + %d MiB; cpu = the engine's"
+                  " threads.\n"
+                  "          resources:\n            requests:\n              cpu: \"%d\"\n"
+                  "              memory: %.0fMi\n",
+                  K8S_SWAP_MIB, K8S_MARGIN_MIB, K8S_THREADS, pod_mib(p, in));
+}
+
 static void k8s_gpu(const plan *p, const plan_inst *in, const k8s_node *k, strbuf *b) {
     const plan_slice *s = &p->slices[in->slice];
     const plan_gpu *g = emit_inst_gpu(p, in);
@@ -361,7 +393,8 @@ static void k8s_gpu(const plan *p, const plan_inst *in, const k8s_node *k, strbu
             }
         }
     }
-    strbuf_printf(b, "          resources:\n            limits:\n");
+    k8s_requests(p, in, b);
+    strbuf_printf(b, "            limits:\n              memory: %.0fMi\n", pod_mib(p, in));
     if (mig) {
         strbuf_printf(b, "              nvidia.com/mig-%s: 1\n", plan_slice_profile(p, s));
     } else if (k->share == SHARE_HAMI && s->mode == PLAN_MODE_WHOLE) {
@@ -441,7 +474,7 @@ static void k8s_instance(const plan *p, size_t i, const k8s_node *nodes, strbuf 
     strbuf_printf(b, "---\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: tessera-%s\n  labels:\n", name);
     k8s_labels(w->name, name, "    ", b);
     strbuf_printf(b, "data:\n  tessera.yaml: |\n");
-    emit_serve_yaml(p, i, EMIT_SERVE_PORT, K8S_MODEL_DIR, 1, b, "    ");
+    emit_serve_yaml(p, i, EMIT_SERVE_PORT, K8S_MODEL_DIR, 1, K8S_THREADS, b, "    ");
     k8s_service(w->name, name, b);
     k8s_workload(p, i, &nodes[g->node], name, b);
 }

@@ -23,6 +23,8 @@
 //   - the models' PVC is ReadWriteMany (fillable) and mounted read-only;
 //   - references hold: ConfigMaps, the PVC, a StatefulSet's Service, each
 //     Service's selector and target port, the probes' named port;
+//   - CPU and memory requests (the engine's threads, more than the KV pool)
+//     with the memory limit equal to the request;
 //   - probes on /health/live and /health/ready, and a grace period longer
 //     than the preStop pause plus serve's shutdown_grace_s.
 // Prints each problem and exits 1 if there is any.
@@ -162,6 +164,30 @@ function checkEnv(where, node, env, plugin) {
         problems.push(`${where}: asks ${pct.value}% of SMs, the plugin's MPS gives each of ${cfg.mps} replicas ${grant}%`);
 }
 
+const MIB = { Ki: 1 / 1024, Mi: 1, Gi: 1024, Ti: 1024 * 1024, KiB: 1 / 1024, MiB: 1, GiB: 1024, TiB: 1024 * 1024 };
+
+function mibOf(q) {
+    const m = /^([0-9]+)(Ki|Mi|Gi|Ti|KiB|MiB|GiB|TiB)?$/.exec(String(q));
+    return m ? Number(m[1]) * (m[2] ? MIB[m[2]] : 1 / (1024 * 1024)) : NaN;
+}
+
+// CPU and memory requested (not BestEffort), the memory limit equal to the
+// request, at least the KV pool in memory and the engine's threads in CPUs.
+function checkRequests(where, res, model) {
+    const req = res.requests || {}, lim = res.limits || {};
+    if (req.cpu === undefined || req.memory === undefined) {
+        problems.push(`${where}: requests no cpu or memory: the pod is BestEffort, the first evicted`);
+        return;
+    }
+    if (String(lim.memory) !== String(req.memory))
+        problems.push(`${where}: memory limit ${lim.memory} is not its request ${req.memory}`);
+    if (!model) return;
+    if (model.threads !== undefined && Number(req.cpu) < model.threads)
+        problems.push(`${where}: requests ${req.cpu} CPUs for ${model.threads} engine threads`);
+    if (model.kv_cache_bytes !== undefined && !(mibOf(req.memory) > mibOf(model.kv_cache_bytes)))
+        problems.push(`${where}: requests ${req.memory} of memory, not more than its KV pool ${model.kv_cache_bytes}`);
+}
+
 function probePath(c, which) {
     const p = c[which];
     return p && p.httpGet ? p.httpGet.path : undefined;
@@ -175,6 +201,7 @@ function checkWorkload(where, o, objs, plugin) {
     if (o.kind === "StatefulSet" && !byName("Service", o.spec.serviceName))
         problems.push(`${where}: serviceName ${o.spec.serviceName} names no Service`);
     let grace = 10;     // serve's default shutdown_grace_s
+    let model = null;   // the tessera.yaml's model entry
     for (const v of pod.volumes || []) {
         if (v.configMap) {
             const cm = byName("ConfigMap", v.configMap.name);
@@ -182,6 +209,7 @@ function checkWorkload(where, o, objs, plugin) {
             else if (cm.o.data && cm.o.data["tessera.yaml"]) {
                 const t = YAML.parse(cm.o.data["tessera.yaml"]);
                 if (t && t.limits && t.limits.shutdown_grace_s !== undefined) grace = t.limits.shutdown_grace_s;
+                if (t && Array.isArray(t.models) && t.models.length) model = t.models[0];
             }
         }
         if (v.persistentVolumeClaim) {
@@ -205,6 +233,7 @@ function checkWorkload(where, o, objs, plugin) {
     for (const c of pod.containers || []) {
         const w = `${where}: container ${c.name}`;
         checkEnv(w, node, c.env || [], plugin);
+        checkRequests(w, c.resources || {}, model);
         for (const r of Object.keys((c.resources || {}).limits || {}))
             if (r.startsWith("nvidia.com/") && !GPU_RESOURCE.test(r)) problems.push(`${w}: unknown GPU resource ${r}`);
         if (probePath(c, "livenessProbe") !== "/health/live") problems.push(`${w}: no liveness probe on /health/live`);
