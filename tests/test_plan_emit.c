@@ -1046,7 +1046,8 @@ static void test_k8s_requests(void **st) {
                                      mib, need);
             char want[96];
             snprintf(want, sizeof want, "            limits:\n              memory: %.0fMi\n", mib);
-            if (strncmp(lim, want, strlen(want)) != 0) fail_msg("%s: tessera-%s: limit is not %.0fMi", STEMS[k], name, mib);
+            if (strncmp(lim, want, strlen(want)) != 0)
+                fail_msg("%s: tessera-%s: limit is not %.0fMi", STEMS[k], name, mib);
         }
         free(blk);
         free(text);
@@ -1076,6 +1077,53 @@ static void test_k8s_hami(void **st) {
     size_t whole = slice_of_mode(&fx.p, PLAN_MODE_WHOLE, 0), mps = slice_of_mode(&fx.p, PLAN_MODE_MPS, 0);
     assert_true(whole < fx.p.n_slices && mps < fx.p.n_slices);
     check_hami("whole.yaml", &fx.p, "whole-GPU instances beside shared GPUs");
+    unload(&fx);
+}
+
+/* What emit_k8s_notes prints for plan p. */
+static char *k8s_notes(const plan *p) {
+    char *buf = NULL;
+    size_t n = 0;
+    FILE *f = open_memstream(&buf, &n);
+    assert_non_null(f);
+    assert_int_equal(emit_k8s_notes(p, f), 0);
+    fclose(f);
+    return buf;
+}
+
+/* On a node with MIG GPUs the plugin can only time-slice: MPS clients, and
+ * a static GI of a profile that another GI shares, become replicas that the
+ * plan neither places nor limits; the command says so for each. */
+static void test_k8s_ts_notes(void **st) {
+    (void)st;
+    fixture fx;
+    load("tests/golden/plan/mixed.yaml", &fx);
+    char *notes = k8s_notes(&fx.p);
+    assert_non_null(strstr(notes, "node a40-0: the device plugin runs no MPS on a node with MIG GPUs"));
+    assert_non_null(strstr(notes, "not placed by the plan"));
+    assert_non_null(strstr(notes, "neither their SM share nor their memory is limited"));
+    free(notes);
+    unload(&fx);
+    static const char text[] =
+        "fleet: [{name: a40, gpu: A100-40GB, gpus_per_node: 1, nodes: 1}]\n"
+        "models:\n"
+        "  - {name: q, params: 0.49B, layers: 24, heads: 14, kv_heads: 2, head_dim: 64, max_context: 4096}\n"
+        "  - {name: s, params: 0.36B, layers: 32, heads: 15, kv_heads: 5, head_dim: 64, max_context: 2048}\n"
+        "tiers: [{name: gold, ttft_ms: 400, tpot_ms: 60}]\n"
+        "tenants:\n"
+        "  - {name: n1, model: q, tier: gold, isolation: strict, group: g, " LOAD1 "}\n"
+        "  - {name: n2, model: s, tier: gold, isolation: strict, group: g, " LOAD1 "}\n"
+        "  - {name: solo, model: q, tier: gold, isolation: strict, profile: 1g.5gb, " LOAD1 "}\n";
+    char err[512];
+    if (planio_parse(text, sizeof text - 1, "gi.yaml", &fx.in, err, sizeof err)) fail_msg("gi.yaml: %s", err);
+    assert_int_equal(plan_build(&fx.in, &fx.p), 0);
+    size_t shared = slice_of_mode(&fx.p, PLAN_MODE_MIG_MPS, 0), solo = slice_of_mode(&fx.p, PLAN_MODE_MIG, 0);
+    assert_true(shared < fx.p.n_slices && solo < fx.p.n_slices);
+    assert_string_equal(plan_slice_profile(&fx.p, &fx.p.slices[solo]), "1g.5gb");
+    notes = k8s_notes(&fx.p);
+    if (!strstr(notes, "static 1g.5gb GIs are time-slice replicas") || !strstr(notes, "not placed by the plan"))
+        fail_msg("gi.yaml: the NOTE does not say the static GI is a replica: %s", notes);
+    free(notes);
     unload(&fx);
 }
 
@@ -1140,6 +1188,7 @@ int main(void) {
         cmocka_unit_test(test_k8s_sharing),
         cmocka_unit_test(test_k8s_hami),
         cmocka_unit_test(test_k8s_requests),
+        cmocka_unit_test(test_k8s_ts_notes),
         cmocka_unit_test(test_command),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -53,6 +53,7 @@
 #include "emit_int.h"
 
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -81,8 +82,44 @@ typedef struct k8s_node {
     int share;                          /* SHARE_* */
     int has_mig;                        /* a MIG GPU: migStrategy mixed */
     int replicas;                       /* of nvidia.com/gpu under mps or ts; < 2 = not shared */
-    char why[PLAN_TEXT_MAX];            /* why the plan does not run as planned here, "" = it does */
+    char why[1024];                     /* why the plan does not run as planned here, "" = it does */
 } k8s_node;
+
+/* Append a clause to k->why, "; " between clauses. */
+static void why_add(k8s_node *k, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void why_add(k8s_node *k, const char *fmt, ...) {
+    size_t len = strlen(k->why);
+    if (len && len + 2 < sizeof k->why) len += (size_t)snprintf(k->why + len, sizeof k->why - len, "; ");
+    va_list ap;
+    va_start(ap, fmt);
+    if (len < sizeof k->why) vsnprintf(k->why + len, sizeof k->why - len, fmt, ap);
+    va_end(ap);
+}
+
+/* Whether node n time-slices MIG profile prof: a GI of it there is shared
+ * by MPS clients, which the plugin can only time-slice, and it shares every
+ * GI of a profile alike. */
+static int profile_time_sliced(const plan *p, size_t n, const char *prof) {
+    for (size_t t = 0; t < p->n_slices; t++) {
+        const plan_slice *o = &p->slices[t];
+        if (o->mode == PLAN_MODE_MIG_MPS && o->n_inst > 1 && o->gpu >= 0 && p->gpus[o->gpu].node == (int)n &&
+            strcmp(plan_slice_profile(p, o), prof) == 0)
+            return 1;
+    }
+    return 0;
+}
+
+/* The first profile of a static GI on node n that is time-sliced there, or
+ * NULL: that GI becomes one replica among the shared one's. */
+static const char *ts_static_profile(const plan *p, size_t n) {
+    for (size_t s = 0; s < p->n_slices; s++) {
+        const plan_slice *sl = &p->slices[s];
+        if (sl->mode == PLAN_MODE_MIG && sl->gpu >= 0 && p->gpus[sl->gpu].node == (int)n &&
+            profile_time_sliced(p, n, plan_slice_profile(p, sl)))
+            return plan_slice_profile(p, sl);
+    }
+    return NULL;
+}
 
 static int shares_gpu(int mode) {
     return mode == PLAN_MODE_MPS || mode == PLAN_MODE_MIG_MPS || mode == PLAN_MODE_TIMESLICE;
@@ -149,13 +186,24 @@ static void node_share(const plan *p, size_t n, k8s_node *k) {
             mig_mps = 1;
     k->replicas = max_clients;
     if (k->has_mig) {
+        /* No HAMi here: time-slicing is all the plugin offers, and whatever
+         * it turns into a replica the operator must hear of. */
         if (max_clients > 1 || mig_mps) k->share = SHARE_TS;
+        const char *prof = ts_static_profile(p, n);
         if (mps || mig_mps)
-            snprintf(k->why, sizeof k->why,
-                     "the device plugin runs no MPS on a node with MIG GPUs (migStrategy mixed refuses it), so "
-                     "this node's MPS clients are time-sliced: neither their SM share nor their memory limit is "
-                     "enforced. Plan MPS on GPUs of a pool without MIG, or run MPS outside the plugin "
-                     "(--emit mps), to get them");
+            why_add(k, "the device plugin runs no MPS on a node with MIG GPUs (migStrategy mixed refuses it), so "
+                       "this node's MPS clients are time-sliced");
+        if (whole && max_clients > 1)
+            why_add(k, "the device plugin shares every GPU of a node alike, so this node's whole-GPU instances are "
+                       "time-slice replicas of nvidia.com/gpu like its time-sliced GPUs' clients");
+        if (prof)
+            why_add(k, "the device plugin shares every GI of a profile alike, so this node's static %s GIs are "
+                       "time-slice replicas like its MPS-shared %s GI's clients", prof, prof);
+        if (k->why[0])
+            why_add(k, "time-sliced replicas are not placed by the plan (a pod gets any GPU or GI of its resource "
+                       "on the node) and neither their SM share nor their memory is limited. Plan MPS on a "
+                       "pool without MIG and whole GPUs and static GIs on nodes that time-slice nothing, or run "
+                       "MPS outside the plugin (--emit mps), to get the plan");
         return;
     }
     if (max_clients < 2) return;
@@ -259,7 +307,7 @@ static void k8s_header(const plan *p, const k8s_node *nodes, strbuf *b) {
     for (size_t n = 0; n < p->n_nodes; n++) {
         if (!emit_node_used(p, n)) continue;
         const k8s_node *k = &nodes[n];
-        char text[PLAN_TEXT_MAX + 400];
+        char text[sizeof k->why + 400];
         if (k->share == SHARE_HAMI)
             snprintf(text, sizeof text,
                      "node %s: HAMi resources (nvidia.com/gpumem, nvidia.com/gpucores) instead of the NVIDIA "
@@ -382,17 +430,9 @@ static void k8s_gpu(const plan *p, const plan_inst *in, const k8s_node *k, strbu
     }
     if (s->mode == PLAN_MODE_WHOLE && k->share != SHARE_HAMI && k->replicas > 1)
         strbuf_printf(b, "          # This node shares its GPUs: nvidia.com/gpu: 1 is a replica, not a whole GPU.\n");
-    if (s->mode == PLAN_MODE_MIG && k->share == SHARE_TS) {
-        /* A static GI of a profile that another GI shares is one replica too. */
-        for (size_t t = 0; t < p->n_slices; t++) {
-            const plan_slice *o = &p->slices[t];
-            if (o->mode == PLAN_MODE_MIG_MPS && o->n_inst > 1 && o->gpu >= 0 && p->gpus[o->gpu].node == g->node &&
-                strcmp(plan_slice_profile(p, o), plan_slice_profile(p, s)) == 0) {
-                strbuf_printf(b, "          # Its profile is time-sliced on this node: this is a replica of a GI.\n");
-                break;
-            }
-        }
-    }
+    if (s->mode == PLAN_MODE_MIG && k->share == SHARE_TS &&
+        profile_time_sliced(p, (size_t)g->node, plan_slice_profile(p, s)))
+        strbuf_printf(b, "          # Its profile is time-sliced on this node: this is a replica of a GI.\n");
     k8s_requests(p, in, b);
     strbuf_printf(b, "            limits:\n              memory: %.0fMi\n", pod_mib(p, in));
     if (mig) {
