@@ -96,6 +96,10 @@ refused "HAMi without the GPU pin" k8s-hami "without nvidia.com/use-gpuuuid" -e 
 refused "a grace period shorter than the drain" k8s-mps "does not cover the preStop pause" \
     -e 's/terminationGracePeriodSeconds: [0-9]*/terminationGracePeriodSeconds: 20/'
 refused "no readiness probe" k8s-mps "no readiness probe on /health/ready" -e 's|path: /health/ready|path: /health/live|'
+refused "readiness lost on one miss" k8s-mps "readinessProbe gives up on one late answer" \
+    -e '/readinessProbe:/,/failureThreshold/s/failureThreshold: [0-9]*/failureThreshold: 1/'
+refused "liveness with the 1 s default timeout" k8s-mps "livenessProbe gives up on one late answer" \
+    -e '/livenessProbe:/,/timeoutSeconds/{/timeoutSeconds/d}'
 refused "a StatefulSet without its Service" k8s-mps "names no Service" -e 's/serviceName: tessera-/serviceName: nothing-/'
 refused "a volume of no claim" k8s-mps "no PersistentVolumeClaim" -e 's/claimName: tessera-models/claimName: models/'
 refused "a models claim nothing can fill" k8s-mps "is not ReadWriteMany" -e 's/accessModes: \[ReadWriteMany\]/accessModes: [ReadOnlyMany]/'

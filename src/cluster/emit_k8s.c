@@ -451,17 +451,27 @@ static void k8s_gpu(const plan *p, const plan_inst *in, const k8s_node *k, strbu
     }
 }
 
+/* Probes answer from the HTTP threads, but a busy node can delay one: each
+ * waits K8S_PROBE_TIMEOUT_S and counts only after K8S_PROBE_MISSES misses
+ * in a row, so one late answer neither drops a pod from its endpoints
+ * (readiness, 15 s to notice) nor restarts it (liveness, 30 s). Draining is
+ * seen within 15 s, inside the preStop pause plus serve's grace. Startup
+ * allows K8S_STARTUP_TRIES x 5 s for loading before liveness takes over. */
+#define K8S_PROBE_TIMEOUT_S 3
+#define K8S_PROBE_MISSES 3
+
 static void k8s_probes(strbuf *b) {
     strbuf_printf(b,
                   "          startupProbe:\n            httpGet: {path: /health/live, port: http}\n"
-                  "            periodSeconds: 5\n            failureThreshold: %d\n"
+                  "            periodSeconds: 5\n            timeoutSeconds: %d\n            failureThreshold: %d\n"
                   "          livenessProbe:\n            httpGet: {path: /health/live, port: http}\n"
-                  "            periodSeconds: 10\n            failureThreshold: 3\n"
+                  "            periodSeconds: 10\n            timeoutSeconds: %d\n            failureThreshold: %d\n"
                   "          readinessProbe:\n            httpGet: {path: /health/ready, port: http}\n"
-                  "            periodSeconds: 5\n            failureThreshold: 1\n"
+                  "            periodSeconds: 5\n            timeoutSeconds: %d\n            failureThreshold: %d\n"
                   "          lifecycle:\n            preStop:\n              exec:\n"
                   "                command: [\"sleep\", \"%d\"]\n",
-                  K8S_STARTUP_TRIES, K8S_PRESTOP_S);
+                  K8S_PROBE_TIMEOUT_S, K8S_STARTUP_TRIES, K8S_PROBE_TIMEOUT_S, K8S_PROBE_MISSES, K8S_PROBE_TIMEOUT_S,
+                  K8S_PROBE_MISSES, K8S_PRESTOP_S);
 }
 
 static void k8s_workload(const plan *p, size_t i, const k8s_node *k, const char *name, strbuf *b) {

@@ -25,7 +25,8 @@
 //     Service's selector and target port, the probes' named port;
 //   - CPU and memory requests (the engine's threads, more than the KV pool)
 //     with the memory limit equal to the request;
-//   - probes on /health/live and /health/ready, and a grace period longer
+//   - probes on /health/live and /health/ready that survive one late answer
+//     (timeout of 2 s or more, 2 failures or more), and a grace period longer
 //     than the preStop pause plus serve's shutdown_grace_s.
 // Prints each problem and exits 1 if there is any.
 import { createRequire } from "node:module";
@@ -236,6 +237,13 @@ function checkWorkload(where, o, objs, plugin) {
         checkRequests(w, c.resources || {}, model);
         for (const r of Object.keys((c.resources || {}).limits || {}))
             if (r.startsWith("nvidia.com/") && !GPU_RESOURCE.test(r)) problems.push(`${w}: unknown GPU resource ${r}`);
+        // One late answer (timeoutSeconds defaults to 1) must neither drop
+        // the pod from its endpoints nor restart it.
+        for (const which of ["livenessProbe", "readinessProbe"]) {
+            const pr = c[which] || {};
+            if ((pr.failureThreshold === undefined ? 3 : pr.failureThreshold) < 2 || (pr.timeoutSeconds || 1) < 2)
+                problems.push(`${w}: ${which} gives up on one late answer (failureThreshold ${pr.failureThreshold}, timeoutSeconds ${pr.timeoutSeconds})`);
+        }
         if (probePath(c, "livenessProbe") !== "/health/live") problems.push(`${w}: no liveness probe on /health/live`);
         if (probePath(c, "readinessProbe") !== "/health/ready") problems.push(`${w}: no readiness probe on /health/ready`);
         const ports = (c.ports || []).map((p) => p.name);
