@@ -101,6 +101,7 @@ refused "readiness lost on one miss" k8s-mps "readinessProbe gives up on one lat
 refused "liveness with the 1 s default timeout" k8s-mps "livenessProbe gives up on one late answer" \
     -e '/livenessProbe:/,/timeoutSeconds/{/timeoutSeconds/d}'
 refused "a StatefulSet without its Service" k8s-mps "names no Service" -e 's/serviceName: tessera-/serviceName: nothing-/'
+refused "a StatefulSet's Service with a cluster IP" k8s-mps "is not headless" -e '/^  clusterIP: None$/d'
 refused "a volume of no claim" k8s-mps "no PersistentVolumeClaim" -e 's/claimName: tessera-models/claimName: models/'
 refused "a models claim nothing can fill" k8s-mps "is not ReadWriteMany" -e 's/accessModes: \[ReadWriteMany\]/accessModes: [ReadOnlyMany]/'
 refused "a writable models mount" k8s-mps "mounts the shared volume models writable" \

@@ -28,7 +28,7 @@
  *          and core share, and HAMi's nvidia.com/use-gpuuuid annotation
  *          for the planned GPU.
  * Workloads: an instance that shares a GPU or GI (mps, mig+mps, timeslice)
- * is a StatefulSet of one: the plan binds it to one GPU's share, and a
+ * is a StatefulSet of one, its Service headless as a StatefulSet's must be: the plan binds it to one GPU's share, and a
  * StatefulSet never runs a second pod of the same identity while the first
  * is terminating, where a Deployment's replacement would take a second
  * share of the GPU the plan did not give. A MIG or whole-GPU instance is a
@@ -303,7 +303,8 @@ static void k8s_header(const plan *p, const k8s_node *nodes, strbuf *b) {
                   "# 4. Models: fill the tessera-models volume (ReadWriteMany) with each model's GGUF file\n"
                   "#    under its name, e.g. by kubectl cp through a one-off pod that mounts it.\n"
                   "# 5. Per instance: a ConfigMap (its tessera.yaml), a Service, and a StatefulSet (shares a\n"
-                  "#    GPU) or Deployment (a MIG instance or whole GPU), pinned to its node.\n");
+                  "#    GPU; its Service headless) or Deployment (a MIG instance or whole GPU), pinned to its\n"
+                  "#    node.\n");
     for (size_t n = 0; n < p->n_nodes; n++) {
         if (!emit_node_used(p, n)) continue;
         const k8s_node *k = &nodes[n];
@@ -367,11 +368,17 @@ static void k8s_labels(const char *w, const char *name, const char *indent, strb
                   indent, indent, w, indent, name);
 }
 
-static void k8s_service(const char *w, const char *name, strbuf *b) {
+/* The instance's Service. Headless (clusterIP: None) for a StatefulSet,
+ * which names it as its governing Service: its DNS name then resolves to
+ * the one pod while it is ready, so clients reach it by the same name and
+ * port as a Deployment's ClusterIP Service. Nothing needs a virtual IP:
+ * the gateway's InferencePool selects the pods themselves. */
+static void k8s_service(const char *w, const char *name, int headless, strbuf *b) {
     strbuf_printf(b, "---\napiVersion: v1\nkind: Service\nmetadata:\n  name: tessera-%s\n  labels:\n", name);
     k8s_labels(w, name, "    ", b);
-    strbuf_printf(b, "spec:\n  selector:\n    tessera.dev/instance: %s\n  ports:\n"
-                     "    - {name: http, port: %d, targetPort: http}\n", name, EMIT_SERVE_PORT);
+    strbuf_printf(b, "spec:\n%s  selector:\n    tessera.dev/instance: %s\n  ports:\n"
+                     "    - {name: http, port: %d, targetPort: http}\n",
+                  headless ? "  clusterIP: None\n" : "", name, EMIT_SERVE_PORT);
 }
 
 /* MPS env of a client of the plugin's daemon: the planned share, below the
@@ -525,7 +532,7 @@ static void k8s_instance(const plan *p, size_t i, const k8s_node *nodes, strbuf 
     k8s_labels(w->name, name, "    ", b);
     strbuf_printf(b, "data:\n  tessera.yaml: |\n");
     emit_serve_yaml(p, i, EMIT_SERVE_PORT, K8S_MODEL_DIR, 1, K8S_THREADS, b, "    ");
-    k8s_service(w->name, name, b);
+    k8s_service(w->name, name, shares_gpu(p->slices[in->slice].mode), b);
     k8s_workload(p, i, &nodes[g->node], name, b);
 }
 

@@ -21,7 +21,7 @@
 //   - HAMi resources only on a node without a plugin config, with the GPU
 //     UUID annotation that pins the planned GPU;
 //   - the models' PVC is ReadWriteMany (fillable) and mounted read-only;
-//   - references hold: ConfigMaps, the PVC, a StatefulSet's Service, each
+//   - references hold: ConfigMaps, the PVC, a StatefulSet's (headless) Service, each
 //     Service's selector and target port, the probes' named port;
 //   - CPU and memory requests (the engine's threads, more than the KV pool)
 //     with the memory limit equal to the request;
@@ -199,8 +199,14 @@ function checkWorkload(where, o, objs, plugin) {
     const node = pod.nodeSelector && pod.nodeSelector["kubernetes.io/hostname"];
     if (!node) problems.push(`${where}: not pinned to a node (nodeSelector kubernetes.io/hostname)`);
     const byName = (kind, name) => objs.find((x) => x.o.kind === kind && x.o.metadata.name === name);
-    if (o.kind === "StatefulSet" && !byName("Service", o.spec.serviceName))
-        problems.push(`${where}: serviceName ${o.spec.serviceName} names no Service`);
+    if (o.kind === "StatefulSet") {
+        const svc = byName("Service", o.spec.serviceName);
+        if (!svc) problems.push(`${where}: serviceName ${o.spec.serviceName} names no Service`);
+        // A StatefulSet's governing Service gives its pods their DNS names:
+        // it must be headless.
+        else if (svc.o.spec.clusterIP !== "None")
+            problems.push(`${where}: serviceName ${o.spec.serviceName} is not headless (clusterIP: None)`);
+    }
     let grace = 10;     // serve's default shutdown_grace_s
     let model = null;   // the tessera.yaml's model entry
     for (const v of pod.volumes || []) {
