@@ -1125,6 +1125,36 @@ static void test_k8s_ts_notes(void **st) {
         fail_msg("gi.yaml: the NOTE does not say the static GI is a replica: %s", notes);
     free(notes);
     unload(&fx);
+    /* A whole GPU beside MIG GPUs and a time-sliced one: the planner gives
+     * strict tenants GIs when the fleet has MIG, but a plan read back from
+     * its JSON report may hold one (the second GPU's 7g GI made whole). */
+    static const char text2[] =
+        "fleet: [{name: a40, gpu: A100-40GB, gpus_per_node: 3, nodes: 1}]\n"
+        "models:\n"
+        "  - {name: q, params: 0.49B, layers: 24, heads: 14, kv_heads: 2, head_dim: 64, max_context: 4096}\n"
+        "  - {name: s, params: 0.36B, layers: 32, heads: 15, kv_heads: 5, head_dim: 64, max_context: 2048}\n"
+        "tiers: [{name: gold, ttft_ms: 400, tpot_ms: 60}, {name: b}]\n"
+        "tenants:\n"
+        "  - {name: solo, model: q, tier: gold, isolation: strict, profile: 7g.40gb, " LOAD1 "}\n"
+        "  - {name: solo2, model: s, tier: gold, isolation: strict, profile: 7g.40gb, " LOAD1 "}\n"
+        "  - {name: be1, model: q, tier: b, isolation: best-effort, " LOAD1 "}\n"
+        "  - {name: be2, model: s, tier: b, isolation: best-effort, " LOAD1 "}\n";
+    if (planio_parse(text2, sizeof text2 - 1, "whole.yaml", &fx.in, err, sizeof err)) fail_msg("whole.yaml: %s", err);
+    assert_int_equal(plan_build(&fx.in, &fx.p), 0);
+    assert_int_equal(fx.p.slices[1].mode, PLAN_MODE_MIG);
+    assert_int_equal(fx.p.slices[3].mode, PLAN_MODE_TIMESLICE);
+    size_t len;
+    char *json = render(&fx.p, EMIT_JSON, &len);
+    unload(&fx);
+    if (read_edited(json, &fx.in, &fx.p, err, sizeof err, 4, "slices.1.mode", "\"whole\"", "slices.1.gi_id", "-1",
+                    "slices.1.gi_start", "-1", "workers.1.mode", "\"whole\""))
+        fail_msg("whole.json: %s", err);
+    free(json);
+    notes = k8s_notes(&fx.p);
+    if (!strstr(notes, "whole-GPU instances are time-slice replicas") || !strstr(notes, "not placed by the plan"))
+        fail_msg("whole.json: the NOTE does not say the whole GPU is a replica: %s", notes);
+    free(notes);
+    unload(&fx);
 }
 
 /* ---- the command -------------------------------------------------------------- */
