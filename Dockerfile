@@ -33,7 +33,7 @@ WORKDIR /src
 COPY . .
 # Portable code: -march=native would tune the image to the build machine and
 # fault with an illegal instruction on an older node's CPU.
-RUN cmake -S . -B /build -DCMAKE_BUILD_TYPE=Release -DTESSERA_NATIVE=OFF \
+RUN cmake -S . -B /build -DCMAKE_BUILD_TYPE=Release -DTESSERA_NATIVE=OFF -DTESSERA_CUDA=OFF \
     && cmake --build /build -j"$(nproc)" --target tessera
 
 # ---- runtime ------------------------------------------------------------------
