@@ -12,9 +12,10 @@
 # `ldd build/tessera` lists and that its user is not root: update the
 # runtime package list with the binary's link line.
 #
-# GPU image: there is none yet. The CUDA backend is not built (issue 17), so
-# the binary runs its CPU engine even on a GPU node and the GPU it requests
-# is reserved, not used. When the backend lands, the GPU image adds a stage
+# GPU image: there is none yet. The CUDA backend (issue 17) compiles but has
+# not run on a GPU, so this image is the CPU build (TESSERA_CUDA=OFF): it runs
+# its CPU engine even on a GPU node, and the GPU it requests is reserved, not
+# used. When the backend is verified, the GPU image adds a stage
 # built FROM nvidia/cuda:<version>-devel and run FROM
 # nvidia/cuda:<version>-runtime (NVIDIA publishes no Debian-based CUDA
 # images, so that stage builds on their Ubuntu base rather than copying this
