@@ -180,10 +180,21 @@ static const char LUA_SYNC[] =
     "  if n == '0' then redis.call('HDEL', k, me)\n"
     "  else redis.call('HSET', k, me, n) redis.call('PEXPIRE', k, 2 * lease) end\n"
     "end\n"
-    /* Move hash src's figures into gone, with sign ('' or '-'). */
+    /* Fold hash src's figures into gone, negated when sign is -1. Zeros and
+     * anything not an integer are skipped and gone's type is checked before
+     * the first write, since Redis keeps a failed script's earlier writes:
+     * the caller empties src in the same run, so each fold applies once. */
     "local function move(src, gone, sign)\n"
-    "  local h = redis.call('HGETALL', src)\n"
-    "  for i = 1, #h, 2 do redis.call('HINCRBY', gone, h[i], sign .. h[i + 1]) end\n"
+    "  local ty = redis.call('TYPE', gone).ok\n"
+    "  if ty ~= 'hash' and ty ~= 'none' then error('WRONGTYPE ' .. gone .. ' is not a hash') end\n"
+    "  local h, d = redis.call('HGETALL', src), {}\n"
+    "  for i = 1, #h, 2 do\n"
+    "    local v = tonumber(h[i + 1])\n"
+    "    if v and v ~= 0 and v == math.floor(v) and v > -9e18 and v < 9e18 then\n"
+    "      d[#d + 1] = h[i] d[#d + 1] = string.format('%.0f', sign * v)\n"
+    "    end\n"
+    "  end\n"
+    "  for i = 1, #d, 2 do redis.call('HINCRBY', gone, d[i], d[i + 1]) end\n"
     "  return #h > 0\n"
     "end\n"
     "local function add(sums, key)\n"
@@ -196,7 +207,7 @@ static const char LUA_SYNC[] =
     "for m = 1, M do\n"
     "  local base, fold = P .. ':svc:' .. ARGV[a] .. ':', P .. ':svcfold:' .. ARGV[a] .. ':'\n"
     "  local reps, gone = P .. ':svcreps:' .. ARGV[a], P .. ':svcgone:' .. ARGV[a]\n"
-    "  if move(fold .. me, gone, '-') then redis.call('DEL', fold .. me) end\n"
+    "  if move(fold .. me, gone, -1) then redis.call('DEL', fold .. me) end\n"
     "  local mine = {}\n"
     "  for i = 1, T do mine[2 * i - 1] = names[i] mine[2 * i] = ARGV[a + i] end\n"
     "  for i = 1, T, CHUNK do\n"
@@ -209,7 +220,7 @@ static const char LUA_SYNC[] =
     "  for _, r in ipairs(redis.call('SMEMBERS', reps)) do\n"
     "    if r ~= me and redis.call('EXISTS', P .. ':alive:' .. r) == 1 then add(sums, base .. r)\n"
     "    elseif r ~= me then\n"
-    "      if move(base .. r, gone, '') then\n"
+    "      if move(base .. r, gone, 1) then\n"
     "        redis.call('RENAME', base .. r, fold .. r)\n"
     "        redis.call('PEXPIRE', fold .. r, DAY)\n"
     "      end\n"
