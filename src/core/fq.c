@@ -19,6 +19,8 @@ static const heap_ops FQ_HEAP = {sizeof(fq_entity *), before, moved};
 int fq_init(fq *q, int32_t cap) {
     q->floor = 0;
     q->next_seq = 0;
+    q->fleet = q->fleet_max = 0;
+    q->has_fleet = 0;
     return heap_init(&q->h, &FQ_HEAP, (size_t)(cap > 0 ? cap : 1), HEAP_FIXED);
 }
 
@@ -39,9 +41,19 @@ static void advance_floor(fq *q) {
     if (m && fq_diff(fq_key(m), q->floor) > 0) q->floor = fq_key(m);
 }
 
+static uint64_t later(uint64_t a, uint64_t b) { return fq_diff(a, b) > 0 ? a : b; }
+
 uint64_t fq_min_vtime(const fq *q) {
     fq_entity *m = least(q);
-    return m && fq_diff(fq_key(m), q->floor) > 0 ? fq_key(m) : q->floor;
+    uint64_t here = m ? later(fq_key(m), q->floor) : q->floor;
+    if (q->has_fleet) return m && fq_diff(here, q->fleet) < 0 ? here : q->fleet;
+    return m ? here : later(q->floor, q->fleet_max);
+}
+
+void fq_set_fleet(fq *q, int has, uint64_t key) {
+    q->has_fleet = has != 0;
+    q->fleet = has ? key : 0;
+    if (has) q->fleet_max = later(q->fleet_max, key);
 }
 
 void fq_enqueue(fq *q, fq_entity *e) {

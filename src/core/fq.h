@@ -44,6 +44,17 @@
  * back (fq_set_remote). remote is 0 on a replica alone, and then the key
  * is the plain counter.
  *
+ * The lift's minimum is fleet-wide too: a tenant idle here may be queued
+ * on another replica, and one served only elsewhere may be queued only
+ * there. Lifted against this replica's queue alone, a returning tenant
+ * would keep the credit of all the service the others had meanwhile (a
+ * fresh replica's floor is 0). So the serve layer also hands in, with
+ * fq_set_fleet, the least key among the band's tenants queued on other
+ * replicas, and the lift goes to the least of that and the local minimum.
+ * With nothing queued anywhere, the floor is the largest of those figures
+ * ever seen, as locally. The figure lags by one exchange, which only lifts
+ * a little less: keys only grow.
+ *
  * Counters are uint64 fixed point (FQ_SCALE units per weighted token) and
  * always compared through a signed difference, so wrap-around is harmless.
  * The heap breaks ties by the order tenants became backlogged, so the same
@@ -70,6 +81,9 @@ typedef struct fq {
     heap h;             /* of fq_entity *, fixed, least (vtime, seq) first */
     uint64_t floor;     /* monotone: max over time of the backlogged minimum */
     uint64_t next_seq;
+    uint64_t fleet;     /* least key of the tenants queued on other replicas ... */
+    int has_fleet;      /* ... when there is one (fq_set_fleet) */
+    uint64_t fleet_max; /* monotone: the largest fleet figure seen */
 } fq;
 
 int fq_init(fq *q, int32_t cap);
@@ -106,7 +120,12 @@ static inline uint64_t fq_key(const fq_entity *e) { return e->vtime + e->remote;
  * once counted stays counted; otherwise a tenant continuously backlogged
  * would be owed, and served ahead for, everything forgotten. */
 void fq_set_remote(fq *q, fq_entity *e, uint64_t remote);
-/* Current lower bound of the band's keys (floor or heap minimum). */
+/* The fleet's queue on other replicas: has nonzero when one of the band's
+ * tenants is queued on another replica, key the least of their keys there
+ * (counter units, as fq_key). Taken as given: it only moves the lift. */
+void fq_set_fleet(fq *q, int has, uint64_t key);
+/* What a tenant becoming backlogged is lifted to: the least key queued
+ * here or, per fq_set_fleet, elsewhere; with none, the floor. */
 uint64_t fq_min_vtime(const fq *q);
 /* Backlogged entities in the queue (set-aside ones not counted). */
 static inline int32_t fq_len(const fq *q) { return (int32_t)q->h.n; }

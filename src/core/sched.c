@@ -253,6 +253,20 @@ int sched_tenant_remote(sched *s, int32_t id, uint64_t remote) {
     return 0;
 }
 
+int sched_fleet_queued(sched *s, const uint8_t *queued, const uint64_t *key) {
+    if (!s || !queued || !key) return TS_ERR_INVAL;
+    int has[SCHED_MAX_TIERS] = {0};
+    uint64_t least[SCHED_MAX_TIERS] = {0};
+    for (int32_t i = 0; i < s->n_tenants; i++) {
+        int b = s->tenants[i].band;
+        if (!queued[i] || (has[b] && fq_diff(key[i], least[b]) >= 0)) continue;
+        has[b] = 1;
+        least[b] = key[i];
+    }
+    for (int b = 0; b < SCHED_MAX_TIERS; b++) fq_set_fleet(&s->bands[b].q, has[b], least[b]);
+    return 0;
+}
+
 /* ---- ids, lists and the running set --------------------------------------- */
 
 static sched_id make_id(const sched *s, int32_t slot) {
@@ -566,6 +580,7 @@ int sched_tenant_stats_get(const sched *s, int32_t tn, sched_tenant_stats *o) {
     const tenant *t = &s->tenants[tn];
     *o = t->st;
     o->vtime = t->fe.vtime;
+    o->key = fq_key(&t->fe);
     o->queued = t->n_queued;
     o->running = t->n_running;
     o->swapped = t->n_swapped;

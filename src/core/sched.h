@@ -280,6 +280,14 @@ int sched_tenant_add(sched *s, const sched_tenant_cfg *t);
  * it however it likes (the server: from Redis); the scheduler only orders
  * by it. TS_ERR_INVAL for an unknown tenant. */
 int sched_tenant_remote(sched *s, int32_t tenant, uint64_t remote);
+/* The tenants queued on the other replicas of this model: queued[i]
+ * nonzero when tenant i is queued on at least one, key[i] then its least
+ * fair-queue key there (sched_tenant_stats.key). A tenant becoming
+ * backlogged here is lifted to no less than the least such key in its band
+ * (or the local minimum, if lower): idle time is not banked fleet-wide
+ * either (fq.h). All zero, the default, is a replica alone. n_tenants
+ * entries each; TS_ERR_INVAL on NULL. */
+int sched_fleet_queued(sched *s, const uint8_t *queued, const uint64_t *key);
 
 typedef uint64_t sched_id;   /* slot and generation; never reused for another request */
 
@@ -396,6 +404,7 @@ int sched_req_get(const sched *s, sched_id id, sched_req_info *out);
 typedef struct sched_tenant_stats {
     double service;         /* weighted tokens: w_in * input + w_out * output */
     uint64_t vtime;         /* virtual counter (fq units) */
+    uint64_t key;           /* fair-queue key: vtime plus the fleet's remote figure */
     uint64_t prompt_tokens; /* input tokens processed (recompute included) */
     uint64_t output_tokens;
     double engine_us;       /* step time attributed by token share */

@@ -158,8 +158,13 @@ static const char LUA_FINISH[] =
 
 /* The heartbeat and the fair-share exchange. ARGV: prefix, replica,
  * lease_ms, T (tenants), M (models), T tenant names, T in-flight counts,
- * then per model its name and T service figures. Returns M x T sums of
- * the other replicas' figures, model-major.
+ * then per model its name, T service figures and T fair-queue keys (empty
+ * for a tenant not queued here). Returns per model, model-major, T sums of
+ * the other replicas' figures then T least keys of the tenants queued on
+ * another replica (-1: queued on none).
+ *
+ * The keys live a lease ("P:svcq:M:R", only the tenants queued), so a
+ * replica that stops takes its queue with it.
  *
  * The sums never fall when a replica leaves: a replica whose lease has
  * run out has its figures folded into the model's "gone" hash (their sum
@@ -203,11 +208,29 @@ static const char LUA_SYNC[] =
     "    for k = 1, #v do sums[i + k - 1] = sums[i + k - 1] + (tonumber(v[k]) or 0) end\n"
     "  end\n"
     "end\n"
+    "local function lows(least, key)\n"
+    "  if redis.call('EXISTS', key) == 0 then return end\n"
+    "  for i = 1, T, CHUNK do\n"
+    "    local v = redis.call('HMGET', key, unpack(names, i, math.min(T, i + CHUNK - 1)))\n"
+    "    for k = 1, #v do\n"
+    "      local x, j = tonumber(v[k]), i + k - 1\n"
+    "      if x and x >= 0 and (least[j] < 0 or x < least[j]) then least[j] = x end\n"
+    "    end\n"
+    "  end\n"
+    "end\n"
     "local out, a = {}, 6 + 2 * T\n"
     "for m = 1, M do\n"
     "  local base, fold = P .. ':svc:' .. ARGV[a] .. ':', P .. ':svcfold:' .. ARGV[a] .. ':'\n"
     "  local reps, gone = P .. ':svcreps:' .. ARGV[a], P .. ':svcgone:' .. ARGV[a]\n"
+    "  local qk = P .. ':svcq:' .. ARGV[a] .. ':'\n"
     "  if move(fold .. me, gone, -1) then redis.call('DEL', fold .. me) end\n"
+    "  local q = {}\n"
+    "  for i = 1, T do\n"
+    "    if ARGV[a + T + i] ~= '' then q[#q + 1] = names[i] q[#q + 1] = ARGV[a + T + i] end\n"
+    "  end\n"
+    "  redis.call('DEL', qk .. me)\n"
+    "  for i = 1, #q, 2 * CHUNK do redis.call('HSET', qk .. me, unpack(q, i, math.min(#q, i + 2 * CHUNK - 1))) end\n"
+    "  if #q > 0 then redis.call('PEXPIRE', qk .. me, lease) end\n"
     "  local mine = {}\n"
     "  for i = 1, T do mine[2 * i - 1] = names[i] mine[2 * i] = ARGV[a + i] end\n"
     "  for i = 1, T, CHUNK do\n"
@@ -215,11 +238,14 @@ static const char LUA_SYNC[] =
     "  end\n"
     "  redis.call('SADD', reps, me)\n"
     "  for _, k in ipairs({base .. me, reps, gone}) do redis.call('PEXPIRE', k, DAY) end\n"
-    "  local sums = {}\n"
-    "  for i = 1, T do sums[i] = 0 end\n"
+    "  local sums, least = {}, {}\n"
+    "  for i = 1, T do sums[i] = 0 least[i] = -1 end\n"
     "  for _, r in ipairs(redis.call('SMEMBERS', reps)) do\n"
-    "    if r ~= me and redis.call('EXISTS', P .. ':alive:' .. r) == 1 then add(sums, base .. r)\n"
+    "    if r ~= me and redis.call('EXISTS', P .. ':alive:' .. r) == 1 then\n"
+    "      add(sums, base .. r)\n"
+    "      lows(least, qk .. r)\n"
     "    elseif r ~= me then\n"
+    "      redis.call('DEL', qk .. r)\n"
     "      if move(base .. r, gone, 1) then\n"
     "        redis.call('RENAME', base .. r, fold .. r)\n"
     "        redis.call('PEXPIRE', fold .. r, DAY)\n"
@@ -229,7 +255,8 @@ static const char LUA_SYNC[] =
     "  end\n"
     "  add(sums, gone)\n"
     "  for i = 1, T do out[#out + 1] = sums[i] end\n"
-    "  a = a + 1 + T\n"
+    "  for i = 1, T do out[#out + 1] = least[i] end\n"
+    "  a = a + 1 + 2 * T\n"
     "end\n"
     "return out\n";
 
@@ -515,13 +542,27 @@ void rfleet_finish(rfleet *f, int tenant, uint64_t reserved, uint64_t used) {
  * stays there, which only stops its key from growing further. */
 #define SVC_MAX 9007199254740992.0
 
+/* A figure for the sync script, clamped to SVC_MAX (fq units). */
+static void units_s(char *buf, uint64_t v) { u64s(buf, v < (uint64_t)SVC_MAX ? v : (uint64_t)SVC_MAX); }
+
+/* The sync thread's buffers, sized once for T tenants and M models. */
+struct sync_buf {
+    sched_tenant_stats *snap;   /* (T) */
+    uint64_t *remote, *key;     /* (T) */
+    uint8_t *queued;            /* (T) */
+    char *nums;                 /* ((2M + 1) T) NUM_MAX each: figures, keys, counts */
+    const char **argv;
+};
+
 /* The sync script's arguments after EVAL_HEAD, into argv: the tenants, and
- * per model its name and this replica's service of each tenant (written
- * into nums, NUM_MAX bytes each). The in-flight counts are left for the
- * caller, under f->mu. Returns argc; *counts_at is where the counts go. */
-static int sync_args(rfleet *f, sched_tenant_stats *snap, char *nums, char heads[3][NUM_MAX], const char **argv,
-                     int *counts_at) {
+ * per model its name, this replica's service of each tenant and the keys
+ * of those queued here (written into nums, NUM_MAX bytes each). The
+ * in-flight counts are left for the caller, under f->mu. Returns argc;
+ * *counts_at is where the counts go. */
+static int sync_args(rfleet *f, struct sync_buf *sb, char heads[3][NUM_MAX], int *counts_at) {
     int T = (int)f->c->n_tenants, a = EVAL_HEAD, M = 0;
+    const char **argv = sb->argv;
+    char *nums = sb->nums;
     for (int m = 0; m < f->n_workers; m++) M += f->workers[m] != NULL;
     u64s(heads[0], f->r->lease_ms);
     u64s(heads[1], (uint64_t)T);
@@ -534,66 +575,94 @@ static int sync_args(rfleet *f, sched_tenant_stats *snap, char *nums, char heads
     a += T;
     for (int m = 0; m < f->n_workers; m++) {
         if (!f->workers[m]) continue;
-        wk_snapshot(f->workers[m], snap, NULL);
+        wk_snapshot(f->workers[m], sb->snap, NULL);
         argv[a++] = f->c->models[m].name;
         for (int i = 0; i < T; i++, nums += NUM_MAX) {
-            double units = snap[i].service * FQ_SCALE / f->c->tenants[i].sched.weight;
+            double units = sb->snap[i].service * FQ_SCALE / f->c->tenants[i].sched.weight;
             u64s(nums, !(units > 0) ? 0 : units < SVC_MAX ? (uint64_t)llround(units) : (uint64_t)SVC_MAX);
+            argv[a++] = nums;
+        }
+        for (int i = 0; i < T; i++, nums += NUM_MAX) {
+            if (sb->snap[i].queued > 0) units_s(nums, sb->snap[i].key);
+            else nums[0] = 0;
             argv[a++] = nums;
         }
     }
     return a;
 }
 
-/* Hand each model's worker the other replicas' figures (the reply, model
- * major). */
-static void sync_apply(rfleet *f, const redisReply *rep, uint64_t *remote) {
+/* Hand each model's worker the other replicas' figures and queues (the
+ * reply, model major). */
+static void sync_apply(rfleet *f, const redisReply *rep, struct sync_buf *sb) {
     size_t T = f->c->n_tenants, k = 0;
     for (int m = 0; m < f->n_workers; m++) {
         if (!f->workers[m]) continue;
         for (size_t i = 0; i < T; i++, k++) {
             const redisReply *e = rep->element[k];
-            remote[i] = e->type == REDIS_REPLY_INTEGER && e->integer > 0 ? (uint64_t)e->integer : 0;
+            sb->remote[i] = e->type == REDIS_REPLY_INTEGER && e->integer > 0 ? (uint64_t)e->integer : 0;
         }
-        wk_fleet_remote(f->workers[m], remote);
+        for (size_t i = 0; i < T; i++, k++) {
+            const redisReply *e = rep->element[k];
+            sb->queued[i] = e->type == REDIS_REPLY_INTEGER && e->integer >= 0;
+            sb->key[i] = sb->queued[i] ? (uint64_t)e->integer : 0;
+        }
+        wk_fleet_remote(f->workers[m], sb->remote, sb->queued, sb->key);
     }
 }
 
 /* One exchange: the heartbeat with this replica's in-flight counts, its
- * service out and the others' in; then the settlements left behind. */
-static void sync_once(rfleet *f, sched_tenant_stats *snap, uint64_t *remote, char *nums, const char **argv) {
+ * service and queue out and the others' in; then the settlements left
+ * behind. */
+static void sync_once(rfleet *f, struct sync_buf *sb) {
     size_t T = f->c->n_tenants, M = 0;
     char heads[3][NUM_MAX];
     int counts_at;
-    int argc = sync_args(f, snap, nums, heads, argv, &counts_at);
+    int argc = sync_args(f, sb, heads, &counts_at);
     for (int m = 0; m < f->n_workers; m++) M += f->workers[m] != NULL;
-    char *counts = nums + M * T * NUM_MAX;
+    char *counts = sb->nums + 2 * M * T * NUM_MAX;
     pthread_mutex_lock(&f->mu);
     for (size_t i = 0; i < T; i++) {
         u64s(counts + i * NUM_MAX, f->inflight[i]);
-        argv[(size_t)counts_at + i] = counts + i * NUM_MAX;
+        sb->argv[(size_t)counts_at + i] = counts + i * NUM_MAX;
     }
-    redisReply *rep = evalsha(f, S_SYNC, 0, argc, argv);
-    int ok = rep && rep->type == REDIS_REPLY_ARRAY && rep->elements == M * T;
+    redisReply *rep = evalsha(f, S_SYNC, 0, argc, sb->argv);
+    int ok = rep && rep->type == REDIS_REPLY_ARRAY && rep->elements == 2 * M * T;
     if (rep && !ok) mark_down(f, "unexpected reply to the sync script");
     if (ok) settle_pending(f);
     pthread_mutex_unlock(&f->mu);
-    if (ok) sync_apply(f, rep, remote);
+    if (ok) sync_apply(f, rep, sb);
     if (rep) freeReplyObject(rep);
+}
+
+static void sync_buf_free(struct sync_buf *sb) {
+    free(sb->snap);
+    free(sb->remote);
+    free(sb->key);
+    free(sb->queued);
+    free(sb->nums);
+    free(sb->argv);
+}
+
+static int sync_buf_init(struct sync_buf *sb, size_t T, size_t M) {
+    size_t t = T ? T : 1;
+    sb->snap = calloc(t, sizeof *sb->snap);
+    sb->remote = calloc(t, sizeof *sb->remote);
+    sb->key = calloc(t, sizeof *sb->key);
+    sb->queued = calloc(t, sizeof *sb->queued);
+    sb->nums = calloc((2 * M + 1) * t, NUM_MAX);
+    sb->argv = calloc(EVAL_HEAD + 5 + 2 * T + M * (1 + 2 * T), sizeof *sb->argv);
+    return sb->snap && sb->remote && sb->key && sb->queued && sb->nums && sb->argv ? 0 : -1;
 }
 
 static void *sync_loop(void *arg) {
     rfleet *f = arg;
-    size_t T = f->c->n_tenants, M = (size_t)f->n_workers;
-    sched_tenant_stats *snap = calloc(T ? T : 1, sizeof *snap);
-    uint64_t *remote = calloc(T ? T : 1, sizeof *remote);
-    char *nums = calloc((M + 1) * (T ? T : 1), NUM_MAX);
-    const char **argv = calloc(EVAL_HEAD + 5 + 2 * T + M * (1 + T), sizeof *argv);
+    struct sync_buf sb;
+    int ok = sync_buf_init(&sb, f->c->n_tenants, (size_t)f->n_workers) == 0;
     pthread_mutex_lock(&f->stop_mu);
     while (!f->stop) {
         pthread_mutex_unlock(&f->stop_mu);
         reconnect_if_due(f);
-        if (snap && remote && nums && argv) sync_once(f, snap, remote, nums, argv);
+        if (ok) sync_once(f, &sb);
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);
         int64_t ns = ts.tv_nsec + (int64_t)f->r->sync_ms * 1000000;
@@ -603,10 +672,7 @@ static void *sync_loop(void *arg) {
         if (!f->stop) pthread_cond_timedwait(&f->stop_cv, &f->stop_mu, &ts);
     }
     pthread_mutex_unlock(&f->stop_mu);
-    free(snap);
-    free(remote);
-    free(nums);
-    free(argv);
+    sync_buf_free(&sb);
     return NULL;
 }
 

@@ -73,7 +73,10 @@
  * FQ_SCALE units) and reads back the sum over the other live replicas,
  * which it hands to the model's worker (wk_fleet_remote): the fair queue
  * then orders and lifts tenants by their fleet-wide counters (fq.h,
- * "Fleet-wide"). The figures lag by up to one period, so fairness holds
+ * "Fleet-wide"). It also publishes the keys of the tenants queued here
+ * (P:svcq:M:R, for a lease) and hands in the least key of each tenant
+ * queued elsewhere, so that a tenant is lifted against the fleet's queue,
+ * not this replica's alone. The figures lag by up to one period, so fairness holds
  * fleet-wide to within one period's service. A replica that leaves takes
  * nothing away: its figures move to P:svcgone:M when its lease runs out
  * (and back, if it was only cut off and returns within a day), so the

@@ -78,6 +78,8 @@ struct wk_worker {
     sched_tenant_stats *snap;
     sched_stats snap_pool;
     uint64_t *remote;       /* (n_tenants) the fleet's figures (wk_fleet_remote), under snap_mu */
+    uint8_t *fleet_queued;  /* (n_tenants) ... queued on another replica */
+    uint64_t *fleet_key;    /* (n_tenants) ... and its least key there */
     int remote_new;         /* ... not yet handed to the scheduler */
 };
 
@@ -277,10 +279,13 @@ static int alloc_buffers(wk_worker *w) {
     w->by_slot = calloc((size_t)w->o.max_requests, sizeof(wk_req *));
     w->snap = calloc((size_t)(w->o.n_tenants > 0 ? w->o.n_tenants : 1), sizeof(sched_tenant_stats));
     w->remote = calloc((size_t)(w->o.n_tenants > 0 ? w->o.n_tenants : 1), sizeof(uint64_t));
+    w->fleet_queued = calloc((size_t)(w->o.n_tenants > 0 ? w->o.n_tenants : 1), sizeof(uint8_t));
+    w->fleet_key = calloc((size_t)(w->o.n_tenants > 0 ? w->o.n_tenants : 1), sizeof(uint64_t));
     size_t swap = w->o.swap_bytes / w->block_bytes * w->block_bytes;
     w->host = swap ? malloc(swap) : NULL;
     if (!w->seqs || !w->rows || (!w->em && !w->logits) || (w->em && !w->eout) || !w->etok || !w->elen ||
-        !w->eitem || !w->results || !w->by_slot || !w->snap || !w->remote || (swap && !w->host))
+        !w->eitem || !w->results || !w->by_slot || !w->snap || !w->remote || !w->fleet_queued ||
+        !w->fleet_key || (swap && !w->host))
         return TS_ERR_NOMEM;
     if (!w->em && ((w->first_row = calloc(seqs, sizeof(int32_t))) == NULL || collect_end_ids(w)))
         return TS_ERR_NOMEM;
@@ -474,7 +479,7 @@ void wk_free(wk_worker *w) {
     smp_deinit(&w->scratch);
     free(w->seqs); free(w->rows); free(w->logits); free(w->end_ids); free(w->first_row); free(w->results); free(w->by_slot);
     free(w->etok); free(w->elen); free(w->eitem); free(w->eout);
-    free(w->snap); free(w->remote); free(w->host); free(w->tiers); free(w->tenants);
+    free(w->snap); free(w->remote); free(w->fleet_queued); free(w->fleet_key); free(w->host); free(w->tiers); free(w->tenants);
     for (int i = 0; w->pub && i < w->o.n_shared_prefixes; i++) free(w->pub[i].p);
     free(w->pub);
     pthread_cond_destroy(&w->cv);
@@ -974,9 +979,11 @@ static void finalize(wk_worker *w, const sched_end *e) {
     drop_live(w, r);
 }
 
-void wk_fleet_remote(wk_worker *w, const uint64_t *remote) {
+void wk_fleet_remote(wk_worker *w, const uint64_t *remote, const uint8_t *queued, const uint64_t *key) {
     pthread_mutex_lock(&w->snap_mu);
     memcpy(w->remote, remote, (size_t)w->o.n_tenants * sizeof(uint64_t));
+    memcpy(w->fleet_queued, queued, (size_t)w->o.n_tenants * sizeof(uint8_t));
+    memcpy(w->fleet_key, key, (size_t)w->o.n_tenants * sizeof(uint64_t));
     w->remote_new = 1;
     pthread_mutex_unlock(&w->snap_mu);
 }
@@ -986,6 +993,7 @@ void wk_fleet_remote(wk_worker *w, const uint64_t *remote) {
 static void take_remote(wk_worker *w) {
     pthread_mutex_lock(&w->snap_mu);
     for (int32_t i = 0; w->remote_new && i < w->o.n_tenants; i++) sched_tenant_remote(w->s, i, w->remote[i]);
+    if (w->remote_new) sched_fleet_queued(w->s, w->fleet_queued, w->fleet_key);
     w->remote_new = 0;
     pthread_mutex_unlock(&w->snap_mu);
 }
@@ -1067,8 +1075,9 @@ static void *loop(void *arg) {
     for (;;) {
         int64_t now = wk_now_us();
         atomic_store(&w->turn_start_us, now);
-        take_inbox(w, now);
+        /* The fleet's figures first: arrivals are lifted against them. */
         take_remote(w);
+        take_inbox(w, now);
         admit_ready(w, now);
         if (past_deadline(w, now)) fail_all_live(w, now);
         sched_plan p;

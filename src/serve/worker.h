@@ -251,11 +251,12 @@ void wk_snapshot(wk_worker *w, sched_tenant_stats *tenants, sched_stats *pool);
  * time unless the loop is wedged: the liveness probe reads it. Any thread. */
 int64_t wk_turn_us(wk_worker *w, int64_t now_us);
 
-/* The fleet's figures for the fair queue (sched_tenant_remote): for each
- * tenant (n_tenants entries), its service on the other replicas of this
- * model over its weight, FQ_SCALE units. Copied; the loop hands them to
- * the scheduler before its next step. */
-void wk_fleet_remote(wk_worker *w, const uint64_t *remote);
+/* The fleet's figures for the fair queue: for each tenant (n_tenants
+ * entries), its service on the other replicas of this model over its
+ * weight, FQ_SCALE units (sched_tenant_remote), and whether it is queued on
+ * one of them with its least key there (sched_fleet_queued). Copied; the
+ * loop hands them to the scheduler before it next takes arrivals. */
+void wk_fleet_remote(wk_worker *w, const uint64_t *remote, const uint8_t *queued, const uint64_t *key);
 
 int64_t wk_now_us(void);
 

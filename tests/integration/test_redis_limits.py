@@ -305,6 +305,10 @@ class FleetLimits(unittest.TestCase):
         try:
             time.sleep(1.5)                 # the exchange settles
             s0 = service()
+            # Each replica publishes the keys of the tenants queued on it,
+            # which the others lift arrivals against.
+            queues = resp_call(REDIS.port, "KEYS", PREFIX + ":svcq:tiny:*")
+            self.assertTrue(queues, "no replica published its queue")
             time.sleep(5)
             s1 = service()
         finally:
