@@ -32,6 +32,7 @@
 #define REPLICA_MAX 96              /* bytes of a replica id, with the NUL */
 #define NUM_MAX 24                  /* bytes of a decimal uint64, with the NUL */
 #define PENDING_CAP 4096            /* finishes kept for a Redis that is away */
+#define REFUSAL_LOG_US 10000000     /* at most one line about error replies this often */
 
 /* A finish whose tokens Redis has not settled yet. */
 struct pending {
@@ -262,6 +263,7 @@ static const char LUA_SYNC[] =
 
 enum { S_ADMIT, S_FINISH, S_SYNC, N_SCRIPTS };
 static const char *const SCRIPTS[N_SCRIPTS] = {LUA_ADMIT, LUA_FINISH, LUA_SYNC};
+static const char *const SCRIPT_NAMES[N_SCRIPTS] = {"admit", "finish", "sync"};
 
 /* ---- state ------------------------------------------------------------------ */
 
@@ -286,6 +288,9 @@ struct rfleet {
     atomic_ullong dropped;      /* settlements given up: the queue was full */
     atomic_ullong errors;       /* failed or late calls */
     atomic_ullong fallbacks;    /* requests decided without Redis */
+    atomic_ullong refusals[N_SCRIPTS]; /* error replies to each script (the connection kept) */
+    int64_t refusal_log_at;     /* no line about an error reply before this, under mu */
+    uint64_t refusals_quiet;    /* ... error replies since the last line */
     atomic_int up;              /* for the gauge: 0 while down */
     /* the sync thread */
     pthread_t th;
@@ -424,15 +429,48 @@ static void reconnect_if_due(rfleet *f) {
     pthread_mutex_unlock(&f->mu);
 }
 
+/* An error reply that says this server takes no call now, whoever sends
+ * it (a replica after a failover, loading its data, a script running
+ * long, the authentication gone): a new connection may reach one that
+ * does. Any other (WRONGTYPE, OOM, a script's own error) is about this
+ * one call, and the connection is fine. */
+static int server_unavailable(const char *msg) {
+    static const char *const codes[] = {"READONLY", "LOADING", "MASTERDOWN", "BUSY", "NOAUTH"};
+    for (size_t i = 0; i < sizeof codes / sizeof *codes; i++) {
+        size_t n = strlen(codes[i]);
+        if (!strncmp(msg, codes[i], n) && (msg[n] == ' ' || msg[n] == 0)) return 1;
+    }
+    return 0;
+}
+
+/* Redis refused one call of script: counted, and logged at most once per
+ * REFUSAL_LOG_US (a bad key refuses every call that touches it). Holds
+ * f->mu. */
+static void refused(rfleet *f, int script, const char *msg) {
+    atomic_fetch_add(&f->errors, 1);
+    atomic_fetch_add(&f->refusals[script], 1);
+    int64_t now = mono_us();
+    if (now < f->refusal_log_at) {
+        f->refusals_quiet++;
+        return;
+    }
+    fprintf(stderr, "tessera: redis %s:%u: error reply to the %s script: %.200s (%llu more since the last such line)\n",
+            f->r->host, (unsigned)f->r->port, SCRIPT_NAMES[script], msg, (unsigned long long)f->refusals_quiet);
+    f->refusal_log_at = now + REFUSAL_LOG_US;
+    f->refusals_quiet = 0;
+}
+
 /* EVALSHA script with nkeys keys. argv holds argc words: EVAL_HEAD slots
  * that this fills (the command, the SHA-1, nkeys), then the keys, then the
  * arguments. A NOSCRIPT (someone flushed the scripts) reloads them once.
- * NULL without a connection or on any fault (which drops the connection).
+ * NULL without a connection, on a fault (which drops the connection) or
+ * on an error reply about the call (*refusal set; the connection stays).
  * Holds f->mu. */
 #define EVAL_HEAD 3
-static redisReply *evalsha(rfleet *f, int script, int nkeys, int argc, const char **argv) {
+static redisReply *evalsha(rfleet *f, int script, int nkeys, int argc, const char **argv, int *refusal) {
     char nk[8], why[256];
     snprintf(nk, sizeof nk, "%d", nkeys);
+    *refusal = 0;
     for (int attempt = 0; f->rc && attempt < 2; attempt++) {
         argv[0] = "EVALSHA";
         argv[1] = f->sha[script];
@@ -447,6 +485,13 @@ static redisReply *evalsha(rfleet *f, int script, int nkeys, int argc, const cha
         if (!reply_fault(f->rc, f->r->timeout_ms, rep, why, sizeof why)) {
             mark_up(f);
             return rep;
+        }
+        if (rep && !server_unavailable(rep->str)) {
+            mark_up(f);
+            refused(f, script, rep->str);
+            freeReplyObject(rep);
+            *refusal = 1;
+            return NULL;
         }
         if (rep) freeReplyObject(rep);
         mark_down(f, why);
@@ -472,8 +517,9 @@ rfleet_verdict rfleet_admit(rfleet *f, int tenant, uint64_t reserve, lim_reason 
     u64s(lease, f->r->lease_ms);
     const char *argv[] = {NULL, NULL, NULL, f->lim_keys[tenant], f->inflight_keys[tenant], f->alive_prefix,
                           f->replica, rpm, tpm, conc, need, lease};
+    int refusal;
     pthread_mutex_lock(&f->mu);
-    redisReply *rep = evalsha(f, S_ADMIT, 2, 12, argv);
+    redisReply *rep = evalsha(f, S_ADMIT, 2, 12, argv, &refusal);
     int ok = rep && rep->type == REDIS_REPLY_ARRAY && rep->elements == 2 &&
              rep->element[0]->type == REDIS_REPLY_INTEGER && rep->element[1]->type == REDIS_REPLY_INTEGER &&
              rep->element[0]->integer >= LIM_OK && rep->element[0]->integer <= LIM_TOO_LARGE;
@@ -491,7 +537,9 @@ rfleet_verdict rfleet_admit(rfleet *f, int tenant, uint64_t reserve, lim_reason 
     return f->r->fail_closed ? RFLEET_CLOSED : RFLEET_LOCAL;
 }
 
-/* Run the finish script for tenant; 0 when Redis took it. Holds f->mu. */
+/* Run the finish script for tenant: 0 when Redis took it, 1 when it
+ * refused it (an error reply: sending it again would not help), -1 when
+ * it did not answer. Holds f->mu. */
 static int finish_call(rfleet *f, const struct pending *p, int ends_request) {
     const cfg_tenant *t = &f->c->tenants[p->tenant];
     char rpm[NUM_MAX], tpm[NUM_MAX], res[NUM_MAX], use[NUM_MAX], seq[NUM_MAX];
@@ -502,17 +550,20 @@ static int finish_call(rfleet *f, const struct pending *p, int ends_request) {
     u64s(seq, p->seq);
     const char *argv[] = {NULL, NULL, NULL, f->lim_keys[p->tenant], f->inflight_keys[p->tenant], f->fin_key,
                           f->alive_prefix, f->replica, rpm, tpm, res, use, ends_request ? "1" : "0", seq};
-    redisReply *rep = evalsha(f, S_FINISH, 3, 14, argv);
+    int refusal;
+    redisReply *rep = evalsha(f, S_FINISH, 3, 14, argv, &refusal);
     if (rep) freeReplyObject(rep);
-    return rep ? 0 : -1;
+    if (refusal && t->tokens_per_minute) atomic_fetch_add(&f->dropped, 1);
+    return rep ? 0 : refusal ? 1 : -1;
 }
 
 /* Deliver the settlements that finishes left behind, oldest first (the
- * sequence numbers must reach Redis in order). Holds f->mu; stops at the
- * first failure. Returns the number still waiting. */
+ * sequence numbers must reach Redis in order). Holds f->mu; stops when
+ * Redis does not answer, and drops one it refuses (finish_call counts it)
+ * so that it cannot hold up the others. Returns the number still waiting. */
 static size_t settle_pending(rfleet *f) {
     size_t done = 0;
-    while (done < f->n_pending && finish_call(f, &f->pending[done], 0) == 0) done++;
+    while (done < f->n_pending && finish_call(f, &f->pending[done], 0) >= 0) done++;
     memmove(f->pending, f->pending + done, (f->n_pending - done) * sizeof *f->pending);
     f->n_pending -= done;
     return f->n_pending;
@@ -525,7 +576,7 @@ void rfleet_finish(rfleet *f, int tenant, uint64_t reserved, uint64_t used) {
     /* The local count is the truth the heartbeat writes back, so it drops
      * whether or not Redis hears of this finish. */
     if (f->inflight[tenant]) f->inflight[tenant]--;
-    int later = settle_pending(f) > 0 || finish_call(f, &p, 1) != 0;
+    int later = settle_pending(f) > 0 || finish_call(f, &p, 1) < 0;
     /* Keep the refund (or the excess) for later rather than lose it. Only
      * a tokens/min bucket has anything to settle. */
     if (later && f->c->tenants[tenant].tokens_per_minute) {
@@ -625,7 +676,8 @@ static void sync_once(rfleet *f, struct sync_buf *sb) {
         u64s(counts + i * NUM_MAX, f->inflight[i]);
         sb->argv[(size_t)counts_at + i] = counts + i * NUM_MAX;
     }
-    redisReply *rep = evalsha(f, S_SYNC, 0, argc, sb->argv);
+    int refusal;
+    redisReply *rep = evalsha(f, S_SYNC, 0, argc, sb->argv, &refusal);
     int ok = rep && rep->type == REDIS_REPLY_ARRAY && rep->elements == 2 * M * T;
     if (rep && !ok) mark_down(f, "unexpected reply to the sync script");
     if (ok) settle_pending(f);
@@ -779,8 +831,14 @@ void rfleet_metrics(rfleet *f, strbuf *b) {
                    "# TYPE tessera_redis_fallback_total counter\n");
     strbuf_printf(b, "tessera_redis_fallback_total{mode=\"%s\"} %llu\n", f->r->fail_closed ? "closed" : "open",
                   (unsigned long long)atomic_load(&f->fallbacks));
-    strbuf_puts(b, "# HELP tessera_redis_settle_dropped_total Refunds given up while Redis was away "
-                   "(the queue of PENDING_CAP was full; the tenant stays charged)\n"
+    strbuf_puts(b, "# HELP tessera_redis_error_replies_total Calls Redis answered with an error "
+                   "(WRONGTYPE, OOM, a script error); the connection is kept and the call not retried\n"
+                   "# TYPE tessera_redis_error_replies_total counter\n");
+    for (int i = 0; i < N_SCRIPTS; i++)
+        strbuf_printf(b, "tessera_redis_error_replies_total{script=\"%s\"} %llu\n", SCRIPT_NAMES[i],
+                      (unsigned long long)atomic_load(&f->refusals[i]));
+    strbuf_puts(b, "# HELP tessera_redis_settle_dropped_total Refunds given up: the queue of PENDING_CAP was "
+                   "full while Redis was away, or Redis refused the settlement (the tenant stays charged)\n"
                    "# TYPE tessera_redis_settle_dropped_total counter\n");
     strbuf_printf(b, "tessera_redis_settle_dropped_total %llu\n", (unsigned long long)atomic_load(&f->dropped));
 }
