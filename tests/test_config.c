@@ -362,6 +362,12 @@ static const bad_case bad_cases[] = {
      ":1:64: limits.redis_prefix: bad name 'a b' (1 to 63 characters: letters, digits and ._:-)"},
     {"limits: {backend: redis, redis_url: 'redis://h', redis_sync_ms: 2000}\n" MINIMAL,
      ":1:65: limits.redis_sync_ms: 2000 ms is more than a third of redis_lease_ms (3000)"},
+    {"limits: {backend: redis, redis_url: 'redis://h', redis_timeout_ms: 2600}\n" MINIMAL,
+     ":1:68: limits.redis_timeout_ms: 2600 ms is not less than redis_lease_ms - 2 * redis_sync_ms "
+     "(3000 - 2 * 200 = 2600 ms)"},
+    {"limits: {backend: redis, redis_url: 'redis://h', redis_timeout_ms: 200, redis_lease_ms: 600}\n" MINIMAL,
+     ":1:68: limits.redis_timeout_ms: 200 ms is not less than redis_lease_ms - 2 * redis_sync_ms "
+     "(600 - 2 * 200 = 200 ms)"},
     {"limits: {backend: redis, redis_url: 'redis://h'}\n" MINIMAL "    tokens_per_minute: 200000000\n",
      ":9:24: tenants[0].tokens_per_minute:"},
 };

@@ -261,6 +261,13 @@ static int parse_redis(const ydoc *d, const yaml_node_t *const *v, const char *c
     if (r->sync_ms > r->lease_ms / 3)
         return ydoc_fail(d, v[SYNC] ? v[SYNC] : v[LEASE], FP(SYNC), "%u ms is more than a third of redis_lease_ms (%u)",
                          r->sync_ms, r->lease_ms);
+    /* A heartbeat may take the whole timeout: one that waited that long
+     * after two periods (one late beat) must still land within the lease,
+     * or a live replica's counts expire while it is waiting on Redis. */
+    if (r->timeout_ms >= r->lease_ms - 2 * r->sync_ms)
+        return ydoc_fail(d, v[TIMEOUT] ? v[TIMEOUT] : v[LEASE] ? v[LEASE] : v[SYNC], FP(TIMEOUT),
+                         "%u ms is not less than redis_lease_ms - 2 * redis_sync_ms (%u - 2 * %u = %u ms)",
+                         r->timeout_ms, r->lease_ms, r->sync_ms, r->lease_ms - 2 * r->sync_ms);
 #undef FP
     return 0;
 }

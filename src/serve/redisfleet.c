@@ -44,7 +44,10 @@ struct pending {
 /* ---- the scripts ----------------------------------------------------------- */
 
 /* Shared by admit and finish. KEYS[1] is the tenant's bucket hash. A
- * bucket is nil when its rate is 0 (unlimited). */
+ * bucket is nil when its rate is 0 (unlimited). A stored time later than
+ * now means Redis's clock stepped back: the bucket counts from now, with
+ * the level it had, instead of refusing the tenant for the length of the
+ * step (ratelimit.c's monotonic clock never does that). */
 #define LUA_BUCKETS                                                                                  \
     "local U = 60000000\n"                                                                           \
     "local t = redis.call('TIME')\n"                                                                 \
@@ -65,7 +68,6 @@ struct pending {
     "  end\n"                                                                                        \
     "  if level > b.cap then level = b.cap end\n"                                                    \
     "  b.level = level\n"                                                                            \
-    "  if last > now then b.last = last end\n"                                                       \
     "  return b\n"                                                                                   \
     "end\n"                                                                                          \
     /* lim_bucket_wait_us: 0 now, -1 never, else exact us */                                         \
@@ -74,7 +76,7 @@ struct pending {
     "  if n > b.rate then return -1 end\n"                                                           \
     "  local need = n * U\n"                                                                         \
     "  if b.level >= need then return 0 end\n"                                                       \
-    "  return cdiv(need - b.level, b.rate) + (b.last - now)\n"                                       \
+    "  return cdiv(need - b.level, b.rate)\n"                                                          \
     "end\n"                                                                                          \
     "local function store(b)\n"                                                                      \
     "  if not b then return end\n"                                                                   \
@@ -87,7 +89,7 @@ struct pending {
     "  local us = 0\n"                                                                               \
     "  for _, x in ipairs({a or false, b or false}) do\n"                                            \
     "    if x then\n"                                                                                \
-    "      local w = cdiv(x.cap - x.level, x.rate) + (x.last - now)\n"                              \
+    "      local w = cdiv(x.cap - x.level, x.rate)\n"                                                 \
     "      if w > us then us = w end\n"                                                              \
     "    end\n"                                                                                      \
     "  end\n"                                                                                        \
@@ -716,7 +718,7 @@ static void *sync_loop(void *arg) {
         reconnect_if_due(f);
         if (ok) sync_once(f, &sb);
         struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
+        clock_gettime(CLOCK_MONOTONIC, &ts);    /* stop_cv's clock: a clock step cannot stall the beat */
         int64_t ns = ts.tv_nsec + (int64_t)f->r->sync_ms * 1000000;
         ts.tv_sec += ns / 1000000000;
         ts.tv_nsec = ns % 1000000000;
@@ -788,7 +790,11 @@ int rfleet_new(const cfg *c, rfleet **out, char *err, size_t errlen) {
     f->r = &c->limits.redis;
     pthread_mutex_init(&f->mu, NULL);
     pthread_mutex_init(&f->stop_mu, NULL);
-    pthread_cond_init(&f->stop_cv, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&f->stop_cv, &ca);
+    pthread_condattr_destroy(&ca);
     make_replica_id(f->replica, sizeof f->replica);
     snprintf(f->alive_prefix, sizeof f->alive_prefix, "%s:alive:", f->r->prefix);
     size_t T = c->n_tenants;

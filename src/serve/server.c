@@ -2217,9 +2217,12 @@ int srv_new(const cfg *c, srv **out, char *err, size_t errlen) {
     }
     if ((rc = start_workers(s, err, errlen))) goto err;
     if (c->limits.backend == CFG_BACKEND_REDIS) {
-        wk_worker *wks[s->n_models];
-        for (int m = 0; m < s->n_models; m++) wks[m] = s->models[m].w;
-        if ((rc = rfleet_new(c, &s->fleet, err, errlen)) || (rc = rfleet_start(s->fleet, wks, s->n_models))) goto err;
+        wk_worker **wks = calloc(s->n_models > 0 ? (size_t)s->n_models : 1, sizeof *wks);
+        rc = wks ? 0 : TS_ERR_NOMEM;
+        for (int m = 0; wks && m < s->n_models; m++) wks[m] = s->models[m].w;
+        if (!rc && !(rc = rfleet_new(c, &s->fleet, err, errlen))) rc = rfleet_start(s->fleet, wks, s->n_models);
+        free(wks);      /* rfleet_start keeps a copy */
+        if (rc) goto err;
     }
     free(tn); free(mn); free(wt); free(price);
     *out = s;

@@ -448,6 +448,23 @@ class FleetLimits(unittest.TestCase):
         self.assertIn("error reply to the admit script: WRONGTYPE", R[2].stderr())
         self.assertLessEqual(R[0].stderr().count("error reply to the"), 2, R[0].stderr())
 
+    def test_6c_clock_step_back(self):
+        """A bucket stored by a Redis whose clock then stepped back an hour
+        (its time is later than TIME): the tenant waits for what its level
+        lacks, not for the step."""
+        lim = PREFIX + ":lim:rpm"
+        sec, us = (int(x) for x in resp_call(REDIS.port, "TIME"))
+        later = (sec + 3600) * 1000000 + us
+        # Half a request left at 6 a minute: the next one is 5 s away.
+        resp_call(REDIS.port, "HSET", lim, "rl", "30000000", "rt", str(later), "rr", "6")
+        try:
+            r = comp(R[0], "rpm", timeout=5)
+            self.assertEqual(r.status, 429, r)
+            self.assertEqual(code(r), "rate_requests")
+            self.assertTrue(1 <= int(r.headers["retry-after"]) <= 6, r.headers)
+        finally:
+            resp_call(REDIS.port, "DEL", lim)
+
     def test_7_redis_killed(self):
         REDIS.kill()
         try:
