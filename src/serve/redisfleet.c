@@ -166,14 +166,17 @@ static const char LUA_FINISH[] =
  * the other replicas' figures then T least keys of the tenants queued on
  * another replica (-1: queued on none).
  *
- * The keys live a lease ("P:svcq:M:R", only the tenants queued), so a
- * replica that stops takes its queue with it.
+ * The sums are kept, not recomputed: "P:svctot:M" holds every replica's
+ * figures added up, and each heartbeat adds what changed since the figures
+ * this replica stored last time ("P:svc:M:R"), so a heartbeat costs O(M x
+ * T) whatever the fleet's size. Sending whole figures, not deltas, makes a
+ * heartbeat that timed out but ran late harmless. The sums never fall when
+ * a replica leaves: its figures stay in the total, and its own hash a day,
+ * so that one that was only cut off picks up where it was.
  *
- * The sums never fall when a replica leaves: a replica whose lease has
- * run out has its figures folded into the model's "gone" hash (their sum
- * is unchanged), and a tombstone of what was folded is kept a day, so
- * that a replica that was only cut off, coming back, takes its figures
- * out of "gone" again instead of counting twice. */
+ * The keys live a lease ("P:svcq:M:R", only the tenants queued), so a
+ * replica that stops takes its queue with it; reading the others' queues
+ * costs what is queued. */
 static const char LUA_SYNC[] =
     /* unpack() puts its results on Lua's C stack (some 8000 slots): the
      * tenants go 256 at a time. */
@@ -188,28 +191,21 @@ static const char LUA_SYNC[] =
     "  if n == '0' then redis.call('HDEL', k, me)\n"
     "  else redis.call('HSET', k, me, n) redis.call('PEXPIRE', k, 2 * lease) end\n"
     "end\n"
-    /* Fold hash src's figures into gone, negated when sign is -1. Zeros and
-     * anything not an integer are skipped and gone's type is checked before
-     * the first write, since Redis keeps a failed script's earlier writes:
-     * the caller empties src in the same run, so each fold applies once. */
-    "local function move(src, gone, sign)\n"
-    "  local ty = redis.call('TYPE', gone).ok\n"
-    "  if ty ~= 'hash' and ty ~= 'none' then error('WRONGTYPE ' .. gone .. ' is not a hash') end\n"
-    "  local h, d = redis.call('HGETALL', src), {}\n"
-    "  for i = 1, #h, 2 do\n"
-    "    local v = tonumber(h[i + 1])\n"
-    "    if v and v ~= 0 and v == math.floor(v) and v > -9e18 and v < 9e18 then\n"
-    "      d[#d + 1] = h[i] d[#d + 1] = string.format('%.0f', sign * v)\n"
-    "    end\n"
-    "  end\n"
-    "  for i = 1, #d, 2 do redis.call('HINCRBY', gone, d[i], d[i + 1]) end\n"
-    "  return #h > 0\n"
+    /* Numbers read back: nil when missing, false when not an integer
+     * (someone else's value: the script stops before writing). */
+    "local function int(v)\n"
+    "  if not v then return nil end\n"
+    "  local x = tonumber(v)\n"
+    "  if not x or x ~= math.floor(x) or x <= -9e18 or x >= 9e18 then return false end\n"
+    "  return x\n"
     "end\n"
-    "local function add(sums, key)\n"
+    "local function hmget(key)\n"
+    "  local out = {}\n"
     "  for i = 1, T, CHUNK do\n"
     "    local v = redis.call('HMGET', key, unpack(names, i, math.min(T, i + CHUNK - 1)))\n"
-    "    for k = 1, #v do sums[i + k - 1] = sums[i + k - 1] + (tonumber(v[k]) or 0) end\n"
+    "    for k = 1, #v do out[i + k - 1] = v[k] or false end\n"
     "  end\n"
+    "  return out\n"
     "end\n"
     /* A replica's queue holds only the tenants queued there: read whole. */
     "local at = {}\n"
@@ -223,10 +219,23 @@ static const char LUA_SYNC[] =
     "end\n"
     "local out, a = {}, 6 + 2 * T\n"
     "for m = 1, M do\n"
-    "  local base, fold = P .. ':svc:' .. ARGV[a] .. ':', P .. ':svcfold:' .. ARGV[a] .. ':'\n"
-    "  local reps, gone = P .. ':svcreps:' .. ARGV[a], P .. ':svcgone:' .. ARGV[a]\n"
-    "  local qk = P .. ':svcq:' .. ARGV[a] .. ':'\n"
-    "  if move(fold .. me, gone, -1) then redis.call('DEL', fold .. me) end\n"
+    "  local mine, tot = P .. ':svc:' .. ARGV[a] .. ':' .. me, P .. ':svctot:' .. ARGV[a]\n"
+    "  local reps, qk = P .. ':svcreps:' .. ARGV[a], P .. ':svcq:' .. ARGV[a] .. ':'\n"
+    /* Everything is read and checked before the first write: Redis keeps
+     * a failed script's earlier writes, and a delta applied without the
+     * figure it came from would be applied again. */
+    "  local old, sum, add, fig = hmget(mine), hmget(tot), {}, {}\n"
+    "  for i = 1, T do\n"
+    "    local o, t, n = int(old[i]) or 0, int(sum[i]), tonumber(ARGV[a + i])\n"
+    "    if t == false then error('ERR ' .. tot .. ' holds a field that is not an integer') end\n"
+    "    out[#out + 1] = (t or 0) - o\n"
+    "    if n ~= o then add[#add + 1] = names[i] add[#add + 1] = string.format('%.0f', n - o) end\n"
+    "    fig[2 * i - 1] = names[i] fig[2 * i] = ARGV[a + i]\n"
+    "  end\n"
+    "  for i = 1, #add, 2 do redis.call('HINCRBY', tot, add[i], add[i + 1]) end\n"
+    "  for i = 1, T, CHUNK do\n"
+    "    redis.call('HSET', mine, unpack(fig, 2 * i - 1, 2 * math.min(T, i + CHUNK - 1)))\n"
+    "  end\n"
     "  local q = {}\n"
     "  for i = 1, T do\n"
     "    if ARGV[a + T + i] ~= '' then q[#q + 1] = names[i] q[#q + 1] = ARGV[a + T + i] end\n"
@@ -234,30 +243,17 @@ static const char LUA_SYNC[] =
     "  redis.call('DEL', qk .. me)\n"
     "  for i = 1, #q, 2 * CHUNK do redis.call('HSET', qk .. me, unpack(q, i, math.min(#q, i + 2 * CHUNK - 1))) end\n"
     "  if #q > 0 then redis.call('PEXPIRE', qk .. me, lease) end\n"
-    "  local mine = {}\n"
-    "  for i = 1, T do mine[2 * i - 1] = names[i] mine[2 * i] = ARGV[a + i] end\n"
-    "  for i = 1, T, CHUNK do\n"
-    "    redis.call('HSET', base .. me, unpack(mine, 2 * i - 1, 2 * math.min(T, i + CHUNK - 1)))\n"
-    "  end\n"
     "  redis.call('SADD', reps, me)\n"
-    "  for _, k in ipairs({base .. me, reps, gone}) do redis.call('PEXPIRE', k, DAY) end\n"
-    "  local sums, least = {}, {}\n"
-    "  for i = 1, T do sums[i] = 0 least[i] = -1 end\n"
+    "  for _, k in ipairs({mine, tot, reps}) do redis.call('PEXPIRE', k, DAY) end\n"
+    "  local least = {}\n"
+    "  for i = 1, T do least[i] = -1 end\n"
     "  for _, r in ipairs(redis.call('SMEMBERS', reps)) do\n"
-    "    if r ~= me and redis.call('EXISTS', P .. ':alive:' .. r) == 1 then\n"
-    "      add(sums, base .. r)\n"
-    "      lows(least, qk .. r)\n"
+    "    if r ~= me and redis.call('EXISTS', P .. ':alive:' .. r) == 1 then lows(least, qk .. r)\n"
     "    elseif r ~= me then\n"
     "      redis.call('DEL', qk .. r)\n"
-    "      if move(base .. r, gone, 1) then\n"
-    "        redis.call('RENAME', base .. r, fold .. r)\n"
-    "        redis.call('PEXPIRE', fold .. r, DAY)\n"
-    "      end\n"
     "      redis.call('SREM', reps, r)\n"
     "    end\n"
     "  end\n"
-    "  add(sums, gone)\n"
-    "  for i = 1, T do out[#out + 1] = sums[i] end\n"
     "  for i = 1, T do out[#out + 1] = least[i] end\n"
     "  a = a + 1 + 2 * T\n"
     "end\n"

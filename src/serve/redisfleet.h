@@ -33,11 +33,12 @@
  *                    which is what a missing key reads as
  *   P:inflight:T     hash R -> requests in flight on R
  *   P:alive:R        "1", expires one lease after R's last heartbeat
- *   P:svc:M:R        hash T -> T's service on R (fair share, below)
- *   P:svcreps:M      set of the replicas that published for M
- *   P:svcgone:M      hash T -> the service of replicas that left
- *   P:svcfold:M:R    what was moved from P:svc:M:R into P:svcgone:M when
- *                    R's lease ran out (a day), taken back if R returns
+ *   P:svc:M:R        hash T -> T's service on R as last added to the
+ *                    total (fair share, below; a day)
+ *   P:svctot:M       hash T -> the sum of every replica's P:svc:M:R
+ *   P:svcq:M:R       hash T -> T's fair-queue key on R, while queued there
+ *                    (a lease)
+ *   P:svcreps:M      set of the live replicas that published for M
  *   P:fin:R          the last finish of R that Redis applied (a day)
  * Two fleets sharing one Redis need two prefixes. Keys are named inside
  * the scripts, so Redis Cluster is not supported: one Redis (or a
@@ -76,12 +77,12 @@
  * "Fleet-wide"). It also publishes the keys of the tenants queued here
  * (P:svcq:M:R, for a lease) and hands in the least key of each tenant
  * queued elsewhere, so that a tenant is lifted against the fleet's queue,
- * not this replica's alone. The figures lag by up to one period, so fairness holds
- * fleet-wide to within one period's service. A replica that leaves takes
- * nothing away: its figures move to P:svcgone:M when its lease runs out
- * (and back, if it was only cut off and returns within a day), so the
- * sums only grow. Figures lost with Redis's data are absorbed by the fair
- * queue, whose keys never move back.
+ * not this replica's alone. The figures lag by up to one period, so
+ * fairness holds fleet-wide to within one period's service. A replica
+ * that leaves takes nothing away: its figures stay in P:svctot:M, so the
+ * sums only grow (one cut off for more than a day, whose own hash has
+ * expired, is counted again when it returns). Figures lost with Redis's
+ * data are absorbed by the fair queue, whose keys never move back.
  *
  * Threads: rfleet_admit and rfleet_finish are called from HTTP threads;
  * one mutex guards the single connection, the counts and the state, and no
