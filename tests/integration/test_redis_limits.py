@@ -18,6 +18,12 @@ replicas on 127.0.0.1 sharing a private redis-server:
 - Redis stopped (SIGSTOP: slow) with a request in flight: answers within the
   timeouts, and the refund its finish could not deliver is settled once, to
   the token, with the in-flight count repaired;
+- Redis paused past a lease with its data intact: every replica rejoins,
+  the fleet's sums are unchanged and Redis refuses no exchange;
+- a key of the wrong type: the calls that touch it fall back and are
+  counted, the refused settlement is dropped, the connection stays;
+- a bucket stored before Redis's clock stepped back an hour: the tenant
+  waits for its level, not for the step;
 - Redis killed mid-run: the replicas in fail-open mode answer from local
   limits at once (no hang), the fail-closed one answers 503 with
   Retry-After, /metrics shows tessera_redis_up 0 and the error count, one
