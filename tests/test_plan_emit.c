@@ -184,7 +184,7 @@ static void test_outputs_parse(void **st) {
             int ids[MIG_MAX_INSTANCES];
             mig_inst again[MIG_MAX_INSTANCES];
             for (int i = 0; i < pg->n_gi; i++) ids[i] = pg->gi[i].gi_id;
-            assert_int_equal(mig_firstfit(ids, (size_t)pg->n_gi, MIG_PREF_HIGH, again, NULL), 0);
+            assert_int_equal(mig_firstfit(ids, (size_t)pg->n_gi, MIG_PREF_DRIVER, again, NULL), 0);
             assert_memory_equal(again, pg->gi, (size_t)pg->n_gi * sizeof *again);
         }
         unload(&fx);
@@ -492,7 +492,7 @@ static void test_planjson_errors(void **st) {
         {"workers.0.tenants.0", "\"nobody\"", "workers[0].tenants[0]: expected the name of a tenant"},
         {"workers.1.mode", "\"sharded\"", "workers[1].mode: unknown value 'sharded'"},
         {"slices.0.gpu", "99", "slices[0].gpu: 99 is outside -1..4"},
-        {"slices.0.gi_start", "0", "slices[0].gi_start: 0, but the layout puts it at"},
+        {"slices.0.gi_start", "1", "slices[0].gi_start: 1, but the layout puts it at"},
         {"instances.0.worker", "\"ghost\"", "instances[0].worker: unknown worker 'ghost'"},
         {"instances.2.slice", "0", "slices[1]: instance 2 of its range is on slice 0"},
         {"instances.0.replica", "1", "instances[0]: is not replica 1 of worker"},

@@ -2,9 +2,9 @@
  * mig.c, gpucat.c).
  *
  * Known valid and invalid layouts against the placement rule, each invalid
- * one with the rule it breaks; the first-fit ordering trap from the facts
- * file (`-cgi 19,19,14,9` fails, `9,19,14,19` works, `14,19x5` lands 2g@4
- * and 1g@0,1,2,3,6); every multiset of profiles that has a valid layout is
+ * one with the rule it breaks; the driver's first fit slot by slot as the
+ * MIG guide's transcripts show it (`-cgi 19,19,14,9` fails, `9,19,14,19`
+ * lands 3g@4, 1g@0, 2g@2, 1g@1, `14,19x5` lands 2g@4 and 1g@0,1,2,3,6); every multiset of profiles that has a valid layout is
  * landed by mig_place's largest-first order, and the layout it lands is
  * valid; and the catalog's numbers are internally consistent.
  */
@@ -74,54 +74,72 @@ static void test_layouts(void **st) {
 
 /* ---- first fit and its ordering trap ------------------------------------------ */
 
+/* Run `-cgi ids` under pref and compare each instance with want[] exactly. */
+static void expect_cgi(const int *ids, size_t n, int pref, const mig_inst *want) {
+    mig_inst out[8];
+    assert_int_equal(mig_firstfit(ids, n, pref, out, NULL), 0);
+    for (size_t k = 0; k < n; k++)
+        if (out[k].gi_id != want[k].gi_id || out[k].start != want[k].start)
+            fail_msg("-cgi entry %zu: got id %d@%d, the driver gives id %d@%d", k, out[k].gi_id, out[k].start,
+                     want[k].gi_id, want[k].start);
+}
+
 static void test_firstfit_trap(void **st) {
     (void)st;
     mig_inst out[8];
     size_t failed = 99;
-    /* The facts file: -cgi 19,19,14,9 fails ("Insufficient Resources") at
-     * the 3g, while the same multiset in the order 9,19,14,19 works. */
+    /* MIG user guide: -cgi 19,19,14,9 fails ("Insufficient Resources") at
+     * the 3g, while the same multiset in the order 9,19,14,19 works and
+     * -lgi then shows 1g@0, 1g@1, 2g@2, 3g@4: in creation order 3g@4,
+     * 1g@0, 2g@2, 1g@1. */
     const int trap[] = {19, 19, 14, 9}, ok[] = {9, 19, 14, 19};
-    assert_int_equal(mig_firstfit(trap, 4, MIG_PREF_HIGH, out, &failed), TS_ERR_MIG_LAYOUT);
+    assert_int_equal(mig_firstfit(trap, 4, MIG_PREF_DRIVER, out, &failed), TS_ERR_MIG_LAYOUT);
     assert_int_equal(failed, 3);
-    assert_int_equal(mig_firstfit(ok, 4, MIG_PREF_HIGH, out, NULL), 0);
-    assert_int_equal(mig_layout_check(out, 4, NULL, 0), 0);
+    const mig_inst ok_lgi[] = {{9, 4}, {19, 0}, {14, 2}, {19, 1}};
+    expect_cgi(ok, 4, MIG_PREF_DRIVER, ok_lgi);
     /* Both orders hold a valid layout: the trap is the order. */
     assert_true(mig_fits(trap, 4));
     /* -cgi 14,19,19,19,19,19 gives 2g@4 and 1g at 0,1,2,3,6 (guide). */
     const int g[] = {14, 19, 19, 19, 19, 19};
-    assert_int_equal(mig_firstfit(g, 6, MIG_PREF_HIGH, out, NULL), 0);
-    assert_int_equal(out[0].start, 4);
-    int seen = 0;
-    for (int k = 1; k < 6; k++) seen |= 1 << out[k].start;
-    assert_int_equal(seen, (1 << 0) | (1 << 1) | (1 << 2) | (1 << 3) | (1 << 6));
-    /* The opposite preference contradicts the transcript in both
-     * directions, which is why the planner models the driver as HIGH. */
+    const mig_inst g_lgi[] = {{14, 4}, {19, 0}, {19, 1}, {19, 2}, {19, 3}, {19, 6}};
+    expect_cgi(g, 6, MIG_PREF_DRIVER, g_lgi);
+    /* -cgi 9,9 (the guide's "-cgi 9,3g.20gb"): the first 3g at 4:4. */
+    const int two3g[] = {9, 9};
+    const mig_inst two3g_lgi[] = {{9, 4}, {9, 0}};
+    expect_cgi(two3g, 2, MIG_PREF_DRIVER, two3g_lgi);
+    /* One direction for every profile contradicts the guide: highest
+     * first puts the first 1g of 9,19,14,19 at 3, lowest first makes that
+     * order fail and the trap pass. */
+    assert_int_equal(mig_firstfit(ok, 4, MIG_PREF_HIGH, out, NULL), 0);
+    assert_int_equal(out[1].start, 3);
     assert_int_equal(mig_firstfit(trap, 4, MIG_PREF_LOW, out, NULL), 0);
     assert_int_equal(mig_firstfit(ok, 4, MIG_PREF_LOW, out, NULL), TS_ERR_MIG_LAYOUT);
     /* Instance limits: an 8th 1g, a second +me. */
     const int eight[] = {19, 19, 19, 19, 19, 19, 19, 19}, me2[] = {20, 20};
-    assert_int_equal(mig_firstfit(eight, 8, MIG_PREF_HIGH, out, &failed), TS_ERR_MIG_LAYOUT);
+    assert_int_equal(mig_firstfit(eight, 8, MIG_PREF_DRIVER, out, &failed), TS_ERR_MIG_LAYOUT);
     assert_int_equal(failed, 7);
-    assert_int_equal(mig_firstfit(me2, 2, MIG_PREF_HIGH, out, &failed), TS_ERR_MIG_LAYOUT);
+    assert_int_equal(mig_firstfit(me2, 2, MIG_PREF_DRIVER, out, &failed), TS_ERR_MIG_LAYOUT);
     assert_int_equal(failed, 1);
 }
 
 /* The emitter's order must land the trap's multiset: mig_place orders it
- * largest first, 9,14,19,19, and the result is a valid layout whose -cgi
- * replay lands exactly the same slots. */
+ * largest first, 9,14,19,19, which lands the guide's layout (3g@4, 2g@2,
+ * 1g@0, 1g@1, the 1gs in creation order), and its -cgi replay under the
+ * driver's model lands exactly the same slots. */
 static void test_place_orders_trap(void **st) {
     (void)st;
     const int trap[] = {19, 19, 14, 9};
     mig_inst out[8], again[8];
     assert_int_equal(mig_place(trap, 4, out), 0);
-    const int want[] = {9, 14, 19, 19};
+    const mig_inst want[] = {{9, 4}, {14, 2}, {19, 0}, {19, 1}};
     int ids[8];
     for (int k = 0; k < 4; k++) {
-        assert_int_equal(out[k].gi_id, want[k]);
+        assert_int_equal(out[k].gi_id, want[k].gi_id);
+        assert_int_equal(out[k].start, want[k].start);
         ids[k] = out[k].gi_id;
     }
     assert_int_equal(mig_layout_check(out, 4, NULL, 0), 0);
-    assert_int_equal(mig_firstfit(ids, 4, MIG_PREF_HIGH, again, NULL), 0);
+    assert_int_equal(mig_firstfit(ids, 4, MIG_PREF_DRIVER, again, NULL), 0);
     assert_memory_equal(out, again, 4 * sizeof *out);
     /* No layout at all: 3g + 3g + 1g (9 memory slices). */
     const int none[] = {9, 9, 19};

@@ -78,10 +78,13 @@ int mig_layout_check(const mig_inst *v, size_t n, char *why, size_t cap) {
     return 0;
 }
 
-/* The start pref takes for g on a line whose taken slices are `used`, or -1. */
+/* The start pref takes for g on a line whose taken slices are `used`, or -1.
+ * The driver's preference is per profile size; mig.h gives the transcripts
+ * it reproduces. */
 static int first_free(const mig_geom *g, unsigned used, int pref) {
+    int high = pref == MIG_PREF_HIGH || (pref == MIG_PREF_DRIVER && g->mem > 1);
     for (int k = 0; k < MIG_MEM_SLICES; k++) {
-        int s = pref == MIG_PREF_HIGH ? MIG_MEM_SLICES - 1 - k : k;
+        int s = high ? MIG_MEM_SLICES - 1 - k : k;
         if ((g->starts & (1u << s)) && !(used & span(s, g->mem))) return s;
     }
     return -1;
@@ -208,7 +211,7 @@ int mig_place(const int *ids, size_t n, mig_inst *out) {
     for (size_t i = 0; i < n; i++) rank[i] = i && sorted[i] == sorted[i - 1] ? rank[i - 1] : (int)i;
     do {
         for (size_t i = 0; i < n; i++) order[i] = sorted[rank[i]];
-        if (mig_firstfit(order, n, MIG_PREF_HIGH, out, NULL) == 0) return 0;
+        if (mig_firstfit(order, n, MIG_PREF_DRIVER, out, NULL) == 0) return 0;
     } while (next_perm(rank, n));
     return TS_ERR_MIG_LAYOUT;
 }

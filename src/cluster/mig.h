@@ -18,11 +18,19 @@
  * moving an earlier one, so an order can fail on a layout that exists:
  * `-cgi 19,19,14,9` fails while `9,19,14,19` succeeds. mig_place() picks a
  * creation order that lands the planned layout. The driver's preference
- * among free slots is not documented. MIG_PREF_HIGH (highest free start
- * first) reproduces every transcript in the facts file: both orders above
- * and `-cgi 14,19x5` giving 2g@4 and 1g@0,1,2,3,6. MIG_PREF_LOW would make
- * `9,19,14,19` fail and `19,19,14,9` pass, the opposite of what was seen,
- * so it is kept only for tests [D; confirm on hardware].
+ * among free slots is not documented; MIG_PREF_DRIVER models it from the
+ * MIG user guide's transcripts: a one-memory-slice profile (1g.5gb,
+ * 1g.10gb on 80 GB parts) takes the lowest free start, every larger one the
+ * highest. That reproduces each of them exactly:
+ *   `-cgi 9,19,14,19` -> -lgi shows 1g@0, 1g@1, 2g@2, 3g@4;
+ *   `-cgi 19,19,14,9` -> the 2g lands at 4, so the 3g finds no room;
+ *   `-cgi 14,19x5`    -> 2g@4 and 1g@0,1,2,3,6;
+ *   `-cgi 9,9`        -> 3g@4, then 3g@0.
+ * A single direction for every profile cannot: highest-first puts the
+ * guide's first 1g at 3, lowest-first makes `9,19,14,19` fail. Where the
+ * transcripts say nothing (1g.20gb, id 15, is never shown next to others)
+ * the profile follows its size, i.e. highest first [D; confirm with -lgi].
+ * MIG_PREF_HIGH and MIG_PREF_LOW remain for the tests that show why.
  * Pure functions over small arrays: no allocation, no state.
  */
 #ifndef TS_MIG_H
@@ -34,8 +42,9 @@
 #define MIG_COMPUTE_SLICES 7        /* compute (SM) slices of a GPU */
 #define MIG_MAX_INSTANCES 7         /* GIs on one GPU at most (7 x 1g) */
 
-/* Which free start nvidia-smi's first fit takes for each instance. */
-enum { MIG_PREF_HIGH = 0, MIG_PREF_LOW = 1 };
+/* Which free start nvidia-smi's first fit takes for each instance: the
+ * driver's (see above), or one direction for every profile. */
+enum { MIG_PREF_DRIVER = 0, MIG_PREF_HIGH = 1, MIG_PREF_LOW = 2 };
 
 typedef struct mig_geom {
     int gi_id;                      /* nvidia-smi GI profile id */
@@ -77,7 +86,7 @@ void mig_sort_largest(int *ids, size_t n);
 
 /* Plan a layout for the multiset ids[0..n) and the creation order that
  * lands it: out[0..n) is the layout in creation order, so
- * `-cgi out[0].gi_id,out[1].gi_id,...` under MIG_PREF_HIGH creates exactly
+ * `-cgi out[0].gi_id,out[1].gi_id,...` under MIG_PREF_DRIVER creates exactly
  * out. The order is largest first (mig_sort_largest) whenever that lands,
  * which it does for every layout of today's geometry.
  * Returns 0, TS_ERR_MIG_LAYOUT when no valid layout exists, TS_ERR_INVAL
