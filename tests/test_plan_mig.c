@@ -229,6 +229,15 @@ static void test_catalog(void **st) {
     const gpucat_gpu *h = gpucat_find("H100-80GB");
     assert_int_equal(gpucat_mig_find(h, "3g.40gb")->sms, 60);
     assert_int_equal(gpucat_mig_find(h, "1g.20gb")->sms, 26);
+    /* H100 PCIe, `nvidia-smi mig -lgip` on driver 570: 1g/2g/3g/4g have
+     * 14/30/46/62 SMs, not the SXM counts scaled by 114/132. */
+    const gpucat_gpu *hp = gpucat_find("H100-PCIe");
+    static const struct { const char *name; int sms; } pcie[] = {
+        {"1g.20gb", 14}, {"2g.20gb", 30}, {"3g.40gb", 46}, {"4g.40gb", 62}};
+    for (size_t i = 0; i < N(pcie); i++)
+        if (gpucat_mig_find(hp, pcie[i].name)->sms != pcie[i].sms)
+            fail_msg("H100-PCIe %s: %d SMs, -lgip says %d", pcie[i].name, gpucat_mig_find(hp, pcie[i].name)->sms,
+                     pcie[i].sms);
     assert_true(gpucat_mig_find(gpucat_find("A100-40GB"), "1g.5gb")->mem_gib == 4.75);
     assert_true(gpucat_mig_find(gpucat_find("A100-80GB"), "2g.20gb")->mem_gib == 19.50);
     char names[512];

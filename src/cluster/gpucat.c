@@ -60,15 +60,19 @@ static const gpucat_gpu CATALOG[] = {
       {"4g.40gb", 5, 64, 39.50},
       {"7g.80gb", 0, 132, 79.25}}, 0},
     /* H100 PCIe 80GB. Specs [S] (hpctech.co.jp), 114 SMs [S]. Profile names
-     * as on the SXM part [S]; per-profile SMs [U]: the SXM -lgip counts
-     * scaled by 114/132 and rounded to even; memory as on the SXM [U]. */
+     * as on the SXM part [S]. Per-profile SMs from an `nvidia-smi mig -lgip`
+     * transcript, driver 570.169 [S]: 1g.20gb 14, 2g.20gb 30, 3g.40gb 46,
+     * 4g.40gb 62. The MIG guide's tables give only fractions (1/7, 2/7,
+     * ...) and the SXM counts are not a guide here: the PCIe part's 1g.20gb
+     * has no more SMs than a 1g. 1g.10gb(+me) 14 as the transcript's other
+     * 1g [U]; 7g the whole GPU's 114 [U]; memory as on the SXM [U]. */
     {"H100-PCIe", 79.25, 2000, 756, 1513, 114, 128, 7,
      {{"1g.10gb", 19, 14, 9.75},
       {"1g.10gb+me", 20, 14, 9.75},
-      {"1g.20gb", 15, 22, 19.62},
-      {"2g.20gb", 14, 28, 19.62},
-      {"3g.40gb", 9, 52, 39.50},
-      {"4g.40gb", 5, 56, 39.50},
+      {"1g.20gb", 15, 14, 19.62},
+      {"2g.20gb", 14, 30, 19.62},
+      {"3g.40gb", 9, 46, 39.50},
+      {"4g.40gb", 5, 62, 39.50},
       {"7g.80gb", 0, 114, 79.25}}, 0},
     /* H100 NVL 94GB. Specs [U] (bandwidth 3.9 TB/s, ~835 dense FP16);
      * MIG SMs and memory from an Azure -lgip transcript [S]. */
