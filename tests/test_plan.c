@@ -346,6 +346,7 @@ typedef struct bad_case {
     const char *tenant;
     int why;
     const char *say[3];             /* substrings of the problem's text */
+    const char *not_say;            /* a substring it must not have, or NULL */
 } bad_case;
 
 #define BAD_MODELS                                                                          \
@@ -360,34 +361,64 @@ static void test_infeasible(void **st) {
         {"70B FP16 fits no slice",
          "fleet: [{name: n, gpu: A100-80GB}]\n" BAD_MODELS "tiers: [{name: t}]\n"
          "tenants: [{name: huge, model: m70b, tier: t, isolation: strict}]\n",
-         "huge", PLAN_WHY_MEMORY, {"tenant 'huge'", "memory: needs", "fix: a GPU type with more memory"}},
+         "huge", PLAN_WHY_MEMORY,
+         {"tenant 'huge'", "the weights alone, 140.0 GB, exceed the largest GPU of the pools (A100-80GB",
+          "does not split a model across GPUs (no tensor parallelism)"}, "max_context"},
+        /* 140 GB of weights beside an 85 GB and a 48 GB GPU: the largest
+         * GPU of the pools is named, whatever the pool order. */
+        {"70B FP16 beyond every GPU of two pools",
+         "fleet: [{name: a, gpu: L40S}, {name: b, gpu: H100-80GB}]\n" BAD_MODELS "tiers: [{name: t}]\n"
+         "tenants: [{name: huge, model: m70b, tier: t}]\n",
+         "huge", PLAN_WHY_MEMORY, {"largest GPU of the pools (H100-80GB, 85.1 GB usable)", "fix: FP8 weights", NULL},
+         "max_context"},
+        /* 22 GB of weights on a 24.2 GB L4: the KV cache of a 2048-token
+         * context is small and no shorter one fits, so the text names the
+         * weights and offers FP8, never a shorter context. */
+        {"weights, not KV, overflow the GPU",
+         "fleet: [{name: n, gpu: L4}]\n" BAD_MODELS
+         "  - {name: m11b, params: 11B, layers: 40, heads: 40, kv_heads: 8, head_dim: 128, max_context: 2048}\n"
+         "tiers: [{name: t}]\n"
+         "tenants: [{name: heavy, model: m11b, tier: t}]\n",
+         "heavy", PLAN_WHY_MEMORY, {"memory: needs", "the weights are what does not fit", "fix: FP8 weights"},
+         "max_context"},
+        /* A 7B with a 32k context on the same L4: the KV cache is most of
+         * the need and a shorter context fits, so it is offered. */
+        {"KV overflows the GPU",
+         "fleet: [{name: n, gpu: L4}]\n" BAD_MODELS
+         "  - {name: long7b, params: 7B, layers: 32, heads: 32, kv_heads: 32, head_dim: 128, max_context: 32768}\n"
+         "tiers: [{name: t}]\n"
+         "tenants: [{name: longctx, model: long7b, tier: t}]\n",
+         "longctx", PLAN_WHY_MEMORY, {"memory: needs", "or a shorter max_context (32768 now)", NULL},
+         "what does not fit"},
         {"TTFT below one prefill",
          "fleet: [{name: n, gpu: A100-80GB}]\n" BAD_MODELS "tiers: [{name: t, ttft_ms: 20}]\n"
          "tenants: [{name: hasty, model: m7b, tier: t, load: {rps: 1, prompt_tokens: 4000}}]\n",
-         "hasty", PLAN_WHY_TTFT, {"tenant 'hasty'", "TTFT target 20 ms is unreachable", "fix: ttft_ms >="}},
+         "hasty", PLAN_WHY_TTFT, {"tenant 'hasty'", "TTFT target 20 ms is unreachable", "fix: ttft_ms >="}, NULL},
         {"TPOT below one weight read",
          "fleet: [{name: n, gpu: A100-80GB}]\n" BAD_MODELS "tiers: [{name: t, tpot_ms: 5}]\n"
          "tenants: [{name: quick, model: m7b, tier: t, load: {rps: 1}}]\n",
-         "quick", PLAN_WHY_TPOT, {"tenant 'quick'", "TPOT target 5 ms is unreachable", "FP8 weights"}},
+         "quick", PLAN_WHY_TPOT, {"tenant 'quick'", "TPOT target 5 ms is unreachable", "FP8 weights"}, NULL},
         {"load beyond max_replicas",
          "fleet: [{name: n, gpu: A100-80GB, gpus_per_node: 8}]\n" BAD_MODELS "tiers: [{name: t, tpot_ms: 100}]\n"
          "options: {max_replicas: 2}\n"
          "tenants: [{name: flood, model: m7b, tier: t, load: {rps: 500}}]\n",
-         "flood", PLAN_WHY_LOAD, {"tenant 'flood'", "load: 500.0 req/s", "fix: lower the load, or options.max_replicas >="}},
+         "flood", PLAN_WHY_LOAD,
+         {"tenant 'flood'", "load: 500.0 req/s", "fix: lower the load, or options.max_replicas >="}, NULL},
         {"pinned profile too small",
          "fleet: [{name: n, gpu: A100-80GB}]\n" BAD_MODELS "tiers: [{name: t}]\n"
          "tenants: [{name: pinned, model: m7b, tier: t, isolation: strict, profile: 1g.10gb}]\n",
-         "pinned", PLAN_WHY_PROFILE, {"tenant 'pinned'", "1g.10gb on A100-80GB", "fix: a bigger profile than 1g.10gb"}},
+         "pinned", PLAN_WHY_PROFILE,
+         {"tenant 'pinned'", "1g.10gb on A100-80GB", "fix: a bigger profile than 1g.10gb"}, NULL},
         {"pinned profile of another GPU",
          "fleet: [{name: n, gpu: A100-80GB}]\n" BAD_MODELS "tiers: [{name: t}]\n"
          "tenants: [{name: wrong, model: m7b, tier: t, isolation: strict, profile: 2g.35gb}]\n",
-         "wrong", PLAN_WHY_PROFILE, {"tenant 'wrong'", "2g.35gb exists on no GPU type", "fix:"}},
+         "wrong", PLAN_WHY_PROFILE, {"tenant 'wrong'", "2g.35gb exists on no GPU type", "fix:"}, NULL},
         {"fleet too small",
          "fleet: [{name: n, gpu: A100-80GB, gpus_per_node: 1}]\n" BAD_MODELS "tiers: [{name: t}]\n"
          "tenants:\n"
          "  - {name: one, model: m7b, tier: t, isolation: strict, profile: 7g.80gb}\n"
          "  - {name: two, model: m7b, tier: t, isolation: strict, profile: 7g.80gb}\n",
-         "two", PLAN_WHY_CAPACITY, {"tenant 'two'", "capacity: 1 of 1 instance not placed", "fix: add"}},
+         "two", PLAN_WHY_CAPACITY, {"tenant 'two'", "capacity: 1 of 1 instance not placed", "fix: add"}, NULL},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         const bad_case *c = &cases[i];
@@ -402,6 +433,7 @@ static void test_infeasible(void **st) {
         if (q->why != c->why) fail_msg("%s: constraint %d, want %d: %s", c->what, q->why, c->why, q->text);
         for (int k = 0; k < 3 && c->say[k]; k++)
             if (!strstr(q->text, c->say[k])) fail_msg("%s: '%s' lacks '%s'", c->what, q->text, c->say[k]);
+        if (c->not_say && strstr(q->text, c->not_say)) fail_msg("%s: '%s' says '%s'", c->what, q->text, c->not_say);
         for (size_t t = 0; t < in.n_tenants; t++)
             if (!strcmp(in.tenants[t].name, c->tenant)) assert_false(p.results[t].ok);
         plan_free(&p);

@@ -341,6 +341,58 @@ static void who(const plan *p, const plan_worker *w, size_t tenant, char *buf, s
     if (n > 0 && (size_t)n < cap) snprintf(buf + n, cap - (size_t)n, ")");
 }
 
+/* The memory case of explain(): what the need is made of, and only fixes
+ * that can work. One instance never spans GPUs (no tensor parallelism), so
+ * weights beyond the largest GPU leave a bigger GPU, smaller weights or a
+ * smaller model; a shorter context is offered only when the need without
+ * any KV cache fits the slice, otherwise the text says the weights are
+ * what does not fit.
+ *   e: the estimate on the largest slice, which holds slice_mem bytes and
+ *      is slice_what on GPU type slice_on. */
+static void explain_memory(const plan *p, const plan_model *pm, const sizing *z0, const perf_est *e,
+                           double slice_mem, const char *slice_what, const char *slice_on, char *what, char *fix) {
+    const perf_opts *o = &p->in->perf;
+    double gpu_max = 0;
+    const char *gpu_on = "";
+    for (size_t t = 0; t < p->n_types; t++)
+        if (p->types[t]->mem_gib * GIB > gpu_max) gpu_max = p->types[t]->mem_gib * GIB, gpu_on = p->types[t]->name;
+    double fixed = o->reserve_bytes, grow = 1.0 + o->headroom;
+    /* Weights at one byte per parameter, offered only when that need fits
+     * the room the failing check had: the largest GPU when the weights
+     * exceed it, else the largest slice. */
+    double w8 = pm->m.weight_bytes > 1 ? e->weight_bytes / pm->m.weight_bytes : 0;
+    double room = e->weight_bytes > gpu_max ? gpu_max : slice_mem;
+    char fp8[96] = "";
+    if (w8 > 0 && (w8 + e->kv_bytes) * grow + fixed <= room)
+        snprintf(fp8, sizeof fp8, "FP8 weights (dtype_bytes: 1, %.1f GB), ", w8 / GB);
+    if (e->weight_bytes > gpu_max) {
+        snprintf(what, PLAN_TEXT_MAX,
+                 "memory: the weights alone, %.1f GB, exceed the largest GPU of the pools (%s, %.1f GB usable), "
+                 "and the planner does not split a model across GPUs (no tensor parallelism)",
+                 e->weight_bytes / GB, gpu_on, gpu_max / GB);
+        snprintf(fix, PLAN_TEXT_MAX, "%sa GPU type with more than %.1f GB, or a smaller model", fp8,
+                 (e->weight_bytes * grow + fixed) / GB);
+        return;
+    }
+    double no_kv = e->weight_bytes * grow + fixed;
+    int n = snprintf(what, PLAN_TEXT_MAX,
+                     "memory: needs %.1f GB (%.1f GB weights + %.1f GB KV for %.0f tokens, +%.0f%% headroom, "
+                     "+%.1f GB reserve) but the largest slice, %s on %s, holds %.1f GB",
+                     e->need_bytes / GB, e->weight_bytes / GB, e->kv_bytes / GB, e->kv_tokens, o->headroom * 100,
+                     fixed / GB, slice_what, slice_on, slice_mem / GB);
+    if (no_kv > slice_mem && n > 0 && n < PLAN_TEXT_MAX)
+        snprintf(what + n, PLAN_TEXT_MAX - (size_t)n,
+                 "; the weights are what does not fit: %.1f GB with headroom and reserve before any KV cache "
+                 "(KV is %.0f%% of the need)", no_kv / GB, 100.0 * e->kv_bytes * grow / e->need_bytes);
+    if (z0->pin)
+        snprintf(fix, PLAN_TEXT_MAX, "a bigger profile than %s, or no pin", z0->pin);
+    else if (no_kv > slice_mem)
+        snprintf(fix, PLAN_TEXT_MAX, "%s%sa GPU type with more memory", fp8, fp8[0] ? "or " : "");
+    else
+        snprintf(fix, PLAN_TEXT_MAX, "a GPU type with more memory, %sor a shorter max_context (%d now)",
+                 pm->m.weight_bytes > 1 ? "FP8 weights (dtype_bytes: 1), " : "", pm->m.max_context);
+}
+
 /* Why worker w cannot be served on any type, for each of its tenants.
  * Memory and targets are judged unloaded on the largest slice of every
  * type, because no number of replicas fixes those; what is left is load. */
@@ -350,16 +402,15 @@ static int explain(plan *p, const plan_worker *w, const sizing *z0) {
     sizing idle = *z0;
     idle.load.rps = 0;
     int mem_ok = 0;
-    double best_ttft = INFINITY, best_tpot = INFINITY, best_mem = 0, need = 0;
+    double best_ttft = INFINITY, best_tpot = INFINITY, best_mem = 0;
     const char *ttft_on = "", *tpot_on = "", *mem_on = "", *mem_what = "";
-    perf_est e0 = {0};
+    perf_est e0 = {0}, e_mem = {0};
     for (size_t t = 0; t < p->n_types; t++) {
         perf_slice s;
         const char *what;
         if (!largest_slice(p, &idle, t, &s, &what)) continue;
         perf_estimate(idle.m, &s, &idle.load, o, &e0);
-        need = e0.need_bytes;
-        if (s.mem > best_mem) best_mem = s.mem, mem_on = p->types[t]->name, mem_what = what;
+        if (s.mem > best_mem) best_mem = s.mem, mem_on = p->types[t]->name, mem_what = what, e_mem = e0;
         if (e0.need_bytes > s.mem) continue;
         mem_ok = 1;
         if (e0.ttft_s < best_ttft) best_ttft = e0.ttft_s, ttft_on = p->types[t]->name;
@@ -377,16 +428,7 @@ static int explain(plan *p, const plan_worker *w, const sizing *z0) {
         snprintf(fix, sizeof fix, "MIG-capable GPUs (A100, H100, H200, B200) or isolation: shared");
     } else if (!mem_ok) {
         why = z0->pin ? PLAN_WHY_PROFILE : PLAN_WHY_MEMORY;
-        snprintf(what, sizeof what,
-                 "memory: needs %.1f GB (%.1f GB weights + %.1f GB KV for %.0f tokens, +%.0f%% "
-                 "headroom, +%.1f GB reserve) but the largest slice, %s on %s, holds %.1f GB",
-                 need / GB, e0.weight_bytes / GB, e0.kv_bytes / GB, e0.kv_tokens, o->headroom * 100,
-                 o->reserve_bytes / GB, mem_what, mem_on, best_mem / GB);
-        if (z0->pin)
-            snprintf(fix, sizeof fix, "a bigger profile than %s, or no pin", z0->pin);
-        else
-            snprintf(fix, sizeof fix, "a GPU type with more memory, %sor a shorter max_context (%d now)",
-                     pm->m.weight_bytes > 1 ? "FP8 weights (dtype_bytes: 1), " : "", pm->m.max_context);
+        explain_memory(p, pm, z0, &e_mem, best_mem, mem_what, mem_on, what, fix);
     } else if (z0->ttft_s > 0 && best_ttft > z0->ttft_s) {
         why = PLAN_WHY_TTFT;
         snprintf(what, sizeof what,
