@@ -338,6 +338,35 @@ static void test_replicas(void **st) {
     plan_input_free(&in);
 }
 
+/* The catalog rows added for issue 16 plan end to end: a strict tenant on
+ * GH200 or B300 gets a MIG slice of that GPU's own profiles, and on A30 or
+ * H20, whose MIG the planner does not model, a whole GPU. */
+static void test_new_types(void **st) {
+    (void)st;
+    static const struct { const char *gpu; int mode; const char *profile_prefix; } cases[] = {
+        {"GH200", PLAN_MODE_MIG, "g.12gb"}, {"B300", PLAN_MODE_MIG, "g.34gb"},
+        {"A30", PLAN_MODE_WHOLE, NULL},     {"H20", PLAN_MODE_WHOLE, NULL},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char yaml[1024];
+        snprintf(yaml, sizeof yaml,
+                 "fleet: [{name: n, gpu: %s}]\n" TREE_MODELS
+                 "tenants:\n  - {name: s1, model: small, tier: gold, isolation: strict, load: {rps: 0.5}}\n",
+                 cases[i].gpu);
+        plan_input in;
+        plan p;
+        must_plan(yaml, &in, &p);
+        if (!p.feasible) fail_msg("%s: infeasible", cases[i].gpu);
+        if (p.workers[0].mode != cases[i].mode) fail_msg("%s: mode %d", cases[i].gpu, p.workers[0].mode);
+        if (cases[i].profile_prefix) {
+            const char *prof = plan_slice_profile(&p, &p.slices[0]);
+            if (!strstr(prof, cases[i].profile_prefix)) fail_msg("%s: profile %s", cases[i].gpu, prof);
+        }
+        plan_free(&p);
+        plan_input_free(&in);
+    }
+}
+
 /* ---- infeasible inputs -------------------------------------------------------- */
 
 typedef struct bad_case {
@@ -1158,6 +1187,7 @@ int main(void) {
         cmocka_unit_test(test_waste_example),
         cmocka_unit_test(test_decision_tree),
         cmocka_unit_test(test_replicas),
+        cmocka_unit_test(test_new_types),
         cmocka_unit_test(test_infeasible),
         cmocka_unit_test(test_exact_vs_heuristic),
         cmocka_unit_test(test_random_plans),

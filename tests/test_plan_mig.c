@@ -190,8 +190,8 @@ static void test_place_exhaustive(void **st) {
 
 static void test_catalog(void **st) {
     (void)st;
-    static const char *const must[] = {"A100-40GB", "A100-80GB", "H100-80GB", "H100-PCIe", "H100-94GB",
-                                       "H200-141GB", "B200", "L4", "L40S"};
+    static const char *const must[] = {"A100-40GB", "A100-80GB", "H100-80GB", "H100-PCIe", "H100-94GB", "H200-141GB",
+                                       "B200", "L4", "L40S", "A30", "H20", "GH200", "B300"};
     for (size_t i = 0; i < N(must); i++)
         if (!gpucat_find(must[i])) fail_msg("catalog lacks %s", must[i]);
     assert_ptr_equal(gpucat_find("a100-80gb"), gpucat_find("A100-80GB"));
@@ -240,6 +240,22 @@ static void test_catalog(void **st) {
                      pcie[i].sms);
     assert_true(gpucat_mig_find(gpucat_find("A100-40GB"), "1g.5gb")->mem_gib == 4.75);
     assert_true(gpucat_mig_find(gpucat_find("A100-80GB"), "2g.20gb")->mem_gib == 19.50);
+    /* The rows added for issue 16, against their cited sources: GH200's
+     * 2g.24gb has 32 SMs and its 1g.24gb 26 (Miyabi-G), B300 keeps the
+     * guide's seven-slot geometry under its own names, and A30 and H20
+     * carry no MIG rows (their profiles are not modelled, see gpucat.c). */
+    const gpucat_gpu *gh = gpucat_find("GH200"), *b3 = gpucat_find("B300");
+    assert_int_equal(gpucat_mig_find(gh, "2g.24gb")->sms, 32);
+    assert_int_equal(gpucat_mig_find(gh, "1g.24gb")->sms, 26);
+    assert_int_equal(gh->sms, 132);
+    assert_non_null(gpucat_mig_find(b3, "7g.269gb"));
+    assert_int_equal(gpucat_mig_by_id(b3, 9)->sms * 2 <= b3->sms, 1);
+    assert_true(b3->fp16_tflops == 2250 && b3->bw_gbs == 8000);
+    assert_int_equal(gpucat_find("A30")->n_mig, 0);
+    assert_int_equal(gpucat_find("A30")->sms, 56);
+    assert_true(gpucat_find("A30")->fp8_tflops == 0);
+    assert_int_equal(gpucat_find("H20")->n_mig, 0);
+    assert_true(gpucat_find("H20")->fp16_tflops == 148 && gpucat_find("H20")->sms == 78);
     char names[512];
     gpucat_names(names, sizeof names);
     assert_non_null(strstr(names, "A100-40GB, A100-80GB"));

@@ -110,6 +110,58 @@ static const gpucat_gpu CATALOG[] = {
       {"3g.90gb", 9, 68, 88.75},
       {"4g.90gb", 5, 72, 88.75},
       {"7g.180gb", 0, 148, 178.25}}, 0},
+    /* GH200 (the Hopper GPU of the Grace Hopper superchip, 96 GB HBM3).
+     * Specs [S]: 4.0 TB/s, 989 dense FP16/BF16 and 1979 FP8 TFLOP/s and 132
+     * SMs as the H100 SXM (NVIDIA GH200 datasheet as quoted at
+     * aiwiki.ai/wiki/nvidia_gh200 and anandtech 21136); host link
+     * NVLink-C2C, 900 GB/s both directions [S]. Profile names [S] (facts
+     * file, 1.2). SMs: 1g.24gb 26 and 2g.24gb 32 from the University of
+     * Tokyo's Miyabi-G MIG page (cc.u-tokyo.ac.jp, "32 SMs, 24 GB" and
+     * "26 SMs, 24 GB") [S]; 1g 16, 3g 60, 4g 64, 7g 132 as on the H100 SXM
+     * [U]. Memory [U]: the H100 NVL -lgip figures scaled by 96/94. The
+     * 144 GB HBM3e GH200 is omitted: no profile names or -lgip for it. */
+    {"GH200", 95.00, 4000, 989, 1979, 132, 900, 7,
+     {{"1g.12gb", 19, 16, 11.00},
+      {"1g.12gb+me", 20, 16, 11.00},
+      {"1g.24gb", 15, 26, 22.00},
+      {"2g.24gb", 14, 32, 22.00},
+      {"3g.48gb", 9, 60, 47.25},
+      {"4g.48gb", 5, 64, 47.25},
+      {"7g.96gb", 0, 132, 95.00}}, 0},
+    /* B300 (Blackwell Ultra, HGX) 288 GB HBM3e. Specs [S]: 8 TB/s, 2250
+     * dense FP16/BF16 and 4500 dense FP8 TFLOP/s, PCIe Gen6 x16 host link
+     * (glennklockwood.com/garden/processors/B300, citing the HGX B300
+     * datasheet; verda.com's GB300 post gives the same dense figures and
+     * 7.7 TB/s); 160 SMs (NVIDIA's Hot Chips 2025 description, as reported
+     * by tweaktown.com) [S], a shipping part may enable fewer [U]. Profile
+     * names and counts from aws/sagemaker-hyperpod-cli [S]. Per-profile
+     * SMs [U]: the H100 -lgip fractions of the whole (16, 26, 32, 60, 64 of
+     * 132) applied to 160, rounded to even. Memory [U]: 288 GB is 268.2
+     * GiB, times the H100 -lgip fractions (0.1225, 0.2465, 0.496, 0.9956).
+     * All of it wants `nvidia-smi mig -lgip` on a B300. */
+    {"B300", 267.00, 8000, 2250, 4500, 160, 256, 7,
+     {{"1g.34gb", 19, 20, 32.75},
+      {"1g.34gb+me", 20, 20, 32.75},
+      {"1g.67gb", 15, 32, 66.00},
+      {"2g.67gb", 14, 38, 66.00},
+      {"3g.135gb", 9, 72, 133.00},
+      {"4g.135gb", 5, 78, 133.00},
+      {"7g.269gb", 0, 160, 267.00}}, 0},
+    /* A30 24GB HBM2. Specs [S]: 933 GB/s, 165 dense FP16/BF16 TFLOP/s (330
+     * with sparsity), no FP8, 56 SMs, PCIe Gen4 x16 (NVIDIA A30 datasheet).
+     * Usable 23.5 GiB [U]. MIG omitted: the A30 has 4 compute and 4 memory
+     * slices (guide, "A30 MIG Profiles": 1g.6gb x4, 2g.12gb x2, 4g.24gb,
+     * with other GI ids), a geometry mig.h's one 8-slice table does not
+     * describe, so the planner offers it whole, MPS or time-sliced. */
+    {"A30", 23.5, 933, 165, 0, 56, 64, 0, {{0}}, 0},
+    /* H20 96GB HBM3 (export variant of Hopper). Specs [S]: 4.0 TB/s, 148
+     * dense FP16/BF16 and 296 FP8 TFLOP/s (willitrunai.com/gpus/h20-96gb),
+     * 78 SMs (Geekbench 6 listing, as reported at zangshuxian.com), PCIe
+     * Gen5 x16. Usable 95 GiB [U] as the GH200 row. MIG omitted: NVIDIA
+     * states up to 7 instances but no -lgip transcript gives the profiles'
+     * names, SMs or memory, so the planner offers it whole, MPS or
+     * time-sliced. The 141 GB H20 is omitted for the same reason. */
+    {"H20", 95.0, 4000, 148, 296, 78, 128, 0, {{0}}, 0},
     /* L4 24GB: no MIG. Specs [S] (datasheet quote, 242.5 FP8 dense); 58
      * SMs from deviceQuery [V]; usable 22.5 GiB = nvidia-smi's 23034 MiB [U]. */
     {"L4", 22.5, 300, 121, 242.5, 58, 64, 0, {{0}}, 23034},

@@ -10,8 +10,9 @@
 /* GI profile geometry, from `nvidia-smi mig -lgipp` ({starts}:size) and the
  * MIG user guide's profile tables. Identical on A100-40GB (guide example)
  * [V] and H100-80GB / H100 NVL transcripts [S]; confirmed for A100-40/80 and
- * H100-80/94 [V]; assumed the same for H200 and B200 [U] (their names and
- * instance counts are [V] from guide Tables 8 and 9). Row order is largest
+ * H100-80/94 [V]; assumed the same for H200, GH200, B200 and B300 [U]
+ * (H200 and B200 names and instance counts are [V] from guide Tables 8
+ * and 9, GH200 and B300 names [S]). Row order is largest
  * last; gpucat.c lists each GPU's profiles in this order. */
 static const mig_geom GEOM[] = {
     /* id  compute mem  starts                  max me */

@@ -6,8 +6,9 @@
  * profile p covers the memory-slice interval [start, start + size) on the
  * index line 0..7, where start must be one of p's listed slots. The
  * geometry per GI profile id is the same on every MIG GPU of the catalog
- * (A100, H100, H200, B200; see gpucat.h for names, SMs and memory), so it is
- * one table here. A layout is valid when
+ * (A100, H100, H200, GH200, B200, B300; see gpucat.h for names, SMs and
+ * memory), so it is one table here. The A30's 4-slice geometry is not in
+ * it, which is why gpucat.c lists the A30 without MIG. A layout is valid when
  *   - every instance starts at a listed slot of its profile,
  *   - the memory-slice intervals do not overlap,
  *   - at most one `+me` instance (media extensions) exists,

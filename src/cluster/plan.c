@@ -425,7 +425,8 @@ static int explain(plan *p, const plan_worker *w, const sizing *z0) {
     } else if (best_mem == 0) {
         why = PLAN_WHY_PROFILE;
         snprintf(what, sizeof what, "strict isolation needs MIG and no GPU type of the fleet has it");
-        snprintf(fix, sizeof fix, "MIG-capable GPUs (A100, H100, H200, B200) or isolation: shared");
+        snprintf(fix, sizeof fix,
+                 "GPUs whose MIG the planner models (A100, H100, H200, GH200, B200, B300) or isolation: shared");
     } else if (!mem_ok) {
         why = z0->pin ? PLAN_WHY_PROFILE : PLAN_WHY_MEMORY;
         explain_memory(p, pm, z0, &e_mem, best_mem, mem_what, mem_on, what, fix);
