@@ -7,6 +7,11 @@
  * quote twice as much "with sparsity"). Sources:
  *   MIG:    NVIDIA MIG user guide v580 (docs.nvidia.com/datacenter/tesla/
  *           mig-user-guide), Tables 6-9; -lgip transcripts cited per row.
+ *           The guide's tables ("Supported MIG Profiles") give each
+ *           profile's SMs only as a fraction (1/7, 2/7, 3/7, 4/7, full):
+ *           every SM count here comes from an -lgip transcript, tagged per
+ *           row; on Hopper they are not the fraction times the whole (an
+ *           H100 SXM 3g.40gb has 60 of 132, not 56.6).
  *   Specs:  glennklockwood.com/garden/processors/A100 and /H100 (citing the
  *           NVIDIA datasheets), hpctech.co.jp H100 SXM/PCIe table, the H200
  *           product page, the L40S datasheet, the L4 datasheet; SM counts
