@@ -4,9 +4,11 @@
  * Known valid and invalid layouts against the placement rule, each invalid
  * one with the rule it breaks; the driver's first fit slot by slot as the
  * MIG guide's transcripts show it (`-cgi 19,19,14,9` fails, `9,19,14,19`
- * lands 3g@4, 1g@0, 2g@2, 1g@1, `14,19x5` lands 2g@4 and 1g@0,1,2,3,6); every multiset of profiles that has a valid layout is
- * landed by mig_place's largest-first order, and the layout it lands is
- * valid; and the catalog's numbers are internally consistent.
+ * lands 3g@4, 1g@0, 2g@2, 1g@1, `14,19x5` lands 2g@4 and 1g@0,1,2,3,6);
+ * every multiset of profiles that has a valid layout is landed by
+ * mig_place's largest-first order, and the layout it lands is valid; and
+ * the catalog's numbers are internally consistent and match their sources
+ * where a test can pin them.
  */
 #include <stdarg.h>
 #include <stddef.h>
