@@ -992,9 +992,11 @@ void wk_fleet_remote(wk_worker *w, const uint64_t *remote, const uint8_t *queued
  * (the only one that touches it). */
 static void take_remote(wk_worker *w) {
     pthread_mutex_lock(&w->snap_mu);
-    for (int32_t i = 0; w->remote_new && i < w->o.n_tenants; i++) sched_tenant_remote(w->s, i, w->remote[i]);
-    if (w->remote_new) sched_fleet_queued(w->s, w->fleet_queued, w->fleet_key);
-    w->remote_new = 0;
+    if (w->remote_new) {
+        for (int32_t i = 0; i < w->o.n_tenants; i++) sched_tenant_remote(w->s, i, w->remote[i]);
+        sched_fleet_queued(w->s, w->fleet_queued, w->fleet_key);
+        w->remote_new = 0;
+    }
     pthread_mutex_unlock(&w->snap_mu);
 }
 

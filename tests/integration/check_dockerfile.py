@@ -87,13 +87,13 @@ def installed():
 
 
 def closure(pkgs, db):
-    seen, todo = set(), list(pkgs)
-    while todo:
-        p = todo.pop()
+    seen, pending = set(), list(pkgs)
+    while pending:
+        p = pending.pop()
         if p in seen:
             continue
         seen.add(p)
-        todo.extend(db.get(p, ([], "", False))[0])
+        pending.extend(db.get(p, ([], "", False))[0])
     return seen
 
 
