@@ -65,6 +65,10 @@
  * this bounds such an answer near 100 MB. */
 #define ECHO_LP_MAX_ENTRIES (2u << 20)
 #define WATCH_PERIOD_NS (50 * 1000000L)   /* between hang-up polls */
+/* The gate's clock runs at most this far past the watcher's last beat
+ * (gate_now): a pause longer than that (the process stopped, the machine
+ * paused, the watcher starved) does not count against the read deadlines. */
+#define GATE_STALL_CAP_US 500000
 #define DRAIN_FLUSH_TRIES 200       /* waits for connections to finish... */
 #define DRAIN_FLUSH_NS (10 * 1000000L)    /* ...of this long each: 2 s */
 /* An engine turn (one step: a forward pass under the step budget) running
@@ -101,6 +105,8 @@ struct srv {
     atomic_int n_conns;     /* connections with a context, for the drain */
     gate gate;              /* read deadlines and the anonymous cap, under gate_mu */
     pthread_mutex_t gate_mu;
+    int64_t beat_real_us;   /* under gate_mu: the watcher's last beat (gate_beat), */
+    int64_t beat_gate_us;   /* on the monotonic clock and on the gate's */
     /* The watcher: MHD does not notice a client leaving while its
      * connection is suspended (queued, or waiting for a whole answer), so a
      * thread polls those sockets for hang-ups and cancels their requests.
@@ -179,6 +185,26 @@ static void shut(const gate_conn *g) {
     if (g) shutdown(g->fd, SHUT_RDWR);
 }
 
+/* The gate's now, under gate_mu: the monotonic clock, except that it runs
+ * at most GATE_STALL_CAP_US past the watcher's last beat. The watcher beats
+ * every WATCH_PERIOD_NS, so the cap only bites when nothing ran for a
+ * while; then a request that arrived during the pause, read by an HTTP
+ * thread just before the watcher wakes, is not cut at a deadline that
+ * passed while the server could not read it. Never goes backwards. */
+static int64_t gate_now(const srv *s, int64_t now_us) {
+    int64_t ran = now_us - s->beat_real_us;
+    return s->beat_gate_us + (ran < GATE_STALL_CAP_US ? ran : GATE_STALL_CAP_US);
+}
+
+/* The watcher's beat, under gate_mu: the gate's clock resumes from here.
+ * Returns the gate's now. */
+static int64_t gate_beat(srv *s) {
+    int64_t now = wk_now_us(), g = gate_now(s, now);
+    s->beat_real_us = now;
+    s->beat_gate_us = g;
+    return g;
+}
+
 /* Start and close notifications of every connection. A connection that
  * cannot be tracked (no memory) is refused: without a deadline it could
  * be held open forever. */
@@ -194,7 +220,7 @@ static void on_connection(void *cls, struct MHD_Connection *mc, void **socket_co
             return;
         }
         pthread_mutex_lock(&s->gate_mu);
-        shut(gate_open(&s->gate, g, ci->connect_fd, wk_now_us()));
+        shut(gate_open(&s->gate, g, ci->connect_fd, gate_now(s, wk_now_us())));
         pthread_mutex_unlock(&s->gate_mu);
         *socket_context = g;
         return;
@@ -221,24 +247,28 @@ static void conn_authed(conn *c) {
     pthread_mutex_unlock(&c->s->gate_mu);
 }
 
-static void conn_busy(conn *c) {
-    if (!c->gc) return;
+/* Returns 0 when the gate has already closed the connection (a request
+ * read whole just as its deadline passed): nobody will read an answer. */
+static int conn_busy(conn *c) {
+    if (!c->gc) return 1;
     pthread_mutex_lock(&c->s->gate_mu);
+    int open = c->gc->state != GATE_CLOSING;
     gate_busy(&c->s->gate, c->gc);
     pthread_mutex_unlock(&c->s->gate_mu);
+    return open;
 }
 
 static void conn_idle(conn *c) {
     if (!c->gc) return;
     pthread_mutex_lock(&c->s->gate_mu);
-    gate_idle(&c->s->gate, c->gc, wk_now_us());
+    gate_idle(&c->s->gate, c->gc, gate_now(c->s, wk_now_us()));
     pthread_mutex_unlock(&c->s->gate_mu);
 }
 
 /* Close every connection past its read deadline. */
 static void reap_expired(srv *s) {
     pthread_mutex_lock(&s->gate_mu);
-    int64_t now = wk_now_us();
+    int64_t now = gate_beat(s);
     for (gate_conn *g; (g = gate_expired(&s->gate, now));) shut(g);
     pthread_mutex_unlock(&s->gate_mu);
 }
@@ -1842,8 +1872,10 @@ static enum MHD_Result route_probe(conn *c) {
 }
 
 static enum MHD_Result act(conn *c) {
+    /* Closed by the gate: no work for a socket nobody reads. on_completed
+     * counts it a read timeout, as the gate decided. */
+    if (!conn_busy(c)) return MHD_NO;
     c->acted = 1;
-    conn_busy(c);
     switch (c->route) {
     case R_COMPLETIONS:
     case R_CHAT: return route_generate(c);
@@ -2191,6 +2223,7 @@ int srv_new(const cfg *c, srv **out, char *err, size_t errlen) {
     pthread_mutex_init(&s->lim_mu, NULL);
     pthread_mutex_init(&s->watch_mu, NULL);
     pthread_mutex_init(&s->gate_mu, NULL);
+    s->beat_real_us = s->beat_gate_us = wk_now_us();
     /* Anonymous connections may hold all but the reserve (config.h). */
     gate_init(&s->gate, (int64_t)c->limits.header_timeout_s * 1000000,
               c->limits.max_connections - c->limits.reserved_connections);

@@ -24,6 +24,12 @@ that answer (not before), and a tenant whose headers are in but whose body
 drips is closed at its deadline too (a valid key buys no time), counted as
 rejected_read_timeout.
 
+Phase 3, a stall. The server is stopped (SIGSTOP) for 2.5 s with
+header_timeout_s: 1 while 24 connections it had accepted send whole
+requests: after SIGCONT every one is answered 200 (the requests were in
+time; the server was not reading), and a connection that sent nothing is
+still closed at its deadline.
+
 Everything talks to 127.0.0.x only; every wait has a deadline, and the
 script stops by itself. It prints the measured numbers.
 """
@@ -33,6 +39,7 @@ import os
 import re
 import resource
 import select
+import signal
 import socket
 import sys
 import threading
@@ -370,6 +377,67 @@ def phase_limits(env, model):
         check(rc == 0, "the per-IP server exited with %r; stderr: %s" % (rc, srv.stderr()[-2000:]))
 
 
+def phase_stall(env, model):
+    """The server stops (SIGSTOP: a paused VM, a starved process) while
+    requests sit in its sockets, for longer than header_timeout_s. Those
+    requests arrived in time; reading them late is the server's delay, so
+    every one must be answered 200 after SIGCONT, none cut at its deadline.
+    A connection that never sends a request is still closed at its
+    deadline after the stall."""
+    tenant = Tenant(env, "tenant", "gold")
+    timeout_s, n, stop_s = 1, 24, 2.5
+    srv = Server(env, "stall", [Model("tiny", model)], [tenant],
+                 limits={"header_timeout_s": timeout_s, "shutdown_grace_s": 1})
+    try:
+        srv.start()
+    except RuntimeError as e:
+        check(False, "the stall server did not start: %s" % e)
+        return
+    body = b'{"model":"tiny","prompt":"hi","max_tokens":2}'
+    req = (b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer " + srv.key("tenant").encode() +
+           b"\r\nContent-Type: application/json\r\nContent-Length: %d\r\nConnection: close\r\n\r\n" % len(body) + body)
+    socks, silent = [], None
+    try:
+        for _ in range(n):
+            socks.append(socket.create_connection(("127.0.0.1", srv.port), timeout=10))
+        silent = socket.create_connection(("127.0.0.1", srv.port), timeout=10)
+        time.sleep(0.3)                 # accepted: their deadlines run
+        os.kill(srv.proc.pid, signal.SIGSTOP)
+        try:
+            for s in socks:
+                s.sendall(req)
+            time.sleep(stop_s)
+        finally:
+            os.kill(srv.proc.pid, signal.SIGCONT)
+        resumed = time.monotonic()
+        answered = 0
+        for s in socks:
+            data = b""
+            try:
+                while True:
+                    d = s.recv(65536)
+                    if not d:
+                        break
+                    data += d
+            except OSError:
+                pass
+            answered += data.startswith(b"HTTP/1.1 200")
+        check(answered == n, "after a %.1f s stall, %d of %d requests that arrived during it were answered 200"
+              % (stop_s, answered, n))
+        took = wait_closed(silent, timeout_s + SLACK_S + 2)
+        took = time.monotonic() - resumed if took is not None else None
+        check(took is not None and took <= timeout_s + SLACK_S,
+              "a connection that sent nothing was closed %s s after the stall (want within %d s + %.1f s)"
+              % (took, timeout_s, SLACK_S))
+        log("slowloris: after a %.1f s SIGSTOP (header_timeout_s %d): %d of %d requests sent during it answered; "
+            "a silent connection closed %.3f s after SIGCONT" % (stop_s, timeout_s, answered, n, took or -1))
+    finally:
+        for s in socks + ([silent] if silent else []):
+            s.close()
+        rc = srv.stop()
+        check(rc == 0, "the stall server exited with %r; stderr: %s" % (rc, srv.stderr()[-2000:]))
+
+
 def main():
     env = Env("slowloris")
     fds = raise_fd_limit()
@@ -381,6 +449,7 @@ def main():
     phase_flood(env, model)
     if os.environ.get("TS_SLOWLORIS_ONLY_FLOOD") != "1":
         phase_limits(env, model)
+        phase_stall(env, model)
     print("slowloris: %s" % ("all checks passed" if not failures else "%d FAILED" % len(failures)))
     return 0 if not failures else 1
 

@@ -131,15 +131,18 @@ def cut_stream(srv, log, rng, tenant):
     """A stream that hangs up after its first event."""
     outcome = "exception"
     s = None
+    phase, t0 = "connecting", time.monotonic()
     try:
         s = H.RawStream(srv.port, COMPLETIONS, body_for(rng, COMPLETIONS, True, 200), srv.key(tenant), timeout=30)
+        phase = "reading the head"
         s._read_head()  # a refusal is a whole JSON answer, not a stream
         if s.status != 200:
             outcome = "http_%d" % s.status
         else:
+            phase = "reading the first event"
             outcome = "cut" if s.next_event() is not None else "truncated"
     except Exception as e:  # noqa: BLE001
-        H.log("soak: cut stream of %s failed: %r" % (tenant, e))
+        H.log("soak: cut stream of %s failed %s, %.2f s in: %r" % (tenant, phase, time.monotonic() - t0, e))
     finally:
         if s:
             s.close()
