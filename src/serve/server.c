@@ -1,14 +1,14 @@
 /*
  * server.c - see server.h.
  *
- * A connection's life (conn): libmicrohttpd calls on_request several times
+ * A request's life (conn): libmicrohttpd calls on_request several times
  * per request: once with no data (we set up), then with body pieces (we
  * collect up to max_body_bytes), then with none (we act). Acting on a
  * generation request ends with the request handed to a worker and the
  * connection suspended; the worker's notify resumes it, on_request runs
  * again and queues the answer: an SSE stream whose reader pulls text from
  * the outbox (suspending again whenever it is empty), or the whole JSON
- * once the request is done. on_completed runs once per connection at the
+ * once the request is done. on_completed runs once per request at its
  * very end, whatever happened: it cancels work the client no longer
  * waits for, returns rate-limit reservations and counts the status.
  *
@@ -16,8 +16,9 @@
  * (on_connection) puts it in the gate, where it must deliver each whole
  * request before a deadline; the first call of a request (its headers)
  * checks the framing and the key, which makes the connection authenticated
- * when valid; the last call marks it busy; on_completed starts the wait for
- * the next request; the close notification takes it out. libmicrohttpd
+ * when valid; the last call marks it busy; on_completed, when the answer
+ * went out whole, starts the wait for the next request; the close
+ * notification takes it out. libmicrohttpd
  * sends the close notification before it closes the socket, so a socket the
  * gate names is always still this connection's: the gate's lock is held
  * from the decision to the shutdown(), and libmicrohttpd, seeing the
@@ -2067,8 +2068,9 @@ static void on_completed(void *cls, struct MHD_Connection *mc, void **con_cls, e
     srv *s = cls;
     watch_remove(c);
     /* The next request on this connection is due within the read timeout
-     * from now (a closing connection ignores this). */
-    conn_idle(c);
+     * from now. A connection that failed is closing: it waits for nothing,
+     * and must not stand in the anonymous set as if it did. */
+    if (why == MHD_REQUEST_TERMINATED_COMPLETED_OK) conn_idle(c);
     if (c->req) let_go(s->models[c->model].w, c->req);
     for (int i = 0; i < c->n_ereqs; i++) let_go(s->models[c->model].w, c->ereqs[i]);
     give_back_limits(c);

@@ -365,6 +365,10 @@ class RawStream:
             k, v = ln.split(":", 1)
             self.headers[k.strip().lower()] = v.strip()
         self._chunked = self.headers.get("transfer-encoding", "").lower() == "chunked"
+        # The bytes that came with the head may hold the whole stream (a
+        # short answer, a client that was slow to read): without this,
+        # next_event would wait for bytes that never come.
+        self._decode()
 
     def _decode(self):
         """Move complete chunks from _raw into buf."""
@@ -386,7 +390,6 @@ class RawStream:
         """The next SSE payload (str), or None at the end of the stream."""
         if self.status is None:
             self._read_head()
-            self._decode()
         while b"\n\n" not in self.buf:
             if self.done:
                 return None
