@@ -24,9 +24,13 @@
 #                 and 0.99946. A causal mask moves a vector by 0.10
 #                 (cosine 0.94), a missing token-type row by 0.25, positions
 #                 off by one by 0.18: all far outside.
-#  3. Batch isolation. Bit for bit: a sequence's vector is the same in two
-#     batches of the same total length with other neighbours in another
-#     order. Solo against batched: not bit for bit, because the products
+#  3. Batch isolation: a sequence's vector is the same in two batches of
+#     the same total length with other neighbours in another order. Bit
+#     for bit on q8_0 (the engine's own kernels); within the solo check's
+#     1e-6 on f32 and f16, whose 27-row products go to OpenBLAS's sgemm,
+#     which may sum a row in another order depending on where in its tiles
+#     the row falls (measured 1.3e-7 on a Zen host without AVX-512; bit
+#     for bit on AVX-512 hosts). Solo against batched: not bit for bit, because the products
 #     pick their method by the batch's row count (F32/F16 change kernels at
 #     13 rows and go to sgemm above 16, Q8_0 takes its tiled kernel from 6,
 #     summing in another order): measured <= 2.4e-7 for f32 and f16,
@@ -108,9 +112,18 @@ for c in "${cases[@]}"; do
     "$TS_TESSERA" embed "$model" --ids "${seqs[3]}" --ids "${seqs[4]}" --ids "${seqs[0]}" > "$WORK/$name.iso1"
     other9=101,105,106,107,108,109,110,111,102
     "$TS_TESSERA" embed "$model" --ids 101 --ids "$other9" --ids "${seqs[4]}" > "$WORK/$name.iso2"
-    if [ "$other9" != "${seqs[3]}" ] && [ "$(sed -n 2p "$WORK/$name.iso1")" = "$(sed -n 3p "$WORK/$name.iso2")" ] &&
-       [ "$(sed -n 3p "$WORK/$name.iso1")" = "$(sed -n 1p "$WORK/$name.iso2")" ]; then
-        summary+=("$name isolation (bit for bit): pass")
+    sed -n 2,3p "$WORK/$name.iso1" > "$WORK/$name.iso1.mine"
+    { sed -n 3p "$WORK/$name.iso2"; sed -n 1p "$WORK/$name.iso2"; } > "$WORK/$name.iso2.mine"
+    if [ "$other9" = "${seqs[3]}" ]; then
+        fail "$name isolation: the other neighbours are not other"
+    elif [ "$solo_atol" = "-" ]; then
+        if cmp -s "$WORK/$name.iso1.mine" "$WORK/$name.iso2.mine"; then
+            summary+=("$name isolation (bit for bit): pass")
+        else
+            fail "$name isolation: a sequence's vector changed with its neighbours"
+        fi
+    elif "$PY" "$REF/bert_ref.py" close "$WORK/$name.iso1.mine" "$WORK/$name.iso2.mine" --atol "$solo_atol"; then
+        summary+=("$name isolation (within $solo_atol): pass")
     else
         fail "$name isolation: a sequence's vector changed with its neighbours"
     fi

@@ -345,9 +345,20 @@ static void test_bidirectional_and_pooling(void **st) {
     }
 }
 
-/* A sequence's vector is the same, bit for bit, whatever shares its batch
- * (other tokens of the same total, in another order): attention never
- * crosses sequences and the products treat rows alike. */
+/* max |a - b| over n floats. */
+static double max_diff(const float *a, const float *b, int n) {
+    double d = 0;
+    for (int i = 0; i < n; i++) d = fmax(d, fabs((double)a[i] - b[i]));
+    return d;
+}
+
+/* A sequence's vector is the same whatever shares its batch (other tokens
+ * of the same total, in another order): attention never crosses sequences.
+ * Within 1e-6 (the vectors are unit length), not bit for bit: 17 rows of
+ * f32 weights go to OpenBLAS's sgemm, whose kernels may sum a row in
+ * another order depending on where in a tile the row falls (1e-7 apart on
+ * a Zen host without AVX-512; equal on AVX-512 hosts). Another sequence's
+ * vector differs by far more. */
 static void test_batch_isolation(void **st) {
     (void)st;
     enc_model *m = load_ok(&GOOD, 7);
@@ -359,9 +370,9 @@ static void test_batch_isolation(void **st) {
     const int l1[] = {6, 3, 8}, l2[] = {8, 3, 6};
     embed(s, s1, l1, 3, o1);
     embed(s, s2, l2, 3, o2);
-    assert_memory_equal(o1, o2 + 2 * DIM, DIM * sizeof(float));       /* a */
-    assert_memory_equal(o1 + 2 * DIM, o2, DIM * sizeof(float));       /* d */
-    assert_memory_not_equal(o1 + DIM, o2 + DIM, DIM * sizeof(float)); /* b != c */
+    assert_true(max_diff(o1, o2 + 2 * DIM, DIM) <= 1e-6);      /* a */
+    assert_true(max_diff(o1 + 2 * DIM, o2, DIM) <= 1e-6);      /* d */
+    assert_true(max_diff(o1 + DIM, o2 + DIM, DIM) > 1e-3);     /* b != c */
     enc_state_free(s);
     enc_free(m);
 }
