@@ -325,8 +325,8 @@ static int bench_model(const char *preset, uint32_t type, const float *bwbuf, si
     int rc = model_load(path, &m, err, sizeof(err));
     unlink(path); /* the mapping stays valid */
     if (rc) { fprintf(stderr, "%s\n", err); free(logits); return -1; }
-    eng_opts o = {.kv_pool_bytes = model_kv_bytes_per_token(&m->cfg) * 16 * 16 * MAX_SEQS,
-                  .block_size = 16, .max_batch_tokens = PROMPT, .max_seqs = MAX_SEQS};
+    eng_opts o = {.block_size = 16, .max_batch_tokens = PROMPT, .max_seqs = MAX_SEQS};
+    o.kv_pool_bytes = eng_kv_token_bytes(m, &o) * 16 * 16 * MAX_SEQS;
     eng *e;
     if (eng_new(m, &o, &e, err, sizeof(err))) { fprintf(stderr, "%s\n", err); model_free(m); free(logits); return -1; }
     int32_t ids[256], tables[MAX_SEQS][16];

@@ -203,9 +203,10 @@ static int run_one(const args *a, const char *name, const char *tname, FILE *js)
     }
     const double made = bu_now_s() - t0;
     const int per = (CTX + a->steps + 1 + BS - 1) / BS;
-    const size_t kvt = model_kv_bytes_per_token(&m->cfg);
-    eng_opts o = {.backend = a->device, .kv_pool_bytes = kvt * BS * (size_t)(MAX_B * per), .block_size = BS,
-                  .max_batch_tokens = PROMPT > 2 * CTX ? PROMPT : 2 * CTX, .max_seqs = MAX_B};
+    eng_opts o = {.backend = a->device, .block_size = BS, .max_batch_tokens = PROMPT > 2 * CTX ? PROMPT : 2 * CTX,
+                  .max_seqs = MAX_B};
+    const size_t kvt = eng_kv_token_bytes(m, &o);
+    o.kv_pool_bytes = kvt * BS * (size_t)(MAX_B * per);
     eng *e;
     t0 = bu_now_s();
     if (eng_new(m, &o, &e, err, sizeof err)) {

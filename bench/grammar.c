@@ -227,8 +227,8 @@ static int end_to_end(int tokens) {
     }
     /* One compute thread: on a shared machine a team of spinning threads
      * measures the neighbours more than the model. */
-    eng_opts o = {.kv_pool_bytes = model_kv_bytes_per_token(&m->cfg) * 64 * 16, .block_size = 16,
-                  .max_batch_tokens = 64, .max_seqs = 1, .n_threads = 1};
+    eng_opts o = {.block_size = 16, .max_batch_tokens = 64, .max_seqs = 1, .n_threads = 1};
+    o.kv_pool_bytes = eng_kv_token_bytes(m, &o) * 64 * 16;
     eng *e = NULL;
     if (eng_new(m, &o, &e, err, sizeof err)) {
         fprintf(stderr, "%s\n", err);

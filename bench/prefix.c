@@ -238,8 +238,8 @@ int main(int argc, char **argv) {
     int rc = model_load(path, &m, err, sizeof(err));
     unlink(path);
     if (rc) { fprintf(stderr, "%s\n", err); return 1; }
-    eng_opts o = {.kv_pool_bytes = model_kv_bytes_per_token(&m->cfg) * BS * N_BLOCKS, .block_size = BS,
-                  .max_batch_tokens = BUDGET + MAX_SEQS, .max_seqs = MAX_SEQS, .n_threads = threads};
+    eng_opts o = {.block_size = BS, .max_batch_tokens = BUDGET + MAX_SEQS, .max_seqs = MAX_SEQS, .n_threads = threads};
+    o.kv_pool_bytes = eng_kv_token_bytes(m, &o) * BS * N_BLOCKS;
     for (int k = 0; k < 2; k++) {
         b[k].m = m;
         if (eng_new(m, &o, &b[k].e, err, sizeof(err))) { fprintf(stderr, "%s\n", err); return 1; }

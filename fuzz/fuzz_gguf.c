@@ -159,7 +159,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     model *m = NULL;
     if (model_from_gguf(g, &m, err, sizeof err) == 0) {   /* takes g */
         FZ_CHECK(m->cfg.dim > 0 && m->cfg.n_layers > 0 && m->cfg.vocab > 0);
-        (void)model_kv_bytes_per_token(&m->cfg);
+        (void)model_kv_bytes_per_token(&m->cfg, sizeof(float));
         /* Rows of whatever types the file gave, decoded from its bytes:
          * the embedding's first and last and the classifier's first. */
         float *row = malloc((size_t)m->cfg.dim * sizeof(float));

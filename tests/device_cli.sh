@@ -22,6 +22,14 @@ gen() { timeout 60 "$TS_TESSERA" generate --model "$W/m.gguf" --prompt "hello th
 gen --device cpu >"$W/cpu.out" 2>"$W/cpu.err" || fail "generate --device cpu: $(cat "$W/cpu.err")"
 gen >"$W/default.out" 2>/dev/null || fail "generate without --device"
 cmp -s "$W/cpu.out" "$W/default.out" || fail "--device cpu and the default differ"
+grep -qF "(f16)" "$W/cpu.err" || fail "the CPU's default KV cache is not f16: $(cat "$W/cpu.err")"
+# The CUDA backend keeps an f32 cache: the CPU run it is held to does too.
+gen --device cpu --kv-cache-dtype f32 >"$W/cpu32.out" 2>"$W/cpu32.err" ||
+    fail "generate --kv-cache-dtype f32: $(cat "$W/cpu32.err")"
+grep -qF "(f32)" "$W/cpu32.err" || fail "--kv-cache-dtype f32 did not take: $(cat "$W/cpu32.err")"
+rc=0
+gen --kv-cache-dtype f8 >/dev/null 2>"$W/err" || rc=$?
+[ "$rc" -eq 2 ] || fail "--kv-cache-dtype f8: status $rc (want 2, a usage error)"
 
 # refused: status non-zero, the device named in the message
 for bad in gpu cuda: cuda:-1 cuda:1x CUDA; do
@@ -34,7 +42,7 @@ done
 rc=0
 gen --device cuda >"$W/cuda.out" 2>"$W/cuda.err" || rc=$?
 if [ "$rc" -eq 0 ]; then
-    cmp -s "$W/cpu.out" "$W/cuda.out" || fail "greedy tokens on cuda differ from cpu: $(cat "$W/cuda.out")"
+    cmp -s "$W/cpu32.out" "$W/cuda.out" || fail "greedy tokens on cuda differ from cpu: $(cat "$W/cuda.out")"
     echo "device_cli: cuda ran, the same greedy tokens as cpu"
 else
     [ "$rc" -ne 124 ] || fail "generate --device cuda hung"
@@ -42,6 +50,14 @@ else
         fail "--device cuda: status $rc, stderr '$(cat "$W/cuda.err")'"
     echo "device_cli: cuda refused as it should be here: $(cat "$W/cuda.err")"
 fi
+
+# An f16 cache on CUDA is refused, naming the cache (or, in a build
+# without the backend, the backend).
+rc=0
+gen --device cuda --kv-cache-dtype f16 >/dev/null 2>"$W/err" || rc=$?
+[ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] || fail "--device cuda --kv-cache-dtype f16: status $rc"
+grep -qE "the cuda backend has no f16 KV cache|this build has no CUDA backend" "$W/err" ||
+    fail "--device cuda --kv-cache-dtype f16: stderr '$(cat "$W/err")'"
 
 # serve: a bad --device is a usage error; a bad device: key a config error
 # with its place in the file.
@@ -64,6 +80,12 @@ timeout 10 "$TS_TESSERA" serve --config "$W/c.yaml" >/dev/null 2>"$W/err" || rc=
 [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] || fail "device: cuda:one: status $rc"
 grep -qF "'cuda:one' is not cpu, cuda or cuda:N" "$W/err" || fail "device: cuda:one: stderr '$(cat "$W/err")'"
 grep -qF "device" "$W/err" || fail "device: cuda:one: the key is not named"
+sed -i 's/device: cuda:one/kv_cache_dtype: f8/' "$W/c.yaml"
+rc=0
+timeout 10 "$TS_TESSERA" serve --config "$W/c.yaml" >/dev/null 2>"$W/err" || rc=$?
+[ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] || fail "kv_cache_dtype: f8: status $rc"
+grep -qF "kv_cache_dtype" "$W/err" && grep -qF "'f8' is not auto, f16 or f32" "$W/err" ||
+    fail "kv_cache_dtype: f8: stderr '$(cat "$W/err")'"
 # An embedding model has a CPU implementation only: a device is refused,
 # not ignored. (tests/ref/bert_gguf.py writes a tiny BERT; it needs NumPy,
 # which scripts/deps.sh installs for the test suite.)

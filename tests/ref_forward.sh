@@ -11,7 +11,9 @@
 # output bf16, as quantized checkpoints mix them), this makes a tiny GQA
 # model, runs greedy generation with --ids/--logits, and compares every
 # prefill and decode logits row against a float64 NumPy implementation
-# written from the equations (tests/ref/llama_ref.py). The comparison, its
+# written from the equations (tests/ref/llama_ref.py), which rounds keys and
+# values to f16 as the CPU's default KV cache stores them; one more case
+# runs the f32 cache against the unrounded reference. The comparison, its
 # tolerances and a self-check that it can fail live in tests/ref/compare.py.
 #
 # Environment: TS_TESSERA (binary), TS_TMPDIR (scratch), TS_SRC (repo root).
@@ -120,6 +122,32 @@ for c in "${cases[@]}"; do
         status=1
     fi
 done
+
+# The f32 cache: the engine keeps keys and values exact, and the reference
+# does not round them (every case above runs the CPU's default f16 cache,
+# which the reference emulates).
+name=llama-f32-kv-f32
+echo "=== $name ==="
+"$TS_TESSERA" mkmodel "$WORK/$name.gguf" --preset tiny --type f32 --dims 64 --layers 2 --heads 8 --kv-heads 2 \
+    --vocab 512 --seed 7
+"$TS_TESSERA" generate --model "$WORK/$name.gguf" --prompt "$PROMPT" -n "$N" --temp 0 --kv-cache-dtype f32 \
+    --ids --logits "$WORK/$name.logits" > "$WORK/$name.ids"
+if "$PY" "$REF/compare.py" --model "$WORK/$name.gguf" --ids "$WORK/$name.ids" --logits "$WORK/$name.logits" \
+        --type f32 --n "$N" --name "$name" --kv-cache-dtype f32; then
+    summary+=("$name: pass")
+else
+    summary+=("$name: FAIL")
+    status=1
+fi
+# ... and the reference's rounding is real: the f32 cache's logits against
+# the rounding reference must miss the f32 tolerance (1e-4) somewhere.
+if "$PY" "$REF/compare.py" --model "$WORK/$name.gguf" --ids "$WORK/$name.ids" --logits "$WORK/$name.logits" \
+        --type f32 --n "$N" --name "$name-vs-f16-ref" --kv-cache-dtype f16 --tol 1e-4 > "$WORK/$name.cross" 2>&1; then
+    summary+=("$name against the f16 reference: FAIL (the emulated rounding changes nothing)")
+    status=1
+else
+    summary+=("$name against the f16 reference: misses the f32 tolerance, as it must: pass")
+fi
 
 echo "=== summary ==="
 printf '  %s\n' "${summary[@]}"

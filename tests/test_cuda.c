@@ -416,7 +416,10 @@ static model *make_model_ov(const char *arch, uint32_t type, const mkmodel_overr
 static model *make_model(const char *arch, uint32_t type) { return make_model_ov(arch, type, NULL, 0); }
 
 static eng *make_engine(const model *m, const char *backend) {
-    eng_opts o = {.backend = backend, .kv_pool_bytes = model_kv_bytes_per_token(&m->cfg) * BS * (size_t)N_BLOCKS,
+    /* f32 caches on both sides: the CUDA kernels read one, and the CPU
+     * reference must hold the same keys and values. */
+    eng_opts o = {.backend = backend, .kv_dtype = ENG_KV_F32,
+                  .kv_pool_bytes = model_kv_bytes_per_token(&m->cfg, sizeof(float)) * BS * (size_t)N_BLOCKS,
                   .block_size = BS, .max_batch_tokens = MAX_T, .max_seqs = 8, .n_threads = 2};
     eng *e;
     char err[256];
@@ -641,7 +644,7 @@ static void test_batching_and_swap(void **state) {
 static void test_copy_round_trip(void **state) {
     (void)state;
     model *m = make_model(NULL, GGUF_TT_F32);
-    const size_t bb = model_kv_bytes_per_token(&m->cfg) * BS;
+    const size_t bb = model_kv_bytes_per_token(&m->cfg, sizeof(float)) * BS;
     eng_opts o = {.backend = "cuda", .kv_pool_bytes = bb * SWAP_BLOCKS, .block_size = BS, .max_batch_tokens = MAX_T,
                   .max_seqs = 8};
     eng *e;
@@ -672,7 +675,7 @@ static void test_refusals(void **state) {
     char err[512];
     eng *e = NULL;
     model *m = make_model(NULL, GGUF_TT_Q2_K);
-    eng_opts o = {.backend = "cuda", .kv_pool_bytes = model_kv_bytes_per_token(&m->cfg) * 64, .block_size = 16};
+    eng_opts o = {.backend = "cuda", .kv_pool_bytes = model_kv_bytes_per_token(&m->cfg, sizeof(float)) * 64, .block_size = 16};
     assert_int_equal(eng_new(m, &o, &e, err, sizeof err), TS_ERR_GGUF_TYPE);
     assert_null(e);
     assert_non_null(strstr(err, "q2_K"));
@@ -683,7 +686,7 @@ static void test_refusals(void **state) {
     assert_int_equal(eng_new(m, &o, &e, err, sizeof err), TS_ERR_NOMEM);
     assert_non_null(strstr(err, "does not fit"));
     print_message("1 TiB pool: %s\n", err);
-    o.kv_pool_bytes = model_kv_bytes_per_token(&m->cfg) * 64;
+    o.kv_pool_bytes = model_kv_bytes_per_token(&m->cfg, sizeof(float)) * 64;
     o.backend = "cuda:1000";
     assert_int_equal(eng_new(m, &o, &e, err, sizeof err), TS_ERR_DEVICE);
     assert_non_null(strstr(err, "does not exist"));

@@ -115,9 +115,14 @@ static model *make_arch_model(const char *arch, uint32_t type) {
     return m;
 }
 
+/* The cache every engine here gets. f32 by default: batching, swapping and
+ * refusals are held to the f32 path's tolerances; test_kv_cache_f16 runs
+ * the same checks over the f16 cache, with the rounding's. */
+static eng_kv_dtype kv_now = ENG_KV_F32;
+
 static eng *make_engine(const model *m, int n_blocks, int max_T) {
-    eng_opts o = {.kv_pool_bytes = model_kv_bytes_per_token(&m->cfg) * BS * (size_t)n_blocks,
-                  .block_size = BS, .max_batch_tokens = max_T, .max_seqs = 8, .n_threads = 2};
+    eng_opts o = {.kv_dtype = kv_now, .block_size = BS, .max_batch_tokens = max_T, .max_seqs = 8, .n_threads = 2};
+    o.kv_pool_bytes = eng_kv_token_bytes(m, &o) * BS * (size_t)n_blocks;
     eng *e;
     char err[256];
     assert_int_equal(eng_new(m, &o, &e, err, sizeof(err)), 0);
@@ -344,7 +349,49 @@ static void test_arch_config(void **state) {
         assert_int_equal(m->layers[0].w_up.n_out, c->ffn_dim);
     }
     /* the KV cache holds head_dim per kv head */
-    assert_int_equal(model_kv_bytes_per_token(c), 2 * (size_t)c->n_layers * 2 * (size_t)c->head_dim * 4);
+    assert_int_equal(model_kv_bytes_per_token(c, 4), 2 * (size_t)c->n_layers * 2 * (size_t)c->head_dim * 4);
+    /* the CPU's default cache is f16: half of that */
+    eng_opts o = {0};
+    assert_int_equal(eng_kv_token_bytes(m, &o), model_kv_bytes_per_token(c, 2));
+    o.kv_dtype = ENG_KV_F32;
+    assert_int_equal(eng_kv_token_bytes(m, &o), model_kv_bytes_per_token(c, 4));
+}
+
+/* The f16 cache (the CPU's default). Each key and value is rounded once
+ * as stored (relative error <= 2^-11). A prefill and a decode step compute
+ * a key through different kernels, ~1e-7 apart, which can round to
+ * neighbouring halves: one element a half-ulp off moves a logits row by
+ * about 1e-5 here (measured 1.1e-5), so batched and swapped runs are held
+ * to 1e-4 against the f16 solo run; and the f16 run must differ from the
+ * f32 one (the cache did round) by no more than the rounding allows. */
+static void test_kv_cache_f16(void **state) {
+    fixture *f = *state;
+    float *f32_logits[N_SEQ];
+    for (int s = 0; s < N_SEQ; s++) {
+        size_t n = (size_t)f->seqs[s].len * f->vocab;
+        f32_logits[s] = malloc(n * sizeof(float));
+        memcpy(f32_logits[s], f->seqs[s].logits, n * sizeof(float));
+    }
+    kv_now = ENG_KV_F16;
+    run_solo(f);
+    double apart = 0;
+    for (int s = 0; s < N_SEQ; s++)
+        for (int i = 0; i < f->seqs[s].len; i++)
+            apart = fmax(apart, row_err(f->seqs[s].logits + (size_t)i * f->vocab,
+                                        f32_logits[s] + (size_t)i * f->vocab, f->vocab));
+    print_message("f16 cache vs f32 cache: worst relative row error %.3g\n", apart);
+    assert_true(apart > 0 && apart <= 5e-3);
+    check_batched(state, 1e-4);
+    eng *e = make_engine(f->m, 64, 64);
+    live lv[N_SEQ];
+    interleave_tables(lv);
+    double worst = run_batched(f, e, lv, SCHEDULE, 8, 1);
+    print_message("f16 cache after swap out/in: worst relative row error %.3g\n", worst);
+    assert_true(worst <= 1e-4);
+    eng_free(e);
+    kv_now = ENG_KV_F32;
+    run_solo(f);
+    for (int s = 0; s < N_SEQ; s++) free(f32_logits[s]);
 }
 
 static void test_swap_roundtrip(void **state) {
@@ -609,6 +656,7 @@ int main(void) {
     const struct CMUnitTest f32[] = {
         cmocka_unit_test(test_batch_equivalence_f32),
         cmocka_unit_test(test_swap_roundtrip),
+        cmocka_unit_test(test_kv_cache_f16),
         cmocka_unit_test(test_bad_batches_change_nothing),
         cmocka_unit_test(test_engine_options),
     };

@@ -46,8 +46,8 @@ static model *make_f32(void) {
 }
 
 static eng *make_engine(const model *m) {
-    eng_opts o = {.kv_pool_bytes = model_kv_bytes_per_token(&m->cfg) * BS * (size_t)N_BLOCKS,
-                  .block_size = BS, .max_batch_tokens = 128, .max_seqs = 8, .n_threads = 2};
+    eng_opts o = {.block_size = BS, .max_batch_tokens = 128, .max_seqs = 8, .n_threads = 2};
+    o.kv_pool_bytes = eng_kv_token_bytes(m, &o) * BS * (size_t)N_BLOCKS;
     eng *e;
     char err[256];
     assert_int_equal(eng_new(m, &o, &e, err, sizeof(err)), 0);

@@ -1033,6 +1033,70 @@ static void test_attn(void **state) {
     }
 }
 
+/* The f16 cache's kernels: the keys and values rounded by
+ * ops_f32_to_f16_row (held bit for bit to the reference conversion, odd
+ * lengths and special values included), then scores and mixing held to the
+ * same bounds as the f32 kernels against double sums over the widened
+ * halves. */
+static void test_attn_f16(void **state) {
+    (void)state;
+    tu_rng_seed(12);
+    static const int hds[] = {8, 12, 48, 64, 80, 128};
+    enum { LD = 136, NMAX = 21 };
+    static float k[NMAX * LD];
+    static uint16_t kh[NMAX * LD];
+    float q[128], sc[NMAX], out[128], p[NMAX];
+    for (int i = 0; i < NMAX * LD; i++)
+        k[i] = tu_rng_float() * (i % 7 == 0 ? 1e4f : 1.0f);
+    k[1] = 65520.0f, k[2] = -1e-8f, k[4] = 6e-5f, k[5] = 1e9f;
+    for (int n = 0; n <= 37; n++) {     /* every tail length of the 8-wide loop */
+        uint16_t h[37];
+        ops_f32_to_f16_row(h, k, n);
+        for (int i = 0; i < n; i++)
+            if (h[i] != ops_f32_to_f16_ref(k[i]))
+                fail_msg("f32_to_f16_row n %d [%d]: %#x, want %#x", n, i, h[i], ops_f32_to_f16_ref(k[i]));
+    }
+    for (int i = 0; i < NMAX * LD; i++)
+        k[i] = tu_rng_float();
+    ops_f32_to_f16_row(kh, k, NMAX * LD);
+    for (size_t hi = 0; hi < sizeof hds / sizeof *hds; hi++) {
+        const int hd = hds[hi];
+        for (int n = 1; n <= NMAX; n++) {
+            for (int i = 0; i < hd; i++) {
+                q[i] = tu_rng_float();
+                out[i] = tu_rng_float();
+            }
+            for (int j = 0; j < n; j++)
+                p[j] = tu_rng_float();
+            ops_attn_scores_f16(sc, q, kh + 3, LD, n, hd, 0.125f);
+            for (int j = 0; j < n; j++) {
+                double d = 0, m = 0;
+                for (int i = 0; i < hd; i++) {
+                    double kv = ops_f16_to_f32_ref(kh[j * LD + 3 + i]);
+                    d += (double)q[i] * kv;
+                    m += fabs((double)q[i] * kv);
+                }
+                if (!(fabs(sc[j] - 0.125 * d) <= 0.125 * 2e-6 * m))
+                    fail_msg("attn_scores_f16 hd %d n %d [%d]: %.9g, want %.9g", hd, n, j, (double)sc[j], 0.125 * d);
+            }
+            double want[128], mag[128];
+            for (int i = 0; i < hd; i++) {
+                want[i] = out[i];
+                mag[i] = fabs(out[i]);
+                for (int j = 0; j < n; j++) {
+                    double kv = ops_f16_to_f32_ref(kh[j * LD + 5 + i]);
+                    want[i] += (double)p[j] * kv;
+                    mag[i] += fabs((double)p[j] * kv);
+                }
+            }
+            ops_attn_mix_f16(out, p, kh + 5, LD, n, hd);
+            for (int i = 0; i < hd; i++)
+                if (!(fabs(out[i] - want[i]) <= 2e-6 * mag[i]))
+                    fail_msg("attn_mix_f16 hd %d n %d [%d]: %.9g, want %.9g", hd, n, i, (double)out[i], want[i]);
+        }
+    }
+}
+
 static void test_add_dot_axpy(void **state) {
     (void)state;
     tu_rng_seed(6);
@@ -1084,6 +1148,7 @@ int main(void) {
         cmocka_unit_test(test_rmsnorm_heads),
         cmocka_unit_test(test_softcap),
         cmocka_unit_test(test_attn),
+        cmocka_unit_test(test_attn_f16),
         cmocka_unit_test(test_add_dot_axpy),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -21,6 +21,7 @@
 typedef struct gen_args {
     const char *model, *prompt, *logits_path, *device;
     int n, ids, threads;
+    eng_kv_dtype kv_dtype;
     smp_params sp;
 } gen_args;
 
@@ -28,9 +29,11 @@ static void usage(FILE *f) {
     fprintf(f,
             "usage: tessera generate --model M.gguf --prompt TEXT [-n 64] [--temp 0] [--top-k K]\n"
             "                        [--top-p P] [--seed S] [--threads N] [--device cpu|cuda[:N]]\n"
-            "                        [--ids] [--logits FILE]\n"
+            "                        [--kv-cache-dtype auto|f16|f32] [--ids] [--logits FILE]\n"
             "  --device   where the forward pass runs: cpu (default), or CUDA device N\n"
             "             (cuda = cuda:0) in a build with the CUDA backend\n"
+            "  --kv-cache-dtype  the KV cache's elements: auto (the backend's: f16 on the\n"
+            "             CPU, f32 on CUDA), f16, or f32 (keys and values kept exact)\n"
             "  --ids      print the prompt's and the generated token ids, one line each\n"
             "  --logits   write every logits row (prompt positions, then each decode step)\n"
             "             as raw little-endian float32 to FILE\n");
@@ -43,6 +46,7 @@ static int parse_args(int argc, char **argv, gen_args *a) {
         {"top-p", required_argument, 0, 'P'}, {"seed", required_argument, 0, 's'},
         {"threads", required_argument, 0, 'T'}, {"ids", no_argument, 0, 'i'},
         {"logits", required_argument, 0, 'L'}, {"device", required_argument, 0, 'D'},
+        {"kv-cache-dtype", required_argument, 0, 'K'},
         {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
     memset(a, 0, sizeof(*a));
     a->n = 64;
@@ -64,6 +68,7 @@ static int parse_args(int argc, char **argv, gen_args *a) {
         case 'i': a->ids = 1; break;
         case 'L': a->logits_path = optarg; break;
         case 'D': a->device = optarg; break;
+        case 'K': if (eng_kv_dtype_parse(optarg, &a->kv_dtype)) return -1; break;
         case 'h': usage(stdout); exit(0);
         default: return -1;
         }
@@ -127,9 +132,10 @@ static int generate(const gen_args *a, const model *m, const tok *t) {
     r.vocab = m->cfg.vocab;
     r.bs = 16;
     int n_blocks = (r.cap + r.bs - 1) / r.bs;
-    eng_opts eo = {.backend = a->device,
-                   .kv_pool_bytes = model_kv_bytes_per_token(&m->cfg) * (size_t)n_blocks * (size_t)r.bs,
-                   .block_size = r.bs, .max_batch_tokens = max_T, .max_seqs = 1, .n_threads = a->threads};
+    eng_opts eo = {.backend = a->device, .kv_dtype = a->kv_dtype, .block_size = r.bs, .max_batch_tokens = max_T,
+                   .max_seqs = 1, .n_threads = a->threads};
+    /* Unknown device or a dtype it lacks: 0 here, and eng_new says why. */
+    eo.kv_pool_bytes = eng_kv_token_bytes(m, &eo) * (size_t)n_blocks * (size_t)r.bs;
     char err[256];
     smp sm;
     r.ids = malloc((size_t)r.cap * sizeof(int32_t));
@@ -175,9 +181,10 @@ static int generate(const gen_args *a, const model *m, const tok *t) {
         }
         /* The weights are read in the file's layout, never copied: what is
          * resident is the mapping's pages (and the norms made f32). */
-        fprintf(stderr, "generate: weights %.1f MiB resident (%.1f MiB of matrices read per token), KV pool %.1f MiB\n",
+        fprintf(stderr,
+                "generate: weights %.1f MiB resident (%.1f MiB of matrices read per token), KV pool %.1f MiB (%s)\n",
                 (double)model_resident_bytes(m) / 1048576.0, (double)m->weight_bytes / 1048576.0,
-                (double)eo.kv_pool_bytes / 1048576.0);
+                (double)eo.kv_pool_bytes / 1048576.0, eng_kv_dtype_name(eng_kv_dtype_of(r.e)));
     }
     if (r.dump && fclose(r.dump) != 0) status = 1;
 out_smp:

@@ -15,9 +15,12 @@
 
 typedef struct eng_backend {
     const char *name;
+    eng_kv_dtype kv_default; /* the cache's elements under ENG_KV_AUTO */
+    unsigned kv_dtypes;     /* the cache types it runs: bit 1 << eng_kv_dtype */
     /* Allocate run state: activations, scratch and a KV pool of n_blocks
-     * blocks of o->block_size positions. Writes the thread count in force
-     * back into o->n_threads. */
+     * blocks of o->block_size positions, of o->kv_dtype (resolved: one the
+     * backend runs). Writes the thread count in force back into
+     * o->n_threads. */
     int (*create)(const model *m, eng_opts *o, int n_blocks, void **state, char *err,
                   size_t errlen);
     void (*destroy)(void *state);

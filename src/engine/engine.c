@@ -46,6 +46,44 @@ static const eng_backend *find_backend(const char *name, char *err, size_t errle
     return NULL;
 }
 
+static const char *const KV_NAMES[] = {"auto", "f16", "f32"};
+
+const char *eng_kv_dtype_name(eng_kv_dtype t) {
+    return (unsigned)t < sizeof(KV_NAMES) / sizeof(KV_NAMES[0]) ? KV_NAMES[t] : NULL;
+}
+
+int eng_kv_dtype_parse(const char *name, eng_kv_dtype *out) {
+    for (unsigned i = 0; name && i < sizeof(KV_NAMES) / sizeof(KV_NAMES[0]); i++)
+        if (strcmp(name, KV_NAMES[i]) == 0) {
+            *out = (eng_kv_dtype)i;
+            return 0;
+        }
+    return -1;
+}
+
+static size_t kv_elem_bytes(eng_kv_dtype t) { return t == ENG_KV_F16 ? 2 : 4; }
+
+/* o's cache type on backend be: AUTO resolved; -1 (with a message) when be
+ * does not run it. */
+static int resolve_kv(const eng_backend *be, eng_kv_dtype want, eng_kv_dtype *out, char *err, size_t errlen) {
+    eng_kv_dtype t = want == ENG_KV_AUTO ? be->kv_default : want;
+    if (!eng_kv_dtype_name(t) || !(be->kv_dtypes & (1u << t))) {
+        err_set(err, errlen, TS_ERR_INVAL, "the %s backend has no %s KV cache (it keeps %s)", be->name,
+                eng_kv_dtype_name(t) ? eng_kv_dtype_name(t) : "such", eng_kv_dtype_name(be->kv_default));
+        return -1;
+    }
+    *out = t;
+    return 0;
+}
+
+size_t eng_kv_token_bytes(const model *m, const eng_opts *o) {
+    char err[8];
+    const eng_backend *be = find_backend(o->backend, err, sizeof(err));
+    eng_kv_dtype t;
+    if (!be || resolve_kv(be, o->kv_dtype, &t, err, sizeof(err))) return 0;
+    return model_kv_bytes_per_token(&m->cfg, kv_elem_bytes(t));
+}
+
 int eng_new(const model *m, const eng_opts *o, eng **out, char *err, size_t errlen) {
     *out = NULL;
     eng_opts opts = *o;
@@ -58,8 +96,8 @@ int eng_new(const model *m, const eng_opts *o, eng **out, char *err, size_t errl
                        "engine limits out of range: block_size %d, max_batch_tokens %d, max_seqs %d",
                        opts.block_size, opts.max_batch_tokens, opts.max_seqs);
     const eng_backend *be = find_backend(opts.backend, err, errlen);
-    if (!be) return TS_ERR_INVAL;
-    size_t bb = model_kv_bytes_per_token(&m->cfg) * (size_t)opts.block_size;
+    if (!be || resolve_kv(be, opts.kv_dtype, &opts.kv_dtype, err, errlen)) return TS_ERR_INVAL;
+    size_t bb = model_kv_bytes_per_token(&m->cfg, kv_elem_bytes(opts.kv_dtype)) * (size_t)opts.block_size;
     size_t nb = opts.kv_pool_bytes / bb;
     if (nb < 1 || nb > INT32_MAX)
         return err_set(err, errlen, TS_ERR_INVAL, "KV pool of %zu bytes holds %zu blocks of %zu bytes",
@@ -165,6 +203,7 @@ int eng_kv_copy_in(eng *e, const int32_t *blocks, int n, const void *host) {
 int eng_kv_n_blocks(const eng *e) { return e->n_blocks; }
 int eng_block_size(const eng *e) { return e->opts.block_size; }
 size_t eng_kv_block_bytes(const eng *e) { return e->block_bytes; }
+eng_kv_dtype eng_kv_dtype_of(const eng *e) { return e->opts.kv_dtype; }
 int eng_vocab(const eng *e) { return e->m->cfg.vocab; }
 const char *eng_backend_name(const eng *e) { return e->be->name; }
 int eng_threads(const eng *e) { return e->opts.n_threads; }

@@ -51,9 +51,22 @@ typedef struct eng_batch {
     int n_seqs;
 } eng_batch;
 
+/* The KV cache's element type. f16 halves the cache's bytes (twice the
+ * sequences in the same memory, half the bytes attention reads), as
+ * llama.cpp's and vLLM's default caches do; f32 keeps the keys and values
+ * exactly as computed. AUTO is the backend's own: f16 on the CPU, f32 on
+ * CUDA (whose kernels read an f32 cache). */
+typedef enum eng_kv_dtype { ENG_KV_AUTO = 0, ENG_KV_F16, ENG_KV_F32 } eng_kv_dtype;
+
+/* "f16", "f32" or "auto"; NULL for anything else. */
+const char *eng_kv_dtype_name(eng_kv_dtype t);
+/* Parses a name of eng_kv_dtype_name; returns 0, or -1 when unknown. */
+int eng_kv_dtype_parse(const char *name, eng_kv_dtype *out);
+
 typedef struct eng_opts {
     const char *backend;    /* "cpu" (default when NULL), "cuda" or "cuda:N" */
     size_t kv_pool_bytes;   /* bytes of KV cache; rounded down to whole blocks */
+    eng_kv_dtype kv_dtype;  /* the cache's elements (AUTO: the backend's) */
     int block_size;         /* token positions per KV block (default 16) */
     int max_batch_tokens;   /* tokens per step across all sequences (default 512) */
     int max_seqs;           /* sequences per step (default 64) */
@@ -65,6 +78,10 @@ typedef struct eng eng;
 /* Create an engine for m (which must outlive it). Zeroed fields of o take
  * their defaults. */
 int eng_new(const model *m, const eng_opts *o, eng **out, char *err, size_t errlen);
+/* Bytes one token's keys and values take in the cache an engine made with o
+ * would have (its backend and dtype), so a caller can size kv_pool_bytes
+ * in tokens; 0 when o names no known backend or a dtype it lacks. */
+size_t eng_kv_token_bytes(const model *m, const eng_opts *o);
 void eng_free(eng *e);
 
 /* Run one step. logits receives, in sequence order, the rows each sequence
@@ -79,6 +96,7 @@ int eng_batch_logit_rows(const eng_batch *b);
 int eng_kv_n_blocks(const eng *e);
 int eng_block_size(const eng *e);
 size_t eng_kv_block_bytes(const eng *e);
+eng_kv_dtype eng_kv_dtype_of(const eng *e);    /* resolved: never AUTO */
 int eng_vocab(const eng *e);
 const char *eng_backend_name(const eng *e);
 int eng_threads(const eng *e);

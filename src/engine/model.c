@@ -395,6 +395,6 @@ uint64_t model_resident_bytes(const model *m) {
     return gguf_resident_bytes(m->gguf) + m->f32_owned_bytes;
 }
 
-size_t model_kv_bytes_per_token(const model_config *c) {
-    return 2 * (size_t)c->n_layers * (size_t)c->n_kv_heads * (size_t)c->head_dim * sizeof(float);
+size_t model_kv_bytes_per_token(const model_config *c, size_t elem_bytes) {
+    return 2 * (size_t)c->n_layers * (size_t)c->n_kv_heads * (size_t)c->head_dim * elem_bytes;
 }

@@ -147,8 +147,8 @@ void model_free(model *m);
  * path. */
 uint64_t model_resident_bytes(const model *m);
 
-/* Bytes one token of one sequence occupies in the KV cache at f32:
- * k and v of head_dim per kv head per layer. */
-size_t model_kv_bytes_per_token(const model_config *c);
+/* Bytes one token of one sequence occupies in a KV cache of elem_bytes
+ * elements: k and v of head_dim per kv head per layer. */
+size_t model_kv_bytes_per_token(const model_config *c, size_t elem_bytes);
 
 #endif

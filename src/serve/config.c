@@ -21,6 +21,7 @@
 #include <string.h>
 
 #include "cuda_levers.h"
+#include "engine.h"
 #include "err.h"
 #include "ratelimit.h"
 #include "ydoc.h"
@@ -401,12 +402,25 @@ static int parse_device(const ydoc *d, const yaml_node_t *n, const char *path, c
     return 0;
 }
 
+/* auto, f16 or f32; whether the device keeps such a cache is the engine's
+ * to say when the model loads (CUDA keeps f32 only). */
+static int parse_kv_dtype(const ydoc *d, const yaml_node_t *n, const char *path, cfg_model *m) {
+    const char *s;
+    eng_kv_dtype t;
+    int rc;
+    if (!n) return 0;
+    if ((rc = ydoc_get_str(d, n, path, &s))) return rc;
+    if (eng_kv_dtype_parse(s, &t)) return ydoc_fail(d, n, path, "'%s' is not auto, f16 or f32", s);
+    m->kv_dtype = (int)t;
+    return 0;
+}
+
 static int parse_model(const ydoc *d, const yaml_node_t *n, const char *path, cfg_model *m) {
-    enum { NAME, PATH, KV, SWAP, BS, SEQS, BMIN, BMAX, THREADS, TPL, TPLF, PFX, PRICE, DEVICE, NK };
+    enum { NAME, PATH, KV, SWAP, BS, SEQS, BMIN, BMAX, THREADS, TPL, TPLF, PFX, PRICE, DEVICE, KVT, NK };
     static const char *const keys[NK] = {"name", "path", "kv_cache_bytes", "swap_bytes",
                                          "block_size", "max_seqs", "budget_min", "budget_max",
                                          "threads", "chat_template", "chat_template_file", "prefix_cache",
-                                         "price_per_hour", "device"};
+                                         "price_per_hour", "device", "kv_cache_dtype"};
     const yaml_node_t *v[NK];
     char fp[YDOC_PATH_MAX];
     const char *p = NULL;
@@ -425,6 +439,7 @@ static int parse_model(const ydoc *d, const yaml_node_t *n, const char *path, cf
     if ((rc = ydoc_get_i32(d, v[BMAX], FP(BMAX), 1, 1 << 20, &m->budget_max))) return rc;
     if ((rc = ydoc_get_i32(d, v[THREADS], FP(THREADS), 0, 4096, &m->threads))) return rc;
     if ((rc = parse_device(d, v[DEVICE], FP(DEVICE), m))) return rc;
+    if ((rc = parse_kv_dtype(d, v[KVT], FP(KVT), m))) return rc;
     if (m->budget_min > m->budget_max) {
         const yaml_node_t *at = v[BMIN] ? v[BMIN] : v[BMAX];
         return ydoc_fail(d, at, FP(BMIN), "budget_min %d is larger than budget_max %d", m->budget_min,

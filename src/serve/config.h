@@ -73,6 +73,10 @@
  *       device: cpu            cpu, cuda or cuda:N (the Nth device this
  *                              process sees); a build without the CUDA
  *                              backend refuses cuda when the model loads
+ *       kv_cache_dtype: auto   the KV cache's elements: auto (the device's:
+ *                              f16 on the CPU, f32 on CUDA), f16 (half the
+ *                              bytes: twice the tokens in kv_cache_bytes),
+ *                              or f32 (keys and values kept exact)
  *       chat_template: "..."   optional Jinja text replacing the GGUF's
  *                              tokenizer.chat_template (the model has none,
  *                              or one the interpreter cannot run)
@@ -205,6 +209,7 @@ typedef struct cfg_model {
     int budget_min, budget_max;     /* tokens per step */
     int threads;                    /* 0 = all cores */
     char device[16];                /* engine backend: "cpu", "cuda" or "cuda:N" */
+    int kv_dtype;                   /* eng_kv_dtype: ENG_KV_AUTO (the backend's), _F16, _F32 */
     char *chat_template;            /* owned Jinja text overriding the GGUF's, or NULL */
     char *chat_template_from;       /* owned: "config" or the file it was read from */
     int prefix_cache;               /* 1: automatic prefix caching (default) */

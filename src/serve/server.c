@@ -1460,14 +1460,15 @@ static enum MHD_Result route_admin(conn *c) {
 static void put_model_entry(strbuf *b, const srv *s, int m, const sched_stats *p) {
     const cfg_model *cm = &s->c->models[m];
     strbuf_printf(b,
-        "%s{\"model\":\"%s\",\"kind\":\"%s\",\"policy\":\"%s\",\"context_length\":%d,"
+        "%s{\"model\":\"%s\",\"kind\":\"%s\",\"policy\":\"%s\",\"context_length\":%d,\"kv_cache_dtype\":\"%s\","
         "\"n_blocks\":%d,\"block_size\":%d,\"block_bytes\":%.0f,\"swap_blocks\":%d,\"max_seqs\":%d,"
         "\"budget_min\":%d,\"budget_max\":%d,\"kv_high\":%.15g,\"kv_low\":%.15g,\"kv_used\":%d,\"steps\":%llu,"
         "\"cost_model\":{\"a_us\":%.9g,\"b_us_per_prefill_token\":%.9g,\"c_us_per_decode_seq\":%.9g,"
         "\"d_us_per_attended_position\":%.9g,\"err_us\":%.9g,\"err_autocorr\":%.6f,\"steps\":%llu,"
         "\"copy_bytes_per_us\":%.9g}",
         m ? "," : "", cm->name, s->models[m].embed ? "embedding" : "chat",
-        p->policy == SCHED_POLICY_FCFS ? "fcfs" : "fair", wk_ctx_len(s->models[m].w), p->kv_total, p->block_size,
+        p->policy == SCHED_POLICY_FCFS ? "fcfs" : "fair", wk_ctx_len(s->models[m].w), wk_kv_dtype(s->models[m].w),
+        p->kv_total, p->block_size,
         p->block_bytes, p->swap_total, p->max_running, p->budget_min, p->budget_max, p->kv_high, p->kv_low,
         p->kv_used, (unsigned long long)p->steps, p->cost_theta[0], p->cost_theta[1], p->cost_theta[2],
         p->cost_theta[3], p->cost_err_us, p->cost_err_ac, (unsigned long long)p->cost_steps, p->copy_bytes_per_us);
@@ -2170,6 +2171,7 @@ static int start_workers(srv *s, char *err, size_t errlen) {
             .budget_max = cm->budget_max,
             .threads = cm->threads,
             .device = cm->device,
+            .kv_dtype = cm->kv_dtype,
             .policy = c->policy,
             .max_requests = MAX_REQUESTS,
             .tiers = c->tiers,

@@ -335,7 +335,8 @@ static int load_decoder(wk_worker *w, gguf_ctx *g, char *err, size_t errlen) {
     if ((rc = load_tok(w, w->m->gguf, w->m->cfg.vocab, err, errlen))) return rc;
     /* Minimum shares may take a step past its budget (sched.c), so the engine
      * takes up to twice the budget plus one decode per sequence. */
-    eng_opts eo = {.backend = w->o.device, .kv_pool_bytes = w->o.kv_bytes, .block_size = w->o.block_size,
+    eng_opts eo = {.backend = w->o.device, .kv_pool_bytes = w->o.kv_bytes, .kv_dtype = (eng_kv_dtype)w->o.kv_dtype,
+                   .block_size = w->o.block_size,
                    .max_batch_tokens = 2 * w->o.budget_max + w->o.max_seqs,
                    .max_seqs = w->o.max_seqs, .n_threads = w->o.threads};
     if ((rc = eng_new(w->m, &eo, &w->e, err, errlen))) return rc;
@@ -493,6 +494,7 @@ const tok *wk_tok(const wk_worker *w) { return w->t; }
 const model *wk_model(const wk_worker *w) { return w->m; }
 const enc_model *wk_encoder(const wk_worker *w) { return w->em; }
 int32_t wk_ctx_len(const wk_worker *w) { return w->ctx_len; }
+const char *wk_kv_dtype(const wk_worker *w) { return w->e ? eng_kv_dtype_name(eng_kv_dtype_of(w->e)) : "none"; }
 int wk_prefix_cache(const wk_worker *w) { return w->o.prefix_cache && !w->em; }
 
 /* The quota follows sched.c's (tenant_add): the smaller of max_kv_blocks

@@ -194,6 +194,7 @@ typedef struct wk_opts {
     size_t swap_bytes;      /* host swap space, 0 = no swap */
     int block_size, max_seqs, budget_min, budget_max, threads;
     const char *device;     /* engine backend ("cpu", "cuda:N"); NULL = cpu */
+    int kv_dtype;           /* eng_kv_dtype of the KV cache (0: the backend's) */
     int policy;             /* SCHED_POLICY_* */
     int32_t max_requests;   /* queued + running */
     const sched_tier *tiers;          /* (n_tiers) */
@@ -225,6 +226,7 @@ const tok *wk_tok(const wk_worker *w);
 const model *wk_model(const wk_worker *w);      /* NULL for an encoder */
 const enc_model *wk_encoder(const wk_worker *w); /* NULL for a decoder */
 int32_t wk_ctx_len(const wk_worker *w);          /* positions a request may use */
+const char *wk_kv_dtype(const wk_worker *w);     /* "f16", "f32"; "none": an encoder */
 int wk_prefix_cache(const wk_worker *w);         /* 1: the model caches prompt blocks */
 /* The most positions (prompt + max_tokens) one request of tenant can ever
  * hold in this model's KV pool: the pool, or the tenant's KV quota when

@@ -39,7 +39,7 @@ def setUpModule():
     tiny = make_model(ENV)
     geo = dict(GEOMETRY, threads=1, kv_cache_bytes="4MiB", swap_bytes="1MiB")
     S = Server(ENV, "cost", [
-        Model("priced", tiny, price_per_hour=3.6, **geo),
+        Model("priced", tiny, price_per_hour=3.6, kv_cache_dtype="f32", **geo),
         Model("inherits", tiny, **geo),
         Model("unknown", tiny, price_per_hour=0, **geo),
     ], [Tenant(ENV, "a", "gold"), Tenant(ENV, "b", "silver")])
@@ -134,6 +134,11 @@ class Cost(unittest.TestCase):
                 self.assertEqual(d[k], v, (k, d))
             bb = d["block_bytes"]
             self.assertGreater(bb, 0)
+            # The CPU's cache is f16 unless the model asks for f32, which
+            # takes twice the bytes a block (the same file for all three).
+            self.assertEqual(d["kv_cache_dtype"], "f32" if d["model"] == "priced" else "f16", d)
+            f16_bb = next(x["block_bytes"] for x in data if x["model"] == "inherits")
+            self.assertEqual(bb, 2 * f16_bb if d["model"] == "priced" else f16_bb, d)
             self.assertEqual(d["n_blocks"], KV_BYTES // bb, d)
             self.assertEqual(d["swap_blocks"], SWAP_BYTES // bb, d)
             self.assertEqual(d["kv_high"], 0.85)

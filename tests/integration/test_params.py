@@ -41,7 +41,7 @@ def setUpModule():
     tiny = make_model(ENV)
     small = make_model(ENV, "small.gguf", ctx=CTX_SMALL)
     S = Server(ENV, "params", [Model("tiny", tiny, threads=2), Model("small", small, threads=1),
-                             Model("pool", tiny, threads=1, kv_cache_bytes="256KiB", swap_bytes="64KiB")],
+                             Model("pool", tiny, threads=1, kv_cache_bytes="128KiB", swap_bytes="32KiB")],
                [Tenant(ENV, "gold-a", "gold"), Tenant(ENV, "quota", "gold", max_kv_blocks=QUOTA_BLOCKS),
                 Tenant(ENV, "tpm", "gold", tokens_per_minute=TPM), Tenant(ENV, "q2", "gold", max_queued=2)]).start()
 

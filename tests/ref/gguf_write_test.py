@@ -423,7 +423,9 @@ def test_compare_fake_engine(tmp):
             f.write(" ".join(map(str, prompt)) + "\n" + " ".join(map(str, gen)) + "\n")
         rows.astype("<f4").tofile(lg)
         with contextlib.redirect_stdout(io.StringIO()) as out:
-            rc = compare.main(["--model", path, "--ids", ids, "--logits", lg, "--type", typ, "--n", str(n)])
+            # the fake engine is the unrounded reference: an f32 cache
+            rc = compare.main(["--model", path, "--ids", ids, "--logits", lg, "--type", typ, "--n", str(n),
+                               "--kv-cache-dtype", "f32"])
         return rc, out.getvalue()
 
     rc, out = run(rows, gen)
@@ -783,7 +785,7 @@ def test_compare_quant(tmp):
         rows.astype("<f4").tofile(lg)
         with contextlib.redirect_stdout(io.StringIO()) as out:
             rc = compare.main(["--model", path, "--ids", ids, "--logits", lg, "--type", "q4_K",
-                               "--n", str(n)] + extra)
+                               "--n", str(n), "--kv-cache-dtype", "f32"] + extra)
         return rc, out.getvalue()
 
     rc, out = run(sim_rows, ["--act-sim-tol", "1e-3"])

@@ -167,7 +167,11 @@ def causal_attention(q, k, v, n_heads, n_kv_heads, scale=None, window=0):
 class LlamaRef:
     """The model of one GGUF file (any SUPPORTED_ARCHS), float64."""
 
-    def __init__(self, path):
+    def __init__(self, path, kv_f16=False):
+        # kv_f16: round each key and value to half precision as an f16 KV
+        # cache stores it (from the f32 value the engine computes), so the
+        # comparison keeps its tolerance with the engine's default cache.
+        self.kv_f16 = kv_f16
         self.g = GGUFFile(path)
         g = self.g
         self.arch = g.get("general.architecture")
@@ -384,6 +388,9 @@ class LlamaRef:
                 k = rmsnorm(k, w["attn_k_norm"], eps)
             q = apply_rope(q, pos, n_rot, base, mode, factors, scale)
             k = apply_rope(k, pos, n_rot, base, mode, factors, scale)
+            if self.kv_f16:
+                k = k.astype(np.float32).astype(np.float16).astype(np.float64)
+                v = v.astype(np.float32).astype(np.float16).astype(np.float64)
             o = causal_attention(q, k, v, H, Hkv, self.attn_scale,
                                  win if self.is_local(i) else 0)   # (T, H*hd)
             a_out = lin(o, "attn_output")

@@ -25,8 +25,10 @@
  * The step runs in one OpenMP parallel region; every phase above is shared
  * out among the team and ends at one barrier.
  *
- * Cache layout, per block: [layer][k|v][slot][kv_dim] in f32, so one block
- * is one contiguous range and swapping it is one memcpy.
+ * Cache layout, per block: [layer][k|v][slot][kv_dim] of f16 or f32 (the
+ * engine's kv_dtype), so one block is one contiguous range and swapping it
+ * is one memcpy. An f16 cache rounds each key and value once, as it is
+ * stored; attention widens them as it reads (ops_attn_*_f16).
  */
 #include <math.h>
 #include <omp.h>
@@ -49,8 +51,9 @@ typedef struct cpu_state {
     int max_T;              /* tokens per step */
     int max_ctx;            /* positions one sequence can attend to */
     int n_threads;
-    size_t block_floats;    /* floats per block: n_layers * 2 * bs * kvd */
-    float *kv;              /* (n_blocks, n_layers, 2, bs, kvd) */
+    size_t block_elems;     /* elements per block: n_layers * 2 * bs * kvd */
+    size_t esz;             /* bytes per element: 2 (f16) or 4 (f32) */
+    void *kv;               /* (n_blocks, n_layers, 2, bs, kvd) */
     /* activations, (max_T, width) each */
     float *x, *xb, *q, *k, *v, *att, *hb, *hb2;
     int n_rope;             /* rope settings in use: 1, or 2 with sliding-window layers */
@@ -114,8 +117,9 @@ static int cpu_create(const model *m, eng_opts *o, int n_blocks, void **out, cha
     size_t T = (size_t)s->max_T, qd = (size_t)c->n_heads * c->head_dim;
     size_t kvd = (size_t)c->n_kv_heads * c->head_dim, half = (size_t)c->n_rot / 2;
     s->n_rope = c->swa_window > 0 ? MODEL_ROPE_N : 1;
-    s->block_floats = (size_t)c->n_layers * 2 * (size_t)s->bs * kvd;
-    s->kv = xalloc((size_t)n_blocks * s->block_floats * sizeof(float));
+    s->block_elems = (size_t)c->n_layers * 2 * (size_t)s->bs * kvd;
+    s->esz = o->kv_dtype == ENG_KV_F16 ? sizeof(uint16_t) : sizeof(float);
+    s->kv = xalloc((size_t)n_blocks * s->block_elems * s->esz);
     s->x = xalloc(T * c->dim * sizeof(float));
     s->xb = xalloc(T * (qd > (size_t)c->dim ? qd : (size_t)c->dim) * sizeof(float));
     s->q = xalloc(T * qd * sizeof(float));
@@ -146,13 +150,13 @@ static int cpu_create(const model *m, eng_opts *o, int n_blocks, void **out, cha
         goto err;
     /* Fresh cache memory is zeroed so a block read before it is written
      * (which validation prevents) could at worst give zeros, not garbage. */
-    memset(s->kv, 0, (size_t)n_blocks * s->block_floats * sizeof(float));
+    memset(s->kv, 0, (size_t)n_blocks * s->block_elems * s->esz);
     rope_inv_freq(s);
     *out = s;
     return 0;
 err:
     err_set(err, errlen, TS_ERR_NOMEM, "out of memory for the CPU engine (%d KV blocks of %zu bytes)", n_blocks,
-            s ? s->block_floats * sizeof(float) : 0);
+            s ? s->block_elems * s->esz : 0);
     cpu_destroy(s);
     return TS_ERR_NOMEM;
 }
@@ -218,10 +222,17 @@ static void rope_head(float *v, const float *cs, const float *sn, int n_rot, int
     }
 }
 
-static float *kv_slot(cpu_state *s, int block, int layer, int which, int slot) {
+/* The first element of a cache row (f16 or f32, s->esz bytes each). */
+static void *kv_slot(cpu_state *s, int block, int layer, int which, int slot) {
     size_t kvd = (size_t)s->m->cfg.n_kv_heads * s->m->cfg.head_dim;
-    return s->kv + (size_t)block * s->block_floats +
-           (((size_t)layer * 2 + (size_t)which) * (size_t)s->bs + (size_t)slot) * kvd;
+    return (char *)s->kv + ((size_t)block * s->block_elems +
+                            (((size_t)layer * 2 + (size_t)which) * (size_t)s->bs + (size_t)slot) * kvd) * s->esz;
+}
+
+/* Store n floats at a cache row, rounded to f16 for an f16 cache. */
+static void kv_store(const cpu_state *s, void *row, const float *x, size_t n) {
+    if (s->esz == sizeof(uint16_t)) ops_f32_to_f16_row(row, x, (int)n);
+    else memcpy(row, x, n * sizeof(float));
 }
 
 /* Add the q/k/v biases (qwen2), normalize each head of q and k (qwen3,
@@ -245,8 +256,8 @@ static void rope_and_store(cpu_state *s, const eng_batch *b, const model_layer *
         for (int h = 0; h < c->n_kv_heads; h++) rope_head(k + (size_t)h * hd, cs, sn, c->n_rot, c->rope_neox);
         const eng_seq *sq = &b->seqs[s->tok_seq[t]];
         int p = s->tok_pos[t], blk = sq->blocks[p / s->bs], slot = p % s->bs;
-        memcpy(kv_slot(s, blk, layer, 0, slot), k, kvd * sizeof(float));
-        memcpy(kv_slot(s, blk, layer, 1, slot), v, kvd * sizeof(float));
+        kv_store(s, kv_slot(s, blk, layer, 0, slot), k, kvd);
+        kv_store(s, kv_slot(s, blk, layer, 1, slot), v, kvd);
     }
 }
 
@@ -256,12 +267,12 @@ static void rope_and_store(cpu_state *s, const eng_batch *b, const model_layer *
  * and a head's piece of a row is a few lines. */
 static void prefetch_block(cpu_state *s, int block, int layer, int which, int g0, int g1, int n) {
     const int hd = s->m->cfg.head_dim;
-    const size_t kvd = (size_t)s->m->cfg.n_kv_heads * hd, bytes = (size_t)(g1 - g0) * hd * sizeof(float);
-    const char *p = (const char *)(kv_slot(s, block, layer, which, 0) + (size_t)g0 * hd);
+    const size_t kvd = (size_t)s->m->cfg.n_kv_heads * hd, bytes = (size_t)(g1 - g0) * hd * s->esz;
+    const char *p = (const char *)kv_slot(s, block, layer, which, 0) + (size_t)g0 * hd * s->esz;
     if (n > s->bs) n = s->bs;
     for (int r = 0; r < n; r++)
         for (size_t b = 0; b < bytes; b += 64)
-            __builtin_prefetch(p + (size_t)r * kvd * sizeof(float) + b);
+            __builtin_prefetch(p + (size_t)r * kvd * s->esz + b);
 }
 
 /* The query heads of kv heads [g0, g1) of one token over its sequence's
@@ -286,15 +297,19 @@ static void attend_heads(cpu_state *s, const eng_seq *q, int layer, int p, const
     const int h0 = g0 * group, h1 = g1 * group;
     const size_t kvd = (size_t)c->n_kv_heads * hd;
     const float scale = c->attn_scale;
+    const int half = s->esz == sizeof(uint16_t);
     /* chunks of positions [j, j + len) within one block each, from lo */
     for (int j = lo, len; j <= p; j += len) {
         const int off = j % bs;
         len = bs - off < p + 1 - j ? bs - off : p + 1 - j;
-        const float *kb = kv_slot(s, q->blocks[j / bs], layer, 0, off);
+        const char *kb = kv_slot(s, q->blocks[j / bs], layer, 0, off);
         if (j + len <= p) prefetch_block(s, q->blocks[j / bs + 1], layer, 0, g0, g1, p + 1 - j - len);
-        for (int h = h0; h < h1; h++)
-            ops_attn_scores(sc + (size_t)(h - h0) * n + (j - lo), qt + (size_t)h * hd, kb + (size_t)(h / group) * hd,
-                            (int64_t)kvd, len, hd, scale);
+        for (int h = h0; h < h1; h++) {
+            float *sh = sc + (size_t)(h - h0) * n + (j - lo);
+            const void *kh = kb + (size_t)(h / group) * hd * s->esz;
+            if (half) ops_attn_scores_f16(sh, qt + (size_t)h * hd, kh, (int64_t)kvd, len, hd, scale);
+            else ops_attn_scores(sh, qt + (size_t)h * hd, kh, (int64_t)kvd, len, hd, scale);
+        }
     }
     for (int h = h0; h < h1; h++) {
         ops_softmax(sc + (size_t)(h - h0) * n, n);
@@ -303,11 +318,14 @@ static void attend_heads(cpu_state *s, const eng_seq *q, int layer, int p, const
     for (int j = lo, len; j <= p; j += len) {
         const int off = j % bs;
         len = bs - off < p + 1 - j ? bs - off : p + 1 - j;
-        const float *vb = kv_slot(s, q->blocks[j / bs], layer, 1, off);
+        const char *vb = kv_slot(s, q->blocks[j / bs], layer, 1, off);
         if (j + len <= p) prefetch_block(s, q->blocks[j / bs + 1], layer, 1, g0, g1, p + 1 - j - len);
-        for (int h = h0; h < h1; h++)
-            ops_attn_mix(out + (size_t)h * hd, sc + (size_t)(h - h0) * n + (j - lo), vb + (size_t)(h / group) * hd,
-                         (int64_t)kvd, len, hd);
+        for (int h = h0; h < h1; h++) {
+            const float *ph = sc + (size_t)(h - h0) * n + (j - lo);
+            const void *vh = vb + (size_t)(h / group) * hd * s->esz;
+            if (half) ops_attn_mix_f16(out + (size_t)h * hd, ph, vh, (int64_t)kvd, len, hd);
+            else ops_attn_mix(out + (size_t)h * hd, ph, vh, (int64_t)kvd, len, hd);
+        }
     }
 }
 
@@ -415,22 +433,24 @@ static int cpu_forward(void *st, const eng_batch *b, float *logits) {
 
 static int cpu_kv_copy_out(void *st, const int32_t *blocks, int n, void *host) {
     cpu_state *s = st;
-    size_t bytes = s->block_floats * sizeof(float);
+    size_t bytes = s->block_elems * s->esz;
     for (int i = 0; i < n; i++)
-        memcpy((char *)host + (size_t)i * bytes, s->kv + (size_t)blocks[i] * s->block_floats, bytes);
+        memcpy((char *)host + (size_t)i * bytes, (const char *)s->kv + (size_t)blocks[i] * bytes, bytes);
     return 0;
 }
 
 static int cpu_kv_copy_in(void *st, const int32_t *blocks, int n, const void *host) {
     cpu_state *s = st;
-    size_t bytes = s->block_floats * sizeof(float);
+    size_t bytes = s->block_elems * s->esz;
     for (int i = 0; i < n; i++)
-        memcpy(s->kv + (size_t)blocks[i] * s->block_floats, (const char *)host + (size_t)i * bytes, bytes);
+        memcpy((char *)s->kv + (size_t)blocks[i] * bytes, (const char *)host + (size_t)i * bytes, bytes);
     return 0;
 }
 
 const eng_backend eng_backend_cpu = {
     .name = "cpu",
+    .kv_default = ENG_KV_F16,
+    .kv_dtypes = 1u << ENG_KV_F16 | 1u << ENG_KV_F32,
     .create = cpu_create,
     .destroy = cpu_destroy,
     .forward = cpu_forward,

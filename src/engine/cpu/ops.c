@@ -439,13 +439,28 @@ void ops_softcap(float *x, int n, float cap) {
 
 /* Scores of one query against n keys: 8 keys at a time, each with its own
  * accumulator (8 independent FMA chains), reduced together at the end. */
-void ops_attn_scores(float *sc, const float *q, const float *k, int64_t ldk, int n, int hd, float scale) {
+/* The attention kernels read a cache of f32 (half 0) or of f16 (half 1,
+ * widened as loaded: F16C), one inlined body for both; half is a constant
+ * at each call site, so each version is compiled on its own. */
+static ALWAYS_INLINE float kv_elem(const void *v, size_t i, const int half) {
+    return half ? ops_f16_to_f32(((const uint16_t *)v)[i]) : ((const float *)v)[i];
+}
+
+#ifdef OPS_AVX2
+static ALWAYS_INLINE __m256 kv_load8(const void *v, size_t i, const int half) {
+    return half ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((const uint16_t *)v + i)))
+                : _mm256_loadu_ps((const float *)v + i);
+}
+#endif
+
+static ALWAYS_INLINE void attn_scores(float *sc, const float *q, const void *k, int64_t ldk, int n, int hd,
+                                      float scale, const int half) {
     int j = 0;
 #ifdef OPS_AVX2
     if (hd % 8 == 0) {
         const __m256 vs = _mm256_set1_ps(scale);
         for (; j + 8 <= n; j += 8) {
-            const float *kj = k + (size_t)j * (size_t)ldk;
+            const size_t kj = (size_t)j * (size_t)ldk;
             __m256 acc[8];
             for (int c = 0; c < 8; c++)
                 acc[c] = _mm256_setzero_ps();
@@ -453,30 +468,47 @@ void ops_attn_scores(float *sc, const float *q, const float *k, int64_t ldk, int
                 const __m256 qv = _mm256_loadu_ps(q + i);
 #pragma GCC unroll 8
                 for (int c = 0; c < 8; c++)
-                    acc[c] = _mm256_fmadd_ps(_mm256_loadu_ps(kj + (size_t)c * (size_t)ldk + i), qv, acc[c]);
+                    acc[c] = _mm256_fmadd_ps(kv_load8(k, kj + (size_t)c * (size_t)ldk + (size_t)i, half), qv, acc[c]);
             }
             _mm256_storeu_ps(sc + j, _mm256_mul_ps(hsum8x8(acc), vs));
         }
     }
 #endif
-    for (; j < n; j++)
-        sc[j] = ops_dot(q, k + (size_t)j * (size_t)ldk, hd) * scale;
+    for (; j < n; j++) {
+        const size_t kj = (size_t)j * (size_t)ldk;
+        if (!half) {
+            sc[j] = ops_dot(q, (const float *)k + kj, hd) * scale;
+            continue;
+        }
+        float a = 0.0f;
+        for (int i = 0; i < hd; i++) a += q[i] * kv_elem(k, kj + (size_t)i, half);
+        sc[j] = a * scale;
+    }
+}
+
+void ops_attn_scores(float *sc, const float *q, const float *k, int64_t ldk, int n, int hd, float scale) {
+    attn_scores(sc, q, k, ldk, n, hd, scale, 0);
+}
+
+void ops_attn_scores_f16(float *sc, const float *q, const uint16_t *k, int64_t ldk, int n, int hd, float scale) {
+    attn_scores(sc, q, k, ldk, n, hd, scale, 1);
 }
 
 #ifdef OPS_AVX2
 /* out[0 .. 8 NV) += sum_j p[j] v_j[0 .. 8 NV): NV accumulators in registers
  * across all n rows. NV is a constant at each call site. */
-static ALWAYS_INLINE void mix_strip(float *out, const float *p, const float *v, int64_t ldv, int n, const int NV) {
+static ALWAYS_INLINE void mix_strip(float *out, const float *p, const void *v, int64_t ldv, int n, const int NV,
+                                    const int half) {
     __m256 acc[8];
 #pragma GCC unroll 8
     for (int c = 0; c < NV; c++)
         acc[c] = _mm256_loadu_ps(out + 8 * c);
     for (int j = 0; j < n; j++) {
         const __m256 pj = _mm256_broadcast_ss(p + j);
-        const float *vj = v + (size_t)j * (size_t)ldv;
+        const size_t vj = (size_t)j * (size_t)ldv;
 #pragma GCC unroll 8
         for (int c = 0; c < NV; c++)
-            acc[c] = _mm256_fmadd_ps(pj, _mm256_loadu_ps(vj + 8 * c), acc[c]);
+            acc[c] = _mm256_fmadd_ps(pj, kv_load8(v, vj + 8 * (size_t)c, half), acc[c]);
     }
 #pragma GCC unroll 8
     for (int c = 0; c < NV; c++)
@@ -484,25 +516,46 @@ static ALWAYS_INLINE void mix_strip(float *out, const float *p, const float *v, 
 }
 #endif
 
-void ops_attn_mix(float *out, const float *p, const float *v, int64_t ldv, int n, int hd) {
+/* v points at column 0 of the rows; the strips start at column i. */
+static ALWAYS_INLINE void attn_mix(float *out, const float *p, const void *v, int64_t ldv, int n, int hd,
+                                   const int half) {
     int i = 0;
 #ifdef OPS_AVX2
     /* Strips of up to 64 floats, each held in registers over all n rows. */
+    const size_t esz = half ? sizeof(uint16_t) : sizeof(float);
     while (hd - i >= 8) {
         const int nv = (hd - i) / 8;
-        if (nv >= 8) { mix_strip(out + i, p, v + i, ldv, n, 8); i += 64; }
-        else if (nv >= 6) { mix_strip(out + i, p, v + i, ldv, n, 6); i += 48; }
-        else if (nv >= 4) { mix_strip(out + i, p, v + i, ldv, n, 4); i += 32; }
-        else if (nv >= 2) { mix_strip(out + i, p, v + i, ldv, n, 2); i += 16; }
-        else { mix_strip(out + i, p, v + i, ldv, n, 1); i += 8; }
+        const void *vi = (const char *)v + (size_t)i * esz;
+        if (nv >= 8) { mix_strip(out + i, p, vi, ldv, n, 8, half); i += 64; }
+        else if (nv >= 6) { mix_strip(out + i, p, vi, ldv, n, 6, half); i += 48; }
+        else if (nv >= 4) { mix_strip(out + i, p, vi, ldv, n, 4, half); i += 32; }
+        else if (nv >= 2) { mix_strip(out + i, p, vi, ldv, n, 2, half); i += 16; }
+        else { mix_strip(out + i, p, vi, ldv, n, 1, half); i += 8; }
     }
 #endif
     for (; i < hd; i++) {
         float a = out[i];
         for (int j = 0; j < n; j++)
-            a += p[j] * v[(size_t)j * (size_t)ldv + (size_t)i];
+            a += p[j] * kv_elem(v, (size_t)j * (size_t)ldv + (size_t)i, half);
         out[i] = a;
     }
+}
+
+void ops_attn_mix(float *out, const float *p, const float *v, int64_t ldv, int n, int hd) {
+    attn_mix(out, p, v, ldv, n, hd, 0);
+}
+
+void ops_attn_mix_f16(float *out, const float *p, const uint16_t *v, int64_t ldv, int n, int hd) {
+    attn_mix(out, p, v, ldv, n, hd, 1);
+}
+
+void ops_f32_to_f16_row(uint16_t *out, const float *x, int n) {
+    int i = 0;
+#ifdef OPS_AVX2
+    for (; i + 8 <= n; i += 8)
+        _mm_storeu_si128((__m128i *)(out + i), _mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT));
+#endif
+    for (; i < n; i++) out[i] = ops_f32_to_f16(x[i]);
 }
 
 /* ------------------------------------------------------------------------- */

@@ -634,6 +634,8 @@ static int cu_kv_copy_in(void *st, const int32_t *blocks, int n, const void *hos
 
 const eng_backend eng_backend_cuda = {
     .name = "cuda",
+    .kv_default = ENG_KV_F32,
+    .kv_dtypes = 1u << ENG_KV_F32,
     .create = cu_create,
     .destroy = cu_destroy,
     .forward = cu_forward,
