@@ -35,7 +35,8 @@
  * so for orientation only.
  *
  * usage: bench_engine [--presets 15m,20m,110m] [--types f16,q8_0,q4_K,...]
- *                     [--quick] [--rounds N]
+ *                     [--quick] [--rounds N] [--kv-cache-dtype auto|f16|f32]
+ * (the KV cache of the decode steps; auto is the CPU's f16)
  */
 #include <math.h>
 #ifdef __AVX2__
@@ -308,7 +309,7 @@ static double time_decode(eng *e, int B, int32_t *ids, int32_t (*tables)[16], fl
 }
 
 static int bench_model(const char *preset, uint32_t type, const float *bwbuf, size_t bwn, int rounds,
-                       int quick, result *res) {
+                       int quick, eng_kv_dtype kv, result *res) {
     mkmodel_spec spec;
     char path[256], err[256];
     mkmodel_preset(preset, &spec);
@@ -325,7 +326,7 @@ static int bench_model(const char *preset, uint32_t type, const float *bwbuf, si
     int rc = model_load(path, &m, err, sizeof(err));
     unlink(path); /* the mapping stays valid */
     if (rc) { fprintf(stderr, "%s\n", err); free(logits); return -1; }
-    eng_opts o = {.block_size = 16, .max_batch_tokens = PROMPT, .max_seqs = MAX_SEQS};
+    eng_opts o = {.kv_dtype = kv, .block_size = 16, .max_batch_tokens = PROMPT, .max_seqs = MAX_SEQS};
     o.kv_pool_bytes = eng_kv_token_bytes(m, &o) * 16 * 16 * MAX_SEQS;
     eng *e;
     if (eng_new(m, &o, &e, err, sizeof(err))) { fprintf(stderr, "%s\n", err); model_free(m); free(logits); return -1; }
@@ -437,14 +438,16 @@ static void print_row(const char *preset, const char *type, const result *r) {
 int main(int argc, char **argv) {
     const char *presets = "15m,20m,110m", *types = "f16,bf16,q8_0,q4_0,q4_K,q5_K,q6_K";
     int quick = 0, rounds = 0;
+    eng_kv_dtype kv = ENG_KV_AUTO;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--presets") == 0 && i + 1 < argc) presets = argv[++i];
         else if (strcmp(argv[i], "--types") == 0 && i + 1 < argc) types = argv[++i];
         else if (strcmp(argv[i], "--quick") == 0) quick = 1;
         else if (strcmp(argv[i], "--rounds") == 0 && i + 1 < argc) rounds = atoi(argv[++i]);
+        else if (strcmp(argv[i], "--kv-cache-dtype") == 0 && i + 1 < argc && !eng_kv_dtype_parse(argv[i + 1], &kv)) i++;
         else {
             fprintf(stderr, "usage: %s [--presets 15m,20m,110m] [--types f16,q8_0,q4_K,...|all] [--quick] "
-                            "[--rounds N]\n", argv[0]);
+                            "[--rounds N] [--kv-cache-dtype auto|f16|f32]\n", argv[0]);
             return 2;
         }
     }
@@ -460,6 +463,7 @@ int main(int argc, char **argv) {
     for (size_t i = 0; i < bwn / sizeof(float); i++) bwbuf[i] = (float)(i & 1023);
     double cbw = copy_bandwidth();
     double gf = sgemm_gflops(SGEMM_N);
+    printf("KV cache %s\n", kv == ENG_KV_AUTO ? "auto (f16 on the CPU)" : eng_kv_dtype_name(kv));
     printf("threads %d, %d rounds; memcpy %.1f GB/s; the roofline uses the read bandwidth of each round\n"
            "f32 reference: OpenBLAS sgemm %dx%dx%d, %.0f GFLOP/s = %.1f GMAC/s\n\n",
            threads, rounds, cbw / 1e9, SGEMM_N, SGEMM_N, SGEMM_N, gf, gf / 2);
@@ -486,7 +490,7 @@ int main(int argc, char **argv) {
                 continue;
             }
             static result r;
-            if (bench_model(PRESETS[p], type, bwbuf, bwn, rounds, quick, &r)) { bad = 1; continue; }
+            if (bench_model(PRESETS[p], type, bwbuf, bwn, rounds, quick, kv, &r)) { bad = 1; continue; }
             print_row(PRESETS[p], gguf_type_name(type), &r);
         }
     }
