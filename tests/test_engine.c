@@ -357,6 +357,20 @@ static void test_arch_config(void **state) {
     assert_int_equal(eng_kv_token_bytes(m, &o), model_kv_bytes_per_token(c, 4));
 }
 
+/* The batched schedule with a swap out and in to other blocks mid-run,
+ * against the solo run. */
+static void check_swapped(void **state, double tol) {
+    fixture *f = *state;
+    eng *e = make_engine(f->m, 64, 64);
+    live lv[N_SEQ];
+    interleave_tables(lv);
+    double worst = run_batched(f, e, lv, SCHEDULE, 8, 1);
+    print_message("after swap out/in to new blocks (%s cache): worst relative row error %.3g\n",
+                  eng_kv_dtype_name(kv_now), worst);
+    assert_true(worst <= tol);
+    eng_free(e);
+}
+
 /* The f16 cache (the CPU's default). Each key and value is rounded once
  * as stored (relative error <= 2^-11). A prefill and a decode step compute
  * a key through different kernels, ~1e-7 apart, which can round to
@@ -382,28 +396,13 @@ static void test_kv_cache_f16(void **state) {
     print_message("f16 cache vs f32 cache: worst relative row error %.3g\n", apart);
     assert_true(apart > 0 && apart <= 5e-3);
     check_batched(state, 1e-4);
-    eng *e = make_engine(f->m, 64, 64);
-    live lv[N_SEQ];
-    interleave_tables(lv);
-    double worst = run_batched(f, e, lv, SCHEDULE, 8, 1);
-    print_message("f16 cache after swap out/in: worst relative row error %.3g\n", worst);
-    assert_true(worst <= 1e-4);
-    eng_free(e);
+    check_swapped(state, 1e-4);
     kv_now = ENG_KV_F32;
     run_solo(f);
     for (int s = 0; s < N_SEQ; s++) free(f32_logits[s]);
 }
 
-static void test_swap_roundtrip(void **state) {
-    fixture *f = *state;
-    eng *e = make_engine(f->m, 64, 64);
-    live lv[N_SEQ];
-    interleave_tables(lv);
-    double worst = run_batched(f, e, lv, SCHEDULE, 8, 1);
-    print_message("after swap out/in to new blocks: worst relative row error %.3g\n", worst);
-    assert_true(worst <= 1e-5);
-    eng_free(e);
-}
+static void test_swap_roundtrip(void **state) { check_swapped(state, 1e-5); }
 
 /* A refused batch must leave the cache as it was: run sequence 0 halfway,
  * throw bad batches at the engine, finish it and compare with solo. */

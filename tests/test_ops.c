@@ -988,25 +988,32 @@ static void test_softcap(void **state) {
 }
 
 /* Attention scores and mixing over strided rows (a cache block's layout),
- * head sizes with and without a multiple of 8, n across the 8-key groups. */
-static void test_attn(void **state) {
-    (void)state;
-    tu_rng_seed(10);
+ * head sizes with and without a multiple of 8, n across the 8-key groups,
+ * over an f32 cache (half 0) or an f16 one (half 1: the rows rounded by
+ * ops_f32_to_f16_row, the reference summing the widened halves), against
+ * double sums. */
+static void check_attn(int half) {
     static const int hds[] = {8, 12, 48, 64, 80, 128};
     enum { LD = 136, NMAX = 21 };
-    float k[NMAX * LD], q[128], sc[NMAX], out[128], p[NMAX];
+    static float k[NMAX * LD];
+    static uint16_t kh[NMAX * LD];
+    float q[128], sc[NMAX], out[128], p[NMAX];
     for (size_t h = 0; h < sizeof hds / sizeof *hds; h++) {
         const int hd = hds[h];
         for (int n = 1; n <= NMAX; n++) {
             for (int i = 0; i < NMAX * LD; i++)
                 k[i] = tu_rng_float();
+            ops_f32_to_f16_row(kh, k, NMAX * LD);
+            if (half)
+                for (int i = 0; i < NMAX * LD; i++) k[i] = ops_f16_to_f32_ref(kh[i]);
             for (int i = 0; i < hd; i++) {
                 q[i] = tu_rng_float();
                 out[i] = tu_rng_float();
             }
             for (int j = 0; j < n; j++)
                 p[j] = tu_rng_float();
-            ops_attn_scores(sc, q, k + 3, LD, n, hd, 0.125f);
+            if (half) ops_attn_scores_f16(sc, q, kh + 3, LD, n, hd, 0.125f);
+            else ops_attn_scores(sc, q, k + 3, LD, n, hd, 0.125f);
             for (int j = 0; j < n; j++) {
                 double d = 0, m = 0;
                 for (int i = 0; i < hd; i++) {
@@ -1014,7 +1021,8 @@ static void test_attn(void **state) {
                     m += fabs((double)q[i] * k[j * LD + 3 + i]);
                 }
                 if (!(fabs(sc[j] - 0.125 * d) <= 0.125 * 2e-6 * m))
-                    fail_msg("attn_scores hd %d n %d [%d]: %.9g, want %.9g", hd, n, j, (double)sc[j], 0.125 * d);
+                    fail_msg("attn_scores%s hd %d n %d [%d]: %.9g, want %.9g", half ? "_f16" : "", hd, n, j,
+                             (double)sc[j], 0.125 * d);
             }
             double want[128], mag[128];
             for (int i = 0; i < hd; i++) {
@@ -1025,76 +1033,40 @@ static void test_attn(void **state) {
                     mag[i] += fabs((double)p[j] * k[j * LD + 5 + i]);
                 }
             }
-            ops_attn_mix(out, p, k + 5, LD, n, hd);
+            if (half) ops_attn_mix_f16(out, p, kh + 5, LD, n, hd);
+            else ops_attn_mix(out, p, k + 5, LD, n, hd);
             for (int i = 0; i < hd; i++)
                 if (!(fabs(out[i] - want[i]) <= 2e-6 * mag[i]))
-                    fail_msg("attn_mix hd %d n %d [%d]: %.9g, want %.9g", hd, n, i, (double)out[i], want[i]);
+                    fail_msg("attn_mix%s hd %d n %d [%d]: %.9g, want %.9g", half ? "_f16" : "", hd, n, i,
+                             (double)out[i], want[i]);
         }
     }
 }
 
-/* The f16 cache's kernels: the keys and values rounded by
- * ops_f32_to_f16_row (held bit for bit to the reference conversion, odd
- * lengths and special values included), then scores and mixing held to the
- * same bounds as the f32 kernels against double sums over the widened
- * halves. */
+static void test_attn(void **state) {
+    (void)state;
+    tu_rng_seed(10);
+    check_attn(0);
+}
+
+/* The f16 cache: the row conversion held bit for bit to the reference
+ * (every tail length of its 8-wide loop, special values included), then
+ * the kernels. */
 static void test_attn_f16(void **state) {
     (void)state;
     tu_rng_seed(12);
-    static const int hds[] = {8, 12, 48, 64, 80, 128};
-    enum { LD = 136, NMAX = 21 };
-    static float k[NMAX * LD];
-    static uint16_t kh[NMAX * LD];
-    float q[128], sc[NMAX], out[128], p[NMAX];
-    for (int i = 0; i < NMAX * LD; i++)
-        k[i] = tu_rng_float() * (i % 7 == 0 ? 1e4f : 1.0f);
-    k[1] = 65520.0f, k[2] = -1e-8f, k[4] = 6e-5f, k[5] = 1e9f;
-    for (int n = 0; n <= 37; n++) {     /* every tail length of the 8-wide loop */
+    float x[37];
+    for (int i = 0; i < 37; i++)
+        x[i] = tu_rng_float() * (i % 7 == 0 ? 1e4f : 1.0f);
+    x[1] = 65520.0f, x[2] = -1e-8f, x[4] = 6e-5f, x[5] = 1e9f;
+    for (int n = 0; n <= 37; n++) {
         uint16_t h[37];
-        ops_f32_to_f16_row(h, k, n);
+        ops_f32_to_f16_row(h, x, n);
         for (int i = 0; i < n; i++)
-            if (h[i] != ops_f32_to_f16_ref(k[i]))
-                fail_msg("f32_to_f16_row n %d [%d]: %#x, want %#x", n, i, h[i], ops_f32_to_f16_ref(k[i]));
+            if (h[i] != ops_f32_to_f16_ref(x[i]))
+                fail_msg("f32_to_f16_row n %d [%d]: %#x, want %#x", n, i, h[i], ops_f32_to_f16_ref(x[i]));
     }
-    for (int i = 0; i < NMAX * LD; i++)
-        k[i] = tu_rng_float();
-    ops_f32_to_f16_row(kh, k, NMAX * LD);
-    for (size_t hi = 0; hi < sizeof hds / sizeof *hds; hi++) {
-        const int hd = hds[hi];
-        for (int n = 1; n <= NMAX; n++) {
-            for (int i = 0; i < hd; i++) {
-                q[i] = tu_rng_float();
-                out[i] = tu_rng_float();
-            }
-            for (int j = 0; j < n; j++)
-                p[j] = tu_rng_float();
-            ops_attn_scores_f16(sc, q, kh + 3, LD, n, hd, 0.125f);
-            for (int j = 0; j < n; j++) {
-                double d = 0, m = 0;
-                for (int i = 0; i < hd; i++) {
-                    double kv = ops_f16_to_f32_ref(kh[j * LD + 3 + i]);
-                    d += (double)q[i] * kv;
-                    m += fabs((double)q[i] * kv);
-                }
-                if (!(fabs(sc[j] - 0.125 * d) <= 0.125 * 2e-6 * m))
-                    fail_msg("attn_scores_f16 hd %d n %d [%d]: %.9g, want %.9g", hd, n, j, (double)sc[j], 0.125 * d);
-            }
-            double want[128], mag[128];
-            for (int i = 0; i < hd; i++) {
-                want[i] = out[i];
-                mag[i] = fabs(out[i]);
-                for (int j = 0; j < n; j++) {
-                    double kv = ops_f16_to_f32_ref(kh[j * LD + 5 + i]);
-                    want[i] += (double)p[j] * kv;
-                    mag[i] += fabs((double)p[j] * kv);
-                }
-            }
-            ops_attn_mix_f16(out, p, kh + 5, LD, n, hd);
-            for (int i = 0; i < hd; i++)
-                if (!(fabs(out[i] - want[i]) <= 2e-6 * mag[i]))
-                    fail_msg("attn_mix_f16 hd %d n %d [%d]: %.9g, want %.9g", hd, n, i, (double)out[i], want[i]);
-        }
-    }
+    check_attn(1);
 }
 
 static void test_add_dot_axpy(void **state) {
