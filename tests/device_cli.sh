@@ -99,6 +99,22 @@ timeout 10 "$TS_TESSERA" serve --model "$W/bert.gguf" --device cuda --listen 127
 [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] || fail "an encoder on --device cuda: status $rc"
 grep -qF "an embedding model runs on the CPU only, not on device 'cuda'" "$W/err" ||
     fail "an encoder on --device cuda: stderr '$(cat "$W/err")'"
+cat >"$W/e.yaml" <<EOF
+listen: 127.0.0.1:1
+models:
+  - name: e
+    path: bert.gguf
+    kv_cache_dtype: f32
+tenants:
+  - name: t
+    tier: gold
+    key_sha256: "0000000000000000000000000000000000000000000000000000000000000000"
+EOF
+rc=0
+timeout 10 "$TS_TESSERA" serve --config "$W/e.yaml" >/dev/null 2>"$W/err" || rc=$?
+[ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] || fail "an encoder with kv_cache_dtype: status $rc"
+grep -qF "an embedding model keeps no KV cache: drop kv_cache_dtype" "$W/err" ||
+    fail "an encoder with kv_cache_dtype: stderr '$(cat "$W/err")'"
 
 # serve --device cuda reaches the engine: it serves (a GPU here), or it
 # stops before listening with the reason.

@@ -397,9 +397,15 @@ static void test_kv_cache_f16(void **state) {
     assert_true(apart > 0 && apart <= 5e-3);
     check_batched(state, 1e-4);
     check_swapped(state, 1e-4);
-    kv_now = ENG_KV_F32;
-    run_solo(f);
     for (int s = 0; s < N_SEQ; s++) free(f32_logits[s]);
+}
+
+/* After test_kv_cache_f16, pass or fail: the f32 cache and its solo run
+ * again for the tests after it. */
+static int back_to_f32(void **state) {
+    kv_now = ENG_KV_F32;
+    run_solo(*state);
+    return 0;
 }
 
 static void test_swap_roundtrip(void **state) { check_swapped(state, 1e-5); }
@@ -655,7 +661,7 @@ int main(void) {
     const struct CMUnitTest f32[] = {
         cmocka_unit_test(test_batch_equivalence_f32),
         cmocka_unit_test(test_swap_roundtrip),
-        cmocka_unit_test(test_kv_cache_f16),
+        cmocka_unit_test_teardown(test_kv_cache_f16, back_to_f32),
         cmocka_unit_test(test_bad_batches_change_nothing),
         cmocka_unit_test(test_engine_options),
     };

@@ -198,9 +198,11 @@ static int64_t gate_now(const srv *s, int64_t now_us) {
 }
 
 /* The watcher's beat, under gate_mu: the gate's clock resumes from here.
- * Returns the gate's now. */
-static int64_t gate_beat(srv *s) {
+ * Returns the gate's now, and sets *stalled when the cap bit (nothing ran
+ * for a while). */
+static int64_t gate_beat(srv *s, int *stalled) {
     int64_t now = wk_now_us(), g = gate_now(s, now);
+    *stalled = now - s->beat_real_us > GATE_STALL_CAP_US;
     s->beat_real_us = now;
     s->beat_gate_us = g;
     return g;
@@ -266,11 +268,15 @@ static void conn_idle(conn *c) {
     pthread_mutex_unlock(&c->s->gate_mu);
 }
 
-/* Close every connection past its read deadline. */
+/* Close every connection past its read deadline; but not on the beat that
+ * ends a stall: the HTTP threads first get a period to read the requests
+ * that arrived meanwhile, whose deadlines may have been near when the
+ * stall began. */
 static void reap_expired(srv *s) {
     pthread_mutex_lock(&s->gate_mu);
-    int64_t now = gate_beat(s);
-    for (gate_conn *g; (g = gate_expired(&s->gate, now));) shut(g);
+    int stalled;
+    int64_t now = gate_beat(s, &stalled);
+    for (gate_conn *g; !stalled && (g = gate_expired(&s->gate, now));) shut(g);
     pthread_mutex_unlock(&s->gate_mu);
 }
 

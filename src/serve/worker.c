@@ -358,6 +358,12 @@ static int load_encoder(wk_worker *w, gguf_ctx *g, char *err, size_t errlen) {
         return err_set(err, errlen, TS_ERR_CONFIG, "%s: an embedding model runs on the CPU only, not on device '%s'",
                        w->o.path, w->o.device);
     }
+    /* Nor has it a KV cache whose type a setting could pick. */
+    if (w->o.kv_dtype != ENG_KV_AUTO) {
+        gguf_close(g);
+        return err_set(err, errlen, TS_ERR_CONFIG, "%s: an embedding model keeps no KV cache: drop kv_cache_dtype",
+                       w->o.path);
+    }
     int rc = enc_from_gguf(g, &w->em, inner, sizeof(inner));
     if (rc) {
         err_set(err, errlen, rc, "%s: %s", w->o.path, inner);

@@ -299,7 +299,23 @@ static inline __m256 exp8(__m256 x) {
 }
 #endif
 
-float ops_dot(const float *a, const float *b, int n) {
+/* The attention kernels read a KV cache of f32 (half 0) or of f16 (half 1,
+ * widened as loaded: F16C) through these, one inlined body for both; half
+ * is a constant at each call site, so each version compiles on its own and
+ * the f16 one sums exactly as the f32 one does over the widened values. */
+static ALWAYS_INLINE float kv_elem(const void *v, size_t i, const int half) {
+    return half ? ops_f16_to_f32(((const uint16_t *)v)[i]) : ((const float *)v)[i];
+}
+
+#ifdef OPS_AVX2
+static ALWAYS_INLINE __m256 kv_load8(const void *v, size_t i, const int half) {
+    return half ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((const uint16_t *)v + i)))
+                : _mm256_loadu_ps((const float *)v + i);
+}
+#endif
+
+/* a . b[off ..), n elements of b f32 or f16. */
+static ALWAYS_INLINE float kv_dot(const float *a, const void *b, size_t off, int n, const int half) {
     int i = 0;
     float s = 0.0f;
 #ifdef OPS_AVX2
@@ -307,15 +323,18 @@ float ops_dot(const float *a, const float *b, int n) {
     __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
     for (; i + 32 <= n; i += 32)
         for (int k = 0; k < 4; k++)
-            acc[k] = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8 * k), _mm256_loadu_ps(b + i + 8 * k), acc[k]);
+            acc[k] = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8 * k), kv_load8(b, off + (size_t)(i + 8 * k), half),
+                                     acc[k]);
     for (; i + 8 <= n; i += 8)
-        acc[0] = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc[0]);
+        acc[0] = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), kv_load8(b, off + (size_t)i, half), acc[0]);
     s = hsum8(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3])));
 #endif
     for (; i < n; i++)
-        s += a[i] * b[i];
+        s += a[i] * kv_elem(b, off + (size_t)i, half);
     return s;
 }
+
+float ops_dot(const float *a, const float *b, int n) { return kv_dot(a, b, 0, n, 0); }
 
 void ops_axpy(float *y, float a, const float *x, int n) {
     int i = 0;
@@ -438,21 +457,8 @@ void ops_softcap(float *x, int n, float cap) {
 }
 
 /* Scores of one query against n keys: 8 keys at a time, each with its own
- * accumulator (8 independent FMA chains), reduced together at the end. */
-/* The attention kernels read a cache of f32 (half 0) or of f16 (half 1,
- * widened as loaded: F16C), one inlined body for both; half is a constant
- * at each call site, so each version is compiled on its own. */
-static ALWAYS_INLINE float kv_elem(const void *v, size_t i, const int half) {
-    return half ? ops_f16_to_f32(((const uint16_t *)v)[i]) : ((const float *)v)[i];
-}
-
-#ifdef OPS_AVX2
-static ALWAYS_INLINE __m256 kv_load8(const void *v, size_t i, const int half) {
-    return half ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((const uint16_t *)v + i)))
-                : _mm256_loadu_ps((const float *)v + i);
-}
-#endif
-
+ * accumulator (8 independent FMA chains), reduced together at the end; the
+ * keys left over one at a time, as ops_dot sums. */
 static ALWAYS_INLINE void attn_scores(float *sc, const float *q, const void *k, int64_t ldk, int n, int hd,
                                       float scale, const int half) {
     int j = 0;
@@ -474,16 +480,8 @@ static ALWAYS_INLINE void attn_scores(float *sc, const float *q, const void *k, 
         }
     }
 #endif
-    for (; j < n; j++) {
-        const size_t kj = (size_t)j * (size_t)ldk;
-        if (!half) {
-            sc[j] = ops_dot(q, (const float *)k + kj, hd) * scale;
-            continue;
-        }
-        float a = 0.0f;
-        for (int i = 0; i < hd; i++) a += q[i] * kv_elem(k, kj + (size_t)i, half);
-        sc[j] = a * scale;
-    }
+    for (; j < n; j++)
+        sc[j] = kv_dot(q, k, (size_t)j * (size_t)ldk, hd, half) * scale;
 }
 
 void ops_attn_scores(float *sc, const float *q, const float *k, int64_t ldk, int n, int hd, float scale) {

@@ -158,8 +158,9 @@ void ops_axpy(float *y, float a, const float *x, int n);
 void ops_attn_scores(float *sc, const float *q, const float *k, int64_t ldk, int n, int hd, float scale);
 /* out += sum over j < n of p[j] * v_j.  out: (hd); p: (n). */
 void ops_attn_mix(float *out, const float *p, const float *v, int64_t ldv, int n, int hd);
-/* The same over an f16 cache (keys and values as IEEE half floats): the
- * results equal those of the f32 kernels given the halves widened. */
+/* The same over an f16 cache (keys and values as IEEE half floats), summed
+ * in the same order as the f32 kernels: the results equal theirs given the
+ * halves widened. */
 void ops_attn_scores_f16(float *sc, const float *q, const uint16_t *k, int64_t ldk, int n, int hd, float scale);
 void ops_attn_mix_f16(float *out, const float *p, const uint16_t *v, int64_t ldv, int n, int hd);
 /* out[i] = ops_f32_to_f16(x[i]) for i < n. */
