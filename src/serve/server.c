@@ -18,11 +18,11 @@
  * checks the framing and the key, which makes the connection authenticated
  * when valid; the last call marks it busy; on_completed, when the answer
  * went out whole, starts the wait for the next request; the close
- * notification takes it out. libmicrohttpd
- * sends the close notification before it closes the socket, so a socket the
- * gate names is always still this connection's: the gate's lock is held
- * from the decision to the shutdown(), and libmicrohttpd, seeing the
- * socket shut, closes the connection from its own thread.
+ * notification takes it out. libmicrohttpd sends the close notification
+ * before it closes the socket, so a socket the gate names is always still
+ * this connection's: the gate's lock is held from the decision to the
+ * shutdown(), and libmicrohttpd, seeing the socket shut, closes the
+ * connection from its own thread.
  */
 #include "server.h"
 
