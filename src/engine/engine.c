@@ -77,10 +77,9 @@ static int resolve_kv(const eng_backend *be, eng_kv_dtype want, eng_kv_dtype *ou
 }
 
 size_t eng_kv_token_bytes(const model *m, const eng_opts *o) {
-    char err[8];
-    const eng_backend *be = find_backend(o->backend, err, sizeof(err));
+    const eng_backend *be = find_backend(o->backend, NULL, 0);
     eng_kv_dtype t;
-    if (!be || resolve_kv(be, o->kv_dtype, &t, err, sizeof(err))) return 0;
+    if (!be || resolve_kv(be, o->kv_dtype, &t, NULL, 0)) return 0;
     return model_kv_bytes_per_token(&m->cfg, kv_elem_bytes(t));
 }
 
