@@ -25,9 +25,10 @@
  * The step runs in one OpenMP parallel region; every phase above is shared
  * out among the team and ends at one barrier.
  *
- * Cache layout, per block: [layer][k|v][slot][kv_dim] of f16 or f32 (the
- * engine's kv_dtype), so one block is one contiguous range and swapping it
- * is one memcpy. An f16 cache rounds each key and value once, as it is
+ * Cache layout, per block: [layer][k|v][kv head][slot][head_dim] of f16
+ * or f32 (the engine's kv_dtype), so one block is one contiguous range and
+ * swapping it is one memcpy, and one kv head's keys (or values) in a block
+ * are one contiguous run that attention streams through. An f16 cache rounds each key and value once, as it is
  * stored; attention widens them as it reads (ops_attn_*_f16).
  */
 #include <math.h>
@@ -53,7 +54,7 @@ typedef struct cpu_state {
     int n_threads;
     size_t block_elems;     /* elements per block: n_layers * 2 * bs * kvd */
     size_t esz;             /* bytes per element: 2 (f16) or 4 (f32) */
-    void *kv;               /* (n_blocks, n_layers, 2, bs, kvd) */
+    void *kv;               /* (n_blocks, n_layers, 2, n_kv_heads, bs, head_dim) */
     /* activations, (max_T, width) each */
     float *x, *xb, *q, *k, *v, *att, *hb, *hb2;
     int n_rope;             /* rope settings in use: 1, or 2 with sliding-window layers */
@@ -223,10 +224,12 @@ static void rope_head(float *v, const float *cs, const float *sn, int n_rot, int
 }
 
 /* The first element of a cache row (f16 or f32, s->esz bytes each). */
-static void *kv_slot(cpu_state *s, int block, int layer, int which, int slot) {
-    size_t kvd = (size_t)s->m->cfg.n_kv_heads * s->m->cfg.head_dim;
-    return (char *)s->kv + ((size_t)block * s->block_elems +
-                            (((size_t)layer * 2 + (size_t)which) * (size_t)s->bs + (size_t)slot) * kvd) * s->esz;
+/* Kv head g's row at a block's slot, keys (which 0) or values (1). */
+static void *kv_slot(const cpu_state *s, int block, int layer, int which, int g, int slot) {
+    const model_config *c = &s->m->cfg;
+    const size_t run = ((size_t)layer * 2 + (size_t)which) * (size_t)c->n_kv_heads + (size_t)g;
+    return (char *)s->kv +
+           ((size_t)block * s->block_elems + (run * (size_t)s->bs + (size_t)slot) * (size_t)c->head_dim) * s->esz;
 }
 
 /* Store n floats at a cache row, rounded to f16 for an f16 cache. */
@@ -256,23 +259,23 @@ static void rope_and_store(cpu_state *s, const eng_batch *b, const model_layer *
         for (int h = 0; h < c->n_kv_heads; h++) rope_head(k + (size_t)h * hd, cs, sn, c->n_rot, c->rope_neox);
         const eng_seq *sq = &b->seqs[s->tok_seq[t]];
         int p = s->tok_pos[t], blk = sq->blocks[p / s->bs], slot = p % s->bs;
-        kv_store(s, kv_slot(s, blk, layer, 0, slot), k, kvd);
-        kv_store(s, kv_slot(s, blk, layer, 1, slot), v, kvd);
+        for (int g = 0; g < c->n_kv_heads; g++) {
+            kv_store(s, kv_slot(s, blk, layer, 0, g, slot), k + (size_t)g * hd, (size_t)hd);
+            kv_store(s, kv_slot(s, blk, layer, 1, g, slot), v + (size_t)g * hd, (size_t)hd);
+        }
     }
 }
 
 /* Prefetch the keys (which 0) or values (1) of kv heads [g0, g1) in the
  * first n (at most bs) positions of a cache block: the next block of a
- * sequence lies anywhere in the pool, where no hardware prefetcher looks,
- * and a head's piece of a row is a few lines. */
-static void prefetch_block(cpu_state *s, int block, int layer, int which, int g0, int g1, int n) {
-    const int hd = s->m->cfg.head_dim;
-    const size_t kvd = (size_t)s->m->cfg.n_kv_heads * hd, bytes = (size_t)(g1 - g0) * hd * s->esz;
-    const char *p = (const char *)kv_slot(s, block, layer, which, 0) + (size_t)g0 * hd * s->esz;
-    if (n > s->bs) n = s->bs;
-    for (int r = 0; r < n; r++)
+ * sequence lies anywhere in the pool, where no hardware prefetcher looks. */
+static void prefetch_block(const cpu_state *s, int block, int layer, int which, int g0, int g1, int n) {
+    const size_t bytes = (size_t)(n < s->bs ? n : s->bs) * (size_t)s->m->cfg.head_dim * s->esz;
+    for (int g = g0; g < g1; g++) {
+        const char *p = kv_slot(s, block, layer, which, g, 0);
         for (size_t b = 0; b < bytes; b += 64)
-            __builtin_prefetch(p + (size_t)r * kvd * s->esz + b);
+            __builtin_prefetch(p + b);
+    }
 }
 
 /* The query heads of kv heads [g0, g1) of one token over its sequence's
@@ -280,13 +283,10 @@ static void prefetch_block(cpu_state *s, int block, int layer, int which, int g0
  * position inside the window (p - window + 1). The positions before lo are
  * masked by not being read: their blocks stay in the table (the scheduler
  * accounts for them as before), and a softmax over lo..p is the softmax of
- * the masked row. A cache block holds bs consecutive positions,
- * rows kvd floats apart, every head side by side in a row: so the loops
- * run block by block with the heads inside, and the heads read one block's
- * rows while the first of them has brought them into cache, where a head
- * at a time over all blocks read 256-byte pieces of rows kvd apart (that
- * made attention a fifth of a 16-sequence step, far below the memory's
- * rate). Each head still sums its blocks in order, as before. qt, out:
+ * the masked row. A cache block holds bs consecutive positions of each kv
+ * head in one run: the loops go block by block with the heads inside, so
+ * the runs of the item's heads are read in the order they lie, and the
+ * next block's runs are prefetched while this one's are summed. qt, out:
  * the token's (n_heads * hd) queries and outputs; sc: (heads, p + 1)
  * scratch. */
 static void attend_heads(cpu_state *s, const eng_seq *q, int layer, int p, const float *qt, int g0, int g1,
@@ -295,20 +295,19 @@ static void attend_heads(cpu_state *s, const eng_seq *q, int layer, int p, const
     const int hd = c->head_dim, bs = s->bs, group = c->n_heads / c->n_kv_heads;
     const int lo = s->m->layers[layer].swa && p >= c->swa_window ? p - c->swa_window + 1 : 0, n = p + 1 - lo;
     const int h0 = g0 * group, h1 = g1 * group;
-    const size_t kvd = (size_t)c->n_kv_heads * hd;
     const float scale = c->attn_scale;
     const int half = s->esz == sizeof(uint16_t);
     /* chunks of positions [j, j + len) within one block each, from lo */
     for (int j = lo, len; j <= p; j += len) {
         const int off = j % bs;
         len = bs - off < p + 1 - j ? bs - off : p + 1 - j;
-        const char *kb = kv_slot(s, q->blocks[j / bs], layer, 0, off);
+        const int blk = q->blocks[j / bs];
         if (j + len <= p) prefetch_block(s, q->blocks[j / bs + 1], layer, 0, g0, g1, p + 1 - j - len);
         for (int h = h0; h < h1; h++) {
             float *sh = sc + (size_t)(h - h0) * n + (j - lo);
-            const void *kh = kb + (size_t)(h / group) * hd * s->esz;
-            if (half) ops_attn_scores_f16(sh, qt + (size_t)h * hd, kh, (int64_t)kvd, len, hd, scale);
-            else ops_attn_scores(sh, qt + (size_t)h * hd, kh, (int64_t)kvd, len, hd, scale);
+            const void *kh = kv_slot(s, blk, layer, 0, h / group, off);
+            if (half) ops_attn_scores_f16(sh, qt + (size_t)h * hd, kh, hd, len, hd, scale);
+            else ops_attn_scores(sh, qt + (size_t)h * hd, kh, hd, len, hd, scale);
         }
     }
     for (int h = h0; h < h1; h++) {
@@ -318,13 +317,13 @@ static void attend_heads(cpu_state *s, const eng_seq *q, int layer, int p, const
     for (int j = lo, len; j <= p; j += len) {
         const int off = j % bs;
         len = bs - off < p + 1 - j ? bs - off : p + 1 - j;
-        const char *vb = kv_slot(s, q->blocks[j / bs], layer, 1, off);
+        const int blk = q->blocks[j / bs];
         if (j + len <= p) prefetch_block(s, q->blocks[j / bs + 1], layer, 1, g0, g1, p + 1 - j - len);
         for (int h = h0; h < h1; h++) {
             const float *ph = sc + (size_t)(h - h0) * n + (j - lo);
-            const void *vh = vb + (size_t)(h / group) * hd * s->esz;
-            if (half) ops_attn_mix_f16(out + (size_t)h * hd, ph, vh, (int64_t)kvd, len, hd);
-            else ops_attn_mix(out + (size_t)h * hd, ph, vh, (int64_t)kvd, len, hd);
+            const void *vh = kv_slot(s, blk, layer, 1, h / group, off);
+            if (half) ops_attn_mix_f16(out + (size_t)h * hd, ph, vh, hd, len, hd);
+            else ops_attn_mix(out + (size_t)h * hd, ph, vh, hd, len, hd);
         }
     }
 }
