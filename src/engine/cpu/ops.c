@@ -74,6 +74,9 @@ _Static_assert(OPS_SMALL_T_F32 <= 16, "tile_f32_b holds 16 activations");
  * prefetcher busy by itself, and explicit prefetches only cost it load
  * slots (measured slower). */
 #define OPS_PREFETCH 4096
+/* Streaming work items take 1 / (OPS_GUIDE * threads) of the rows a call
+ * has left (items_next). */
+#define OPS_GUIDE 4
 /* Activation rows up to which every thread quantizes the Q8_0 activations
  * into its own buffer instead of sharing one copy behind a barrier. Below
  * OPS_Q8_TILED_T: the own buffers hold no regrouped form. */
@@ -1306,18 +1309,46 @@ static int mm_method(const ops_mat *w, int T, int ref) {
 #endif
 }
 
-/* Rows per work item. sgemm takes tiles of OPS_TILE_ROWS (each call repacks
- * x, so fewer, wider calls are cheaper). Streaming aims at about eight
- * items per thread, so a thread that the machine delays holds back at most
- * an eighth of its share while the others take the rest; items stay whole
- * multiples of OPS_ROW_BLOCK rows, so no two threads write one line of y. */
-static int64_t item_rows(const ops_mat *w, int method, int nt) {
-    if (method == MM_SGEMM)
-        return OPS_TILE_ROWS;
-    if (nt <= 1)
-        return w->n_out;
-    int64_t r = (w->n_out + 8 * nt - 1) / (8 * nt);
-    return (r + OPS_ROW_BLOCK - 1) / OPS_ROW_BLOCK * OPS_ROW_BLOCK;
+/* A call's work items, in the order threads take them: the rows of its
+ * products one after another, cut into items. sgemm takes tiles of
+ * OPS_TILE_ROWS (each call repacks x, so fewer, wider calls are cheaper).
+ * Streaming items are guided: each takes 1 / (OPS_GUIDE * nt) of the rows
+ * the call has left, so they start at about an eighth of a thread's share
+ * (a thread the machine delays holds back little while the others take
+ * the rest) and shrink to OPS_ROW_BLOCK rows at the end, where the last
+ * item is what the other threads wait for at the barrier: equal items of
+ * an eighth left a 16-sequence step's threads waiting half an item, ~45 us,
+ * at every product. Items are whole multiples of OPS_ROW_BLOCK rows, so
+ * no two threads write one line of y. Every thread walks the same list. */
+typedef struct mm_items {
+    int64_t k;              /* index of the item held, -1 before the first */
+    int i;                  /* its product */
+    int64_t o0, o1;         /* its rows */
+    int64_t left;           /* rows of the call after it */
+} mm_items;
+
+static void items_start(mm_items *it, const mm_call *c) {
+    *it = (mm_items){.k = -1};
+    for (int i = 0; i < c->n; i++)
+        it->left += c->w[i]->n_out;
+}
+
+static void items_next(mm_items *it, const mm_call *c, int nt) {
+    if (it->k >= 0 && it->o1 == c->w[it->i]->n_out) {
+        it->i++;
+        it->o1 = 0;
+    }
+    int64_t r = it->left;  /* one thread: each product whole */
+    if (c->method == MM_SGEMM) {
+        r = OPS_TILE_ROWS;
+    } else if (nt > 1) {
+        r = (it->left + OPS_GUIDE * nt - 1) / (OPS_GUIDE * nt);
+        r = (r + OPS_ROW_BLOCK - 1) / OPS_ROW_BLOCK * OPS_ROW_BLOCK;
+    }
+    it->k++;
+    it->o0 = it->o1;
+    it->o1 = it->o0 + r < c->w[it->i]->n_out ? it->o0 + r : c->w[it->i]->n_out;
+    it->left -= it->o1 - it->o0;
 }
 
 /* The first OPS_PREFETCH bytes of rows [o0, o1). The streaming kernels
@@ -1406,20 +1437,18 @@ static void matmul_team(const mm_call *c, const ops_scratch *s) {
     if (c->w[0]->type == GGUF_TT_F32 && c->method == MM_STREAM && c->T >= OPS_BCAST_T)
         f32_act_transpose(thread_xt_f32(s), c->x, c->T, n_in);
 #endif
-    int64_t rows[OPS_MATMUL_MAX], first[OPS_MATMUL_MAX + 1];
-    first[0] = 0;
-    for (int i = 0; i < c->n; i++) {
-        rows[i] = item_rows(c->w[i], c->method, nt);
-        first[i + 1] = first[i] + (c->w[i]->n_out + rows[i] - 1) / rows[i];
-    }
-#pragma omp for schedule(dynamic, 1)
-    for (int64_t it = 0; it < first[c->n]; it++) {
-        int i = 0;
-        while (it >= first[i + 1])
-            i++;
-        const int64_t o0 = (it - first[i]) * rows[i];
-        const int64_t o1 = o0 + rows[i] < c->w[i]->n_out ? o0 + rows[i] : c->w[i]->n_out;
-        run_item(c, i, o0, o1, &xa, s);
+    mm_items cur;
+    int64_t n_items = 0;
+    for (items_start(&cur, c); cur.left > 0; n_items++)
+        items_next(&cur, c, nt);
+    items_start(&cur, c);
+    /* monotonic: a thread's items come in increasing order, so its cursor
+     * only moves forward */
+#pragma omp for schedule(monotonic : dynamic, 1)
+    for (int64_t it = 0; it < n_items; it++) {
+        while (cur.k < it)
+            items_next(&cur, c, nt);
+        run_item(c, cur.i, cur.o0, cur.o1, &xa, s);
     }
 }
 
