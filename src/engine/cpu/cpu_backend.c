@@ -328,15 +328,17 @@ static void attend_heads(cpu_state *s, const eng_seq *q, int layer, int p, const
     }
 }
 
-/* Work items are (token, a run of kv heads): enough items that every
- * thread gets a few (a batch of one token still splits its heads), as
- * few as that allows, so the heads of an item share each cache block's
- * rows. Work per item grows with position; items are handed out on
- * demand. */
+/* Work items are (token, a run of kv heads), as few as give every thread
+ * its share, so each item reads its heads' runs of each cache block as one
+ * long stretch: at T = 1 one item per thread (its items are equal work,
+ * a batch of one token still splits its heads); at larger T a few per
+ * thread, since work per item grows with position, and items are handed
+ * out on demand. */
 static void attention(cpu_state *s, const eng_batch *b, int layer, int T) {
     const model_config *c = &s->m->cfg;
     const int nkv = c->n_kv_heads, nt = omp_get_num_threads();
-    int per = (int)(((int64_t)nkv * T + 4 * nt - 1) / (4 * nt));
+    const int share = T == 1 ? 1 : 4;  /* items per thread */
+    int per = (int)(((int64_t)nkv * T + share * nt - 1) / (share * nt));
     if (per < 1) per = 1;
     if (per > s->att_kv_max) per = s->att_kv_max;
     const int runs = (nkv + per - 1) / per, items = T * runs;
