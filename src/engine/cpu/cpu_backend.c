@@ -223,7 +223,6 @@ static void rope_head(float *v, const float *cs, const float *sn, int n_rot, int
     }
 }
 
-/* The first element of a cache row (f16 or f32, s->esz bytes each). */
 /* Kv head g's row at a block's slot, keys (which 0) or values (1). */
 static void *kv_slot(const cpu_state *s, int block, int layer, int which, int g, int slot) {
     const model_config *c = &s->m->cfg;
@@ -238,32 +237,40 @@ static void kv_store(const cpu_state *s, void *row, const float *x, size_t n) {
     else memcpy(row, x, n * sizeof(float));
 }
 
-/* Add the q/k/v biases (qwen2), normalize each head of q and k (qwen3,
- * gemma3), rotate q and k by the layer's rope, then store k and v at each
- * token's cache slot. */
-static void rope_and_store(cpu_state *s, const eng_batch *b, const model_layer *L, int layer, int T) {
+/* One token's kv heads [g0, g1) and their query heads: add the q/k/v
+ * biases (qwen2), normalize each head of q and k (qwen3, gemma3), rotate
+ * q and k by the layer's rope, then store k and v at the token's cache
+ * slot. Head by head, so the work splits by heads as well as by tokens. */
+static void prep_heads(cpu_state *s, const eng_batch *b, const model_layer *L, int layer, int t, int g0, int g1) {
     const model_config *c = &s->m->cfg;
-    const int hd = c->head_dim, half = c->n_rot / 2;
+    const int hd = c->head_dim, half = c->n_rot / 2, group = c->n_heads / c->n_kv_heads;
     const size_t qd = (size_t)c->n_heads * hd, kvd = (size_t)c->n_kv_heads * hd;
     const size_t plane = (L->swa ? MODEL_ROPE_LOCAL : MODEL_ROPE_GLOBAL) * (size_t)s->max_T * half;
-    #pragma omp for schedule(static)
-    for (int t = 0; t < T; t++) {
-        float *q = s->q + t * qd, *k = s->k + t * kvd, *v = s->v + t * kvd;
-        if (L->bq) ops_add(q, L->bq, (int)qd);
-        if (L->bk) ops_add(k, L->bk, (int)kvd);
-        if (L->bv) ops_add(v, L->bv, (int)kvd);
-        if (L->q_norm) ops_rmsnorm_heads(q, L->q_norm, c->n_heads, hd, c->rms_eps);
-        if (L->k_norm) ops_rmsnorm_heads(k, L->k_norm, c->n_kv_heads, hd, c->rms_eps);
-        const float *cs = s->rope_cos + plane + (size_t)t * half, *sn = s->rope_sin + plane + (size_t)t * half;
-        for (int h = 0; h < c->n_heads; h++) rope_head(q + (size_t)h * hd, cs, sn, c->n_rot, c->rope_neox);
-        for (int h = 0; h < c->n_kv_heads; h++) rope_head(k + (size_t)h * hd, cs, sn, c->n_rot, c->rope_neox);
-        const eng_seq *sq = &b->seqs[s->tok_seq[t]];
-        int p = s->tok_pos[t], blk = sq->blocks[p / s->bs], slot = p % s->bs;
-        for (int g = 0; g < c->n_kv_heads; g++) {
-            kv_store(s, kv_slot(s, blk, layer, 0, g, slot), k + (size_t)g * hd, (size_t)hd);
-            kv_store(s, kv_slot(s, blk, layer, 1, g, slot), v + (size_t)g * hd, (size_t)hd);
-        }
+    const float *cs = s->rope_cos + plane + (size_t)t * half, *sn = s->rope_sin + plane + (size_t)t * half;
+    const eng_seq *sq = &b->seqs[s->tok_seq[t]];
+    const int p = s->tok_pos[t], blk = sq->blocks[p / s->bs], slot = p % s->bs;
+    for (int h = g0 * group; h < g1 * group; h++) {
+        float *q = s->q + (size_t)t * qd + (size_t)h * hd;
+        if (L->bq) ops_add(q, L->bq + (size_t)h * hd, hd);
+        if (L->q_norm) ops_rmsnorm_heads(q, L->q_norm, 1, hd, c->rms_eps);
+        rope_head(q, cs, sn, c->n_rot, c->rope_neox);
     }
+    for (int g = g0; g < g1; g++) {
+        float *k = s->k + (size_t)t * kvd + (size_t)g * hd, *v = s->v + (size_t)t * kvd + (size_t)g * hd;
+        if (L->bk) ops_add(k, L->bk + (size_t)g * hd, hd);
+        if (L->bv) ops_add(v, L->bv + (size_t)g * hd, hd);
+        if (L->k_norm) ops_rmsnorm_heads(k, L->k_norm, 1, hd, c->rms_eps);
+        rope_head(k, cs, sn, c->n_rot, c->rope_neox);
+        kv_store(s, kv_slot(s, blk, layer, 0, g, slot), k, (size_t)hd);
+        kv_store(s, kv_slot(s, blk, layer, 1, g, slot), v, (size_t)hd);
+    }
+}
+
+/* Every token's heads, before attention reads the cache: a prefill
+ * chunk's tokens attend to each other's keys. */
+static void rope_and_store(cpu_state *s, const eng_batch *b, const model_layer *L, int layer, int T) {
+    #pragma omp for schedule(static)
+    for (int t = 0; t < T; t++) prep_heads(s, b, L, layer, t, 0, s->m->cfg.n_kv_heads);
 }
 
 /* Prefetch the keys (which 0) or values (1) of kv heads [g0, g1) in the
@@ -333,8 +340,11 @@ static void attend_heads(cpu_state *s, const eng_seq *q, int layer, int p, const
  * long stretch: at T = 1 one item per thread (its items are equal work,
  * a batch of one token still splits its heads); at larger T a few per
  * thread, since work per item grows with position, and items are handed
- * out on demand. */
-static void attention(cpu_state *s, const eng_batch *b, int layer, int T) {
+ * out on demand. prep: a decode-only batch (one token per sequence), whose
+ * tokens read no key but their own sequence's, so each item first
+ * prepares its own heads (prep_heads) instead of a phase and a barrier
+ * doing them all. */
+static void attention(cpu_state *s, const eng_batch *b, const model_layer *L, int layer, int T, int prep) {
     const model_config *c = &s->m->cfg;
     const int nkv = c->n_kv_heads, nt = omp_get_num_threads();
     const int share = T == 1 ? 1 : 4;  /* items per thread */
@@ -348,6 +358,7 @@ static void attention(cpu_state *s, const eng_batch *b, int layer, int T) {
     #pragma omp for schedule(dynamic, 1)
     for (int it = 0; it < items; it++) {
         const int t = it / runs, g0 = it % runs * per, g1 = g0 + per < nkv ? g0 + per : nkv;
+        if (prep) prep_heads(s, b, L, layer, t, g0, g1);
         attend_heads(s, &b->seqs[s->tok_seq[t]], layer, s->tok_pos[t], s->q + t * qd, g0, g1, s->att + t * qd, sc);
     }
 }
@@ -382,8 +393,9 @@ static void layer_forward(cpu_state *s, const eng_batch *b, int l, int T) {
     const int64_t ld[3] = {qd, kvd, kvd};
     const ops_mat *w[3] = {&L->wq, &L->wk, &L->wv};
     ops_matmul_n(3, qkv, ld, s->xb, T, w, s->mm);
-    rope_and_store(s, b, L, l, T);
-    attention(s, b, l, T);
+    const int decode = b->n_seqs == T;  /* one token each: eng_forward refuses n_tokens < 1 */
+    if (!decode) rope_and_store(s, b, L, l, T);
+    attention(s, b, L, l, T, decode);
     ops_matmul(s->xb, dim, s->att, T, &L->wo, s->mm);
     residual_norm(s, L->attn_post_norm, L->ffn_norm, T, 1);
     if (c->ffn_act == MODEL_FFN_GELU_TANH)
