@@ -744,13 +744,13 @@ static void q8_act_tile(const q8_act *xa, int64_t n_in, int T, int tt) {
 #endif
 
 static void rows_quant(float *y, int64_t ldy, int T, const ops_mat *w, const q8_act *xa, int64_t o0, int64_t o1,
-                       quant_dot_fn *dot);
+                       quant_dot_fn *dot, size_t rb);
 
 /* Scalar rows [o0, o1): the reference, and the decode path without AVX2. */
 static void rows_scalar(float *y, int64_t ldy, const float *x, int T, const ops_mat *w,
                         const q8_act *xa, int64_t o0, int64_t o1) {
     if (w->type != GGUF_TT_Q8_0 && xa->act != QUANT_ACT_NONE) {
-        rows_quant(y, ldy, T, w, xa, o0, o1, quant_dot_scalar(w->type));
+        rows_quant(y, ldy, T, w, xa, o0, o1, quant_dot_scalar(w->type), row_bytes(w));
         return;
     }
     const int64_t n = w->n_in, nb = n / GGUF_Q8_0_BLOCK;
@@ -792,10 +792,10 @@ static void rows_scalar(float *y, int64_t ldy, const float *x, int T, const ops_
  * every weight block is unpacked once per QUANT_MAX_C tokens; an item's
  * rows (tens of KB) stay in L2 for the next group. */
 static void rows_quant(float *y, int64_t ldy, int T, const ops_mat *w, const q8_act *xa, int64_t o0, int64_t o1,
-                       quant_dot_fn *dot) {
-    const int64_t n = w->n_in, nb = n / gguf_type_block(w->type);
-    const int64_t nd = n / quant_act_dblock(xa->act), ns = n / quant_act_sblock(xa->act);
-    const size_t rb = row_bytes(w);
+                       quant_dot_fn *dot, size_t rb) {
+    /* the activation blocks match the weights' (quant_act_format) */
+    const int64_t n = w->n_in, nb = n / quant_act_dblock(xa->act);
+    const int64_t nd = nb, ns = n / quant_act_sblock(xa->act);
     const uint8_t *head = (const uint8_t *)w->data + (size_t)o0 * rb;
     for (int t = 0; t < T; t += QUANT_MAX_C) {
         const quant_acts a = {xa->q + (size_t)t * (size_t)n, xa->d + (size_t)t * (size_t)nd,
@@ -1284,6 +1284,8 @@ typedef struct mm_call {
     const float *x;                     /* (T, n_in) */
     int T;
     int method;                         /* MM_*, set by matmul_run */
+    size_t rb;                          /* bytes of a weight row (every product's) */
+    quant_dot_fn *dot;                  /* MM_QUANT: the type's kernel */
 } mm_call;
 
 /* sgemm pays once T is large enough to beat streaming; the quantized
@@ -1355,8 +1357,8 @@ static void items_next(mm_items *it, const mm_call *c, int nt) {
  * prefetch that far ahead of where they read, but a work item starts a
  * new stream whose head nothing has fetched: with items of tens of KB
  * that head stalled a tenth of each item on DRAM. */
-static void prefetch_head(const ops_mat *w, int64_t o0, int64_t o1) {
-    const size_t rb = row_bytes(w), n = (size_t)(o1 - o0) * rb < OPS_PREFETCH ? (size_t)(o1 - o0) * rb : OPS_PREFETCH;
+static void prefetch_head(const ops_mat *w, size_t rb, int64_t o0, int64_t o1) {
+    const size_t n = (size_t)(o1 - o0) * rb < OPS_PREFETCH ? (size_t)(o1 - o0) * rb : OPS_PREFETCH;
     const char *head = (const char *)w->data + (size_t)o0 * rb;
     for (size_t b = 0; b < n; b += 64)
         __builtin_prefetch(head + b);
@@ -1366,13 +1368,13 @@ static void prefetch_head(const ops_mat *w, int64_t o0, int64_t o1) {
 static void product_rows(const mm_call *c, float *y, int64_t ldy, const ops_mat *w, int64_t o0, int64_t o1,
                          const q8_act *xa, const ops_scratch *s) {
     if (c->method == MM_STREAM || c->method == MM_QUANT)
-        prefetch_head(w, o0, o1);
+        prefetch_head(w, c->rb, o0, o1);
     switch (c->method) {
     case MM_SGEMM:
         sgemm_rows(y, ldy, c->x, c->T, w, o0, o1, s);
         return;
     case MM_QUANT:
-        rows_quant(y, ldy, c->T, w, xa, o0, o1, quant_dot(w->type));
+        rows_quant(y, ldy, c->T, w, xa, o0, o1, c->dot, c->rb);
         return;
 #ifdef OPS_AVX2
     case MM_STREAM:
@@ -1489,6 +1491,9 @@ static void matmul_run(mm_call *c, int ref, const ops_scratch *s) {
     assert(!c->w2 || (c->n == 1 && c->w2->n_out == c->w[0]->n_out && c->w2->n_in == c->w[0]->n_in &&
                       c->w2->type == c->w[0]->type));
     c->method = mm_method(c->w[0], c->T, ref);
+    /* per call, not per item: both look the type up in a table */
+    c->rb = row_bytes(c->w[0]);
+    c->dot = c->method == MM_QUANT ? quant_dot(c->w[0]->type) : NULL;
     if (omp_in_parallel()) {
         assert(omp_get_num_threads() <= s->n_threads);
         matmul_team(c, s);
