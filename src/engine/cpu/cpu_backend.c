@@ -23,13 +23,16 @@
  * before attention runs, so a prefill chunk attends causally to itself.
  *
  * The step runs in one OpenMP parallel region; every phase above is shared
- * out among the team and ends at one barrier.
+ * out among the team and ends at one barrier. A decode-only step (one
+ * token per sequence) does a token's rotate-and-store inside its
+ * attention items, one phase and barrier fewer.
  *
  * Cache layout, per block: [layer][k|v][kv head][slot][head_dim] of f16
  * or f32 (the engine's kv_dtype), so one block is one contiguous range and
  * swapping it is one memcpy, and one kv head's keys (or values) in a block
- * are one contiguous run that attention streams through. An f16 cache rounds each key and value once, as it is
- * stored; attention widens them as it reads (ops_attn_*_f16).
+ * are one contiguous run that attention streams through. An f16 cache
+ * rounds each key and value once, as it is stored; attention widens them
+ * as it reads (ops_attn_*_f16).
  */
 #include <math.h>
 #include <omp.h>
