@@ -427,6 +427,19 @@ static eng *make_engine(const model *m, const char *backend) {
     return e;
 }
 
+/* n cache blocks copied out of the CPU engine, rearranged into the CUDA
+ * backend's layout: the CPU keeps each kv head's slots as one run,
+ * [layer][k|v][kv head][slot][head_dim], CUDA each slot's heads side by
+ * side, [layer][k|v][slot][kv head][head_dim]. */
+static void cpu_blocks_as_cuda(float *dst, const float *src, int n, const model_config *c) {
+    const size_t hd = (size_t)c->head_dim, nkv = (size_t)c->n_kv_heads, run = (size_t)BS * hd;
+    for (size_t plane = 0; plane < (size_t)n * (size_t)c->n_layers * 2; plane++)
+        for (size_t g = 0; g < nkv; g++)
+            for (size_t slot = 0; slot < BS; slot++)
+                memcpy(dst + plane * nkv * run + (slot * nkv + g) * hd, src + plane * nkv * run + g * run + slot * hd,
+                       hd * sizeof(float));
+}
+
 static void prompt_ids(int32_t *ids, int n, int vocab, uint64_t seed) {
     for (int i = 0; i < n; i++) {
         seed = seed * 6364136223846793005ull + 1442695040888963407ull;
@@ -459,7 +472,7 @@ static void check_forward_ov(const char *arch, uint32_t type, const mkmodel_over
     for (int i = 0; i < 16; i++) table[i] = (i * 5) % 16 + 3;
     float *lc = malloc((size_t)n * vocab * 4), *lg = malloc((size_t)n * vocab * 4);
     const size_t kvb = eng_kv_block_bytes(c) * 8;
-    float *kc = malloc(kvb), *kg = malloc(kvb);
+    float *kc = malloc(kvb), *kg = malloc(kvb), *kr = malloc(kvb);
     char what[96];
     double tol = type_tol(type);
     for (int step = 0, p = 0, len = n; step < 7; step++, p += len, len = 1) {
@@ -479,9 +492,11 @@ static void check_forward_ov(const char *arch, uint32_t type, const mkmodel_over
     /* The cache both wrote: the first 8 blocks of the table. */
     assert_int_equal(eng_kv_copy_out(c, table, 8, kc), 0);
     assert_int_equal(eng_kv_copy_out(g, table, 8, kg), 0);
+    assert_int_equal(eng_kv_block_bytes(c), (size_t)m->cfg.n_layers * 2 * BS * m->cfg.n_kv_heads * m->cfg.head_dim * 4);
+    cpu_blocks_as_cuda(kr, kc, 8, &m->cfg);
     snprintf(what, sizeof what, "%s %s%s KV cache", arch ? arch : "llama", gguf_type_name(type), n_ov ? " mix" : "");
-    expect_close(what, kg, kc, kvb / 4, tol);
-    free(lc); free(lg); free(kc); free(kg);
+    expect_close(what, kg, kr, kvb / 4, tol);
+    free(lc); free(lg); free(kc); free(kg); free(kr);
     eng_free(c);
     eng_free(g);
     model_free(m);

@@ -1315,13 +1315,13 @@ static int mm_method(const ops_mat *w, int T, int ref) {
  * products one after another, cut into items. sgemm takes tiles of
  * OPS_TILE_ROWS (each call repacks x, so fewer, wider calls are cheaper).
  * Streaming items are guided: each takes 1 / (OPS_GUIDE * nt) of the rows
- * the call has left, so they start at about an eighth of a thread's share
- * (a thread the machine delays holds back little while the others take
- * the rest) and shrink to OPS_ROW_BLOCK rows at the end, where the last
- * item is what the other threads wait for at the barrier (equal items of
- * an eighth of a share left them waiting half of one, on average, at
- * every product). Items are whole multiples of OPS_ROW_BLOCK rows, so
- * no two threads write one line of y. Every thread walks the same list. */
+ * the call has left, so they start at a quarter of a thread's share (a
+ * thread the machine delays holds back little while the others take the
+ * rest) and shrink to OPS_ROW_BLOCK rows at the end, where the last item
+ * is what the other threads wait for at the barrier (equal items of an
+ * eighth of a share left them waiting half of one, on average, at every
+ * product). Items are whole multiples of OPS_ROW_BLOCK rows, so no two
+ * threads write one line of y. Every thread walks the same list. */
 typedef struct mm_items {
     int64_t k;              /* index of the item held, -1 before the first */
     int i;                  /* its product */

@@ -62,7 +62,7 @@ int quant_act_sblock(int act) {
  * mask it). Read once before main, like the compiler's own
  * __builtin_cpu_supports table, and never written again: CPUID traps to the
  * hypervisor in a VM (9 us a call measured here), and quant_dot is asked
- * per work item of every product. */
+ * at every product call. */
 static int cpu_avx2;
 
 __attribute__((constructor)) static void cpu_probe(void) {

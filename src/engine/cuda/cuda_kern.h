@@ -16,9 +16,10 @@
  * refused when the model is loaded onto the device (ck_type_supported),
  * never met here.
  *
- * The KV cache has the CPU backend's layout: block b holds, for every
- * layer, the keys and then the values of bs positions, rows of kvd floats:
- * kv[b][layer][k|v][slot][kvd], block_floats floats per block.
+ * The KV cache: block b holds, for every layer, the keys and then the
+ * values of bs positions, rows of kvd floats: kv[b][layer][k|v][slot][kvd],
+ * block_floats floats per block (the CPU backend keeps each kv head's
+ * slots as one run instead; blocks never move between backends).
  *
  * NOTHING HERE HAS RUN ON A GPU YET: it compiles for sm_80 and sm_90; see
  * docs/CUDA.md for what remains to be verified.
