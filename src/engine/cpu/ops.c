@@ -793,12 +793,12 @@ static void rows_scalar(float *y, int64_t ldy, const float *x, int T, const ops_
  * rows (tens of KB) stay in L2 for the next group. */
 static void rows_quant(float *y, int64_t ldy, int T, const ops_mat *w, const q8_act *xa, int64_t o0, int64_t o1,
                        quant_dot_fn *dot, size_t rb) {
-    /* the activation blocks match the weights' (quant_act_format) */
-    const int64_t n = w->n_in, nb = n / quant_act_dblock(xa->act);
-    const int64_t nd = nb, ns = n / quant_act_sblock(xa->act);
+    /* nb: the weights' blocks a row, and the activations' scales, whose
+     * blocks match the weights' (quant_act_format) */
+    const int64_t n = w->n_in, nb = n / quant_act_dblock(xa->act), ns = n / quant_act_sblock(xa->act);
     const uint8_t *head = (const uint8_t *)w->data + (size_t)o0 * rb;
     for (int t = 0; t < T; t += QUANT_MAX_C) {
-        const quant_acts a = {xa->q + (size_t)t * (size_t)n, xa->d + (size_t)t * (size_t)nd,
+        const quant_acts a = {xa->q + (size_t)t * (size_t)n, xa->d + (size_t)t * (size_t)nb,
                               xa->s ? xa->s + (size_t)t * (size_t)ns : NULL, n};
         dot(y + (size_t)t * (size_t)ldy + (size_t)o0, ldy, head, rb, (int)(o1 - o0), nb, &a,
             T - t < QUANT_MAX_C ? T - t : QUANT_MAX_C);
