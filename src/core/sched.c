@@ -318,6 +318,7 @@ static void tq_link(sched *s, int32_t slot, int at_head) {
     tenant *t = tenant_of(s, r);
     list_insert(s, &t->queue, LINK_QUEUE, at_head ? NIL : t->queue.tail, slot);
     if (t->n_queued++ == 0) fq_enqueue(&s->bands[t->band].q, &t->fe);
+    s->n_queued++;
     band_of(s, r)->pending_tokens += r->n_total - r->n_computed;
     list_insert(s, &s->arrivals, LINK_ARRIVAL, at_head ? NIL : s->arrivals.tail, slot);
 }
@@ -329,6 +330,7 @@ static void tq_unlink(sched *s, int32_t slot) {
     list_remove(s, &s->arrivals, LINK_ARRIVAL, slot);
     band_of(s, r)->pending_tokens -= r->n_total - r->n_computed;
     if (--t->n_queued == 0) fq_dequeue(&s->bands[t->band].q, &t->fe);
+    s->n_queued--;
 }
 
 static int in_tenant_queue(const req *r) {
@@ -432,6 +434,7 @@ static void detach(sched *s, int32_t slot) {
     if (r->state == SCHED_PREEMPTED_SWAPPED) {
         swap_list_unlink(s, slot);
         t->n_swapped--;
+        s->n_swapped--;
     }
     release_blocks(s, r);
     /* Requests only end outside planning or in sched_step_done after the
@@ -598,10 +601,8 @@ void sched_stats_get(const sched *s, sched_stats *o) {
     o->swap_used = kv_swapped(&s->kv);
     o->swap_total = s->kv.n_swap;
     o->running = s->n_run;
-    for (int32_t i = 0; i < s->n_tenants; i++) {
-        o->queued += s->tenants[i].n_queued;
-        o->swapped += s->tenants[i].n_swapped;
-    }
+    o->queued = s->n_queued;
+    o->swapped = s->n_swapped;
     o->admitting = s->kv.admitting;
     o->kv_cached = kv_cached(&s->kv);
     o->kv_cache_only = s->kv.n_lru;
@@ -812,6 +813,7 @@ static void swap_out(sched *s, step *st, int32_t slot) {
     r->state = SCHED_PREEMPTED_SWAPPED;
     swap_list_push(s, slot);
     t->n_swapped++;
+    s->n_swapped++;
     t->st.preempt_swap++;
 }
 
@@ -1005,6 +1007,7 @@ static int swap_in(sched *s, step *st, int32_t slot, int32_t need, int decoding)
     for (int32_t i = 0; i < r->n_host; i++) p->swap_in[p->n_swap_in++] = (sched_copy){r->table[i], r->host[i]};
     swap_list_unlink(s, slot);
     t->n_swapped--;
+    s->n_swapped--;
     r->moved_step = s->steps;
     s->swapped_in[st->n_swapped_in++] = slot;
     run_add(s, slot);
@@ -1320,6 +1323,7 @@ static int32_t first_unplanned(const sched *s, const tenant *t) {
  * partial prompts (worse TTFT for all, KV held idle). Admission order.
  * Up to cap tokens. */
 static void continue_prefills(sched *s, step *st, int b, int cap) {
+    if (s->bands[b].n_prefilling == 0) return;
     int used = 0;
     for (int32_t i = 0; i < s->n_run && used < cap && st->left > 0;) {
         int32_t slot = s->run[i];
@@ -1452,7 +1456,9 @@ static void serve_bands(sched *s, step *st) {
          * its started prefills a block's worth: they hold seats, and with
          * few seats nothing else could ever run. */
         if (allowance <= 0 && s->bands[b].n_prefilling > 0) allowance = s->cfg.block_size;
-        if (allowance <= 0) continue;
+        /* A band with nothing waiting (its reserve is then 0) passes the
+         * spare on untouched: the common decode-only step skips it. */
+        if (allowance <= 0 || (!band_backlogged(s, b) && s->bands[b].n_prefilling == 0)) continue;
         spare = allowance - serve_one_band(s, st, b, allowance);
     }
 }
@@ -1684,13 +1690,16 @@ int sched_check(const sched *s) {
      * blocks were matched to the tables by check_device_owners: dev counts
      * a shared block once per table, as the tenants are charged. */
     if (!rc && (host != kv_swapped(&s->kv) || running != s->n_run)) rc = TS_ERR_KV_BLOCK;
-    int32_t tenant_blocks = 0;
+    int32_t tenant_blocks = 0, n_queued = 0, n_swapped = 0;
     for (int32_t i = 0; !rc && i < s->n_tenants; i++) {
         const tenant *t = &s->tenants[i];
         tenant_blocks += t->kv_blocks;
+        n_queued += t->n_queued;
+        n_swapped += t->n_swapped;
         if (queued[i] != t->n_queued || (t->n_queued > 0) != (t->fe.heap_pos >= 0)) rc = TS_ERR_INVAL;
         if (t->kv_blocks > t->kv_quota) rc = TS_ERR_KV_BLOCK;
     }
     if (!rc && tenant_blocks != dev) rc = TS_ERR_KV_BLOCK;
+    if (!rc && (n_queued != s->n_queued || n_swapped != s->n_swapped)) rc = TS_ERR_INVAL;
     return rc;
 }

@@ -163,6 +163,7 @@ struct sched {
     slot_list arrivals;     /* queued requests in arrival order (FIFO) */
     int32_t *run;           /* (max_running) running set */
     int32_t n_run;
+    int32_t n_queued, n_swapped; /* the tenants' counts, summed */
     kv_pool kv;
     cost_model cost;
     floor_acct floor;
