@@ -92,7 +92,7 @@ int main(int argc, char **argv) {
     printf("fleet: %d GPUs used of 1000, %d instances, %d tenants, %.0f req/s offered; planned in %.2f s\n",
            p.gpus_used, f.f.n_insts, f.f.n_tenants, rate, t_plan);
     sim_source src = {feed_next, &fd};
-    sim_opts o = {.until_s = duration, .drain_s = 60, .bounded = 1};
+    sim_opts o = {.until_s = duration, .drain_s = 60, .bounded = 1, .route_refresh_s = SIM_ROUTE_REFRESH_S};
     sim_result r;
     t0 = bu_now_s();
     if (sim_run(&f.f, &rs, &src, &o, &r, err, sizeof err)) {

@@ -220,13 +220,13 @@ static void test_every_request_ends_once(void **state) {
     free(ev);
 }
 
-static char *json_of(const sim_fleet *f, const arr_event *ev, size_t n, int route) {
+static char *json_refresh(const sim_fleet *f, const arr_event *ev, size_t n, int route, double refresh_s) {
     scn rs;
     report_scn(&rs, f->tenants, f->n_tenants);
     sim_result r;
     src_arr s = {ev, n, 0};
     sim_source src = {arr_next, &s};
-    sim_opts o = {.route = route, .until_s = 5, .drain_s = 30};
+    sim_opts o = {.route = route, .until_s = 5, .drain_s = 30, .route_refresh_s = refresh_s};
     char err[256];
     assert_int_equal(sim_run(f, &rs, &src, &o, &r, err, sizeof err), 0);
     char *js = rpt_json(&rs, &r.report, NULL, 0, "sim", 1);
@@ -234,6 +234,10 @@ static char *json_of(const sim_fleet *f, const arr_event *ev, size_t n, int rout
     sim_result_free(&r);
     scn_free(&rs);
     return js;
+}
+
+static char *json_of(const sim_fleet *f, const arr_event *ev, size_t n, int route) {
+    return json_refresh(f, ev, n, route, 0);
 }
 
 static void test_deterministic(void **state) {
@@ -279,6 +283,89 @@ static void test_routing(void **state) {
     assert_int_equal(r.inst[0].requests, 20);
     assert_int_equal(r.inst[1].requests, 20);
     sim_result_free(&r);
+}
+
+/* The picker reads the replicas as of its last refresh, plus what it sent
+ * each since: requests that each end before the next arrives all go to the
+ * first replica when it reads them afresh (both idle, ties to the lowest),
+ * but alternate within one long refresh (its own count). */
+static void test_picker_refresh(void **state) {
+    (void)state;
+    sim_tenant t;
+    tenant(&t, "a", 0);
+    sim_inst in[2];
+    inst(&in[0], "i0", 0, 1000, SCHED_POLICY_FAIR);
+    inst(&in[1], "i1", 0, 1000, SCHED_POLICY_FAIR);
+    sim_fleet f = {&TIER, 1, &t, 1, in, 2, 0};
+    arr_event ev[10];
+    for (int i = 0; i < 10; i++) ev[i] = (arr_event){.t_s = 0.1 * i, .prompt_tokens = 8, .output_tokens = 4};
+    scn rs;
+    report_scn(&rs, &t, 1);
+    const double refresh[3] = {0, 0.05, 1.0};
+    const int first[3] = {10, 10, 5};
+    for (int k = 0; k < 3; k++) {
+        src_arr s = {ev, 10, 0};
+        sim_source src = {arr_next, &s};
+        sim_opts o = {.until_s = 2, .drain_s = 5, .route_refresh_s = refresh[k]};
+        sim_result r;
+        char err[256];
+        assert_int_equal(sim_run(&f, &rs, &src, &o, &r, err, sizeof err), 0);
+        assert_int_equal(r.inst[0].requests, first[k]);
+        assert_int_equal(r.inst[1].requests, 10 - first[k]);
+        sim_result_free(&r);
+    }
+    sim_opts bad = {.until_s = 2, .route_refresh_s = -1};
+    src_arr s = {ev, 10, 0};
+    sim_source src = {arr_next, &s};
+    sim_result r;
+    char err[256];
+    assert_int_equal(sim_run(&f, &rs, &src, &bad, &r, err, sizeof err), TS_ERR_INVAL);
+    scn_free(&rs);
+}
+
+/* Replicas run up to different times between the picker's refreshes;
+ * the tenants' backlog and limits, which span them, are applied in time
+ * order all the same. The reference puts each worker's replicas on one
+ * device (a step-time model that ignores sharing), which makes them one
+ * group, stepped in one time order up to every arrival; apart, with
+ * round-robin routing (which reads no state) and the picker's refreshes,
+ * the report is the same to the byte: the
+ * same backlogs and limit refusals (one tenant has a token rate and a
+ * concurrency cap, so its worker steps in time order and its refusals
+ * depend on when its requests end). */
+static void test_refresh_keeps_time_order(void **state) {
+    (void)state;
+    sim_tenant t[4];
+    tenant(&t[0], "a", 0);
+    tenant(&t[1], "b", 0);
+    tenant(&t[2], "c", 1);
+    tenant(&t[3], "d", 1);
+    t[2].tok_per_min = 6000;
+    t[2].max_concurrent = 2;
+    sim_inst in[5];
+    for (int i = 0; i < 5; i++) {
+        char name[8];
+        snprintf(name, sizeof name, "i%d", i);
+        inst(&in[i], name, i < 3 ? 0 : 1, 600 + 100 * i, SCHED_POLICY_FAIR);
+        in[i].step.theta[1] = 4;
+        in[i].step.theta[2] = 40;
+    }
+    sim_fleet f = {&TIER, 1, t, 4, in, 5, 0};
+    arr_event *ev = random_arrivals(400, 4, 4.5, 13);
+    char *apart = json_refresh(&f, ev, 400, SIM_ROUTE_RR, 0.05);
+    sim_result r;
+    assert_int_equal(run(&f, ev, 400, 5, 30, SIM_ROUTE_RR, 0, &r), 0);
+    uint64_t limited = 0;
+    for (int k = 0; k < 5; k++) limited += r.tenant[2].limited[k];
+    assert_true(limited > 0 && r.report.t[2].completed > 0); /* the limits refused some, not all */
+    sim_result_free(&r);
+    for (int i = 0; i < 5; i++) in[i].device = i < 3 ? 0 : 1;
+    f.n_devices = 2;
+    char *together = json_refresh(&f, ev, 400, SIM_ROUTE_RR, 0);
+    assert_string_equal(apart, together);
+    free(apart);
+    free(together);
+    free(ev);
 }
 
 /* Two instances time-slicing one GPU: while both are busy, each step waits
@@ -496,6 +583,8 @@ int main(void) {
         cmocka_unit_test(test_every_request_ends_once),
         cmocka_unit_test(test_deterministic),
         cmocka_unit_test(test_routing),
+        cmocka_unit_test(test_picker_refresh),
+        cmocka_unit_test(test_refresh_keeps_time_order),
         cmocka_unit_test(test_timeslice),
         cmocka_unit_test(test_fair_vs_fcfs),
         cmocka_unit_test(test_unserved_and_bad_fleet),

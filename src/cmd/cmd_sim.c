@@ -62,8 +62,9 @@ static void usage(FILE *f) {
             "                    --serve-config CFG.yaml (--calibrate URL | --calibration FILE))\n"
             "                   [--trace SCENARIO.yaml|TRACE.csv] [--duration D] [--drain D]\n"
             "                   [--load X] [--time-scale X] [--tenant-map M] [--assign A] [--stream]\n"
-            "                   [--length-cv X] [--route R] [--policy fair|fcfs] [--seed N]\n"
-            "                   [--bounded | --exact] [--out DIR] [--compare REPORT.json] [--quiet]\n"
+            "                   [--length-cv X] [--route R] [--route-refresh MS] [--policy fair|fcfs]\n"
+            "                   [--seed N] [--bounded | --exact] [--out DIR] [--compare REPORT.json]\n"
+            "                   [--quiet]\n"
             "Simulates every instance of a plan, each running tessera's own scheduler on a\n"
             "modelled GPU slice (MIG, MPS share, time-slice), under a scenario's traffic, and\n"
             "reports per tenant what `tessera bench` measures, per instance its utilisation,\n"
@@ -92,6 +93,9 @@ static void usage(FILE *f) {
             "  --length-cv X          the plan's load with lognormal lengths of this CV (default 0:\n"
             "                         the planned means, fixed)\n"
             "  --route R              least-loaded (default), affinity, round-robin\n"
+            "  --route-refresh MS     the picker reads the replicas' queues and KV use this often\n"
+            "                         (default %.0f, the Gateway API Inference Extension's), plus\n"
+            "                         what it sent each since; 0: afresh at every arrival\n"
             "  --policy P             the instances' scheduler: fair (default) or fcfs\n"
             "  --seed N               arrivals' seed (default 1)\n"
             "  --bounded, --exact     report from histograms (<= 1%% off) or every sample; default\n"
@@ -108,12 +112,12 @@ static void usage(FILE *f) {
             "Exit status: 0 every served tenant met its targets at p99 with nothing rejected\n"
             "(with --compare: the simulation is within %.0f%% (p50), %.0f%% (p99) and %.2f (Jain) of\n"
             "the measurement), 1 it did not (or the run failed), 2 bad usage or input.\n",
-            BOUNDED_AUTO, FIX_ROUNDS, 100 * TOL_P50, 100 * TOL_P99, TOL_JAIN);
+            SIM_ROUTE_REFRESH_S * 1e3, BOUNDED_AUTO, FIX_ROUNDS, 100 * TOL_P50, 100 * TOL_P99, TOL_JAIN);
 }
 
 typedef struct args {
     const char *input, *plan_json, *serve_cfg, *calibrate, *calibration, *model, *trace, *out, *compare;
-    double duration_s, drain_s, length_cv, overhead_ms;
+    double duration_s, drain_s, length_cv, overhead_ms, refresh_ms;
     int no_noise, fix;
     int route, policy, bounded, quiet;
     uint64_t seed;
@@ -158,6 +162,11 @@ static int parse_opt(args *a, int c, const char *v) {
     case 'D': return parse_dur("--drain", v, &a->drain_s);
     case 'v': return parse_num("--length-cv", v, 0, &a->length_cv);
     case 'O': return parse_num("--overhead-ms", v, 0, &a->overhead_ms);
+    case 'E':
+        if (parse_num("--route-refresh", v, 0, &a->refresh_ms)) return -1;
+        if (a->refresh_ms <= SIM_MAX_RUN_S * 1e3) return 0;
+        fprintf(stderr, "sim: --route-refresh wants at most %.0f ms, got '%s'\n", SIM_MAX_RUN_S * 1e3, v);
+        return -1;
     case 'N': a->no_noise = 1; return 0;
     case 'X': a->fix = 1; return 0;
     case 'q': a->quiet = 1; return 0;
@@ -214,6 +223,7 @@ static int parse_args(int argc, char **argv, args *a) {
         {"compare", required_argument, 0, 'c'},    {"quiet", no_argument, 0, 'q'},
         {"stream", no_argument, 0, 'R'},           {"overhead-ms", required_argument, 0, 'O'},
         {"no-noise", no_argument, 0, 'N'},         {"fix", no_argument, 0, 'X'},
+        {"route-refresh", required_argument, 0, 'E'},
         {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0}};
     memset(a, 0, sizeof(*a));
@@ -221,6 +231,7 @@ static int parse_args(int argc, char **argv, args *a) {
     a->policy = -1;
     a->seed = 1;
     a->out = "sim-out";
+    a->refresh_ms = SIM_ROUTE_REFRESH_S * 1e3;
     int c;
     optind = 1;
     while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
@@ -666,6 +677,7 @@ static char *sim_json(const world *w, const sim_result *r, const args *a) {
     if (!root) return NULL;
     cJSON *sim = cJSON_AddObjectToObject(root, "sim");
     cJSON_AddStringToObject(sim, "route", sim_route_name(a->route));
+    cJSON_AddNumberToObject(sim, "route_refresh_ms", a->refresh_ms);
     cJSON_AddNumberToObject(sim, "requests", (double)r->requests);
     cJSON_AddNumberToObject(sim, "events", (double)r->events);
     cJSON *ts = cJSON_AddArrayToObject(sim, "tenants");
@@ -923,7 +935,7 @@ static int simulate(const args *a, world *w, sim_result *r, double *wall_s) {
     double window = send_window(a, &w->load);
     double drain = a->drain_s > 0 ? a->drain_s : w->load.drain_s > 0 ? w->load.drain_s : DEFAULT_DRAIN_S;
     sim_opts o = {.route = a->route, .until_s = window, .drain_s = drain, .overhead_s = a->overhead_ms / 1e3,
-                  .seed = a->seed};
+                  .seed = a->seed, .route_refresh_s = a->refresh_ms / 1e3};
     /* A streamed trace's size is not known: bounded, unless asked. */
     o.bounded = a->bounded >= 0 ? a->bounded
                                 : w->load.feed.stream || expected_requests(&w->load, window) > BOUNDED_AUTO;

@@ -25,7 +25,9 @@ typedef struct inst {
     int64_t last_end;           /* us; when its previous step ended (-1: none yet) */
     int64_t t_mark;             /* us; integrals below are taken up to here */
     int32_t kv_used, queued;    /* since t_mark */
-    int32_t running;            /* since t_mark (routing reads these three) */
+    int32_t running;            /* since t_mark */
+    int32_t seen_load, seen_kv; /* queued + running and kv_used at the picker's refresh */
+    int32_t routed;             /* requests the picker sent here since */
     double kv_int, q_int;       /* integrals over time, us */
     int32_t n_blocks;
     live *live;                 /* (max_requests) by slot */
@@ -39,7 +41,35 @@ typedef struct worker {
     int *insts;
     int n_insts;
     uint64_t rr;
+    int *groups;                /* the groups of its instances, each once */
+    int n_groups;
+    int64_t next_refresh;       /* us; the picker's next look at the replicas */
+    int sync;                   /* a tenant with token or concurrency limits: every
+                                   arrival sees the worker stepped up to it */
+    heap ledger;                /* its tenants' backlog and limit updates (lentry),
+                                   applied in time order */
 } worker;
+
+/* A tenant-level update from one instance's timeline. The instances of a
+ * worker run up to different times (run.group), but a tenant's backlog
+ * (any of its requests waiting) and its limits span them all: the updates
+ * wait here and are applied in time order once every instance of the
+ * worker has run past them. */
+enum { LE_WAIT, LE_SERVED, LE_SETTLE };
+typedef struct lentry {
+    int64_t t;                  /* us */
+    uint64_t seq;
+    int32_t tenant;
+    int32_t kind;               /* LE_WAIT: a request waits for its first token;
+                                   LE_SERVED: one no longer does; LE_SETTLE: it ended */
+    uint64_t reserved, used;    /* LE_SETTLE: tokens its limits reserved and it used */
+} lentry;
+
+static int le_less(const void *a, const void *b) {
+    const lentry *x = a, *y = b;
+    return x->t < y->t || (x->t == y->t && x->seq < y->seq);
+}
+static const heap_ops LE_HEAP = {sizeof(lentry), le_less, NULL};
 
 typedef struct tstate {
     int32_t local;              /* its id in its worker's schedulers */
@@ -73,12 +103,17 @@ typedef struct run {
     int *dev_busy;              /* (n_devices) steps in flight per device */
     double *dev_share;          /* (n_devices) the MPS shares of those steps' instances */
     lim_tenant *lim;            /* (n_tenants) admission limits */
-    /* Instances that never touch each other's state (no shared worker,
-     * no shared device) form separate groups, each with its own event
-     * queue: the loop runs one group's steps up to the next arrival it
-     * receives, so that group's schedulers stay in cache, rather than
-     * interleaving the whole fleet's steps in one time order. */
+    /* Instances that never touch each other's state between arrivals (no
+     * shared device) form separate groups, each with its own event queue:
+     * the loop runs one group's steps up to the next arrival it receives,
+     * so that group's schedulers stay in cache, rather than interleaving
+     * the whole fleet's steps in one time order. Replicas of one worker
+     * meet only at arrivals, through the picker, which reads them as of
+     * its last refresh (refresh_us): so a worker's replicas are stepped
+     * together once a refresh, and in between only the one an arrival
+     * goes to. */
     int *group;                 /* (n_insts) group of each instance */
+    int64_t refresh_us;         /* the picker's refresh; 0: at every arrival */
     heap *gq;                   /* (n_groups) each group's pending events */
     int n_groups;
     int64_t last_t;             /* us; the latest event or arrival handled */
@@ -135,7 +170,9 @@ static int make_workers(run *r, char *err, size_t errlen) {
     if (!(r->w = calloc((size_t)r->n_workers, sizeof(worker)))) return TS_ERR_NOMEM;
     for (int i = 0; i < f->n_insts; i++) r->w[f->insts[i].worker].n_insts++;
     for (int k = 0; k < r->n_workers; k++) {
-        if (!(r->w[k].insts = malloc((size_t)(r->w[k].n_insts ? r->w[k].n_insts : 1) * sizeof(int))))
+        size_t n = (size_t)(r->w[k].n_insts ? r->w[k].n_insts : 1);
+        if (!(r->w[k].insts = malloc(n * sizeof(int))) || !(r->w[k].groups = malloc(n * sizeof(int))) ||
+            heap_init(&r->w[k].ledger, &LE_HEAP, 16, HEAP_GROW))
             return TS_ERR_NOMEM;
         r->w[k].n_insts = 0;
     }
@@ -149,6 +186,7 @@ static int make_workers(run *r, char *err, size_t errlen) {
             snprintf(err, errlen, "tenant '%s': its worker has no instance", f->tenants[t].name);
             return TS_ERR_INVAL;
         }
+        if (k >= 0 && (f->tenants[t].tok_per_min || f->tenants[t].max_concurrent)) r->w[k].sync = 1;
     }
     return 0;
 }
@@ -192,24 +230,19 @@ static int find(int *up, int i) {
     return i;
 }
 
-/* The groups (the run's comment): instances joined through a worker
- * (routing reads all its instances) or a device (MPS and time-slicing
- * time a step by the device's other busy instances). */
+/* The groups (the run's comment): instances joined through a device (MPS
+ * and time-slicing time a step by the device's other busy instances). */
 static int make_groups(run *r) {
     const sim_fleet *f = r->f;
-    int n = f->n_insts, *up = malloc((size_t)n * sizeof(int)), *dev_first = NULL;
-    int *wk_first = malloc((size_t)r->n_workers * sizeof(int));
+    int n = f->n_insts, *up = malloc((size_t)n * sizeof(int)), *dev_first = NULL, *last_k = NULL;
     if (f->n_devices > 0) dev_first = malloc((size_t)f->n_devices * sizeof(int));
     r->group = malloc((size_t)n * sizeof(int));
     int rc = TS_ERR_NOMEM;
-    if (!up || !wk_first || (f->n_devices > 0 && !dev_first) || !r->group) goto out;
+    if (!up || (f->n_devices > 0 && !dev_first) || !r->group) goto out;
     for (int i = 0; i < n; i++) up[i] = i;
-    for (int k = 0; k < r->n_workers; k++) wk_first[k] = -1;
     for (int d = 0; d < f->n_devices; d++) dev_first[d] = -1;
     for (int i = 0; i < n; i++) {
-        int *w = &wk_first[f->insts[i].worker], d = f->insts[i].device;
-        if (*w < 0) *w = i;
-        else up[find(up, i)] = find(up, *w);
+        int d = f->insts[i].device;
         if (d < 0) continue;
         if (dev_first[d] < 0) dev_first[d] = i;
         else up[find(up, i)] = find(up, dev_first[d]);
@@ -224,11 +257,23 @@ static int make_groups(run *r) {
     if (!(r->gq = calloc((size_t)r->n_groups, sizeof(heap)))) goto out;
     for (int g = 0; g < r->n_groups; g++)
         if (heap_init(&r->gq[g], &EV_HEAP, 4, HEAP_GROW)) goto out;
+    /* Each worker's groups, each once (last_k: the worker that last
+     * listed the group). */
+    if (!(last_k = malloc((size_t)r->n_groups * sizeof(int)))) goto out;
+    for (int g = 0; g < r->n_groups; g++) last_k[g] = -1;
+    for (int k = 0; k < r->n_workers; k++) {
+        worker *w = &r->w[k];
+        for (int j = 0; j < w->n_insts; j++) {
+            int g = r->group[w->insts[j]];
+            if (last_k[g] != k) w->groups[w->n_groups++] = g;
+            last_k[g] = k;
+        }
+    }
     rc = 0;
 out:
     free(up);
-    free(wk_first);
     free(dev_first);
+    free(last_k);
     return rc;
 }
 
@@ -310,17 +355,38 @@ static void mark(run *r, int i) {
 
 /* ---- requests ---------------------------------------------------------------- */
 
-static void backlog_add(run *r, int32_t t, int d) {
-    tstate *s = &r->ts[t];
-    if (d > 0 && s->waiting++ == 0) s->since = r->now;
-    if (d < 0 && --s->waiting == 0 && r->now > s->since)
-        rpt_acc_backlog(&r->acc, t, (double)s->since / 1e6, (double)r->now / 1e6);
+/* A tenant-level update at now, into its worker's ledger. */
+static void ledger_push(run *r, int32_t t, int kind, uint64_t reserved, uint64_t used) {
+    lentry e = {r->now, r->seq++, t, kind, reserved, used};
+    if (heap_push(&r->w[r->f->tenants[t].worker].ledger, &LE_HEAP, &e)) r->end_us = r->now; /* out of memory */
 }
+
+/* Apply worker w's updates before time `before`: every instance of w has
+ * run up to it, so no earlier one can come. */
+static void ledger_apply(run *r, worker *w, int64_t before) {
+    for (const lentry *top; (top = heap_top(&w->ledger)) && top->t < before;) {
+        lentry e;
+        heap_pop(&w->ledger, &LE_HEAP, &e);
+        tstate *s = &r->ts[e.tenant];
+        if (e.kind == LE_WAIT) {
+            if (s->waiting++ == 0) s->since = e.t;
+        } else if (e.kind == LE_SERVED) {
+            if (--s->waiting == 0 && e.t > s->since)
+                rpt_acc_backlog(&r->acc, e.tenant, (double)s->since / 1e6, (double)e.t / 1e6);
+        } else {
+            lim_finish(&r->lim[e.tenant], e.reserved, e.used, e.t);
+        }
+    }
+}
+
+/* A request starts or stops waiting for its first token (the tenant's
+ * backlog, for the report's fairness figures). */
+static void backlog_add(run *r, int32_t t, int d) { ledger_push(r, t, d > 0 ? LE_WAIT : LE_SERVED, 0, 0); }
 
 /* A request that was admitted ends: its limits take back what it did not use. */
 static void settle(run *r, const live *l) {
-    lim_finish(&r->lim[l->tenant], (uint64_t)l->prompt + (uint64_t)l->want, (uint64_t)l->prompt + (uint64_t)l->n_out,
-               r->now);
+    ledger_push(r, l->tenant, LE_SETTLE, (uint64_t)l->prompt + (uint64_t)l->want,
+                (uint64_t)l->prompt + (uint64_t)l->n_out);
 }
 
 /* A request's record for the report. */
@@ -348,8 +414,8 @@ static int route(run *r, int32_t t) {
     for (int k = 0; k < w->n_insts; k++) {
         int i = w->insts[k];
         const inst *n = &r->in[i];
-        double s = (double)(n->queued + n->running) / r->f->insts[i].sc.max_running +
-                   (n->n_blocks ? (double)n->kv_used / n->n_blocks : 0);
+        double s = (double)(n->seen_load + n->routed) / r->f->insts[i].sc.max_running +
+                   (n->n_blocks ? (double)n->seen_kv / n->n_blocks : 0);
         if (best < 0 || s < best_s) best = i, best_s = s;
         if (i == prev) prev_s = s;
     }
@@ -359,7 +425,9 @@ static int route(run *r, int32_t t) {
 }
 
 static void start_step(run *r, int i);
+static void advance(run *r, int g, int64_t t, int inclusive);
 
+/* The arrival at now, of a request of a served tenant. */
 static void arrive(run *r, const arr_event *e) {
     int32_t t = e->tenant;
     live l = {t, e->prompt_tokens, 0, e->output_tokens, r->now, -1, -1};
@@ -378,8 +446,15 @@ static void arrive(run *r, const arr_event *e) {
         report_req(r, &l, 503, r->now);
         return;
     }
+    /* Its instance (and those sharing its device) catch up to now. */
+    int64_t now = r->now;
+    worker *w = &r->w[r->f->tenants[t].worker];
+    advance(r, r->group[i], now, 0);
+    r->now = now;
+    if (w->n_groups == 1) ledger_apply(r, w, now);
     inst *n = &r->in[i];
     r->ts[t].last_inst = i;
+    n->routed++;
     n->st.requests++;
     sched_id id;
     sched_reason why;
@@ -564,16 +639,48 @@ static void advance(run *r, int g, int64_t t, int inclusive) {
     if (top && top->t > r->end_us) r->past_end = 1;
 }
 
-/* Arrivals in time order; before each, its group catches up to it. The
- * groups share nothing but the report, whose sums are by time slot, so
- * each group sees the calls it would in one global time order. */
+/* Every instance of worker w up to t, and its ledger. */
+static void step_all(run *r, worker *w, int64_t t) {
+    for (int k = 0; k < w->n_groups; k++) advance(r, w->groups[k], t, 0);
+    ledger_apply(r, w, t);
+}
+
+/* Before an arrival at t for worker w: the picker's refresh when one is
+ * due (every replica stepped up to the refresh's time, then read), and
+ * where a tenant's limits read every end, every replica stepped up to t. */
+static void catch_up(run *r, worker *w, int64_t t) {
+    if (r->refresh_us == 0 || t >= w->next_refresh) {
+        int64_t at = r->refresh_us ? t - t % r->refresh_us : t;
+        step_all(r, w, at);
+        for (int k = 0; k < w->n_insts; k++) {
+            inst *n = &r->in[w->insts[k]];
+            n->seen_load = n->queued + n->running;
+            n->seen_kv = n->kv_used;
+            n->routed = 0;
+        }
+        w->next_refresh = at + r->refresh_us;
+    }
+    if (w->sync) step_all(r, w, t);
+}
+
+/* Every ledger, to the end. */
+static void ledger_flush(run *r) {
+    for (int k = 0; k < r->n_workers; k++) ledger_apply(r, &r->w[k], INT64_MAX);
+}
+
+/* Arrivals in time order; before each, its worker catches up (catch_up)
+ * and its instance runs up to it (arrive). The groups share nothing
+ * between arrivals but the report, whose sums are by time slot, and the
+ * tenants' backlog and limits, which go through their worker's ledger in
+ * time order, so each group sees the calls it would in one global time
+ * order. */
 static int loop(run *r, sim_source *src) {
     feed fd = {.src = src};
     fd.until = r->o->until_s > 0 ? (int64_t)llround(r->o->until_s * 1e6) : INT64_MAX;
     int rc = feed_next(r, &fd);
     while (rc == 0 && fd.have) {
         int w = r->f->tenants[fd.e.tenant].worker;
-        if (w >= 0) advance(r, r->group[r->w[w].insts[0]], fd.t, 0);
+        if (w >= 0) catch_up(r, &r->w[w], fd.t);
         r->now = fd.t;
         if (fd.t > r->last_t) r->last_t = fd.t;
         arrive(r, &fd.e);
@@ -582,6 +689,7 @@ static int loop(run *r, sim_source *src) {
     }
     if (rc) return rc;
     for (int g = 0; g < r->n_groups; g++) advance(r, g, r->end_us, 1);
+    ledger_flush(r);
     r->now = r->past_end ? r->end_us : r->last_t;
     return 0;
 }
@@ -666,7 +774,11 @@ static void teardown(run *r) {
             free(r->in[i].live);
         }
     if (r->w)
-        for (int k = 0; k < r->n_workers; k++) free(r->w[k].insts);
+        for (int k = 0; k < r->n_workers; k++) {
+            free(r->w[k].insts);
+            free(r->w[k].groups);
+            heap_deinit(&r->w[k].ledger);
+        }
     free(r->in);
     free(r->w);
     free(r->ts);
@@ -705,8 +817,13 @@ int sim_run(const sim_fleet *f, const scn *rs, sim_source *src, const sim_opts *
                  SIM_MAX_RUN_S / 86400);
         return TS_ERR_INVAL;
     }
+    if (!(o->route_refresh_s >= 0 && o->route_refresh_s <= SIM_MAX_RUN_S)) {
+        snprintf(err, errlen, "the picker's refresh must be 0 .. %.0f s", SIM_MAX_RUN_S);
+        return TS_ERR_INVAL;
+    }
     run r = {.f = f, .rs = rs, .o = o, .out = out};
     r.end_us = (int64_t)llround((o->until_s + o->drain_s) * 1e6);
+    r.refresh_us = (int64_t)llround(o->route_refresh_s * 1e6);
     int rc = setup(&r, err, errlen);
     if (!rc) rc = make_series(&r, o->until_s + o->drain_s);
     /* The report's timeline as coarse as the instance series (an hour of
@@ -719,6 +836,7 @@ int sim_run(const sim_fleet *f, const scn *rs, sim_source *src, const sim_opts *
     if (!rc) {
         out->run_s = (double)r.now / 1e6;
         cut_open(&r);
+        ledger_flush(&r);
         inst_stats(&r);
         tenant_stats(&r);
         series_out(&r);

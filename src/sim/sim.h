@@ -34,7 +34,20 @@
  *                 instances per tenant: its prefix cache and its fair share
  *                 stay together);
  *   round-robin   each worker's instances in turn.
- * Ties go to the lowest index, so runs are deterministic.
+ * Ties go to the lowest index, so runs are deterministic. As the picker
+ * does, the scores read each replica as of the picker's last refresh of its
+ * metrics (every route_refresh_s, aligned to multiples of it), with the
+ * requests it has sent there since counted as queued; 0 reads every
+ * replica afresh at every arrival.
+ *
+ * Time order. Instances that share no device meet only at arrivals, so
+ * each group of them (those joined by devices) has its own event queue and
+ * runs up to the next arrival it receives, its schedulers in cache; a
+ * worker's replicas are all brought up to each refresh of the picker, and
+ * in between only the one an arrival goes to. What spans a worker's
+ * replicas (a tenant's backlog, its limits) is updated through a ledger in
+ * time order; a tenant with token or concurrency limits, which read every
+ * request's end at admission, has its worker stepped up to every arrival.
  *
  * What is reported: the per-tenant report of `tessera bench` (report.h),
  * fed request by request (bounded memory when asked), and per instance
@@ -60,6 +73,7 @@
 
 #define SIM_AFFINITY_SLACK 0.25
 #define SIM_IDLE_RETRY_US 20000
+#define SIM_ROUTE_REFRESH_S 0.05       /* the endpoint picker's --refresh-metrics-interval */
 #define SIM_MAX_RUN_S (2.0 * 86400)    /* longest run: the report keeps one-second slots */
 
 enum { SIM_ROUTE_LEAST = 0, SIM_ROUTE_AFFINITY, SIM_ROUTE_RR };
@@ -125,6 +139,11 @@ typedef struct sim_opts {
                                    what a client would see of each request's first token
                                    and end; 0 = none */
     uint64_t seed;              /* of the step-time noise (instance i: stream i) */
+    double route_refresh_s;     /* the picker reads the replicas' queues and KV use as of
+                                   its last refresh, this often (SIM_ROUTE_REFRESH_S is
+                                   the Gateway API Inference Extension's default), plus
+                                   the requests it has sent each since; 0: it reads them
+                                   afresh at every arrival */
 } sim_opts;
 
 /* Per instance, over the run. */
