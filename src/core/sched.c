@@ -1618,6 +1618,30 @@ int sched_step_done(sched *s, int64_t now_us, const sched_result *res) {
     return 0;
 }
 
+/* ---- prefetch ------------------------------------------------------------------- */
+
+static void prefetch_range(const void *p, size_t n) {
+    const char *c = p;
+    for (size_t o = 0; o < n; o += 64) __builtin_prefetch(c + o);
+}
+
+void sched_prefetch(const sched *s, int stage) {
+    if (stage == 0) {
+        prefetch_range(s, sizeof *s);
+    } else if (stage == 1) {
+        prefetch_range(s->tenants, (size_t)s->n_tenants * sizeof(tenant));
+        prefetch_range(s->run, (size_t)s->n_run * sizeof(int32_t));
+        prefetch_range(s->items, (size_t)s->st.plan.n_items * sizeof(sched_item));
+        if (s->kv.n_stack > 0) __builtin_prefetch(&s->kv.free_ids[s->kv.n_stack - 1]);
+        if (s->deadlines.n) __builtin_prefetch(s->deadlines.v);
+        for (int b = 0; b < SCHED_MAX_TIERS; b++)
+            if (s->bands[b].q.h.n) __builtin_prefetch(s->bands[b].q.h.v);
+    } else {
+        for (int32_t i = 0; i < s->n_run; i++) prefetch_range(&s->reqs[s->run[i]], sizeof(req));
+        if (s->kv.n_stack > 0) __builtin_prefetch(&s->kv.ref[s->kv.free_ids[s->kv.n_stack - 1]]);
+    }
+}
+
 /* ---- invariants -------------------------------------------------------------- */
 
 static int check_requests(const sched *s, int32_t *dev, int32_t *host, int32_t *queued, int32_t *running) {

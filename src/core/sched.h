@@ -451,4 +451,12 @@ void sched_stats_get(const sched *s, sched_stats *out);
  * for tests. */
 int sched_check(const sched *s);
 
+/* Start loading what the next step will read, in three stages (0: the
+ * scheduler itself; 1: its arrays, which stage 0 found; 2: the running
+ * requests, which stage 1 found), for a caller that steps many schedulers
+ * in turn (the simulator): it issues stage 0 three schedulers ahead, 1 two
+ * ahead, 2 one ahead, so that each load finds the one before it done.
+ * Changes nothing. */
+void sched_prefetch(const sched *s, int stage);
+
 #endif

@@ -639,9 +639,34 @@ static void advance(run *r, int g, int64_t t, int inclusive) {
     if (top && top->t > r->end_us) r->past_end = 1;
 }
 
+/* Start loading group g's first instance's state for an advance soon:
+ * stage 0 its event, 1 its instance, 2..4 its scheduler's (sched_prefetch's
+ * 0..2) and the live records of its step's items. */
+static void prefetch_group(run *r, int g, int stage) {
+    const heap *q = &r->gq[g];
+    if (stage == 0) {
+        __builtin_prefetch(q->v);
+        return;
+    }
+    const ev *top = heap_top(q);
+    if (!top) return;
+    inst *n = &r->in[top->inst];
+    if (stage == 1) {
+        for (size_t o = 0; o < sizeof *n; o += 64) __builtin_prefetch((const char *)n + o);
+        return;
+    }
+    sched_prefetch(n->s, stage - 2);
+    if (stage == 4)
+        for (int32_t k = 0; k < n->plan.n_items; k++) __builtin_prefetch(&n->live[(uint32_t)n->plan.items[k].id]);
+}
+
 /* Every instance of worker w up to t, and its ledger. */
 static void step_all(run *r, worker *w, int64_t t) {
-    for (int k = 0; k < w->n_groups; k++) advance(r, w->groups[k], t, 0);
+    for (int k = 0; k < w->n_groups; k++) {
+        for (int d = 1; d <= 5; d++)
+            if (k + d < w->n_groups) prefetch_group(r, w->groups[k + d], 5 - d);
+        advance(r, w->groups[k], t, 0);
+    }
     ledger_apply(r, w, t);
 }
 
