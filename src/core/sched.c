@@ -208,6 +208,7 @@ int sched_tier_add(sched *s, const sched_tier *t) {
     if (floors > 1 + 1e-9) return TS_ERR_INVAL;
     s->tiers[s->n_tiers] = *t;
     s->tiers[s->n_tiers].name[SCHED_NAME_MAX - 1] = 0;
+    if (t->min_share > s->band_floor[t->band]) s->band_floor[t->band] = t->min_share;
     return s->n_tiers++;
 }
 

@@ -47,14 +47,7 @@
 
 #define FLOOR_DECAY (1.0 - 1.0 / SCHED_FLOOR_STEPS)
 
-static double band_floor(const sched *s, int b) {
-    double share = 0;
-    for (int i = 0; i < s->n_tiers; i++)
-        if (s->tiers[i].band == b && s->tiers[i].min_share > share) share = s->tiers[i].min_share;
-    return share;
-}
-
-double sched__band_floor(const sched *s, int b) { return band_floor(s, b); }
+double sched__band_floor(const sched *s, int b) { return s->band_floor[b]; }
 
 /* Start of a step: the previous step's service becomes "the step before",
  * the window slides, and each band's claim and keep flags are set. */
@@ -70,7 +63,7 @@ void sched__floor_weigh(sched *s, step *st) {
         a->step_svc[b] = 0;
         a->svc[b] *= FLOOR_DECAY;
         if (a->svc[b] < 1e-9) a->svc[b] = 0;
-        double m = band_floor(s, b);
+        double m = s->band_floor[b];
         if (!on || m <= 0) continue;
         double margin = m / 2 + 1.0 / s->cfg.max_running;
         if (margin > m) margin = m;

@@ -152,6 +152,7 @@ struct sched {
     int32_t max_blocks;     /* per request: min(ceil(max_ctx / block_size), n_blocks) */
     sched_tier tiers[SCHED_MAX_TIERS];
     int n_tiers;
+    double band_floor[SCHED_MAX_TIERS]; /* each band's floor: its tiers' largest min_share */
     tenant *tenants;        /* (max_tenants) */
     int32_t n_tenants;
     band bands[SCHED_MAX_TIERS];
