@@ -258,8 +258,38 @@ static void test_deterministic(void **state) {
     free(ev);
 }
 
+/* The picker reads the replicas as of its last refresh, plus what it sent
+ * each since: requests that each end before the next arrives all go to the
+ * first replica when it reads them afresh (both idle, ties to the lowest),
+ * but alternate within one long refresh (its own count). */
+static void picker_refresh(const sim_fleet *f) {
+    arr_event ev[10];
+    for (int i = 0; i < 10; i++) ev[i] = (arr_event){.t_s = 0.1 * i, .prompt_tokens = 8, .output_tokens = 4};
+    scn rs;
+    report_scn(&rs, f->tenants, 1);
+    const double refresh[4] = {0, 0.05, 1.0, -1};
+    const int first[3] = {10, 10, 5};
+    for (int k = 0; k < 4; k++) {
+        src_arr s = {ev, 10, 0};
+        sim_source src = {arr_next, &s};
+        sim_opts o = {.until_s = 2, .drain_s = 5, .route_refresh_s = refresh[k]};
+        sim_result r;
+        char err[256];
+        int rc = sim_run(f, &rs, &src, &o, &r, err, sizeof err);
+        if (refresh[k] < 0) { /* refused */
+            assert_int_equal(rc, TS_ERR_INVAL);
+            break;
+        }
+        assert_int_equal(rc, 0);
+        assert_int_equal(r.inst[0].requests, first[k]);
+        assert_int_equal(r.inst[1].requests, 10 - first[k]);
+        sim_result_free(&r);
+    }
+    scn_free(&rs);
+}
+
 /* Round-robin alternates; affinity keeps a light tenant on one instance;
- * least-loaded spreads a burst. */
+ * least-loaded spreads a burst; the picker's refresh (picker_refresh). */
 static void test_routing(void **state) {
     (void)state;
     sim_tenant t;
@@ -283,44 +313,7 @@ static void test_routing(void **state) {
     assert_int_equal(r.inst[0].requests, 20);
     assert_int_equal(r.inst[1].requests, 20);
     sim_result_free(&r);
-}
-
-/* The picker reads the replicas as of its last refresh, plus what it sent
- * each since: requests that each end before the next arrives all go to the
- * first replica when it reads them afresh (both idle, ties to the lowest),
- * but alternate within one long refresh (its own count). */
-static void test_picker_refresh(void **state) {
-    (void)state;
-    sim_tenant t;
-    tenant(&t, "a", 0);
-    sim_inst in[2];
-    inst(&in[0], "i0", 0, 1000, SCHED_POLICY_FAIR);
-    inst(&in[1], "i1", 0, 1000, SCHED_POLICY_FAIR);
-    sim_fleet f = {&TIER, 1, &t, 1, in, 2, 0};
-    arr_event ev[10];
-    for (int i = 0; i < 10; i++) ev[i] = (arr_event){.t_s = 0.1 * i, .prompt_tokens = 8, .output_tokens = 4};
-    scn rs;
-    report_scn(&rs, &t, 1);
-    const double refresh[3] = {0, 0.05, 1.0};
-    const int first[3] = {10, 10, 5};
-    for (int k = 0; k < 3; k++) {
-        src_arr s = {ev, 10, 0};
-        sim_source src = {arr_next, &s};
-        sim_opts o = {.until_s = 2, .drain_s = 5, .route_refresh_s = refresh[k]};
-        sim_result r;
-        char err[256];
-        assert_int_equal(sim_run(&f, &rs, &src, &o, &r, err, sizeof err), 0);
-        assert_int_equal(r.inst[0].requests, first[k]);
-        assert_int_equal(r.inst[1].requests, 10 - first[k]);
-        sim_result_free(&r);
-    }
-    sim_opts bad = {.until_s = 2, .route_refresh_s = -1};
-    src_arr s = {ev, 10, 0};
-    sim_source src = {arr_next, &s};
-    sim_result r;
-    char err[256];
-    assert_int_equal(sim_run(&f, &rs, &src, &bad, &r, err, sizeof err), TS_ERR_INVAL);
-    scn_free(&rs);
+    picker_refresh(&f);
 }
 
 /* Replicas run up to different times between the picker's refreshes;
@@ -583,7 +576,6 @@ int main(void) {
         cmocka_unit_test(test_every_request_ends_once),
         cmocka_unit_test(test_deterministic),
         cmocka_unit_test(test_routing),
-        cmocka_unit_test(test_picker_refresh),
         cmocka_unit_test(test_refresh_keeps_time_order),
         cmocka_unit_test(test_timeslice),
         cmocka_unit_test(test_fair_vs_fcfs),
