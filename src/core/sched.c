@@ -184,11 +184,11 @@ int sched_new(const sched_config *c, sched **out) {
     s->max_blocks = (c->max_ctx + c->block_size - 1) / c->block_size;
     if (s->max_blocks > c->n_blocks) s->max_blocks = c->n_blocks;
     if (sched_alloc(s)) goto err;
-    for (int32_t i = 0; i < c->max_requests; i++) {
-        s->free_slots[i] = c->max_requests - 1 - i;
-        s->reqs[i].table = s->tables + (size_t)i * (size_t)s->max_blocks;
-        s->reqs[i].host = s->hosts + (size_t)i * (size_t)s->max_blocks;
-    }
+    /* Slots are handed out lowest first and reused last-freed first, and a
+     * slot's request and tables are first written when it is taken: a
+     * scheduler sized for thousands of requests that holds a few keeps a
+     * few pages of them resident (the simulator runs a thousand). */
+    for (int32_t i = 0; i < c->max_requests; i++) s->free_slots[i] = c->max_requests - 1 - i;
     s->n_free_slots = c->max_requests;
     s->arrivals = (slot_list){NIL, NIL};
     *out = s;
@@ -463,7 +463,7 @@ int sched_poll_end(sched *s, sched_end *ev) {
     if (!s->n_ends) return 0;
     *ev = s->ends[s->end_head];
     s->end_head = (s->end_head + 1) % s->cfg.max_requests;
-    s->n_ends--;
+    if (--s->n_ends == 0) s->end_head = 0; /* the ring restarts at its first, warm, entries */
     int32_t slot = (int32_t)(uint32_t)ev->id;
     req *r = &s->reqs[slot];
     if (r->in_use && r->gen == (uint32_t)(ev->id >> 32)) {
@@ -535,7 +535,8 @@ int sched_submit_prompt(sched *s, int64_t now_us, int32_t tn, const sched_prompt
     int32_t slot = s->free_slots[--s->n_free_slots];
     req *r = &s->reqs[slot];
     uint32_t gen = r->gen;
-    int32_t *table = r->table, *host = r->host;
+    int32_t *table = s->tables + (size_t)slot * (size_t)s->max_blocks;
+    int32_t *host = s->hosts + (size_t)slot * (size_t)s->max_blocks;
     *r = (req){.gen = gen, .in_use = 1, .state = SCHED_WAITING, .tenant = tn, .prompt = prompt,
                .max_new = max_new, .n_total = prompt, .table = table, .host = host,
                .arrival_us = now_us, .arrival_seq = s->next_seq++, .link = {{NIL, NIL}, {NIL, NIL}},
