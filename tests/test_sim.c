@@ -316,16 +316,16 @@ static void test_routing(void **state) {
     picker_refresh(&f);
 }
 
-/* Replicas run up to different times between the picker's refreshes;
- * the tenants' backlog and limits, which span them, are applied in time
- * order all the same. The reference puts each worker's replicas on one
- * device (a step-time model that ignores sharing), which makes them one
- * group, stepped in one time order up to every arrival; apart, with
- * round-robin routing (which reads no state) and the picker's refreshes,
- * the report is the same to the byte: the
- * same backlogs and limit refusals (one tenant has a token rate and a
- * concurrency cap, so its worker steps in time order and its refusals
- * depend on when its requests end). */
+/* Replicas run up to different times between the picker's refreshes,
+ * and the run must come out as in one time order. The reference puts each
+ * worker's replicas on one device (a step-time model that ignores
+ * sharing), which makes them one group, stepped in one time order up to
+ * every arrival; apart, with round-robin routing (which reads no state)
+ * and the picker's refreshes, the report is the same to the byte,
+ * limit refusals included (one tenant has a token rate and a concurrency
+ * cap, so its worker steps up to every arrival and its refusals depend on
+ * when its requests end). The report counts backlog by one-second slot, so
+ * this checks the stepping, not the ledger's order within a slot. */
 static void test_refresh_keeps_time_order(void **state) {
     (void)state;
     sim_tenant t[4];
