@@ -18,7 +18,7 @@ W="$TS_TMPDIR/sim_real"
 rm -rf "$W"
 mkdir -p "$TS_TMPDIR"
 fail() { echo "sim_real: FAIL: $*" >&2; exit 1; }
-TESSERA=$TS_TESSERA SCENARIOS=isolation FCFS=1 CAL_S=6 DURATION=12s \
+TESSERA=$TS_TESSERA SCENARIOS=isolation FCFS=1 REPEAT=0 CAL_S=6 DURATION=12s \
     bash "$TS_SRC/bench/sim_real.sh" "$W" >"$W.log" 2>&1 || { cat "$W.log" >&2; fail "bench/sim_real.sh failed"; }
 cat "$W.log"
 /usr/bin/python3 - "$W" <<'PYEOF' || fail "the simulation does not follow the server (above)"

@@ -19,7 +19,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <pthread.h>
 #include <sys/stat.h>
+#include <time.h>
 
 #include "bench/arrivals.h"
 #include "bench/loadgen.h"
@@ -62,8 +64,8 @@ static void usage(FILE *f) {
             "  (no --stream: the load generator needs the whole schedule; tessera sim streams)\n"
             "With the server's admin key in TESSERA_ADMIN_KEY, bench also reads each tenant's\n"
             "engine time and cost over the run (GET /admin/tenants before and after) into the\n"
-            "report, and saves the server's step-time fit and KV geometry (GET /admin/models)\n"
-            "as calibration.json, which `tessera sim --calibration` reads.\n");
+            "report, and saves the server's step-time fit and KV geometry (GET /admin/models, read\n"
+            "as the send window closes) as calibration.json, which `tessera sim --calibration` reads.\n");
 }
 
 static int parse_u64(const char *s, uint64_t *v) {
@@ -147,14 +149,80 @@ static void admin_costs(const scn *s, rpt *p, const scr_tenant *b, size_t nb, co
     }
 }
 
-/* The server's /admin/models answer as calibration.json, for tessera sim. */
-static void save_calibration(const char *url, const char *out) {
-    const char *key = getenv("TESSERA_ADMIN_KEY");
+/* The server's /admin/models answer, read by its own thread as the send
+ * window closes: the step-time fit then is that of the scenario's load,
+ * where after the drain it has followed the last few requests' small
+ * batches (the fit forgets in about a second). */
+typedef struct snapshot {
+    const char *url, *key;
+    struct timespec due;    /* CLOCK_REALTIME, for the timed wait */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int stop;               /* the run ended first: no read */
+    char *body;             /* the answer, or NULL */
+} snapshot;
+
+static void *snapshot_main(void *arg) {
+    snapshot *sn = arg;
+    pthread_mutex_lock(&sn->mu);
+    int rc = 0;
+    while (!sn->stop && rc != ETIMEDOUT) rc = pthread_cond_timedwait(&sn->cv, &sn->mu, &sn->due);
+    int go = !sn->stop;
+    pthread_mutex_unlock(&sn->mu);
+    char err[256];
+    size_t len;
+    if (go && scr_fetch(sn->url, "/admin/models", sn->key, 10.0, &sn->body, &len, err, sizeof err)) {
+        free(sn->body);
+        sn->body = NULL;
+    }
+    return NULL;
+}
+
+/* Start the snapshot due send_s from now; 0 when started (and then
+ * snapshot_end must be called). */
+static int snapshot_start(snapshot *sn, pthread_t *th, const char *url, const char *key, double send_s) {
+    memset(sn, 0, sizeof *sn);
+    sn->url = url;
+    sn->key = key;
+    clock_gettime(CLOCK_REALTIME, &sn->due);
+    double whole = floor(send_s);
+    sn->due.tv_sec += (time_t)whole;
+    sn->due.tv_nsec += (long)((send_s - whole) * 1e9);
+    if (sn->due.tv_nsec >= 1000000000L) { sn->due.tv_sec++; sn->due.tv_nsec -= 1000000000L; }
+    pthread_mutex_init(&sn->mu, NULL);
+    pthread_cond_init(&sn->cv, NULL);
+    if (pthread_create(th, NULL, snapshot_main, sn) == 0) return 0;
+    pthread_mutex_destroy(&sn->mu);
+    pthread_cond_destroy(&sn->cv);
+    return -1;
+}
+
+/* Stop the snapshot if it is still waiting, and wait for it. */
+static void snapshot_end(snapshot *sn, pthread_t th) {
+    pthread_mutex_lock(&sn->mu);
+    sn->stop = 1;
+    pthread_cond_signal(&sn->cv);
+    pthread_mutex_unlock(&sn->mu);
+    pthread_join(th, NULL);
+    pthread_mutex_destroy(&sn->mu);
+    pthread_cond_destroy(&sn->cv);
+}
+
+/* The server's /admin/models answer as calibration.json, for tessera sim:
+ * the snapshot's, or read now when the run ended before it was taken. */
+static void save_calibration(const char *url, const char *key, const char *snap_body, const char *out) {
     char *body = NULL, err[512];
     size_t len;
-    if (!key || !*key) return;
-    if (scr_fetch(url, "/admin/models", key, 10.0, &body, &len, err, sizeof err) || file_write(out, "calibration.json", body))
-        fprintf(stderr, "bench: no calibration.json: %s\n", body ? "cannot write it" : err);
+    const char *what = snap_body;
+    if (!what) {
+        if (scr_fetch(url, "/admin/models", key, 10.0, &body, &len, err, sizeof err)) {
+            fprintf(stderr, "bench: no calibration.json: %s\n", err);
+            free(body);
+            return;
+        }
+        what = body;
+    }
+    if (file_write(out, "calibration.json", what)) fprintf(stderr, "bench: no calibration.json: cannot write it\n");
     free(body);
 }
 
@@ -304,8 +372,14 @@ int cmd_bench(int argc, char **argv) {
     size_t done, n_before = 0, n_after = 0;
     double run_s;
     scr_tenant *before = admin_rows(url, &n_before);
+    const char *key = getenv("TESSERA_ADMIN_KEY");
+    snapshot snap;
+    pthread_t snap_th;
+    int snapping = before && key && *key && snapshot_start(&snap, &snap_th, url, key, send_s) == 0;
     rc = lg_run(&s, ev, n, &o, r, &done, &run_s, err, sizeof err);
     free(ev);
+    if (snapping) snapshot_end(&snap, snap_th);
+    char *snap_body = snapping ? snap.body : NULL;
     scr_tenant *after = before ? admin_rows(url, &n_after) : NULL;
     if (rc) {
         fprintf(stderr, "bench: %s\n", err);
@@ -313,6 +387,7 @@ int cmd_bench(int argc, char **argv) {
         free(r);
         free(before);
         free(after);
+        free(snap_body);
         scn_free(&s);
         return 1;
     }
@@ -325,7 +400,7 @@ int cmd_bench(int argc, char **argv) {
     } else {
         if (after) admin_costs(&s, &p, before, n_before, after, n_after);
         status = write_report(out, &s, &p, r, done, url, seed);
-        if (after) save_calibration(url, out);
+        if (after && key && *key) save_calibration(url, key, snap_body, out);
         int transport = 0;
         for (size_t i = 0; i < done; i++) transport += r[i].status == RPT_ST_TRANSPORT;
         if (done && p.completed == 0 && transport == (int)done) {
@@ -338,6 +413,7 @@ int cmd_bench(int argc, char **argv) {
     free(r);
     free(before);
     free(after);
+    free(snap_body);
     scn_free(&s);
     return status;
 }
