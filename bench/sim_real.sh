@@ -16,7 +16,7 @@
 #   4. replay: the same simulation on the measured server's own fit (bench
 #      reads it as the send window closes), which leaves out how far the
 #      machine's speed moved between the calibration run and the measured
-#      one (on a shared VM, 10-30% in minutes), so the scheduling's part of
+#      one (on a shared VM, 10-40% in minutes), so the scheduling's part of
 #      any error shows alone;
 #   5. (REPEAT=1) the noise floor: a second fresh server measured with the
 #      same seed, held against the first with the same tolerances. A figure

@@ -15,11 +15,11 @@
 #include <getopt.h>
 #include <limits.h>
 #include <math.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <pthread.h>
 #include <sys/stat.h>
 #include <time.h>
 
@@ -152,7 +152,7 @@ static void admin_costs(const scn *s, rpt *p, const scr_tenant *b, size_t nb, co
 /* The server's /admin/models answer, read by its own thread as the send
  * window closes: the step-time fit then is that of the scenario's load,
  * where after the drain it has followed the last few requests' small
- * batches (the fit forgets in about a second). */
+ * batches (the fit forgets within a few hundred steps). */
 typedef struct snapshot {
     const char *url, *key;
     struct timespec due;    /* CLOCK_REALTIME, for the timed wait */
@@ -191,7 +191,16 @@ static int snapshot_start(snapshot *sn, pthread_t *th, const char *url, const ch
     if (sn->due.tv_nsec >= 1000000000L) { sn->due.tv_sec++; sn->due.tv_nsec -= 1000000000L; }
     pthread_mutex_init(&sn->mu, NULL);
     pthread_cond_init(&sn->cv, NULL);
-    if (pthread_create(th, NULL, snapshot_main, sn) == 0) return 0;
+    /* The thread starts with SIGINT and SIGTERM blocked, so they reach the
+     * load generator's thread, whose epoll_wait they interrupt. */
+    sigset_t block, old;
+    sigemptyset(&block);
+    sigaddset(&block, SIGINT);
+    sigaddset(&block, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &block, &old);
+    int rc = pthread_create(th, NULL, snapshot_main, sn);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (rc == 0) return 0;
     pthread_mutex_destroy(&sn->mu);
     pthread_cond_destroy(&sn->cv);
     return -1;
