@@ -298,8 +298,16 @@ static void test_batch_equivalence_f16(void **state) { check_batched(state, 1e-5
 static void test_batch_equivalence_q8(void **state) { check_batched(state, 1e-5); }
 
 /* A mixed model runs its fused groups per type; a token's results must
- * still not depend on the rest of its batch. */
-static void test_batch_equivalence_mixed(void **state) { check_batched(state, 1e-5); }
+ * still not depend on the rest of its batch, up to how its float products
+ * round: its F16 and F32 products take sgemm above T = 16 and the streaming
+ * kernels below, so their sums differ in the last bits between a batch and
+ * a sequence alone, and where such an output feeds a Q8_0 product, that can
+ * move an activation across a rounding boundary of its 8-bit quantization,
+ * a step of 1/127 of its block's largest value. With the float products
+ * streamed at every T the error is 4e-7; as built, 2.6e-4 on a Xeon build
+ * and under 1e-5 on an EPYC one (no boundary crossed). A batching fault
+ * (another sequence's keys, a wrong block) moves a row by far more. */
+static void test_batch_equivalence_mixed(void **state) { check_batched(state, 1e-2); }
 
 /* The other quantized types run their integer kernels at every T, each
  * token's activations quantized alone, and each activation row's sums in
