@@ -20,6 +20,7 @@ stop_server() {
 # start_server CONFIG POLICY LOG: start on a free port of 127.0.0.1, set URL.
 start_server() {
     local config=$1 policy=$2 log=$3
+    : >"$log"   # before the server's own redirect opens it: sed below reads it at once
     "$TESSERA" serve --config "$config" --policy "$policy" --listen 127.0.0.1:0 ${DEVICE:+--device "$DEVICE"} \
         >"$log" 2>&1 &
     SERVER_PID=$!

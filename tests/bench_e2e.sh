@@ -85,6 +85,7 @@ tenants:
     output_tokens: {dist: fixed, value: 4}
 EOF
 
+: >"$W/server.log"   # before the server's own redirect opens it: sed below reads it at once
 "$TS_TESSERA" serve --config "$W/server.yaml" --listen 127.0.0.1:0 >"$W/server.log" 2>&1 &
 SERVER_PID=$!
 URL=""
