@@ -381,10 +381,10 @@ int cmd_bench(int argc, char **argv) {
     size_t done, n_before = 0, n_after = 0;
     double run_s;
     scr_tenant *before = admin_rows(url, &n_before);
-    const char *key = getenv("TESSERA_ADMIN_KEY");
+    const char *key = getenv("TESSERA_ADMIN_KEY");   /* set: admin_rows answered with it */
     snapshot snap;
     pthread_t snap_th;
-    int snapping = before && key && *key && snapshot_start(&snap, &snap_th, url, key, send_s) == 0;
+    int snapping = before && snapshot_start(&snap, &snap_th, url, key, send_s) == 0;
     rc = lg_run(&s, ev, n, &o, r, &done, &run_s, err, sizeof err);
     free(ev);
     if (snapping) snapshot_end(&snap, snap_th);
@@ -409,7 +409,7 @@ int cmd_bench(int argc, char **argv) {
     } else {
         if (after) admin_costs(&s, &p, before, n_before, after, n_after);
         status = write_report(out, &s, &p, r, done, url, seed);
-        if (after && key && *key) save_calibration(url, key, snap_body, out);
+        if (after) save_calibration(url, key, snap_body, out);
         int transport = 0;
         for (size_t i = 0; i < done; i++) transport += r[i].status == RPT_ST_TRANSPORT;
         if (done && p.completed == 0 && transport == (int)done) {
