@@ -67,8 +67,8 @@
 #define OPS_BCAST_T 13
 _Static_assert(OPS_SMALL_T_F32 <= 16, "tile_f32_b holds 16 activations");
 /* Bytes ahead of each weight stream that the F16/BF16/Q8_0 kernels
- * prefetch (the Q8_0 regrouping fetches its next group instead: q8_rows8).
- * Converting costs them enough time per
+ * prefetch (the Q8_0 regrouping's tiles fetch its next group instead:
+ * rows_q8). Converting costs them enough time per
  * byte that the hardware prefetcher alone leaves the loads stalling
  * (measured on Zen 3, 1 thread, cold weights: Q8_0 8.6 -> 12 GB/s, F16
  * 12 -> 14.5 GB/s; 2048 to 16384 all about equal). F32 keeps the
@@ -1078,14 +1078,17 @@ static ALWAYS_INLINE void tile_q8(float *y, int64_t ldy, const uint8_t *w, size_
  * broadcast, sign, maddubs, madd and an add, where one accumulator per
  * (row, activation) pair (tile_q8) adds a convert and an FMA to each: in
  * an isolated loop on Zen 3, 1.3 cycles against 1.9. Writes y[j][0..8) for
- * the tv <= 4 valid activation rows. */
+ * the tv <= 4 valid activation rows. Meanwhile it prefetches the n_pf
+ * lines at pf into L2, spread evenly over its blocks (rows_q8). */
 static ALWAYS_INLINE void tile_q8w(float *y, int64_t ldy, int tv, const int8_t *wg, const float *dw, int64_t nb,
-                                   const int8_t *xt, const float *xdt) {
+                                   const int8_t *xt, const float *xdt, const char *pf, int64_t n_pf) {
     const __m256i ones = _mm256_set1_epi16(1);
     __m256 acc[4];
     for (int c = 0; c < 4; c++)
         acc[c] = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
+        for (int64_t k = b * n_pf / nb; k < (b + 1) * n_pf / nb; k++)
+            _mm_prefetch(pf + 64 * k, _MM_HINT_T1);
         __m256i ia[4];
         for (int c = 0; c < 4; c++)
             ia[c] = _mm256_setzero_si256();
@@ -1116,27 +1119,15 @@ static ALWAYS_INLINE void tile_q8w(float *y, int64_t ldy, int tv, const int8_t *
 /* Eight Q8_0 rows (rb bytes apart) regrouped for tile_q8w: per block an
  * 8x8 transpose of 32-bit groups of quants (wg, 256 bytes) and the 8
  * scales as floats (dw). Once per 8 rows, however many activation tiles
- * then pass over them. next: the following group's rows, or NULL. They are
- * prefetched, into L2, line for line with the rows read here: the tiles
- * then compute for several times as long with no weight load in flight,
- * so neither the hardware prefetcher nor a prefetch a fixed distance
- * ahead in these rows (it lands in this group's own rows once 8 rows
- * exceed that distance) fetches them in time; L1 holds the regrouped copy
- * and the activation tiles. Measured on a Xeon (Emerald Rapids, 2 MiB L2),
- * 110m Q8_0, T = 16, 2 threads: every layer's products in turn (weights
- * from L3) went from 86% to 91% of their rate on hot slices, and b16
- * decode from 74% to 80% of that ceiling (bench_engine, medians of five
- * interleaved runs each). */
-static void q8_rows8(int8_t *wg, float *dw, const uint8_t *row, size_t rb, int64_t nb, const uint8_t *next) {
+ * then pass over them. The tiles of the previous group prefetched these
+ * rows (rows_q8); an item's first group has prefetch_head's. */
+static void q8_rows8(int8_t *wg, float *dw, const uint8_t *row, size_t rb, int64_t nb) {
     for (int64_t b = 0; b < nb; b++) {
         __m256i r[8], u[8], v[8];
         uint16_t ds[8];
 #pragma GCC unroll 8
         for (int i = 0; i < 8; i++) {
-            const size_t at = (size_t)i * rb + (size_t)b * GGUF_Q8_0_BYTES;
-            const uint8_t *blk = row + at;
-            if ((b & 1) == 0 && next)  /* about once per 64-byte line of each row */
-                _mm_prefetch((const char *)next + at, _MM_HINT_T1);
+            const uint8_t *blk = row + (size_t)i * rb + (size_t)b * GGUF_Q8_0_BYTES;
             r[i] = _mm256_loadu_si256((const __m256i *)(blk + 2));
             /* Through memory, not _mm_insert_epi16: its lane must be a
              * compile-time constant, which the loop index only is once
@@ -1176,7 +1167,18 @@ static void q8_rows8(int8_t *wg, float *dw, const uint8_t *row, size_t rb, int64
  * weight rows are taken eight at a time, regrouped once into group, and
  * every activation tile passes
  * over them while they sit in L1 (tile_q8w). Leftover rows take tile_q8.
- * group: this thread's Q8_GROUP_BYTES * n_in / 32 bytes, 64-byte aligned. */
+ * group: this thread's Q8_GROUP_BYTES * n_in / 32 bytes, 64-byte aligned.
+ * The tiles compute for several times as long as the regrouping loads,
+ * with no weight load in flight, so they fetch the next group's rows (one
+ * contiguous stretch), each tile a share spread over its blocks: neither
+ * the hardware prefetcher nor a prefetch a fixed distance ahead in the
+ * rows being regrouped (it falls inside the group) had them there in
+ * time. Measured on a Xeon (Emerald Rapids, 2 MiB L2), 110m Q8_0, T = 16,
+ * 2 threads: every layer's products in turn (weights from L3 and DRAM)
+ * ran at 86% of their rate on hot slices with that fixed-distance
+ * prefetch, 91% with the next group prefetched by the regrouping itself
+ * (a burst of prefetches), 97% spread over the tiles (medians of 15
+ * passes); b16 decode went from 74% to 82% of bench_engine's ceiling. */
 static void rows_q8(float *y, int64_t ldy, int T, const ops_mat *w, const q8_act *xa, int64_t o0, int64_t o1,
                     uint8_t *group) {
     const int64_t n = w->n_in, nb = n / GGUF_Q8_0_BLOCK;
@@ -1209,14 +1211,20 @@ static void rows_q8(float *y, int64_t ldy, int T, const ops_mat *w, const q8_act
         for (; o + 8 <= o1; o += 8) {
             /* o0 is a multiple of OPS_ROW_BLOCK, so o starts a group of 8 */
             const uint8_t *rows = (const uint8_t *)w->data + (size_t)o * rb;
-            q8_rows8((int8_t *)group, (float *)(group + 256 * (size_t)nb), rows, rb, nb,
-                     o + 16 <= o1 ? rows + 8 * rb : NULL);
+            q8_rows8((int8_t *)group, (float *)(group + 256 * (size_t)nb), rows, rb, nb);
             const int8_t *wg = (const int8_t *)group;
             const float *dw = (const float *)(group + 256 * (size_t)nb);
-            for (int tt = 0; tt * OPS_Q8_TT < T; tt++) {
+            /* the next group's lines, a share per tile */
+            const int n_tiles = (T + OPS_Q8_TT - 1) / OPS_Q8_TT;
+            const int64_t lines = o + 16 <= o1 ? (int64_t)((8 * rb + 63) / 64) : 0;
+            const int64_t share = (lines + n_tiles - 1) / n_tiles;
+            for (int tt = 0; tt < n_tiles; tt++) {
                 const int t = tt * OPS_Q8_TT, tv = T - t < OPS_Q8_TT ? T - t : OPS_Q8_TT;
+                const int64_t from = tt * share < lines ? tt * share : lines;
+                const int64_t n_pf = lines - from < share ? lines - from : share;
                 tile_q8w(y + (size_t)t * (size_t)ldy + (size_t)o, ldy, tv, wg, dw, nb,
-                         xa->t + (size_t)tt * (size_t)n * OPS_Q8_TT, xa->td + (size_t)tt * (size_t)nb * OPS_Q8_TT);
+                         xa->t + (size_t)tt * (size_t)n * OPS_Q8_TT, xa->td + (size_t)tt * (size_t)nb * OPS_Q8_TT,
+                         n_pf ? (const char *)(rows + 8 * rb) + 64 * from : NULL, n_pf);
             }
         }
     }
