@@ -181,9 +181,11 @@ static double sgemm_gflops(int n) {
  * batch of its column, so the figure is for the exact kernel path that
  * column runs (for F32/F16 a larger T would switch ops_matmul to sgemm).
  * CEIL_BYTES keeps a slice in the last-level cache with room to spare.
- * Each call opens its own OpenMP team where the step shares one, so the
- * smallest shapes (15m's 288x288, ~20 us a call) read a little low: the
- * ceiling errs on the side of calling a target out of reach. */
+ * The passes run inside one OpenMP team, as a step's products do, so each
+ * pays the call's closing barrier but no fork and join: opening a team per
+ * call made a 110m Q4_0 product at T = 1 (768 x 768, ~11 us a thread) read
+ * a third slow on the Xeon host, and the T = 1 ceiling then bound where
+ * the kernel is faster than memory. */
 #define CEIL_T 16           /* rows of the b16 ceiling; the b1 one runs T = 1 */
 #define CEIL_BYTES ((size_t)2 << 20)
 #define CEIL_REPS 6
@@ -193,6 +195,7 @@ typedef struct ceil_buf {
     float *x;               /* (CEIL_T, max n_in) */
     float *y;               /* (CEIL_T, max slice rows) */
     int64_t max_rows;
+    int threads;            /* the team, as many as the scratch serves */
 } ceil_buf;
 
 static int ceil_buf_init(ceil_buf *cb, const model *m) {
@@ -201,7 +204,8 @@ static int ceil_buf_init(ceil_buf *cb, const model *m) {
     if ((int64_t)c->n_heads * c->head_dim > n_in) n_in = (int64_t)c->n_heads * c->head_dim;
     cb->max_rows = c->vocab > c->ffn_dim ? c->vocab : c->ffn_dim;
     if (c->dim > cb->max_rows) cb->max_rows = c->dim;
-    cb->mm = ops_scratch_new(CEIL_T, n_in, 0);
+    cb->threads = omp_get_max_threads();
+    cb->mm = ops_scratch_new(CEIL_T, n_in, cb->threads);
     cb->x = malloc((size_t)CEIL_T * (size_t)n_in * sizeof(float));
     cb->y = malloc((size_t)CEIL_T * (size_t)cb->max_rows * sizeof(float));
     if (!cb->mm || !cb->x || !cb->y) return -1;
@@ -223,10 +227,12 @@ static double ceil_sec_per_mac(const ceil_buf *cb, const ops_mat *w, int T) {
     if (rows < 64) rows = 64;
     if (rows < sl.n_out) sl.n_out = rows;
     double t[CEIL_REPS];
+    #pragma omp parallel num_threads(cb->threads)
     for (int rep = 0; rep <= CEIL_REPS; rep++) {
-        double t0 = bu_now_s();
-        ops_matmul(cb->y, sl.n_out, cb->x, T, &sl, cb->mm);
-        if (rep > 0) t[rep - 1] = bu_now_s() - t0;  /* the first pass loads the slice */
+        #pragma omp barrier
+        const double t0 = bu_now_s();
+        ops_matmul(cb->y, sl.n_out, cb->x, T, &sl, cb->mm); /* every thread: ends with a barrier */
+        if (omp_get_thread_num() == 0 && rep > 0) t[rep - 1] = bu_now_s() - t0; /* the first pass loads the slice */
     }
     return bu_median(t, CEIL_REPS) / ((double)T * (double)sl.n_out * (double)sl.n_in);
 }
