@@ -1178,7 +1178,9 @@ static void q8_rows8(int8_t *wg, float *dw, const uint8_t *row, size_t rb, int64
  * ran at 86% of their rate on hot slices with that fixed-distance
  * prefetch, 91% with the next group prefetched by the regrouping itself
  * (a burst of prefetches), 97% spread over the tiles (medians of 15
- * passes); b16 decode went from 74% to 82% of bench_engine's ceiling. */
+ * passes); b16 decode went from 72-77% to 84-86% of bench_engine's T = 16
+ * ceiling as it was then measured, a team opened per pass (four
+ * interleaved runs each). */
 static void rows_q8(float *y, int64_t ldy, int T, const ops_mat *w, const q8_act *xa, int64_t o0, int64_t o1,
                     uint8_t *group) {
     const int64_t n = w->n_in, nb = n / GGUF_Q8_0_BLOCK;
