@@ -187,8 +187,16 @@ static void test_table(void **state) {
         assert_non_null(quant_dot_scalar(t->type));
         assert_non_null(quant_dot(t->type));
 #if defined(__x86_64__)
-        if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c"))
-            assert_non_null(quant_dot_avx2(t->type));
+        const int avx2 =
+            __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+        if (avx2) assert_non_null(quant_dot_avx2(t->type));
+        if (avx2 && __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512vl"))
+            assert_non_null(quant_dot_isa(t->type, QUANT_ISA_AVX512VNNI));
+        /* quant_dot prefers a VNNI kernel where there is one */
+        if (quant_dot_isa(t->type, QUANT_ISA_AVX512VNNI) && !quant_dot_isa(t->type, QUANT_ISA_AVXVNNI))
+            assert_ptr_equal(quant_dot(t->type), quant_dot_isa(t->type, QUANT_ISA_AVX512VNNI));
+        if (quant_dot_isa(t->type, QUANT_ISA_AVXVNNI))
+            assert_ptr_equal(quant_dot(t->type), quant_dot_isa(t->type, QUANT_ISA_AVXVNNI));
 #endif
     }
 }
@@ -459,16 +467,20 @@ static void test_dot_scalar(void **state) {
     }
 }
 
-/* AVX2 against scalar, every C, to 1e-6 of sum |terms|: they add the same
- * exact block sums in different orders. */
-static void test_dot_avx2(void **state) {
-    (void)state;
+/* The vector kernels this CPU runs (quant_dot_isa), by name. */
+static const int VEC_ISAS[] = {QUANT_ISA_AVX2, QUANT_ISA_AVXVNNI, QUANT_ISA_AVX512VNNI};
+static const char *const VEC_NAMES[] = {"avx2", "avxvnni", "avx512vnni"};
+#define N_VEC ((int)(sizeof VEC_ISAS / sizeof VEC_ISAS[0]))
+
+/* Each vector kernel against scalar, every C, to 1e-6 of sum |terms|:
+ * they add the same exact block sums in different orders. */
+static void check_dot_vec(int isa, const char *name) {
     tu_rng_seed(4);
     for (int k = 0; k < N_CASES; k++) {
         const tcase *t = &CASES[k];
-        quant_dot_fn *ref = quant_dot_scalar(t->type), *vec = quant_dot_avx2(t->type);
+        quant_dot_fn *ref = quant_dot_scalar(t->type), *vec = quant_dot_isa(t->type, isa);
         if (!vec) {
-            printf("  %s: no AVX2 kernel on this CPU or build, skipped\n", t->name);
+            printf("  %s: no %s kernel on this CPU or build, skipped\n", t->name, name);
             continue;
         }
         for (int z = 0; z < N_NBS; z++) {
@@ -485,13 +497,52 @@ static void test_dot_avx2(void **state) {
                     double mag;
                     (void)ref_dot(t, w, nb, &x, c, &mag);
                     if (fabs(yv[c] - ys[c]) > 1e-6 * mag)
-                        fprintf(stderr, "%s nb %ld C %d row %d: avx2 %.9g scalar %.9g\n", t->name, (long)nb, C, c,
-                                yv[c], ys[c]);
+                        fprintf(stderr, "%s nb %ld C %d row %d: %s %.9g scalar %.9g\n", t->name, (long)nb, C, c,
+                                name, yv[c], ys[c]);
                     assert_true(fabs(yv[c] - ys[c]) <= 1e-6 * mag);
                 }
             }
             acts_free(&x);
             free(w);
+        }
+    }
+}
+
+static void test_dot_vec(void **state) {
+    (void)state;
+    for (int i = 0; i < N_VEC; i++)
+        check_dot_vec(VEC_ISAS[i], VEC_NAMES[i]);
+}
+
+/* The VNNI kernels sum the same integers as the AVX2 ones (vpdpbusd for
+ * maddubs and madd; Q4_0 and Q4_1's high nibbles 16 times over, then
+ * divided by 16, exact) and apply the scales in the same order: the same
+ * floats, bit for bit, at every C. */
+static void test_vnni_equals_avx2(void **state) {
+    (void)state;
+    tu_rng_seed(7);
+    for (int k = 0; k < N_CASES; k++) {
+        const tcase *t = &CASES[k];
+        quant_dot_fn *avx2 = quant_dot_avx2(t->type);
+        for (int v = QUANT_ISA_AVXVNNI; v <= QUANT_ISA_AVX512VNNI; v++) {
+            quant_dot_fn *vnni = quant_dot_isa(t->type, v);
+            if (!avx2 || !vnni) continue;
+            for (int z = 0; z < N_NBS; z++) {
+                const int64_t nb = NBS[z];
+                uint8_t *w = malloc((size_t)(nb * t->bytes));
+                acts x;
+                random_blocks(t, w, nb, 1);
+                acts_make(&x, 4, nb * 32, 3.0f);
+                for (int C = 1; C <= 4; C++) {
+                    float ya[4], yn[4];
+                    avx2(ya, 1, w, 0, 1, nb, &x.a, C);
+                    vnni(yn, 1, w, 0, 1, nb, &x.a, C);
+                    for (int c = 0; c < C; c++)
+                        assert_int_equal(bits_of(yn[c]), bits_of(ya[c]));
+                }
+                acts_free(&x);
+                free(w);
+            }
         }
     }
 }
@@ -538,7 +589,8 @@ static void test_batch_invariance(void **state) {
             random_blocks(t, w, nb, 1);
             acts_make(&x, 4, nb * 32, 1.0f);
             check_invariance(t, quant_dot_scalar(t->type), w, nb, &x);
-            if (quant_dot_avx2(t->type)) check_invariance(t, quant_dot_avx2(t->type), w, nb, &x);
+            for (int i = 0; i < N_VEC; i++)
+                if (quant_dot_isa(t->type, VEC_ISAS[i])) check_invariance(t, quant_dot_isa(t->type, VEC_ISAS[i]), w, nb, &x);
             acts_free(&x);
             free(w);
         }
@@ -555,9 +607,10 @@ static void test_random_bytes(void **state) {
     float out[7 * 32];
     for (int k = 0; k < N_CASES; k++) {
         const tcase *t = &CASES[k];
-        quant_dot_fn *ref = quant_dot_scalar(t->type), *vec = quant_dot_avx2(t->type);
-        for (int rep = 0; rep < 50; rep++) {
-            const int finite = rep % 2 == 0;
+        quant_dot_fn *ref = quant_dot_scalar(t->type);
+        for (int rep = 0; rep < 50 * N_VEC; rep++) {
+            quant_dot_fn *vec = quant_dot_isa(t->type, VEC_ISAS[rep % N_VEC]);
+            const int finite = rep / N_VEC % 2 == 0;
             uint8_t *w = malloc((size_t)(nb * t->bytes));
             acts x;
             random_blocks(t, w, nb, finite);
@@ -590,7 +643,8 @@ int main(void) {
         cmocka_unit_test(test_roundtrip_exact),
         cmocka_unit_test(test_roundtrip_random),
         cmocka_unit_test(test_dot_scalar),
-        cmocka_unit_test(test_dot_avx2),
+        cmocka_unit_test(test_dot_vec),
+        cmocka_unit_test(test_vnni_equals_avx2),
         cmocka_unit_test(test_batch_invariance),
         cmocka_unit_test(test_random_bytes),
     };

@@ -18,8 +18,9 @@
  *  2. activations: quant_act_row, against the rule quant.h states: per
  *     dblock d' within f16 rounding (Q8_32) or float rounding (Q8_K) of
  *     d = max|x| / 127, |q| <= 127, |x - d q| <= d / 2, the sums exact.
- *  3. dot: quant_dot_scalar and quant_dot_avx2 (when present), with C = 1
- *     and C = 4 activation rows and a strided output, against the float64
+ *  3. dot: quant_dot_scalar and each vector kernel this CPU has
+ *     (quant_dot_isa: AVX2, AVX-VNNI, AVX512-VNNI), with C = 1 and C = 4
+ *     activation rows and a strided output, against the float64
  *     dot of NumPy's dequantized weights with the float activations (not
  *     quantized). The tolerance is the activation rounding's rigorous
  *     bound plus float slack:
@@ -383,7 +384,12 @@ static void test_dot(void **state) {
     if (act != TYPES[k].act)
         printf("  %s: quant_act_format %d, expected %d (quant.h)\n", tname, act, TYPES[k].act);
     assert_int_equal(act, TYPES[k].act);
-    quant_dot_fn *fs = quant_dot_scalar(type), *fv = quant_dot_avx2(type);
+    static const int isas[] = {QUANT_ISA_AVX2, QUANT_ISA_AVXVNNI, QUANT_ISA_AVX512VNNI};
+    static const char *const isa_names[] = {"avx2", "avxvnni", "avx512vnni"};
+    enum { NV = sizeof isas / sizeof isas[0] };
+    quant_dot_fn *fs = quant_dot_scalar(type), *fv[NV];
+    for (int i = 0; i < NV; i++)
+        fv[i] = quant_dot_isa(type, isas[i]);
     if (!fs) printf("  %s: no scalar dot kernel\n", tname);
     assert_non_null(fs);
     const int db = quant_act_dblock(act), sb = quant_act_sblock(act);
@@ -395,7 +401,9 @@ static void test_dot(void **state) {
     double *dx = malloc(sizeof(double) * (size_t)(T_ROWS * (n / db)));
     assert_true(x && aq && ad && as && dx);
 
-    dot_stats ss = {0, 0, 0, INFINITY, 0, 0, 1}, sv = {0, 0, 0, INFINITY, 0, 0, 1};
+    dot_stats ss = {0, 0, 0, INFINITY, 0, 0, 1}, sv[NV];
+    for (int i = 0; i < NV; i++)
+        sv[i] = ss;
     int act_bad = 0;
     rng_seed(1000 + type);
     const float *W = deq->data;
@@ -408,19 +416,24 @@ static void test_dot(void **state) {
                                      dx + t * (n / db), tname);
         }
         quant_acts xa = {aq, ad, as, n};
-        ss.row = sv.row = r;
+        ss.row = r;
         const void *wrow = (const uint8_t *)q->data + r * row_bytes;
         run_kernel(fs, "scalar", tname, wrow, n / blk, &xa, w, wother, x, dx, ad, act, &ss);
-        if (fv) run_kernel(fv, "avx2", tname, wrow, n / blk, &xa, w, wother, x, dx, ad, act, &sv);
+        for (int i = 0; i < NV; i++) {
+            sv[i].row = r;
+            if (fv[i]) run_kernel(fv[i], isa_names[i], tname, wrow, n / blk, &xa, w, wother, x, dx, ad, act, &sv[i]);
+        }
     }
     printf("quant_ref %-6s dot (%lld rows x %d act rows, n %lld, act %s): scalar max err/tol %.3f, vs x' %.1e%s; ",
            tname, (long long)rows, T_ROWS, (long long)n, act == QUANT_ACT_Q8_K ? "q8_K" : "q8_32", ss.worst,
            ss.worst_q, ss.c1_c4_same ? "" : " (C=1 and C=4 differ in bits)");
-    if (fv)
-        printf("avx2 max err/tol %.3f, vs x' %.1e%s; ", sv.worst, sv.worst_q,
-               sv.c1_c4_same ? "" : " (C=1 and C=4 differ in bits)");
-    else
-        printf("avx2: none on this build/CPU; ");
+    for (int i = 0; i < NV; i++) {
+        if (fv[i])
+            printf("%s max err/tol %.3f, vs x' %.1e%s; ", isa_names[i], sv[i].worst, sv[i].worst_q,
+                   sv[i].c1_c4_same ? "" : " (C=1 and C=4 differ in bits)");
+        else
+            printf("%s: none on this build/CPU/type; ", isa_names[i]);
+    }
     printf("tol/|dot| <= %.4f and wrong-row miss >= %.1f tol on correlated rows\n", ss.worst_tol_rel,
            ss.min_teeth);
     free(x);
@@ -430,7 +443,8 @@ static void test_dot(void **state) {
     free(dx);
     assert_int_equal(act_bad, 0);
     assert_int_equal(ss.fails, 0);
-    assert_int_equal(sv.fails, 0);
+    for (int i = 0; i < NV; i++)
+        assert_int_equal(sv[i].fails, 0);
     /* Teeth: the tolerance is small against the dot, and a wrong weight
      * row would be caught. */
     assert_true(ss.worst_tol_rel < 0.05);

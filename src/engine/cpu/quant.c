@@ -56,41 +56,58 @@ int quant_act_sblock(int act) {
     return act == QUANT_ACT_Q8_K ? 16 : 32;
 }
 
-/* Whether this CPU runs the AVX2 kernels, which also use FMA and F16C.
- * F16C comes from CPUID leaf 1 directly, since clang's builtin does not
- * name it (real CPUs with AVX2 all have it; a hypervisor's CPU model may
- * mask it). Read once before main, like the compiler's own
- * __builtin_cpu_supports table, and never written again: CPUID traps to the
- * hypervisor in a VM (9 us a call measured here), and quant_dot is asked
- * at every product call. */
-static int cpu_avx2;
+/* Which kernels this CPU runs: the AVX2 ones (which also use FMA and
+ * F16C), and the VNNI ones in either encoding. F16C comes from CPUID leaf
+ * 1 directly, since clang's builtin does not name it (real CPUs with AVX2
+ * all have it; a hypervisor's CPU model may mask it), and AVX-VNNI from
+ * leaf 7.1 for the same reason; the EVEX form needs AVX512-VL too, and
+ * the builtin checks that the OS saves AVX-512 state. Read once before
+ * main, like the compiler's own __builtin_cpu_supports table, and never
+ * written again: CPUID traps to the hypervisor in a VM (9 us a call
+ * measured here), and quant_dot is asked at every product call. */
+static int cpu_isa[QUANT_ISA_N];
 
 __attribute__((constructor)) static void cpu_probe(void) {
+    cpu_isa[QUANT_ISA_SCALAR] = 1;
 #if defined(__x86_64__) || defined(__i386__)
     unsigned a, b, c, d;
     __builtin_cpu_init();
-    cpu_avx2 = __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C) && __builtin_cpu_supports("avx2") &&
-               __builtin_cpu_supports("fma");
+    const int avx2 = __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C) && __builtin_cpu_supports("avx2") &&
+                     __builtin_cpu_supports("fma");
+    cpu_isa[QUANT_ISA_AVX2] = avx2;
+    cpu_isa[QUANT_ISA_AVXVNNI] = avx2 && __get_cpuid_count(7, 1, &a, &b, &c, &d) && (a & (1u << 4));
+    cpu_isa[QUANT_ISA_AVX512VNNI] =
+        avx2 && __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512vl");
 #endif
 }
 
-static int cpu_has_avx2(void) {
-    return cpu_avx2;
+quant_dot_fn *quant_dot_isa(uint32_t type, int isa) {
+    const quant_kind *k = kind_of(type);
+    if (!k || isa < 0 || isa >= QUANT_ISA_N || !cpu_isa[isa]) return NULL;
+    switch (isa) {
+    case QUANT_ISA_SCALAR: return k->dot_scalar;
+    case QUANT_ISA_AVX2: return k->dot_avx2;
+    case QUANT_ISA_AVXVNNI: return k->dot_vnni[QUANT_VNNI_VEX - 1];
+    default: return k->dot_vnni[QUANT_VNNI_EVEX - 1];
+    }
 }
 
 quant_dot_fn *quant_dot_scalar(uint32_t type) {
-    const quant_kind *k = kind_of(type);
-    return k ? k->dot_scalar : NULL;
+    return quant_dot_isa(type, QUANT_ISA_SCALAR);
 }
 
 quant_dot_fn *quant_dot_avx2(uint32_t type) {
-    const quant_kind *k = kind_of(type);
-    return k && cpu_has_avx2() ? k->dot_avx2 : NULL;
+    return quant_dot_isa(type, QUANT_ISA_AVX2);
 }
 
+/* The VEX encoding first: shorter, and its kernels are the same. */
 quant_dot_fn *quant_dot(uint32_t type) {
-    quant_dot_fn *f = quant_dot_avx2(type);
-    return f ? f : quant_dot_scalar(type);
+    static const int best[] = {QUANT_ISA_AVXVNNI, QUANT_ISA_AVX512VNNI, QUANT_ISA_AVX2, QUANT_ISA_SCALAR};
+    for (size_t i = 0; i < sizeof best / sizeof best[0]; i++) {
+        quant_dot_fn *f = quant_dot_isa(type, best[i]);
+        if (f) return f;
+    }
+    return NULL;
 }
 
 void quant_dequant(float *out, const void *w, uint32_t type, int64_t nb) {

@@ -52,8 +52,9 @@
  * activation rows, unpacking each weight block once for all of them, so a
  * batch of decodes reads and unpacks every weight once per QUANT_MAX_C
  * tokens. Each type has a scalar kernel (the reference, and what a CPU
- * without AVX2 runs) and an AVX2+FMA one; quant_dot picks by the CPU at run
- * time, so one binary runs everywhere.
+ * without AVX2 runs), an AVX2+FMA one and for the 32-element types VNNI
+ * ones; quant_dot picks by the CPU at run time, so one binary runs
+ * everywhere.
  */
 #ifndef TS_QUANT_H
 #define TS_QUANT_H
@@ -105,10 +106,21 @@ void quant_act_row(int act, int8_t *q, float *d, int16_t *s, const float *x, int
 typedef void quant_dot_fn(float *y, int64_t ldy, const void *w, size_t rb, int R, int64_t nb, const quant_acts *xa,
                           int C);
 
-/* The kernel ops.c runs for a type: AVX2+FMA+F16C where this CPU has them, the
- * scalar one otherwise; NULL for a type with no integer kernel (the float
- * types). */
+/* The instruction sets a type's kernels come in. The VNNI kernels are the
+ * AVX2 ones (the 32-element types only) with vpdpbusd in place of maddubs
+ * and madd, in AVX-VNNI's VEX encoding or AVX512-VNNI's EVEX one: a CPU
+ * may have either alone. Their sums are the same integers, so they give
+ * the AVX2 kernels' results bit for bit. */
+enum { QUANT_ISA_SCALAR, QUANT_ISA_AVX2, QUANT_ISA_AVXVNNI, QUANT_ISA_AVX512VNNI, QUANT_ISA_N };
+
+/* The kernel ops.c runs for a type: the first of AVX-VNNI, AVX512-VNNI
+ * and AVX2 (+FMA+F16C) that this CPU and the type have, the scalar one
+ * otherwise; NULL for a type with no integer kernel (the float types). */
 quant_dot_fn *quant_dot(uint32_t type);
+/* A type's kernel for one QUANT_ISA_*, or NULL where the build, the CPU
+ * or the type has none (tests and benchmarks hold each against the
+ * scalar one). */
+quant_dot_fn *quant_dot_isa(uint32_t type, int isa);
 /* The scalar kernel of a type, whatever the CPU (tests hold the vector
  * kernels against it); NULL as above. */
 quant_dot_fn *quant_dot_scalar(uint32_t type);

@@ -34,7 +34,14 @@ typedef struct quant_kind {
     void (*quantize)(void *out, const float *x, int64_t nb);
     quant_dot_fn *dot_scalar;
     quant_dot_fn *dot_avx2;         /* NULL in a build without x86-64 */
+    /* [QUANT_VNNI_* - 1]: AVX2 kernels whose integer dot is vpdpbusd;
+     * NULL for the K-quants, whose madd multiplies by sub-block scales
+     * that vpdpbusd cannot take */
+    quant_dot_fn *dot_vnni[2];
 } quant_kind;
+
+/* vpdpbusd's two encodings (quant_legacy.c's ql_dpbusd). */
+enum { QUANT_VNNI_VEX = 1, QUANT_VNNI_EVEX = 2 };
 
 /* A quant_dot_fn over R rows from a kernel of one row (same arguments
  * without rb and R): the scalar kernels, where the set-up is not what

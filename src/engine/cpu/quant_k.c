@@ -960,11 +960,11 @@ QK_DOT_AVX2(dot_iq4xs_avx2, iq4xs_avx2)
 #endif
 
 const quant_kind quant_k_kinds[] = {
-    {GGUF_TT_Q2_K, dequant_q2k, quantize_q2k, dot_q2k_scalar, dot_q2k_avx2},
-    {GGUF_TT_Q3_K, dequant_q3k, quantize_q3k, dot_q3k_scalar, dot_q3k_avx2},
-    {GGUF_TT_Q4_K, dequant_q4k, quantize_q4k, dot_q4k_scalar, dot_q4k_avx2},
-    {GGUF_TT_Q5_K, dequant_q5k, quantize_q5k, dot_q5k_scalar, dot_q5k_avx2},
-    {GGUF_TT_Q6_K, dequant_q6k, quantize_q6k, dot_q6k_scalar, dot_q6k_avx2},
-    {GGUF_TT_IQ4_XS, dequant_iq4xs, quantize_iq4xs, dot_iq4xs_scalar, dot_iq4xs_avx2},
+    {GGUF_TT_Q2_K, dequant_q2k, quantize_q2k, dot_q2k_scalar, dot_q2k_avx2, {NULL, NULL}},
+    {GGUF_TT_Q3_K, dequant_q3k, quantize_q3k, dot_q3k_scalar, dot_q3k_avx2, {NULL, NULL}},
+    {GGUF_TT_Q4_K, dequant_q4k, quantize_q4k, dot_q4k_scalar, dot_q4k_avx2, {NULL, NULL}},
+    {GGUF_TT_Q5_K, dequant_q5k, quantize_q5k, dot_q5k_scalar, dot_q5k_avx2, {NULL, NULL}},
+    {GGUF_TT_Q6_K, dequant_q6k, quantize_q6k, dot_q6k_scalar, dot_q6k_avx2, {NULL, NULL}},
+    {GGUF_TT_IQ4_XS, dequant_iq4xs, quantize_iq4xs, dot_iq4xs_scalar, dot_iq4xs_avx2, {NULL, NULL}},
 };
 const int quant_k_n = (int)(sizeof quant_k_kinds / sizeof quant_k_kinds[0]);

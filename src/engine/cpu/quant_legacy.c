@@ -433,6 +433,40 @@ QL_AVX2 static QL_INLINE __m256i ql_nibbles8(const uint8_t *qs) {
     return _mm256_and_si256(sh, _mm256_set1_epi8(0x0F));
 }
 
+/* The VNNI kernels' nibbles: the 16 bytes in both halves, the low half
+ * keeping the low nibbles and the high half the high ones in place, 16
+ * times their value. vpdpbusd multiplies a byte up to 240 with no int16
+ * step to saturate, and the shift ql_nibbles8 spends is saved: the high
+ * half's lanes then accumulate 16 times their sums, exactly (a power of
+ * two through every product and rounding), and ql_dot8_c divides them
+ * once at the end. Only Q4_0 and Q4_1: a fifth bit would not fit above
+ * the nibble, and IQ4_NL's table lookup needs the index in the low bits. */
+QL_AVX2 static QL_INLINE __m256i ql_nibbles16(const uint8_t *qs) {
+    const __m256i b = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)qs));
+    return _mm256_and_si256(b, _mm256_setr_epi8(15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15,
+                                                -16, -16, -16, -16, -16, -16, -16, -16, -16, -16, -16, -16, -16,
+                                                -16, -16, -16));
+}
+
+/* Whether the kernel's quants for kind are ql_nibbles16's. */
+static QL_INLINE int ql_times16(const int kind, const int vnni) {
+    return vnni && (kind == QL_Q4_0 || kind == QL_Q4_1);
+}
+
+/* acc + in each int32 lane the sum of the 4 products of its bytes, u's
+ * unsigned and s's signed, exact: vpdpbusd, in AVX-VNNI's VEX encoding
+ * (vnni = QUANT_VNNI_VEX) or AVX512-VNNI's EVEX one (QUANT_VNNI_EVEX), the
+ * same 256-bit operation; a CPU may have either alone. Written as asm so
+ * the VNNI kernels share the AVX2 kernels' inline helpers: the compiler
+ * is never allowed VNNI in a function, so none leaks into the AVX2 ones,
+ * and quant.c hands the VNNI kernels out only where CPUID says so. "x"
+ * keeps operands in ymm0-15, which the VEX form can name. */
+QL_AVX2 static QL_INLINE __m256i ql_dpbusd(const int vnni, __m256i acc, __m256i u, __m256i s) {
+    if (vnni == QUANT_VNNI_VEX) __asm__("%{vex%} vpdpbusd %2, %1, %0" : "+x"(acc) : "x"(u), "xm"(s));
+    else __asm__("%{evex%} vpdpbusd %2, %1, %0" : "+x"(acc) : "x"(u), "xm"(s));
+    return acc;
+}
+
 /* 0x10 in byte j where bit j of the u32 at qh is set: byte j takes byte
  * j / 8 of qh (a shuffle within each 128-bit half of the broadcast) and
  * is tested against bit j % 8. */
@@ -446,12 +480,13 @@ QL_AVX2 static QL_INLINE __m256i ql_fifth8(const uint8_t *qh) {
     return _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(v, bit), bit), _mm256_set1_epi8(0x10));
 }
 
-/* One block's quants: unsigned q (0..31), or the signed w in *s with its
- * magnitudes returned. */
-QL_AVX2 static QL_INLINE __m256i ql_unpack8(const int kind, const uint8_t *blk, __m256i *s) {
+/* One block's quants: unsigned q (0..31; ql_nibbles16's for Q4_0 and
+ * Q4_1 in the VNNI kernels), or the signed w in *s with its magnitudes
+ * returned. */
+QL_AVX2 static QL_INLINE __m256i ql_unpack8(const int kind, const int vnni, const uint8_t *blk, __m256i *s) {
     switch (kind) {
-    case QL_Q4_0: return ql_nibbles8(blk + 2);
-    case QL_Q4_1: return ql_nibbles8(blk + 4);
+    case QL_Q4_0: return ql_times16(kind, vnni) ? ql_nibbles16(blk + 2) : ql_nibbles8(blk + 2);
+    case QL_Q4_1: return ql_times16(kind, vnni) ? ql_nibbles16(blk + 4) : ql_nibbles8(blk + 4);
     case QL_Q5_0: return _mm256_or_si256(ql_nibbles8(blk + 6), ql_fifth8(blk + 2));
     case QL_Q5_1: return _mm256_or_si256(ql_nibbles8(blk + 8), ql_fifth8(blk + 4));
     case QL_Q8_0: *s = _mm256_loadu_si256((const __m256i *)(blk + 2)); break;
@@ -494,19 +529,20 @@ QL_AVX2 static QL_INLINE __m256 ql_scales8(const int kind, const uint8_t *g, int
 }
 
 /* Block k of a group against the C rows (xq at the block's quants of row
- * 0, sc the group's dw dx), into acc. */
-QL_AVX2 static QL_INLINE void ql_block8(const int kind, __m256 *acc, const uint8_t *blk, const int8_t *xq, size_t n,
-                                        const float (*sc)[8], int k, const int C) {
+ * 0, sc the group's dw dx), into acc. vnni: 0 for the AVX2 kernels
+ * (maddubs, then madd into int32), else QUANT_VNNI_* (one vpdpbusd). */
+QL_AVX2 static QL_INLINE void ql_block8(const int kind, const int vnni, __m256 *acc, const uint8_t *blk,
+                                        const int8_t *xq, size_t n, const float (*sc)[8], int k, const int C) {
     __m256i s = _mm256_setzero_si256();
-    const __m256i a = ql_unpack8(kind, blk, &s);
+    const __m256i a = ql_unpack8(kind, vnni, blk, &s);
     const __m256i ones = _mm256_set1_epi16(1);
 #pragma GCC unroll 4
     for (int c = 0; c < C; c++) {
-        const __m256i xv = _mm256_loadu_si256((const __m256i *)(xq + (size_t)c * n));
-        const __m256i p = ql_unsigned(kind) ? _mm256_maddubs_epi16(a, xv)
-                                            : _mm256_maddubs_epi16(a, _mm256_sign_epi8(xv, s));
-        const __m256 f = _mm256_cvtepi32_ps(_mm256_madd_epi16(p, ones));
-        acc[c] = _mm256_fmadd_ps(_mm256_broadcast_ss(&sc[c][k]), f, acc[c]);
+        __m256i xv = _mm256_loadu_si256((const __m256i *)(xq + (size_t)c * n));
+        if (!ql_unsigned(kind)) xv = _mm256_sign_epi8(xv, s);
+        const __m256i i32 = vnni ? ql_dpbusd(vnni, _mm256_setzero_si256(), a, xv)
+                                 : _mm256_madd_epi16(_mm256_maddubs_epi16(a, xv), ones);
+        acc[c] = _mm256_fmadd_ps(_mm256_broadcast_ss(&sc[c][k]), _mm256_cvtepi32_ps(i32), acc[c]);
     }
 }
 
@@ -531,8 +567,8 @@ QL_AVX2 static QL_INLINE __m256 ql_load_sx8(const int16_t *p, int kg) {
  * group's scales through memory (ql_scales8's kg < 8 path) stalled on
  * store forwarding and made such rows 3x slower. offs: row c's offset
  * term, apart from the groups' vector one. */
-QL_AVX2 static QL_INLINE void ql_tail(const int kind, __m256 *acc, float *offs, const uint8_t *blk, int64_t b,
-                                      const quant_acts *xa, const int C) {
+QL_AVX2 static QL_INLINE void ql_tail(const int kind, const int vnni, __m256 *acc, float *offs, const uint8_t *blk,
+                                      int64_t b, const quant_acts *xa, const int C) {
     const size_t n = (size_t)xa->n, ns = n / QL_BLOCK;
     const float dw = quant_f16_at(blk), mw = ql_has_min(kind) ? quant_f16_at(blk + 2) : 0.0f;
     float sc[QUANT_MAX_C][8];
@@ -543,26 +579,33 @@ QL_AVX2 static QL_INLINE void ql_tail(const int kind, __m256 *acc, float *offs, 
         if (ql_unsigned(kind))
             offs[c] += (ql_has_min(kind) ? mw * dx : sc[c][0]) * (float)xa->s[(size_t)c * ns + (size_t)b];
     }
-    ql_block8(kind, acc, blk, xa->q + (size_t)b * QL_BLOCK, n, (const float(*)[8])sc, 0, C);
+    ql_block8(kind, vnni, acc, blk, xa->q + (size_t)b * QL_BLOCK, n, (const float(*)[8])sc, 0, C);
 }
 
-/* C (1..QUANT_MAX_C, a constant after inlining) rows. Even and odd blocks
- * go to two sets of accumulators, so one row's FMAs are two independent
- * chains (at C = 1 a single chain would wait on the FMA latency every
- * block). Every choice here depends on b, never on C or on c. */
-QL_AVX2 static QL_INLINE void ql_dot8_c(const int kind, float *y, int64_t ldy, const uint8_t *w, int64_t nb,
-                                        const quant_acts *xa, const int C) {
+/* Sets of accumulators a row's blocks go round (ql_dot8_c): even and odd
+ * blocks, so one row's FMAs are two independent chains (at C = 1 a single
+ * chain would wait on the FMA latency every block; four chains measured
+ * no faster at C = 1, and 6-12% slower at C = 4). */
+#define QL_CHAINS 2
+
+/* C (1..QUANT_MAX_C, a constant after inlining) rows. Block k of a group
+ * goes to accumulator set k % QL_CHAINS. Every choice here depends on b,
+ * never on C or on c. */
+QL_AVX2 static QL_INLINE void ql_dot8_c(const int kind, const int vnni, float *y, int64_t ldy, const uint8_t *w,
+                                        int64_t nb, const quant_acts *xa, const int C) {
     const size_t bb = ql_bytes(kind), n = (size_t)xa->n, ns = n / QL_BLOCK;
-    __m256 acc0[QUANT_MAX_C], acc1[QUANT_MAX_C], off[QUANT_MAX_C];
+    __m256 acc[QL_CHAINS][QUANT_MAX_C], off[QUANT_MAX_C];
     float offs[QUANT_MAX_C];
 #pragma GCC unroll 4
     for (int c = 0; c < C; c++) {
-        acc0[c] = acc1[c] = off[c] = _mm256_setzero_ps();
+        for (int i = 0; i < QL_CHAINS; i++)
+            acc[i][c] = _mm256_setzero_ps();
+        off[c] = _mm256_setzero_ps();
         offs[c] = 0.0f;
     }
     const int64_t whole = nb / 8 * 8;
     for (int64_t b = whole; b < nb; b++)
-        ql_tail(kind, (b - whole) % 2 ? acc1 : acc0, offs, w + (size_t)b * bb, b, xa, C);
+        ql_tail(kind, vnni, acc[(b - whole) % QL_CHAINS], offs, w + (size_t)b * bb, b, xa, C);
     for (int64_t b0 = 0; b0 < whole; b0 += 8) {
         const int kg = 8;
         const uint8_t *g = w + (size_t)b0 * bb;
@@ -582,19 +625,30 @@ QL_AVX2 static QL_INLINE void ql_dot8_c(const int kind, float *y, int64_t ldy, c
             }
         }
         const int8_t *xq = xa->q + (size_t)b0 * QL_BLOCK;
-        int k = 0;
-        for (; k + 2 <= kg; k += 2) {
-            ql_block8(kind, acc0, g + (size_t)k * bb, xq + (size_t)k * QL_BLOCK, n, (const float(*)[8])sc, k, C);
-            ql_block8(kind, acc1, g + (size_t)(k + 1) * bb, xq + (size_t)(k + 1) * QL_BLOCK, n,
-                      (const float(*)[8])sc, k + 1, C);
+#define QL_BLOCK8(k) \
+    ql_block8(kind, vnni, acc[(k) % QL_CHAINS], g + (size_t)(k) * bb, xq + (size_t)(k) * QL_BLOCK, n, sc_, k, C)
+        const float(*sc_)[8] = (const float(*)[8])sc;
+        /* The same blocks in the same order either way; unrolled only at
+         * C = 1, where it measured 5-10% faster and at C = 4 4-7% slower. */
+        if (C == 1) {
+#pragma GCC unroll 8
+            for (int k = 0; k < kg; k++) QL_BLOCK8(k);
+        } else {
+            for (int k = 0; k < kg; k += QL_CHAINS) {
+                QL_BLOCK8(k);
+                QL_BLOCK8(k + 1);
+            }
         }
-        if (k < kg) ql_block8(kind, acc0, g + (size_t)k * bb, xq + (size_t)k * QL_BLOCK, n, (const float(*)[8])sc, k, C);
+#undef QL_BLOCK8
     }
     /* The offset's factor, exact: -8, -16 (Q4_0, Q5_0) or +1 (a min). */
     const float of = kind == QL_Q4_0 ? -8.0f : kind == QL_Q5_0 ? -16.0f : 1.0f;
 #pragma GCC unroll 4
     for (int c = 0; c < C; c++) {
-        float s = quant_hsum8(_mm256_add_ps(acc0[c], acc1[c]));
+        __m256 a = _mm256_add_ps(acc[0][c], acc[1][c]);
+        if (ql_times16(kind, vnni))
+            a = _mm256_mul_ps(a, _mm256_setr_ps(1, 1, 1, 1, 1.0f / 16, 1.0f / 16, 1.0f / 16, 1.0f / 16));
+        float s = quant_hsum8(a);
         if (ql_unsigned(kind)) s += of * (quant_hsum8(off[c]) + offs[c]);
         y[(size_t)c * (size_t)ldy] = s;
     }
@@ -603,15 +657,15 @@ QL_AVX2 static QL_INLINE void ql_dot8_c(const int kind, float *y, int64_t ldy, c
 /* Any C >= 1 in groups of QUANT_MAX_C; each group is a view of the
  * activations starting at its first row (sums included: quant.h's kernels
  * all read them). */
-QL_AVX2 static QL_INLINE void ql_dot8(const int kind, float *y, int64_t ldy, const void *w, size_t rb, int R,
-                                      int64_t nb, const quant_acts *xa, int C) {
+QL_AVX2 static QL_INLINE void ql_dot8(const int kind, const int vnni, float *y, int64_t ldy, const void *w, size_t rb,
+                                      int R, int64_t nb, const quant_acts *xa, int C) {
     for (int c0 = 0; c0 < C; c0 += QUANT_MAX_C) {
         const size_t ns = (size_t)(xa->n / QL_BLOCK);
         const quant_acts g = {xa->q + (size_t)c0 * (size_t)xa->n, xa->d + (size_t)c0 * ns,
                               xa->s ? xa->s + (size_t)c0 * ns : NULL, xa->n};
         float *yg = y + (size_t)c0 * (size_t)ldy;
 #define QL_ROWS(C_) \
-    for (int r = 0; r < R; r++) ql_dot8_c(kind, yg + r, ldy, (const uint8_t *)w + (size_t)r * rb, nb, &g, C_)
+    for (int r = 0; r < R; r++) ql_dot8_c(kind, vnni, yg + r, ldy, (const uint8_t *)w + (size_t)r * rb, nb, &g, C_)
         switch (C - c0) {
         case 1: QL_ROWS(1); break;
         case 2: QL_ROWS(2); break;
@@ -622,33 +676,30 @@ QL_AVX2 static QL_INLINE void ql_dot8(const int kind, float *y, int64_t ldy, con
     }
 }
 
-QL_AVX2 static void dot_q4_0_avx2(float *y, int64_t ldy, const void *w, size_t rb, int R, int64_t nb,
-                                   const quant_acts *xa, int C) {
-    ql_dot8(QL_Q4_0, y, ldy, w, rb, R, nb, xa, C);
-}
-QL_AVX2 static void dot_q4_1_avx2(float *y, int64_t ldy, const void *w, size_t rb, int R, int64_t nb,
-                                   const quant_acts *xa, int C) {
-    ql_dot8(QL_Q4_1, y, ldy, w, rb, R, nb, xa, C);
-}
-QL_AVX2 static void dot_q5_0_avx2(float *y, int64_t ldy, const void *w, size_t rb, int R, int64_t nb,
-                                   const quant_acts *xa, int C) {
-    ql_dot8(QL_Q5_0, y, ldy, w, rb, R, nb, xa, C);
-}
-QL_AVX2 static void dot_q5_1_avx2(float *y, int64_t ldy, const void *w, size_t rb, int R, int64_t nb,
-                                   const quant_acts *xa, int C) {
-    ql_dot8(QL_Q5_1, y, ldy, w, rb, R, nb, xa, C);
-}
-QL_AVX2 static void dot_q8_0_avx2(float *y, int64_t ldy, const void *w, size_t rb, int R, int64_t nb,
-                                   const quant_acts *xa, int C) {
-    ql_dot8(QL_Q8_0, y, ldy, w, rb, R, nb, xa, C);
-}
-QL_AVX2 static void dot_iq4_nl_avx2(float *y, int64_t ldy, const void *w, size_t rb, int R, int64_t nb,
-                                   const quant_acts *xa, int C) {
-    ql_dot8(QL_IQ4_NL, y, ldy, w, rb, R, nb, xa, C);
-}
-#define QL_AVX2_FN(f) f
+/* A kind's three x86 kernels: AVX2, and the two encodings of VNNI. */
+#define QL_KERNELS(name, kind)                                                                                   \
+    QL_AVX2 static void dot_##name##_avx2(float *y, int64_t ldy, const void *w, size_t rb, int R, int64_t nb,     \
+                                          const quant_acts *xa, int C) {                                          \
+        ql_dot8(kind, 0, y, ldy, w, rb, R, nb, xa, C);                                                            \
+    }                                                                                                             \
+    QL_AVX2 static void dot_##name##_vex(float *y, int64_t ldy, const void *w, size_t rb, int R, int64_t nb,      \
+                                         const quant_acts *xa, int C) {                                           \
+        ql_dot8(kind, QUANT_VNNI_VEX, y, ldy, w, rb, R, nb, xa, C);                                               \
+    }                                                                                                             \
+    QL_AVX2 static void dot_##name##_evex(float *y, int64_t ldy, const void *w, size_t rb, int R, int64_t nb,     \
+                                          const quant_acts *xa, int C) {                                          \
+        ql_dot8(kind, QUANT_VNNI_EVEX, y, ldy, w, rb, R, nb, xa, C);                                              \
+    }
+QL_KERNELS(q4_0, QL_Q4_0)
+QL_KERNELS(q4_1, QL_Q4_1)
+QL_KERNELS(q5_0, QL_Q5_0)
+QL_KERNELS(q5_1, QL_Q5_1)
+QL_KERNELS(q8_0, QL_Q8_0)
+QL_KERNELS(iq4_nl, QL_IQ4_NL)
+#undef QL_KERNELS
+#define QL_X86(name) dot_##name##_avx2, {dot_##name##_vex, dot_##name##_evex}
 #else
-#define QL_AVX2_FN(f) NULL
+#define QL_X86(name) NULL, {NULL, NULL}
 #endif
 
 /* ------------------------------------------------------------------------- */
@@ -656,12 +707,11 @@ QL_AVX2 static void dot_iq4_nl_avx2(float *y, int64_t ldy, const void *w, size_t
 /* ------------------------------------------------------------------------- */
 
 const quant_kind quant_legacy_kinds[] = {
-    {GGUF_TT_Q4_0, dequant_q4_0, quantize_q4_0, dot_q4_0_scalar, QL_AVX2_FN(dot_q4_0_avx2)},
-    {GGUF_TT_Q4_1, dequant_q4_1, quantize_q4_1, dot_q4_1_scalar, QL_AVX2_FN(dot_q4_1_avx2)},
-    {GGUF_TT_Q5_0, dequant_q5_0, quantize_q5_0, dot_q5_0_scalar, QL_AVX2_FN(dot_q5_0_avx2)},
-    {GGUF_TT_Q5_1, dequant_q5_1, quantize_q5_1, dot_q5_1_scalar, QL_AVX2_FN(dot_q5_1_avx2)},
-    {GGUF_TT_Q8_0, dequant_q8_0, quantize_q8_0, dot_q8_0_scalar, QL_AVX2_FN(dot_q8_0_avx2)},
-    {GGUF_TT_IQ4_NL, dequant_iq4_nl, quantize_iq4_nl, dot_iq4_nl_scalar,
-     QL_AVX2_FN(dot_iq4_nl_avx2)},
+    {GGUF_TT_Q4_0, dequant_q4_0, quantize_q4_0, dot_q4_0_scalar, QL_X86(q4_0)},
+    {GGUF_TT_Q4_1, dequant_q4_1, quantize_q4_1, dot_q4_1_scalar, QL_X86(q4_1)},
+    {GGUF_TT_Q5_0, dequant_q5_0, quantize_q5_0, dot_q5_0_scalar, QL_X86(q5_0)},
+    {GGUF_TT_Q5_1, dequant_q5_1, quantize_q5_1, dot_q5_1_scalar, QL_X86(q5_1)},
+    {GGUF_TT_Q8_0, dequant_q8_0, quantize_q8_0, dot_q8_0_scalar, QL_X86(q8_0)},
+    {GGUF_TT_IQ4_NL, dequant_iq4_nl, quantize_iq4_nl, dot_iq4_nl_scalar, QL_X86(iq4_nl)},
 };
 const int quant_legacy_n = (int)(sizeof quant_legacy_kinds / sizeof quant_legacy_kinds[0]);
