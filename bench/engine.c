@@ -442,6 +442,8 @@ static void print_row(const char *preset, const char *type, const result *r) {
 }
 
 int main(int argc, char **argv) {
+    /* the kernels a server here would run (ops_blas_env); on failure, the library's */
+    if (ops_blas_env()) execv("/proc/self/exe", argv);
     const char *presets = "15m,20m,110m", *types = "f16,bf16,q8_0,q4_0,q4_K,q5_K,q6_K";
     int quick = 0, rounds = 0;
     eng_kv_dtype kv = ENG_KV_AUTO;
@@ -470,9 +472,13 @@ int main(int argc, char **argv) {
     double cbw = copy_bandwidth();
     double gf = sgemm_gflops(SGEMM_N);
     printf("KV cache %s\n", kv == ENG_KV_AUTO ? "auto (f16 on the CPU)" : eng_kv_dtype_name(kv));
+    const char *fallback = NULL;
+    const char *core = ops_blas_core(&fallback);
     printf("threads %d, %d rounds; memcpy %.1f GB/s; the roofline uses the read bandwidth of each round\n"
-           "f32 reference: OpenBLAS sgemm %dx%dx%d, %.0f GFLOP/s = %.1f GMAC/s\n\n",
-           threads, rounds, cbw / 1e9, SGEMM_N, SGEMM_N, SGEMM_N, gf, gf / 2);
+           "f32 reference: OpenBLAS sgemm %dx%dx%d, %.0f GFLOP/s = %.1f GMAC/s (kernels: %s%s%s%s)\n\n",
+           threads, rounds, cbw / 1e9, SGEMM_N, SGEMM_N, SGEMM_N, gf, gf / 2, core,
+           fallback ? ", chosen by tessera where the library had fallen back to " : "", fallback ? fallback : "",
+           fallback ? " on this CPU" : "");
     printf("%-5s %-6s %6s %6s %6s %4s %5s %6s %5s %6s %6s %6s %6s %6s %-5s %-20s %6s %6s %-20s\n", "model", "type",
            "fileMB", "rssMB", "resMB", "mem", "GB/s", "pref", "llama", "dec1", "dec4", "dec16", "roof", "ceil1",
            "binds", "b1/bound", "GMAC/s", "ceil16", "b16/ceil16");

@@ -6,10 +6,13 @@
  * an explicit error, and exits 0. Signals are blocked before any thread
  * starts and taken with sigwait here, so no thread is interrupted mid-step.
  */
+#include <errno.h>
 #include <getopt.h>
 #include <pthread.h>
 #include <signal.h>
 #include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -116,6 +119,32 @@ static int load_config(const char *config, const char *model, cfg *c, char *key,
     return 0;
 }
 
+/* main blocks SIGINT and SIGTERM, as does every thread it starts, and
+ * takes them with sigwait. A thread started before main (OpenBLAS's
+ * worker, from the library's constructor) does not block them, and one
+ * sent while main is not yet in sigwait could land there and, with no
+ * handler, end the process undrained (a server stopped during start-up
+ * exited on SIGTERM 2 times in 6). So a handler passes such a signal on
+ * to main, where it waits, blocked, for sigwait. */
+static pid_t main_tid;
+
+static void pass_to_main(int sig) {
+    const int saved = errno;
+    syscall(SYS_tgkill, getpid(), main_tid, sig);
+    errno = saved;
+}
+
+static void pass_stops_to_main(const sigset_t *sigs) {
+    main_tid = (pid_t)syscall(SYS_gettid);
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = pass_to_main;
+    sa.sa_mask = *sigs;
+    sa.sa_flags = SA_RESTART;
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+}
+
 int cmd_serve(int argc, char **argv) {
     static const struct option opts[] = {{"config", required_argument, 0, 'c'}, {"model", required_argument, 0, 'm'},
                                          {"listen", required_argument, 0, 'l'}, {"policy", required_argument, 0, 'p'},
@@ -164,6 +193,7 @@ int cmd_serve(int argc, char **argv) {
     sigaddset(&sigs, SIGINT);
     sigaddset(&sigs, SIGTERM);
     pthread_sigmask(SIG_BLOCK, &sigs, NULL);
+    pass_stops_to_main(&sigs);
     signal(SIGPIPE, SIG_IGN);
     srv *s = NULL;
     if (srv_new(&c, &s, err, sizeof(err)) || srv_start(s, err, sizeof(err))) {

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "cmd.h"
+#include "ops.h"
 
 typedef struct subcommand {
     const char *name;
@@ -33,25 +34,30 @@ static void usage(FILE *f) {
     fprintf(f, "\n'tessera <command> --help' describes a command's options.\n");
 }
 
-/* libgomp's default lets a thread that reaches a barrier spin for a long
- * while (hundreds of thousands of iterations) before it sleeps. On a
- * machine the engine shares with its own HTTP threads, a load generator
- * or anything else, a spinning thread steals the core its partner needs:
- * measured on 2 cores, a server's TPOT went from 8 ms to 51 ms. A short
- * spin keeps the fast wake-up of active waiting for the back-to-back
- * parallel regions of a forward pass (measured as fast as the default on
- * an idle machine) without burning a core while waiting. libgomp reads its
- * environment when it loads, so the setting needs a fresh exec; an
- * explicit OMP_WAIT_POLICY or GOMP_SPINCOUNT is left alone. */
-static void bound_omp_spinning(char **argv) {
-    if (getenv("OMP_WAIT_POLICY") || getenv("GOMP_SPINCOUNT")) return;
-    if (setenv("GOMP_SPINCOUNT", "10000", 1)) return;
-    execv("/proc/self/exe", argv);
-    /* exec failed: run with libgomp's default. */
+/* Settings the libraries read only as they load, so that the process
+ * executes itself again (once) to apply them:
+ * - libgomp's default lets a thread that reaches a barrier spin for a
+ *   long while (hundreds of thousands of iterations) before it sleeps. On
+ *   a machine the engine shares with its own HTTP threads, a load
+ *   generator or anything else, a spinning thread steals the core its
+ *   partner needs: measured on 2 cores, a server's TPOT went from 8 ms to
+ *   51 ms. A short spin keeps the fast wake-up of active waiting for the
+ *   back-to-back parallel regions of a forward pass (measured as fast as
+ *   the default on an idle machine) without burning a core while waiting.
+ *   An explicit OMP_WAIT_POLICY or GOMP_SPINCOUNT is left alone.
+ * - OpenBLAS's kernels where it fell back to its generic ones on a CPU it
+ *   does not know (ops_blas_env).
+ * If the exec fails the process runs with the libraries' defaults. */
+static void load_time_settings(char **argv) {
+    int exec = 0;
+    if (!getenv("OMP_WAIT_POLICY") && !getenv("GOMP_SPINCOUNT") && setenv("GOMP_SPINCOUNT", "10000", 1) == 0)
+        exec = 1;
+    exec |= ops_blas_env();
+    if (exec) execv("/proc/self/exe", argv);
 }
 
 int main(int argc, char **argv) {
-    bound_omp_spinning(argv);
+    load_time_settings(argv);
     if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
         usage(argc < 2 ? stderr : stdout);
         return argc < 2 ? 2 : 0;

@@ -28,6 +28,7 @@
 #include <omp.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
 #define OPS_AVX2 1
@@ -593,6 +594,54 @@ struct ops_scratch {
 /* 64-byte aligned allocation; aligned_alloc wants a multiple of the alignment. */
 static void *alloc64(size_t bytes) {
     return aligned_alloc(64, bytes ? (bytes + 63) / 64 * 64 : 64);
+}
+
+/* Debian 12's OpenBLAS (0.3.21) picks its kernels from a table of CPU
+ * models, and for a model newer than the table (this host's Xeon,
+ * family 6 model 0xCF) falls back to its generic Prescott (SSE3) set:
+ * sgemm 36-41 GFLOP/s on 2 cores where its AVX-512 set gives 200-270, and
+ * float prefill 3-4x slower. Later releases fall back by the CPU's
+ * features instead; ops_blas_env applies their rule (AVX512-BF16:
+ * Cooperlake; AVX-512: SkylakeX; AVX2: Haswell; AVX: Sandybridge) when the
+ * library chose Prescott and the user named no core (OPENBLAS_CORETYPE,
+ * which stays in charge). The library reads its choice once, in its own
+ * constructor, and its worker thread may still be starting and reading it
+ * when a program's main runs (re-running its selection in place crashed 2
+ * starts in 60), so ops_blas_env sets OPENBLAS_CORETYPE for the program to
+ * execute itself again with, and TESSERA_BLAS_FALLBACK naming what the
+ * library had chosen (which also stops a second round). */
+#define BLAS_FALLBACK_ENV "TESSERA_BLAS_FALLBACK"
+
+static const char *blas_core_for_cpu(void) {
+#if defined(__x86_64__)
+    __builtin_cpu_init();
+    const int avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                       __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
+                       __builtin_cpu_supports("avx512cd");
+    if (avx512 && __builtin_cpu_supports("avx512bf16")) return "Cooperlake";
+    if (avx512) return "SkylakeX";
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return "Haswell";
+    if (__builtin_cpu_supports("avx")) return "Sandybridge";
+#endif
+    return NULL;
+}
+
+int ops_blas_env(void) {
+    if (getenv("OPENBLAS_CORETYPE") || getenv(BLAS_FALLBACK_ENV)) return 0;
+    const char *chosen = openblas_get_corename(), *want = blas_core_for_cpu();
+    if (!chosen || strcasecmp(chosen, "Prescott") != 0 || !want) return 0;
+    if (setenv(BLAS_FALLBACK_ENV, chosen, 1) != 0) return 0;
+    if (setenv("OPENBLAS_CORETYPE", want, 1) != 0) {
+        unsetenv(BLAS_FALLBACK_ENV);
+        return 0;
+    }
+    return 1;
+}
+
+const char *ops_blas_core(const char **fallback) {
+    if (fallback) *fallback = getenv(BLAS_FALLBACK_ENV);
+    const char *name = openblas_get_corename();
+    return name ? name : "unknown";
 }
 
 int ops_set_threads(int n) {

@@ -71,6 +71,15 @@ void ops_scratch_free(ops_scratch *s);
  * the count per calling thread: call this from the thread that runs the
  * kernels. ops_matmul never uses more threads than its scratch was made for. */
 int ops_set_threads(int n);
+/* 1 when OpenBLAS has fallen back to its generic kernels on a CPU it
+ * does not know and the environment now names the kernels the CPU's
+ * features allow (ops.c); the library reads it only as it loads, so the
+ * caller, early in main, executes itself again (execv /proc/self/exe).
+ * 0 when nothing needs changing, or the user set OPENBLAS_CORETYPE. */
+int ops_blas_env(void);
+/* The name of the kernel set OpenBLAS runs. *fallback (when not NULL):
+ * NULL, or the library's own choice where ops_blas_env replaced it. */
+const char *ops_blas_core(const char **fallback);
 
 /* y = x W^T.  y: (T, ldy) with the first n_out columns written; x: (T, n_in).
  * T must be <= the scratch's max_T and n_in <= its max_n_in. */
