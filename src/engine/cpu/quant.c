@@ -92,6 +92,10 @@ quant_dot_fn *quant_dot_isa(uint32_t type, int isa) {
     }
 }
 
+int quant_vnni(void) {
+    return cpu_isa[QUANT_ISA_AVXVNNI] ? QUANT_VNNI_VEX : cpu_isa[QUANT_ISA_AVX512VNNI] ? QUANT_VNNI_EVEX : 0;
+}
+
 quant_dot_fn *quant_dot_scalar(uint32_t type) {
     return quant_dot_isa(type, QUANT_ISA_SCALAR);
 }

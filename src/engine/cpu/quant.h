@@ -121,6 +121,29 @@ quant_dot_fn *quant_dot(uint32_t type);
  * or the type has none (tests and benchmarks hold each against the
  * scalar one). */
 quant_dot_fn *quant_dot_isa(uint32_t type, int isa);
+
+/* vpdpbusd's two encodings, and which one this CPU runs (the VEX one
+ * where it has both), 0 for neither. */
+enum { QUANT_VNNI_VEX = 1, QUANT_VNNI_EVEX = 2 };
+int quant_vnni(void);
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+/* acc + in each int32 lane the sum of the 4 products of its bytes, u's
+ * unsigned and s's signed, exact: vpdpbusd, in AVX-VNNI's VEX encoding
+ * (vnni = QUANT_VNNI_VEX) or AVX512-VNNI's EVEX one (QUANT_VNNI_EVEX), the
+ * same 256-bit operation; a CPU may have either alone. Written as asm so
+ * the VNNI kernels share the AVX2 kernels' inline helpers: the compiler
+ * is never allowed VNNI in a function, so none leaks into the AVX2 ones,
+ * and callers take a VNNI path only where quant_vnni says so. "x" keeps
+ * operands in ymm0-15, which the VEX form can name. */
+__attribute__((target("avx2"))) static inline __attribute__((always_inline)) __m256i
+quant_dpbusd(const int vnni, __m256i acc, __m256i u, __m256i s) {
+    if (vnni == QUANT_VNNI_VEX) __asm__("%{vex%} vpdpbusd %2, %1, %0" : "+x"(acc) : "x"(u), "xm"(s));
+    else __asm__("%{evex%} vpdpbusd %2, %1, %0" : "+x"(acc) : "x"(u), "xm"(s));
+    return acc;
+}
+#endif
 /* The scalar kernel of a type, whatever the CPU (tests hold the vector
  * kernels against it); NULL as above. */
 quant_dot_fn *quant_dot_scalar(uint32_t type);

@@ -40,8 +40,6 @@ typedef struct quant_kind {
     quant_dot_fn *dot_vnni[2];
 } quant_kind;
 
-/* vpdpbusd's two encodings (quant_legacy.c's ql_dpbusd). */
-enum { QUANT_VNNI_VEX = 1, QUANT_VNNI_EVEX = 2 };
 
 /* A quant_dot_fn over R rows from a kernel of one row (same arguments
  * without rb and R): the scalar kernels, where the set-up is not what

@@ -453,20 +453,6 @@ static QL_INLINE int ql_times16(const int kind, const int vnni) {
     return vnni && (kind == QL_Q4_0 || kind == QL_Q4_1);
 }
 
-/* acc + in each int32 lane the sum of the 4 products of its bytes, u's
- * unsigned and s's signed, exact: vpdpbusd, in AVX-VNNI's VEX encoding
- * (vnni = QUANT_VNNI_VEX) or AVX512-VNNI's EVEX one (QUANT_VNNI_EVEX), the
- * same 256-bit operation; a CPU may have either alone. Written as asm so
- * the VNNI kernels share the AVX2 kernels' inline helpers: the compiler
- * is never allowed VNNI in a function, so none leaks into the AVX2 ones,
- * and quant.c hands the VNNI kernels out only where CPUID says so. "x"
- * keeps operands in ymm0-15, which the VEX form can name. */
-QL_AVX2 static QL_INLINE __m256i ql_dpbusd(const int vnni, __m256i acc, __m256i u, __m256i s) {
-    if (vnni == QUANT_VNNI_VEX) __asm__("%{vex%} vpdpbusd %2, %1, %0" : "+x"(acc) : "x"(u), "xm"(s));
-    else __asm__("%{evex%} vpdpbusd %2, %1, %0" : "+x"(acc) : "x"(u), "xm"(s));
-    return acc;
-}
-
 /* 0x10 in byte j where bit j of the u32 at qh is set: byte j takes byte
  * j / 8 of qh (a shuffle within each 128-bit half of the broadcast) and
  * is tested against bit j % 8. */
@@ -540,7 +526,7 @@ QL_AVX2 static QL_INLINE void ql_block8(const int kind, const int vnni, __m256 *
     for (int c = 0; c < C; c++) {
         __m256i xv = _mm256_loadu_si256((const __m256i *)(xq + (size_t)c * n));
         if (!ql_unsigned(kind)) xv = _mm256_sign_epi8(xv, s);
-        const __m256i i32 = vnni ? ql_dpbusd(vnni, _mm256_setzero_si256(), a, xv)
+        const __m256i i32 = vnni ? quant_dpbusd(vnni, _mm256_setzero_si256(), a, xv)
                                  : _mm256_madd_epi16(_mm256_maddubs_epi16(a, xv), ones);
         acc[c] = _mm256_fmadd_ps(_mm256_broadcast_ss(&sc[c][k]), _mm256_cvtepi32_ps(i32), acc[c]);
     }
