@@ -837,21 +837,32 @@ static void rows_scalar(float *y, int64_t ldy, const float *x, int T, const ops_
     }
 }
 
+/* Bytes of weight rows rows_quant takes through all of a step's token
+ * groups before moving on: well inside L1, so every group after the first
+ * reads them there, while the kernels' prefetch (QUANT_PREFETCH ahead)
+ * brings in the next run's. */
+#define OPS_QUANT_RUN_BYTES 16384
+
 /* Rows [o0, o1) of a quantized type other than Q8_0 by its kernel dot
  * (quant.h): the rows against the activations QUANT_MAX_C at a time, so
- * every weight block is unpacked once per QUANT_MAX_C tokens; an item's
- * rows (tens of KB) stay in L2 for the next group. */
+ * every weight block is unpacked once per QUANT_MAX_C tokens; at larger T
+ * in runs of rows of OPS_QUANT_RUN_BYTES, each run through every group. */
 static void rows_quant(float *y, int64_t ldy, int T, const ops_mat *w, const q8_act *xa, int64_t o0, int64_t o1,
                        quant_dot_fn *dot, size_t rb) {
     /* nb: the weights' blocks a row, and the activations' scales, whose
      * blocks match the weights' (quant_act_format) */
     const int64_t n = w->n_in, nb = n / quant_act_dblock(xa->act), ns = n / quant_act_sblock(xa->act);
-    const uint8_t *head = (const uint8_t *)w->data + (size_t)o0 * rb;
-    for (int t = 0; t < T; t += QUANT_MAX_C) {
-        const quant_acts a = {xa->q + (size_t)t * (size_t)n, xa->d + (size_t)t * (size_t)nb,
-                              xa->s ? xa->s + (size_t)t * (size_t)ns : NULL, n};
-        dot(y + (size_t)t * (size_t)ldy + (size_t)o0, ldy, head, rb, (int)(o1 - o0), nb, &a,
-            T - t < QUANT_MAX_C ? T - t : QUANT_MAX_C);
+    int64_t run = T > QUANT_MAX_C ? (int64_t)(OPS_QUANT_RUN_BYTES / rb) : o1 - o0;
+    if (run < 1) run = 1;
+    for (int64_t r0 = o0; r0 < o1; r0 += run) {
+        const int64_t r1 = r0 + run < o1 ? r0 + run : o1;
+        const uint8_t *head = (const uint8_t *)w->data + (size_t)r0 * rb;
+        for (int t = 0; t < T; t += QUANT_MAX_C) {
+            const quant_acts a = {xa->q + (size_t)t * (size_t)n, xa->d + (size_t)t * (size_t)nb,
+                                  xa->s ? xa->s + (size_t)t * (size_t)ns : NULL, n};
+            dot(y + (size_t)t * (size_t)ldy + (size_t)r0, ldy, head, rb, (int)(r1 - r0), nb, &a,
+                T - t < QUANT_MAX_C ? T - t : QUANT_MAX_C);
+        }
     }
 }
 
