@@ -614,8 +614,10 @@ QL_AVX2 static QL_INLINE void ql_dot8_c(const int kind, const int vnni, float *y
 #define QL_BLOCK8(k) \
     ql_block8(kind, vnni, acc[(k) % QL_CHAINS], g + (size_t)(k) * bb, xq + (size_t)(k) * QL_BLOCK, n, sc_, k, C)
         const float(*sc_)[8] = (const float(*)[8])sc;
-        /* The same blocks in the same order either way; unrolled only at
-         * C = 1, where it measured 5-10% faster and at C = 4 4-7% slower. */
+        /* The same blocks in the same order either way. Unrolled only at
+         * C = 1, where the rolled loop kept the accumulators on the stack
+         * (a store a block, seen in the VNNI kernels' code); unrolled at
+         * C = 4 measured 4-7% slower. */
         if (C == 1) {
 #pragma GCC unroll 8
             for (int k = 0; k < kg; k++) QL_BLOCK8(k);
