@@ -599,15 +599,15 @@ static void *alloc64(size_t bytes) {
 /* Debian 12's OpenBLAS (0.3.21) picks its kernels from a table of CPU
  * models, and for a model newer than the table (this host's Xeon,
  * family 6 model 0xCF) falls back to its generic Prescott (SSE3) set:
- * sgemm 36-41 GFLOP/s on 2 cores where its AVX-512 set gives 200-270, and
+ * sgemm 36-41 GFLOP/s on 2 cores where its AVX-512 set gives 200-274, and
  * float prefill 3-4x slower. Later releases fall back by the CPU's
  * features instead; ops_blas_env applies their rule (AVX512-BF16:
  * Cooperlake; AVX-512: SkylakeX; AVX2: Haswell; AVX: Sandybridge) when the
  * library chose Prescott and the user named no core (OPENBLAS_CORETYPE,
  * which stays in charge). The library reads its choice once, in its own
  * constructor, and its worker thread may still be starting and reading it
- * when a program's main runs (re-running its selection in place crashed 2
- * starts in 60), so ops_blas_env sets OPENBLAS_CORETYPE for the program to
+ * when a program's main runs (re-running its selection in place crashed 3
+ * starts in about 60), so ops_blas_env sets OPENBLAS_CORETYPE for the program to
  * execute itself again with, and TESSERA_BLAS_FALLBACK naming what the
  * library had chosen (which also stops a second round). */
 #define BLAS_FALLBACK_ENV "TESSERA_BLAS_FALLBACK"
@@ -1227,28 +1227,6 @@ static void q8_rows8(int8_t *wg, float *dw, const uint8_t *row, size_t rb, int64
     }
 }
 
-/* Q8_0 rows [o0, o1). Without regrouped activations (T below
- * OPS_Q8_TILED_T), each weight row is streamed once, four rows at a time
- * from four streams a quarter of the range apart (as rows_float does),
- * against one or two activations per pass (tile_q8_s, prefetching). With
- * them (xa->t, which matmul_team made in tiles of OPS_Q8_TT rows), the
- * weight rows are taken eight at a time, regrouped once into group, and
- * every activation tile passes
- * over them while they sit in L1 (tile_q8w). Leftover rows take tile_q8.
- * group: this thread's Q8_GROUP_BYTES * n_in / 32 bytes, 64-byte aligned.
- * The tiles compute for several times as long as the regrouping loads,
- * with no weight load in flight, so they fetch the next group's rows (one
- * contiguous stretch), each tile a share spread over its blocks: neither
- * the hardware prefetcher nor a prefetch a fixed distance ahead in the
- * rows being regrouped (it falls inside the group) had them there in
- * time. Measured on a Xeon (Emerald Rapids, 2 MiB L2), 110m Q8_0, T = 16,
- * 2 threads: every layer's products in turn (weights from L3 and DRAM)
- * ran at 86% of their rate on hot slices with that fixed-distance
- * prefetch, 91% with the next group prefetched by the regrouping itself
- * (a burst of prefetches), 97% spread over the tiles (medians of 15
- * passes); b16 decode went from 72-77% to 84-86% of bench_engine's T = 16
- * ceiling as it was then measured, a team opened per pass (four
- * interleaved runs each). */
 /* rows_q8's groups of 8 rows from o0 while whole ones fit; returns the
  * first row left. vnni as tile_q8w's, a constant at each call. */
 static ALWAYS_INLINE int64_t q8_groups(float *y, int64_t ldy, int T, const ops_mat *w, const q8_act *xa, int64_t o0,
@@ -1278,6 +1256,28 @@ static ALWAYS_INLINE int64_t q8_groups(float *y, int64_t ldy, int T, const ops_m
     return o;
 }
 
+/* Q8_0 rows [o0, o1). Without regrouped activations (T below
+ * OPS_Q8_TILED_T), each weight row is streamed once, four rows at a time
+ * from four streams a quarter of the range apart (as rows_float does),
+ * against one or two activations per pass (tile_q8_s, prefetching). With
+ * them (xa->t, which matmul_team made in tiles of OPS_Q8_TT rows), the
+ * weight rows are taken eight at a time, regrouped once into group, and
+ * every activation tile passes
+ * over them while they sit in L1 (tile_q8w). Leftover rows take tile_q8.
+ * group: this thread's Q8_GROUP_BYTES * n_in / 32 bytes, 64-byte aligned.
+ * The tiles compute for several times as long as the regrouping loads,
+ * with no weight load in flight, so they fetch the next group's rows (one
+ * contiguous stretch), each tile a share spread over its blocks: neither
+ * the hardware prefetcher nor a prefetch a fixed distance ahead in the
+ * rows being regrouped (it falls inside the group) had them there in
+ * time. Measured on a Xeon (Emerald Rapids, 2 MiB L2), 110m Q8_0, T = 16,
+ * 2 threads: every layer's products in turn (weights from L3 and DRAM)
+ * ran at 86% of their rate on hot slices with that fixed-distance
+ * prefetch, 91% with the next group prefetched by the regrouping itself
+ * (a burst of prefetches), 97% spread over the tiles (medians of 15
+ * passes); b16 decode went from 72-77% to 84-86% of bench_engine's T = 16
+ * ceiling as it was then measured, a team opened per pass (four
+ * interleaved runs each). */
 static void rows_q8(float *y, int64_t ldy, int T, const ops_mat *w, const q8_act *xa, int64_t o0, int64_t o1,
                     uint8_t *group) {
     const int64_t n = w->n_in, nb = n / GGUF_Q8_0_BLOCK;
