@@ -203,21 +203,23 @@ class Metrics(unittest.TestCase):
 class Outcomes(unittest.TestCase):
     def test_stream_queue_timeout_is_a_failure(self):
         """One sequence per step on a slow model: a long stream holds it, and
-        a second stream of the same tenant, on a tier with max_queue_ms: 1000,
+        a second stream of the same tenant, on a tier with max_queue_ms: 200,
         times out in the queue after its 200 went out. It must count as
         failed_queue_timeout, never completed; the long one, closed by its
         client, as cancelled: two requests, two outcomes."""
         t = Tenant(ENV, "q", "rt")
         s = Server(ENV, "queue", [Model("slow", SLOW_PATH, threads=1, max_seqs=1)], [t],
-                   tiers=["{name: rt, band: 0, ttft_ms: 100, max_queue_ms: 1000}"],
+                   tiers=["{name: rt, band: 0, ttft_ms: 100, max_queue_ms: 200}"],
                    limits={"shutdown_grace_s": 1})
         self.addCleanup(s.kill)
         s.start()
-        # Greedy: sampled, the random model may draw its stop token early,
-        # free the seat, and let the second request run (900 greedy tokens
-        # of this model and prompt have no stop token).
+        # ignore_eos: the random model may draw its stop token early, free
+        # the seat, and let the second request run. Which token comes when
+        # depends on the CPU's float kernels, so no prompt is safe without it.
+        # 900 tokens take 1.4 s on one core of the 2-core CI machine kind, so
+        # the 200 ms queue limit leaves a margin for faster ones.
         long_stream = RawStream(s.port, COMP, {"model": "slow", "prompt": "a long story", "max_tokens": 900,
-                                               "temperature": 0, "stream": True}, s.key("q"))
+                                               "ignore_eos": True, "stream": True}, s.key("q"))
         self.addCleanup(long_stream.close)
         self.assertNotEqual(long_stream.next_event(), "[DONE]")
         r = request(s.port, "POST", COMP, {"model": "slow", "prompt": "my turn", "max_tokens": 4, "stream": True},

@@ -37,7 +37,7 @@ TENANTS = ("gold-a", "silver-b", "bronze-c", "dc")   # unlimited tenants
 def setUpModule():
     global S, SLOW_PATH, TINY_PATH
     tiny = TINY_PATH = make_model(ENV)
-    SLOW_PATH = make_model(ENV, "slow.gguf", preset="15m")
+    SLOW_PATH = make_model(ENV, "slow.gguf", preset="15m", ctx=4096)
     tenants = [Tenant(ENV, "gold-a", "gold"), Tenant(ENV, "silver-b", "silver"),
                Tenant(ENV, "bronze-c", "bronze"), Tenant(ENV, "dc", "silver"),
                Tenant(ENV, "limited", "bronze", requests_per_minute=2)]
@@ -379,7 +379,7 @@ class Disconnect(OaiAsserts):
     def test_hang_up_frees_everything(self):
         cancelled0 = settled("cancelled")["dc"]
         rs = RawStream(S.port, COMP, {"model": "slow", "prompt": "a long story", "max_tokens": 900,
-                                      "temperature": 0, "stream": True}, S.key("dc"))
+                                      "ignore_eos": True, "temperature": 0, "stream": True}, S.key("dc"))
         try:
             for _ in range(3):
                 ev = rs.next_event()
@@ -406,7 +406,7 @@ class Disconnect(OaiAsserts):
         request must be cancelled and everything it held freed."""
         cancelled0 = settled("cancelled")["dc"]
         rs = RawStream(S.port, COMP, {"model": "slow", "prompt": "a long story", "max_tokens": 900,
-                                      "temperature": 0, "stream": False}, S.key("dc"))
+                                      "ignore_eos": True, "temperature": 0, "stream": False}, S.key("dc"))
         try:
             wait_until(lambda: (lambda kv, run: kv and kv > 0 and run == 1)(*self.gauges("dc")), 3,
                        what="dc running its whole-answer request")
@@ -420,7 +420,7 @@ class Disconnect(OaiAsserts):
         """A tenant's gauges cover all models: traffic on "tiny" must not
         hide the blocks the same tenant holds on "slow"."""
         rs = RawStream(S.port, COMP, {"model": "slow", "prompt": "keep going", "max_tokens": 900,
-                                      "temperature": 0, "stream": True}, S.key("dc"))
+                                      "ignore_eos": True, "temperature": 0, "stream": True}, S.key("dc"))
         try:
             self.assertNotEqual(rs.next_event(), "[DONE]")
             wait_until(lambda: (self.gauges("dc")[1] or 0) >= 1, 3, what="dc running on slow")
@@ -600,8 +600,8 @@ class Shutdown(OaiAsserts):
         keep = http.client.HTTPConnection("127.0.0.1", s.port, timeout=10)
         self.addCleanup(keep.close)
         self.assertEqual(request(s.port, "GET", "/health", conn=keep).status, 200)
-        rs = RawStream(s.port, COMP, {"model": "slow", "prompt": "go on and on", "max_tokens": 1000,
-                                      "temperature": 0, "stream": True}, s.key("t"))
+        rs = RawStream(s.port, COMP, {"model": "slow", "prompt": "go on and on", "max_tokens": 3000,
+                                      "ignore_eos": True, "temperature": 0, "stream": True}, s.key("t"))
         self.addCleanup(rs.close)
         self.assertNotEqual(rs.next_event(), "[DONE]")
         t0 = time.monotonic()
