@@ -11,23 +11,28 @@
  *   - prefill tokens/s: a PROMPT-token prompt in one step;
  *   - decode tokens/s at 1, 4 and 16 sequences (median step of the round),
  *     each sequence holding a CTX-token context;
- *   - the kernels' arithmetic ceilings at T = 1 and T = 16: ops_matmul (the
- *     decode kernels) at that many activation rows on each of the model's
- *     weight shapes with the weights hot in cache, so arithmetic alone
- *     limits it, summed over a token's products (classifier included) into
- *     tokens/s.
+ *   - beside each batch-1 and 16-sequence step, the kernels' arithmetic
+ *     ceiling at T = 1 or 16: ops_matmul (the decode kernels) at that many
+ *     activation rows on each of the model's weight shapes with the
+ *     weights hot in cache, so arithmetic alone limits it, summed over a
+ *     token's products (classifier included) into tokens/s.
  * Targets (issue 12): batch-1 decode >= 85% of the lower of the read
  * roofline and the T = 1 ceiling (the table says which binds: where the
  * ceiling does, the kernel is slower than memory and is what to improve);
  * 16-sequence aggregate decode >= 80% of the T = 16 ceiling; resident
  * memory (the process's RSS growth over loading and running the model) at
  * most the file's size plus the KV pool plus 10%. PASS/MISS columns report
- * them; nothing asserts. Each ratio's parts come from the same round,
- * seconds apart, so a noisy shared machine shifts them together; the table
- * shows medians over rounds and the spread (min..max) of the ratios.
- * Small models (15m, 20m: 10-60 MB of weights) stay partly in the
- * last-level cache between tokens, so their batch-1 decode can pass the
- * DRAM roofline. The K-quants and IQ4_XS need rows of whole 256-element
+ * them; nothing asserts. A round's ratio is the median over its steps of
+ * each step's rate over the ceiling measured right after it, so the noisy
+ * shared machine's drift shifts both alike; the table shows medians over
+ * rounds and the spread (min..max) of the rounds' ratios. Decode steps run
+ * back to back, as a server runs them, so small models (15m, 20m: 10-60
+ * MB of weights) stay partly in the last-level cache between tokens and
+ * their batch-1 decode can pass the DRAM roofline; the 110m types (45-540
+ * MB) less so. --cold reads the bandwidth buffer before every batch-1
+ * step instead, so each step fetches its weights from DRAM as a model far
+ * larger than the cache would, and pairs each step with that pass's
+ * bandwidth. The K-quants and IQ4_XS need rows of whole 256-element
  * super-blocks, which 15m's 288 is not: the 20m preset is 15m's shape
  * with 256-wide rows. Prefill is shown next to llama.cpp's pp128 on the
  * same synthetic models and machine kind (docs:
@@ -35,7 +40,7 @@
  * so for orientation only.
  *
  * usage: bench_engine [--presets 15m,20m,110m] [--types f16,q8_0,q4_K,...]
- *                     [--quick] [--rounds N] [--kv-cache-dtype auto|f16|f32]
+ *                     [--quick] [--rounds N] [--kv-cache-dtype auto|f16|f32] [--cold]
  * (the KV cache of the decode steps; auto is the CPU's f16)
  */
 #include <math.h>
@@ -95,11 +100,11 @@ static float sum_streams(const float *p, size_t n) {
 }
 
 /* Read bandwidth in bytes/s over buf (n bytes, far larger than the
- * last-level cache): every thread sums its own slice; best of a few passes. */
-static double read_bandwidth(const float *buf, size_t n) {
+ * last-level cache): every thread sums its own slice; best of passes. */
+static double read_bandwidth(const float *buf, size_t n, int passes) {
     double best = 0;
     volatile float sink = 0;
-    for (int rep = 0; rep < 3; rep++) {
+    for (int rep = 0; rep < passes; rep++) {
         double t0 = bu_now_s(), total = 0;
         size_t bytes = 0;
         #pragma omp parallel reduction(+ : total, bytes)
@@ -264,7 +269,7 @@ typedef struct sample {
     double share1;          /* decode[0] over the lower of roof and ceil1 */
     double ceil16;          /* the T = 16 kernels' arithmetic ceiling, tokens/s */
     double gmacs;           /* the T = 16 kernels' rate behind it, 1e9 multiply-adds/s */
-    double share16;         /* decode[2] / ceil16 */
+    double share16;         /* median of each b16 step over the ceiling beside it */
 } sample;
 
 typedef struct result {
@@ -287,7 +292,7 @@ static double rss_bytes(void) {
     return (double)res * (double)sysconf(_SC_PAGESIZE);
 }
 
-static const int BATCHES[3] = {1, 4, 16};
+static const int BATCHES[3] = {1, 4, CEIL_T}; /* the first and last have ceilings */
 
 /* Prefill n tokens of a sequence into the blocks of table. */
 static int prefill(eng *e, int32_t *ids, int32_t *table, int n, float *logits) {
@@ -298,24 +303,65 @@ static int prefill(eng *e, int32_t *ids, int32_t *table, int n, float *logits) {
 
 /* Aggregate tokens/s of B sequences decoding together: the median of steps
  * steps, each adding one token after the CTX cached ones (every round
- * rewrites the same positions, so every round sees the same context). */
-static double time_decode(eng *e, int B, int32_t *ids, int32_t (*tables)[16], float *logits, int steps) {
+ * rewrites the same positions, so every round sees the same context).
+ * With pr set, bounds are measured beside each step and pr->share gets the
+ * median of the steps' rates over the lower of those next to each, the
+ * other fields the bounds' medians: with pr->cb, the arithmetic ceiling
+ * at T = B after the step; with pr->bwbuf, the read roofline from one
+ * pass over it before the step, which also leaves the step reading its
+ * weights from DRAM; otherwise pr->roof. The host's load drifts over
+ * seconds here, and a step set against a ceiling measured a second later
+ * read that drift as the engine's (b16 ratios of one model spanned 66 to
+ * 101% over rounds; paired with each step's ceiling, 85 to 89%). Batch-1
+ * steps are not paired with a ceiling: its hot slices (16 MB) push out of
+ * the last-level cache the weights a step leaves there for the next one,
+ * which back-to-back steps keep (110m Q4_K: 91-111% of the read roofline
+ * back to back, 73-74% with a ceiling between steps). */
+typedef struct paired {
+    const ceil_buf *cb;     /* NULL: no ceiling beside the steps */
+    const model *m;
+    const float *bwbuf;     /* NULL: pr->roof holds for every step */
+    size_t bwn;
+    double roof;            /* tokens/s the read roofline allows; 0: no such bound */
+    double share, ceil, gmacs, bw;
+} paired;
+
+static double time_decode(eng *e, int B, int32_t *ids, int32_t (*tables)[16], float *logits, int steps,
+                          paired *pr) {
     eng_seq qs[MAX_SEQS];
-    double t[32];
+    double t[32], share[32], ceil[32], gm[32], bw[32], roof[32];
     int reps = 0;
     for (int st = 0; st < steps && reps < 32; st++, reps++) {
         for (int s = 0; s < B; s++)
             qs[s] = (eng_seq){ids + CTX + st, 1, CTX + st, tables[s], 16, ENG_LOGITS_LAST};
         eng_batch b = {qs, B};
+        if (pr && pr->bwbuf) bw[reps] = read_bandwidth(pr->bwbuf, pr->bwn, 1);
         double t0 = bu_now_s();
         if (eng_forward(e, &b, logits)) return 0;
         t[reps] = bu_now_s() - t0;
+        if (!pr) continue;
+        ceil[reps] = pr->cb ? ceil_tokens(pr->cb, pr->m, B, &gm[reps]) : 0;
+        roof[reps] = pr->bwbuf ? bw[reps] / (double)pr->m->weight_bytes : pr->roof;
+        double bound = ceil[reps];
+        if (roof[reps] > 0 && (bound <= 0 || roof[reps] < bound)) bound = roof[reps];
+        share[reps] = B / t[reps] / bound;
+    }
+    if (pr) {
+        pr->share = bu_median(share, reps);
+        if (pr->cb) {
+            pr->ceil = bu_median(ceil, reps);
+            pr->gmacs = bu_median(gm, reps);
+        }
+        if (pr->bwbuf) {
+            pr->bw = bu_median(bw, reps);
+            pr->roof = bu_median(roof, reps);
+        }
     }
     return B / bu_median(t, reps);
 }
 
 static int bench_model(const char *preset, uint32_t type, const float *bwbuf, size_t bwn, int rounds,
-                       int quick, eng_kv_dtype kv, result *res) {
+                       int quick, int cold, eng_kv_dtype kv, result *res) {
     mkmodel_spec spec;
     char path[256], err[256];
     mkmodel_preset(preset, &spec);
@@ -361,16 +407,22 @@ static int bench_model(const char *preset, uint32_t type, const float *bwbuf, si
     res->n = rounds;
     for (int i = 0; i < rounds; i++) {
         sample *r = &res->r[i];
-        r->bw = read_bandwidth(bwbuf, bwn);
+        if (!cold) r->bw = read_bandwidth(bwbuf, bwn, 3);
         double t0 = bu_now_s();
         prefill(e, ids, tables[0], PROMPT, logits); /* same ids: sequence 0's context is rewritten as it was */
         r->prefill = PROMPT / (bu_now_s() - t0);
-        for (int b = 0; b < 3; b++) r->decode[b] = time_decode(e, BATCHES[b], ids, tables, logits, steps);
-        r->roof = r->bw / bytes;
+        paired p1 = {NULL, m, bwbuf, bwn, 0, 0, 0, 0, 0}, p16 = {&cb, m, NULL, 0, 0, 0, 0, 0, 0};
+        r->decode[0] = time_decode(e, BATCHES[0], ids, tables, logits, steps, cold ? &p1 : NULL);
+        r->decode[1] = time_decode(e, BATCHES[1], ids, tables, logits, steps, NULL);
+        r->decode[2] = time_decode(e, BATCHES[2], ids, tables, logits, steps, &p16);
+        if (cold) r->bw = p1.bw;
+        r->roof = cold ? p1.roof : r->bw / bytes;
         r->ceil1 = ceil_tokens(&cb, m, 1, NULL);
-        r->share1 = r->decode[0] / (r->roof < r->ceil1 ? r->roof : r->ceil1);
-        r->ceil16 = ceil_tokens(&cb, m, CEIL_T, &r->gmacs);
-        r->share16 = r->decode[2] / r->ceil16;
+        /* --cold, read-bound: each step against its own pass's roofline */
+        r->share1 = cold && p1.roof < r->ceil1 ? p1.share : r->decode[0] / (r->roof < r->ceil1 ? r->roof : r->ceil1);
+        r->ceil16 = p16.ceil;
+        r->gmacs = p16.gmacs;
+        r->share16 = p16.share;
     }
     res->resident_mb = (double)model_resident_bytes(m) / 1e6;
     ceil_buf_deinit(&cb);
@@ -445,17 +497,18 @@ int main(int argc, char **argv) {
     /* the kernels a server here would run (ops_blas_env); on failure, the library's */
     if (ops_blas_env()) execv("/proc/self/exe", argv);
     const char *presets = "15m,20m,110m", *types = "f16,bf16,q8_0,q4_0,q4_K,q5_K,q6_K";
-    int quick = 0, rounds = 0;
+    int quick = 0, cold = 0, rounds = 0;
     eng_kv_dtype kv = ENG_KV_AUTO;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--presets") == 0 && i + 1 < argc) presets = argv[++i];
         else if (strcmp(argv[i], "--types") == 0 && i + 1 < argc) types = argv[++i];
         else if (strcmp(argv[i], "--quick") == 0) quick = 1;
+        else if (strcmp(argv[i], "--cold") == 0) cold = 1;
         else if (strcmp(argv[i], "--rounds") == 0 && i + 1 < argc) rounds = atoi(argv[++i]);
         else if (strcmp(argv[i], "--kv-cache-dtype") == 0 && i + 1 < argc && !eng_kv_dtype_parse(argv[i + 1], &kv)) i++;
         else {
             fprintf(stderr, "usage: %s [--presets 15m,20m,110m] [--types f16,q8_0,q4_K,...|all] [--quick] "
-                            "[--rounds N] [--kv-cache-dtype auto|f16|f32]\n", argv[0]);
+                            "[--rounds N] [--kv-cache-dtype auto|f16|f32] [--cold]\n", argv[0]);
             return 2;
         }
     }
@@ -474,9 +527,10 @@ int main(int argc, char **argv) {
     printf("KV cache %s\n", kv == ENG_KV_AUTO ? "auto (f16 on the CPU)" : eng_kv_dtype_name(kv));
     const char *fallback = NULL;
     const char *core = ops_blas_core(&fallback);
-    printf("threads %d, %d rounds; memcpy %.1f GB/s; the roofline uses the read bandwidth of each round\n"
+    printf("threads %d, %d rounds; memcpy %.1f GB/s; the roofline uses the read bandwidth %s\n"
            "f32 reference: OpenBLAS sgemm %dx%dx%d, %.0f GFLOP/s = %.1f GMAC/s (kernels: %s%s%s%s)\n\n",
-           threads, rounds, cbw / 1e9, SGEMM_N, SGEMM_N, SGEMM_N, gf, gf / 2, core,
+           threads, rounds, cbw / 1e9,
+           cold ? "measured before each batch-1 step (--cold: weights from DRAM)" : "of each round", SGEMM_N, SGEMM_N, SGEMM_N, gf, gf / 2, core,
            fallback ? ", chosen by tessera where the library had fallen back to " : "", fallback ? fallback : "",
            fallback ? " on this CPU" : "");
     printf("%-5s %-6s %6s %6s %6s %4s %5s %6s %5s %6s %6s %6s %6s %6s %-5s %-20s %6s %6s %-20s\n", "model", "type",
@@ -502,7 +556,7 @@ int main(int argc, char **argv) {
                 continue;
             }
             static result r;
-            if (bench_model(PRESETS[p], type, bwbuf, bwn, rounds, quick, kv, &r)) { bad = 1; continue; }
+            if (bench_model(PRESETS[p], type, bwbuf, bwn, rounds, quick, cold, kv, &r)) { bad = 1; continue; }
             print_row(PRESETS[p], gguf_type_name(type), &r);
         }
     }
