@@ -407,17 +407,18 @@ static int bench_model(const char *preset, uint32_t type, const float *bwbuf, si
     res->n = rounds;
     for (int i = 0; i < rounds; i++) {
         sample *r = &res->r[i];
-        if (!cold) r->bw = read_bandwidth(bwbuf, bwn, 3);
         double t0 = bu_now_s();
         prefill(e, ids, tables[0], PROMPT, logits); /* same ids: sequence 0's context is rewritten as it was */
         r->prefill = PROMPT / (bu_now_s() - t0);
+        /* batch 1 between its bounds, measured just before and after it */
+        if (!cold) r->bw = read_bandwidth(bwbuf, bwn, 3);
         paired p1 = {NULL, m, bwbuf, bwn, 0, 0, 0, 0, 0}, p16 = {&cb, m, NULL, 0, 0, 0, 0, 0, 0};
         r->decode[0] = time_decode(e, BATCHES[0], ids, tables, logits, steps, cold ? &p1 : NULL);
+        r->ceil1 = ceil_tokens(&cb, m, 1, NULL);
         r->decode[1] = time_decode(e, BATCHES[1], ids, tables, logits, steps, NULL);
         r->decode[2] = time_decode(e, BATCHES[2], ids, tables, logits, steps, &p16);
         if (cold) r->bw = p1.bw;
         r->roof = cold ? p1.roof : r->bw / bytes;
-        r->ceil1 = ceil_tokens(&cb, m, 1, NULL);
         /* --cold, read-bound: each step against its own pass's roofline */
         r->share1 = cold && p1.roof < r->ceil1 ? p1.share : r->decode[0] / (r->roof < r->ceil1 ? r->roof : r->ceil1);
         r->ceil16 = p16.ceil;
