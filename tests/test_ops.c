@@ -1012,8 +1012,12 @@ static void check_attn(int half) {
             }
             for (int j = 0; j < n; j++)
                 p[j] = tu_rng_float();
-            if (half) ops_attn_scores_f16(sc, q, kh + 3, LD, n, hd, 0.125f);
-            else ops_attn_scores(sc, q, k + 3, LD, n, hd, 0.125f);
+            /* every other n with a prefetch target (its own rows), which
+             * must not change a sum */
+            const void *pf = n % 2 ? (const void *)k : NULL;
+            const size_t pfb = n % 2 ? sizeof(float) * NMAX * LD : 0;
+            if (half) ops_attn_scores_f16(sc, q, kh + 3, LD, n, hd, 0.125f, pf, pfb);
+            else ops_attn_scores(sc, q, k + 3, LD, n, hd, 0.125f, pf, pfb);
             for (int j = 0; j < n; j++) {
                 double d = 0, m = 0;
                 for (int i = 0; i < hd; i++) {
@@ -1033,8 +1037,8 @@ static void check_attn(int half) {
                     mag[i] += fabs((double)p[j] * k[j * LD + 5 + i]);
                 }
             }
-            if (half) ops_attn_mix_f16(out, p, kh + 5, LD, n, hd);
-            else ops_attn_mix(out, p, k + 5, LD, n, hd);
+            if (half) ops_attn_mix_f16(out, p, kh + 5, LD, n, hd, pf, pfb);
+            else ops_attn_mix(out, p, k + 5, LD, n, hd, pf, pfb);
             for (int i = 0; i < hd; i++)
                 if (!(fabs(out[i] - want[i]) <= 2e-6 * mag[i]))
                     fail_msg("attn_mix%s hd %d n %d [%d]: %.9g, want %.9g", half ? "_f16" : "", hd, n, i,

@@ -276,16 +276,16 @@ static void rope_and_store(cpu_state *s, const eng_batch *b, const model_layer *
     for (int t = 0; t < T; t++) prep_heads(s, b, L, layer, t, 0, s->m->cfg.n_kv_heads);
 }
 
-/* Prefetch the keys (which 0) or values (1) of kv heads [g0, g1) in the
- * first n (at most bs) positions of a cache block: the next block of a
- * sequence lies anywhere in the pool, where no hardware prefetcher looks. */
-static void prefetch_block(const cpu_state *s, int block, int layer, int which, int g0, int g1, int n) {
-    const size_t bytes = (size_t)(n < s->bs ? n : s->bs) * (size_t)s->m->cfg.head_dim * s->esz;
-    for (int g = g0; g < g1; g++) {
-        const char *p = kv_slot(s, block, layer, which, g, 0);
-        for (size_t b = 0; b < bytes; b += 64)
-            __builtin_prefetch(p + b);
-    }
+/* The run of kv head g in cache block blk (keys: which 0, values: 1) that
+ * the attention kernels prefetch while they sum the run before it: n
+ * positions from slot (those of the block), their bytes in *bytes. The
+ * next block of a sequence lies anywhere in the pool, where no hardware
+ * prefetcher looks. */
+static const void *next_run(const cpu_state *s, int blk, int layer, int which, int g, int slot, int n,
+                            size_t *bytes) {
+    if (n > s->bs - slot) n = s->bs - slot;
+    *bytes = (size_t)n * (size_t)s->m->cfg.head_dim * s->esz;
+    return kv_slot(s, blk, layer, which, g, slot);
 }
 
 /* The query heads of kv heads [g0, g1) of one token over its sequence's
@@ -295,10 +295,11 @@ static void prefetch_block(const cpu_state *s, int block, int layer, int which, 
  * accounts for them as before), and a softmax over lo..p is the softmax of
  * the masked row. A cache block holds bs consecutive positions of each kv
  * head in one run: the loops go block by block with the heads inside, so
- * the runs of the item's heads are read in the order they lie, and the
- * next block's runs are prefetched while this one's are summed. qt, out:
- * the token's (n_heads * hd) queries and outputs; sc: (heads, p + 1)
- * scratch. */
+ * the runs of the item's heads are read in the order they lie, and while
+ * a kv head's run is summed its run in the next block is prefetched (the
+ * first query head of its group does), and during the last block of keys
+ * the first block of values. qt, out: the token's (n_heads * hd) queries
+ * and outputs; sc: (heads, p + 1) scratch. */
 static void attend_heads(cpu_state *s, const eng_seq *q, int layer, int p, const float *qt, int g0, int g1,
                          float *out, float *sc) {
     const model_config *c = &s->m->cfg;
@@ -311,13 +312,16 @@ static void attend_heads(cpu_state *s, const eng_seq *q, int layer, int p, const
     for (int j = lo, len; j <= p; j += len) {
         const int off = j % bs;
         len = bs - off < p + 1 - j ? bs - off : p + 1 - j;
-        const int blk = q->blocks[j / bs];
-        if (j + len <= p) prefetch_block(s, q->blocks[j / bs + 1], layer, 0, g0, g1, p + 1 - j - len);
+        const int blk = q->blocks[j / bs], last = j + len > p;
         for (int h = h0; h < h1; h++) {
             float *sh = sc + (size_t)(h - h0) * n + (j - lo);
-            const void *kh = kv_slot(s, blk, layer, 0, h / group, off);
-            if (half) ops_attn_scores_f16(sh, qt + (size_t)h * hd, kh, hd, len, hd, scale);
-            else ops_attn_scores(sh, qt + (size_t)h * hd, kh, hd, len, hd, scale);
+            const void *kh = kv_slot(s, blk, layer, 0, h / group, off), *pf = NULL;
+            size_t pfb = 0;
+            if (h % group == 0) /* next: this head's keys in the next block, or its values from lo */
+                pf = last ? next_run(s, q->blocks[lo / bs], layer, 1, h / group, lo % bs, n, &pfb)
+                          : next_run(s, q->blocks[j / bs + 1], layer, 0, h / group, 0, p + 1 - j - len, &pfb);
+            if (half) ops_attn_scores_f16(sh, qt + (size_t)h * hd, kh, hd, len, hd, scale, pf, pfb);
+            else ops_attn_scores(sh, qt + (size_t)h * hd, kh, hd, len, hd, scale, pf, pfb);
         }
     }
     for (int h = h0; h < h1; h++) {
@@ -328,12 +332,14 @@ static void attend_heads(cpu_state *s, const eng_seq *q, int layer, int p, const
         const int off = j % bs;
         len = bs - off < p + 1 - j ? bs - off : p + 1 - j;
         const int blk = q->blocks[j / bs];
-        if (j + len <= p) prefetch_block(s, q->blocks[j / bs + 1], layer, 1, g0, g1, p + 1 - j - len);
         for (int h = h0; h < h1; h++) {
             const float *ph = sc + (size_t)(h - h0) * n + (j - lo);
-            const void *vh = kv_slot(s, blk, layer, 1, h / group, off);
-            if (half) ops_attn_mix_f16(out + (size_t)h * hd, ph, vh, hd, len, hd);
-            else ops_attn_mix(out + (size_t)h * hd, ph, vh, hd, len, hd);
+            const void *vh = kv_slot(s, blk, layer, 1, h / group, off), *pf = NULL;
+            size_t pfb = 0;
+            if (h % group == 0 && j + len <= p)
+                pf = next_run(s, q->blocks[j / bs + 1], layer, 1, h / group, 0, p + 1 - j - len, &pfb);
+            if (half) ops_attn_mix_f16(out + (size_t)h * hd, ph, vh, hd, len, hd, pf, pfb);
+            else ops_attn_mix(out + (size_t)h * hd, ph, vh, hd, len, hd, pf, pfb);
         }
     }
 }

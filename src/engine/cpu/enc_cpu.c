@@ -197,10 +197,10 @@ static void attention(enc_state *s, int T) {
         const float *qt = s->qkv + (size_t)t * d3 + (size_t)h * hd;
         const float *k0 = s->qkv + (size_t)start * d3 + d + (size_t)h * hd;
         float *out = s->att + (size_t)t * d + (size_t)h * hd;
-        ops_attn_scores(sc, qt, k0, d3, n, hd, scale);
+        ops_attn_scores(sc, qt, k0, d3, n, hd, scale, NULL, 0);
         ops_softmax(sc, n);
         memset(out, 0, (size_t)hd * sizeof(float));
-        ops_attn_mix(out, sc, k0 + d, d3, n, hd);
+        ops_attn_mix(out, sc, k0 + d, d3, n, hd, NULL, 0);
     }
 }
 

@@ -461,16 +461,28 @@ void ops_softcap(float *x, int n, float cap) {
         x[i] = cap * tanhf(x[i] * inv);
 }
 
+/* Prefetch bytes [lo, hi) of pf, clipped to its pf_bytes, a line at a time. */
+static ALWAYS_INLINE void pf_slice(const void *pf, size_t pf_bytes, size_t lo, size_t hi) {
+    if (!pf) return;
+    if (hi > pf_bytes) hi = pf_bytes;
+    for (size_t o = lo; o < hi; o += 64)
+        __builtin_prefetch((const char *)pf + o);
+}
+
 /* Scores of one query against n keys: 8 keys at a time, each with its own
  * accumulator (8 independent FMA chains), reduced together at the end; the
- * keys left over one at a time, as ops_dot sums. */
+ * keys left over one at a time, as ops_dot sums. Each group of 8 first
+ * prefetches its share of pf. */
 static ALWAYS_INLINE void attn_scores(float *sc, const float *q, const void *k, int64_t ldk, int n, int hd,
-                                      float scale, const int half) {
+                                      float scale, const void *pf, size_t pf_bytes, const int half) {
     int j = 0;
+    const size_t share = pf ? (pf_bytes / (size_t)((n + 7) / 8) + 63) / 64 * 64 : 0;
+    size_t done = 0;
 #ifdef OPS_AVX2
     if (hd % 8 == 0) {
         const __m256 vs = _mm256_set1_ps(scale);
-        for (; j + 8 <= n; j += 8) {
+        for (; j + 8 <= n; j += 8, done += share) {
+            pf_slice(pf, pf_bytes, done, done + share);
             const size_t kj = (size_t)j * (size_t)ldk;
             __m256 acc[8];
             for (int c = 0; c < 8; c++)
@@ -485,28 +497,33 @@ static ALWAYS_INLINE void attn_scores(float *sc, const float *q, const void *k, 
         }
     }
 #endif
+    pf_slice(pf, pf_bytes, done, pf_bytes);
     for (; j < n; j++)
         sc[j] = kv_dot(q, k, (size_t)j * (size_t)ldk, hd, half) * scale;
 }
 
-void ops_attn_scores(float *sc, const float *q, const float *k, int64_t ldk, int n, int hd, float scale) {
-    attn_scores(sc, q, k, ldk, n, hd, scale, 0);
+void ops_attn_scores(float *sc, const float *q, const float *k, int64_t ldk, int n, int hd, float scale,
+                     const void *pf, size_t pf_bytes) {
+    attn_scores(sc, q, k, ldk, n, hd, scale, pf, pf_bytes, 0);
 }
 
-void ops_attn_scores_f16(float *sc, const float *q, const uint16_t *k, int64_t ldk, int n, int hd, float scale) {
-    attn_scores(sc, q, k, ldk, n, hd, scale, 1);
+void ops_attn_scores_f16(float *sc, const float *q, const uint16_t *k, int64_t ldk, int n, int hd, float scale,
+                         const void *pf, size_t pf_bytes) {
+    attn_scores(sc, q, k, ldk, n, hd, scale, pf, pf_bytes, 1);
 }
 
 #ifdef OPS_AVX2
 /* out[0 .. 8 NV) += sum_j p[j] v_j[0 .. 8 NV): NV accumulators in registers
- * across all n rows. NV is a constant at each call site. */
-static ALWAYS_INLINE void mix_strip(float *out, const float *p, const void *v, int64_t ldv, int n, const int NV,
-                                    const int half) {
+ * across all n rows, each row first prefetching its share (bytes) of pf.
+ * NV is a constant at each call site. */
+static ALWAYS_INLINE void mix_strip(float *out, const float *p, const void *v, int64_t ldv, int n, const void *pf,
+                                    size_t pf_bytes, size_t share, const int NV, const int half) {
     __m256 acc[8];
 #pragma GCC unroll 8
     for (int c = 0; c < NV; c++)
         acc[c] = _mm256_loadu_ps(out + 8 * c);
     for (int j = 0; j < n; j++) {
+        pf_slice(pf, pf_bytes, (size_t)j * share, (size_t)(j + 1) * share);
         const __m256 pj = _mm256_broadcast_ss(p + j);
         const size_t vj = (size_t)j * (size_t)ldv;
 #pragma GCC unroll 8
@@ -519,23 +536,27 @@ static ALWAYS_INLINE void mix_strip(float *out, const float *p, const void *v, i
 }
 #endif
 
-/* v points at column 0 of the rows; the strips start at column i. */
+/* v points at column 0 of the rows; the strips start at column i. The
+ * first strip carries the prefetches of pf, spread over its rows. */
 static ALWAYS_INLINE void attn_mix(float *out, const float *p, const void *v, int64_t ldv, int n, int hd,
-                                   const int half) {
+                                   const void *pf, size_t pf_bytes, const int half) {
     int i = 0;
+    const size_t share = pf && n > 0 ? (pf_bytes / (size_t)n + 63) / 64 * 64 : 0;
 #ifdef OPS_AVX2
     /* Strips of up to 64 floats, each held in registers over all n rows. */
     const size_t esz = half ? sizeof(uint16_t) : sizeof(float);
     while (hd - i >= 8) {
         const int nv = (hd - i) / 8;
         const void *vi = (const char *)v + (size_t)i * esz;
-        if (nv >= 8) { mix_strip(out + i, p, vi, ldv, n, 8, half); i += 64; }
-        else if (nv >= 6) { mix_strip(out + i, p, vi, ldv, n, 6, half); i += 48; }
-        else if (nv >= 4) { mix_strip(out + i, p, vi, ldv, n, 4, half); i += 32; }
-        else if (nv >= 2) { mix_strip(out + i, p, vi, ldv, n, 2, half); i += 16; }
-        else { mix_strip(out + i, p, vi, ldv, n, 1, half); i += 8; }
+        if (nv >= 8) { mix_strip(out + i, p, vi, ldv, n, pf, pf_bytes, share, 8, half); i += 64; }
+        else if (nv >= 6) { mix_strip(out + i, p, vi, ldv, n, pf, pf_bytes, share, 6, half); i += 48; }
+        else if (nv >= 4) { mix_strip(out + i, p, vi, ldv, n, pf, pf_bytes, share, 4, half); i += 32; }
+        else if (nv >= 2) { mix_strip(out + i, p, vi, ldv, n, pf, pf_bytes, share, 2, half); i += 16; }
+        else { mix_strip(out + i, p, vi, ldv, n, pf, pf_bytes, share, 1, half); i += 8; }
+        pf = NULL;
     }
 #endif
+    pf_slice(pf, pf_bytes, 0, pf_bytes);
     for (; i < hd; i++) {
         float a = out[i];
         for (int j = 0; j < n; j++)
@@ -544,12 +565,14 @@ static ALWAYS_INLINE void attn_mix(float *out, const float *p, const void *v, in
     }
 }
 
-void ops_attn_mix(float *out, const float *p, const float *v, int64_t ldv, int n, int hd) {
-    attn_mix(out, p, v, ldv, n, hd, 0);
+void ops_attn_mix(float *out, const float *p, const float *v, int64_t ldv, int n, int hd, const void *pf,
+                  size_t pf_bytes) {
+    attn_mix(out, p, v, ldv, n, hd, pf, pf_bytes, 0);
 }
 
-void ops_attn_mix_f16(float *out, const float *p, const uint16_t *v, int64_t ldv, int n, int hd) {
-    attn_mix(out, p, v, ldv, n, hd, 1);
+void ops_attn_mix_f16(float *out, const float *p, const uint16_t *v, int64_t ldv, int n, int hd, const void *pf,
+                      size_t pf_bytes) {
+    attn_mix(out, p, v, ldv, n, hd, pf, pf_bytes, 1);
 }
 
 void ops_f32_to_f16_row(uint16_t *out, const float *x, int n) {

@@ -163,15 +163,23 @@ void ops_axpy(float *y, float a, const float *x, int n);
 
 /* Attention of one query over n cached positions, whose keys (or values)
  * are rows of hd floats ldk (ldv) floats apart, as in one KV cache block.
- * sc[j] = scale * (q . k_j) for j < n.  sc: (n); q: (hd). */
-void ops_attn_scores(float *sc, const float *q, const float *k, int64_t ldk, int n, int hd, float scale);
+ * sc[j] = scale * (q . k_j) for j < n.  sc: (n); q: (hd).
+ * pf, pf_bytes: memory the caller reads next (the next block's run; NULL
+ * for none), prefetched a slice at a time as the rows are summed: a burst
+ * of prefetches ahead of the sums stalls them until it drains, where
+ * spread out the fetch and the sums overlap. */
+void ops_attn_scores(float *sc, const float *q, const float *k, int64_t ldk, int n, int hd, float scale,
+                     const void *pf, size_t pf_bytes);
 /* out += sum over j < n of p[j] * v_j.  out: (hd); p: (n). */
-void ops_attn_mix(float *out, const float *p, const float *v, int64_t ldv, int n, int hd);
+void ops_attn_mix(float *out, const float *p, const float *v, int64_t ldv, int n, int hd, const void *pf,
+                  size_t pf_bytes);
 /* The same over an f16 cache (keys and values as IEEE half floats), summed
  * in the same order as the f32 kernels: the results equal theirs given the
  * halves widened. */
-void ops_attn_scores_f16(float *sc, const float *q, const uint16_t *k, int64_t ldk, int n, int hd, float scale);
-void ops_attn_mix_f16(float *out, const float *p, const uint16_t *v, int64_t ldv, int n, int hd);
+void ops_attn_scores_f16(float *sc, const float *q, const uint16_t *k, int64_t ldk, int n, int hd, float scale,
+                         const void *pf, size_t pf_bytes);
+void ops_attn_mix_f16(float *out, const float *p, const uint16_t *v, int64_t ldv, int n, int hd, const void *pf,
+                      size_t pf_bytes);
 /* out[i] = ops_f32_to_f16(x[i]) for i < n. */
 void ops_f32_to_f16_row(uint16_t *out, const float *x, int n);
 
