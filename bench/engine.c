@@ -5,27 +5,29 @@
  * For each preset and weight type it builds the model (mkmodel, into a temp
  * folder), fills the KV cache of MAX_SEQS sequences with a CTX-token context
  * once, and then runs ROUNDS rounds. Each round measures, back to back:
+ *   - prefill tokens/s: a PROMPT-token prompt in one step;
  *   - the memory read bandwidth with all compute threads, each reading its
  *     slice of a 512 MiB buffer as four streams; bandwidth / the bytes of
  *     weights a token reads is the read roofline of batch-1 decode;
- *   - prefill tokens/s: a PROMPT-token prompt in one step;
  *   - decode tokens/s at 1, 4 and 16 sequences (median step of the round),
- *     each sequence holding a CTX-token context;
- *   - beside each batch-1 and 16-sequence step, the kernels' arithmetic
- *     ceiling at T = 1 or 16: ops_matmul (the decode kernels) at that many
- *     activation rows on each of the model's weight shapes with the
- *     weights hot in cache, so arithmetic alone limits it, summed over a
- *     token's products (classifier included) into tokens/s.
+ *     each sequence holding a CTX-token context, with the kernels'
+ *     arithmetic ceiling at T = 1 right after the batch-1 steps and the one
+ *     at T = 16 after every 16-sequence step: ops_matmul (the decode
+ *     kernels) at that many activation rows on each of the model's weight
+ *     shapes with the weights hot in cache, so arithmetic alone limits it,
+ *     summed over a token's products (classifier included) into tokens/s.
  * Targets (issue 12): batch-1 decode >= 85% of the lower of the read
  * roofline and the T = 1 ceiling (the table says which binds: where the
  * ceiling does, the kernel is slower than memory and is what to improve);
  * 16-sequence aggregate decode >= 80% of the T = 16 ceiling; resident
  * memory (the process's RSS growth over loading and running the model) at
  * most the file's size plus the KV pool plus 10%. PASS/MISS columns report
- * them; nothing asserts. A round's ratio is the median over its steps of
- * each step's rate over the ceiling measured right after it, so the noisy
- * shared machine's drift shifts both alike; the table shows medians over
- * rounds and the spread (min..max) of the rounds' ratios. Decode steps run
+ * them; nothing asserts. A round's b16 ratio is the median over its steps
+ * of each step's rate over the ceiling measured right after it, and its b1
+ * ratio sets the median step against bounds measured just before and after
+ * the steps, so the noisy shared machine's drift shifts both sides alike
+ * (time_decode); the table shows medians over rounds and the spread
+ * (min..max) of the rounds' ratios. Decode steps run
  * back to back, as a server runs them, so small models (15m, 20m: 10-60
  * MB of weights) stay partly in the last-level cache between tokens and
  * their batch-1 decode can pass the DRAM roofline; the 110m types (45-540
@@ -531,7 +533,8 @@ int main(int argc, char **argv) {
     printf("threads %d, %d rounds; memcpy %.1f GB/s; the roofline uses the read bandwidth %s\n"
            "f32 reference: OpenBLAS sgemm %dx%dx%d, %.0f GFLOP/s = %.1f GMAC/s (kernels: %s%s%s%s)\n\n",
            threads, rounds, cbw / 1e9,
-           cold ? "measured before each batch-1 step (--cold: weights from DRAM)" : "of each round", SGEMM_N, SGEMM_N, SGEMM_N, gf, gf / 2, core,
+           cold ? "measured before each batch-1 step (--cold: weights from DRAM)" : "of each round", SGEMM_N,
+           SGEMM_N, SGEMM_N, gf, gf / 2, core,
            fallback ? ", chosen by tessera where the library had fallen back to " : "", fallback ? fallback : "",
            fallback ? " on this CPU" : "");
     printf("%-5s %-6s %6s %6s %6s %4s %5s %6s %5s %6s %6s %6s %6s %6s %-5s %-20s %6s %6s %-20s\n", "model", "type",
