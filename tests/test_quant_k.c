@@ -667,7 +667,9 @@ static void test_dot_scalar_ref(void **state) {
 
 /* AVX2 against scalar on random rows: the same exact integer sums, the
  * float steps in another order (8 lanes), so they agree to float rounding
- * of the terms' magnitude (1e-6 of it). */
+ * of the terms' magnitude (1e-6 of it). The VNNI kernels this CPU has
+ * (Q4_K, Q5_K: vpdpwssd in place of madd and add) sum the same integers
+ * in the same order as the AVX2 ones, so they equal them bit for bit. */
 static void test_dot_avx2(void **state) {
     (void)state;
     tu_rng_seed(4);
@@ -687,6 +689,15 @@ static void test_dot_avx2(void **state) {
                     float yv[T_ROWS * 3], yr[T_ROWS * 3];
                     vec(yv, 3, w, 0, 1, nb, &v, C);
                     ref(yr, 3, w, 0, 1, nb, &v, C);
+                    for (int isa = QUANT_ISA_AVXVNNI; isa <= QUANT_ISA_AVX512VNNI; isa++) {
+                        quant_dot_fn *vn = quant_dot_isa(KT[t].type, isa);
+                        float yn[T_ROWS * 3];
+                        if (vn) vn(yn, 3, w, 0, 1, nb, &v, C);
+                        for (int r = 0; vn && r < C; r++)
+                            if (memcmp(&yn[3 * r], &yv[3 * r], sizeof(float)))
+                                fail_msg("%s nb %ld C %d row %d: vnni (isa %d) %.9g, avx2 %.9g", KT[t].name,
+                                         (long)nb, C, r, isa, (double)yn[3 * r], (double)yv[3 * r]);
+                    }
                     for (int r = 0; r < C; r++) {
                         double mag;
                         ref_dot(&KT[t], w, nb, &a, r, &mag);

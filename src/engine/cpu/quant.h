@@ -107,10 +107,11 @@ typedef void quant_dot_fn(float *y, int64_t ldy, const void *w, size_t rb, int R
                           int C);
 
 /* The instruction sets a type's kernels come in. The VNNI kernels are the
- * AVX2 ones (the 32-element types only) with vpdpbusd in place of maddubs
- * and madd, in AVX-VNNI's VEX encoding or AVX512-VNNI's EVEX one: a CPU
- * may have either alone. Their sums are the same integers, so they give
- * the AVX2 kernels' results bit for bit. */
+ * AVX2 ones with vpdpbusd in place of maddubs and madd (the 32-element
+ * types) or vpdpwssd in place of madd and add (Q4_K, Q5_K), in AVX-VNNI's
+ * VEX encoding or AVX512-VNNI's EVEX one: a CPU may have either alone.
+ * Their sums are the same integers, so they give the AVX2 kernels'
+ * results bit for bit. */
 enum { QUANT_ISA_SCALAR, QUANT_ISA_AVX2, QUANT_ISA_AVXVNNI, QUANT_ISA_AVX512VNNI, QUANT_ISA_N };
 
 /* The kernel ops.c runs for a type: the first of AVX-VNNI, AVX512-VNNI
@@ -141,6 +142,14 @@ __attribute__((target("avx2"))) static inline __attribute__((always_inline)) __m
 quant_dpbusd(const int vnni, __m256i acc, __m256i u, __m256i s) {
     if (vnni == QUANT_VNNI_VEX) __asm__("%{vex%} vpdpbusd %2, %1, %0" : "+x"(acc) : "x"(u), "xm"(s));
     else __asm__("%{evex%} vpdpbusd %2, %1, %0" : "+x"(acc) : "x"(u), "xm"(s));
+    return acc;
+}
+/* acc + in each int32 lane the sum of the 2 products of its signed words
+ * of a and b, wrapping as madd + add does: vpdpwssd, encoded as above. */
+__attribute__((target("avx2"))) static inline __attribute__((always_inline)) __m256i
+quant_dpwssd(const int vnni, __m256i acc, __m256i a, __m256i b) {
+    if (vnni == QUANT_VNNI_VEX) __asm__("%{vex%} vpdpwssd %2, %1, %0" : "+x"(acc) : "x"(a), "xm"(b));
+    else __asm__("%{evex%} vpdpwssd %2, %1, %0" : "+x"(acc) : "x"(a), "xm"(b));
     return acc;
 }
 #endif

@@ -675,7 +675,7 @@ QK_TARGET static ALWAYS_INLINE __m256 kscale_min(__m256 acc, __m256i msum, float
  * elements g, the low nibbles of qs[32 g ..] are sub-block 2g, the high
  * ones 2g + 1. maddubs: at most 2 * 31 * 127 per int16, no saturation. */
 QK_TARGET static ALWAYS_INLINE void k45_avx2(float *y, int64_t ldy, const uint8_t *w, int64_t nb, const quant_acts *xa,
-                                             const int C, const int five) {
+                                             const int C, const int five, const int vnni) {
     const size_t bytes = five ? Q5K_BYTES : Q4K_BYTES;
     const __m256i m4 = _mm256_set1_epi8(0x0F), b4 = _mm256_set1_epi8(0x10);
     const kacts a = kacts_of(xa, C);
@@ -712,7 +712,10 @@ QK_TARGET static ALWAYS_INLINE void k45_avx2(float *y, int64_t ldy, const uint8_
                 const int8_t *xq = a.q[c] + (size_t)b * QUANT_K + 64 * g;
                 const __m256i pl = _mm256_maddubs_epi16(wl, _mm256_loadu_si256((const __m256i *)xq));
                 const __m256i ph = _mm256_maddubs_epi16(wh, _mm256_loadu_si256((const __m256i *)(xq + 32)));
-                isum[c] = _mm256_add_epi32(isum[c], _mm256_add_epi32(_mm256_madd_epi16(pl, sl), _mm256_madd_epi16(ph, sh)));
+                if (vnni)
+                    isum[c] = quant_dpwssd(vnni, quant_dpwssd(vnni, isum[c], pl, sl), ph, sh);
+                else
+                    isum[c] = _mm256_add_epi32(isum[c], _mm256_add_epi32(_mm256_madd_epi16(pl, sl), _mm256_madd_epi16(ph, sh)));
             }
         }
 #pragma GCC unroll 4
@@ -939,14 +942,22 @@ QK_TARGET static ALWAYS_INLINE void iq4xs_avx2(float *y, int64_t ldy, const uint
         }                                                                                                    \
     }
 
-#define Q4K_CALL(y, ldy, w, nb, xa, C) k45_avx2(y, ldy, w, nb, xa, C, 0)
-#define Q5K_CALL(y, ldy, w, nb, xa, C) k45_avx2(y, ldy, w, nb, xa, C, 1)
+#define Q4K_CALL(y, ldy, w, nb, xa, C) k45_avx2(y, ldy, w, nb, xa, C, 0, 0)
+#define Q5K_CALL(y, ldy, w, nb, xa, C) k45_avx2(y, ldy, w, nb, xa, C, 1, 0)
+#define Q4K_VEX(y, ldy, w, nb, xa, C) k45_avx2(y, ldy, w, nb, xa, C, 0, QUANT_VNNI_VEX)
+#define Q5K_VEX(y, ldy, w, nb, xa, C) k45_avx2(y, ldy, w, nb, xa, C, 1, QUANT_VNNI_VEX)
+#define Q4K_EVEX(y, ldy, w, nb, xa, C) k45_avx2(y, ldy, w, nb, xa, C, 0, QUANT_VNNI_EVEX)
+#define Q5K_EVEX(y, ldy, w, nb, xa, C) k45_avx2(y, ldy, w, nb, xa, C, 1, QUANT_VNNI_EVEX)
 #define Q2K_CALL(y, ldy, w, nb, xa, C) k23_avx2(y, ldy, w, nb, xa, C, 0)
 #define Q3K_CALL(y, ldy, w, nb, xa, C) k23_avx2(y, ldy, w, nb, xa, C, 1)
 QK_DOT_AVX2(dot_q2k_avx2, Q2K_CALL)
 QK_DOT_AVX2(dot_q3k_avx2, Q3K_CALL)
 QK_DOT_AVX2(dot_q4k_avx2, Q4K_CALL)
 QK_DOT_AVX2(dot_q5k_avx2, Q5K_CALL)
+QK_DOT_AVX2(dot_q4k_vex, Q4K_VEX)
+QK_DOT_AVX2(dot_q5k_vex, Q5K_VEX)
+QK_DOT_AVX2(dot_q4k_evex, Q4K_EVEX)
+QK_DOT_AVX2(dot_q5k_evex, Q5K_EVEX)
 QK_DOT_AVX2(dot_q6k_avx2, q6k_avx2)
 QK_DOT_AVX2(dot_iq4xs_avx2, iq4xs_avx2)
 
@@ -955,6 +966,10 @@ QK_DOT_AVX2(dot_iq4xs_avx2, iq4xs_avx2)
 #define dot_q3k_avx2 NULL
 #define dot_q4k_avx2 NULL
 #define dot_q5k_avx2 NULL
+#define dot_q4k_vex NULL
+#define dot_q5k_vex NULL
+#define dot_q4k_evex NULL
+#define dot_q5k_evex NULL
 #define dot_q6k_avx2 NULL
 #define dot_iq4xs_avx2 NULL
 #endif
@@ -962,8 +977,8 @@ QK_DOT_AVX2(dot_iq4xs_avx2, iq4xs_avx2)
 const quant_kind quant_k_kinds[] = {
     {GGUF_TT_Q2_K, dequant_q2k, quantize_q2k, dot_q2k_scalar, dot_q2k_avx2, {NULL, NULL}},
     {GGUF_TT_Q3_K, dequant_q3k, quantize_q3k, dot_q3k_scalar, dot_q3k_avx2, {NULL, NULL}},
-    {GGUF_TT_Q4_K, dequant_q4k, quantize_q4k, dot_q4k_scalar, dot_q4k_avx2, {NULL, NULL}},
-    {GGUF_TT_Q5_K, dequant_q5k, quantize_q5k, dot_q5k_scalar, dot_q5k_avx2, {NULL, NULL}},
+    {GGUF_TT_Q4_K, dequant_q4k, quantize_q4k, dot_q4k_scalar, dot_q4k_avx2, {dot_q4k_vex, dot_q4k_evex}},
+    {GGUF_TT_Q5_K, dequant_q5k, quantize_q5k, dot_q5k_scalar, dot_q5k_avx2, {dot_q5k_vex, dot_q5k_evex}},
     {GGUF_TT_Q6_K, dequant_q6k, quantize_q6k, dot_q6k_scalar, dot_q6k_avx2, {NULL, NULL}},
     {GGUF_TT_IQ4_XS, dequant_iq4xs, quantize_iq4xs, dot_iq4xs_scalar, dot_iq4xs_avx2, {NULL, NULL}},
 };
