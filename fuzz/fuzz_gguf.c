@@ -109,6 +109,14 @@ static size_t spm_spaces(char *s, size_t n) {
     return o;
 }
 
+/* s (n bytes) without its spaces, in place; the new length. */
+static size_t drop_spaces(char *s, size_t n) {
+    size_t o = 0;
+    for (size_t i = 0; i < n; i++)
+        if (s[i] != ' ') s[o++] = s[i];
+    return o;
+}
+
 static void use_tok(const gguf_ctx *g) {
     tok *t = NULL;
     char err[256];
@@ -130,7 +138,22 @@ static void use_tok(const gguf_ctx *g) {
     if (tok_model(t) == TOK_MODEL_SPM && (got = spm_spaces(back, got)) > 0 && back[0] == ' ' &&
         tok_add_space_prefix(t))
         memmove(back, back + 1, --got);
-    FZ_CHECK(got == sizeof text - 1 && memcmp(back, text, got) == 0);
+    /* A user-defined token the text holds (a fuzzed type can make one of
+     * "r") cuts it into fragments, and with add_space_prefix each SPM
+     * fragment gets its own prefix space, as in llama.cpp (tok.c): then
+     * the text comes back with spaces added after such tokens. */
+    int split = 0;
+    for (int i = 0; i < n; i++)
+        split |= tok_type(t, ids[i]) == TOK_TYPE_USER;
+    if (tok_model(t) == TOK_MODEL_SPM && tok_add_space_prefix(t) && split) {
+        char want[sizeof text];
+        memcpy(want, text, sizeof text);
+        const size_t wn = drop_spaces(want, sizeof text - 1);
+        got = drop_spaces(back, got);
+        FZ_CHECK(got == wn && memcmp(back, want, got) == 0);
+    } else {
+        FZ_CHECK(got == sizeof text - 1 && memcmp(back, text, got) == 0);
+    }
     free(back);
     tok_free(t);
 }
