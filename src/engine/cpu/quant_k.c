@@ -691,7 +691,12 @@ QK_TARGET static ALWAYS_INLINE void k45_avx2(float *y, int64_t ldy, const uint8_
         const float d = _mm_cvtss_f32(dm), dmin = _mm_cvtss_f32(_mm_movehdup_ps(dm));
         const __m256i scv = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(scm));
         const __m256i mins2 = _mm256_cvtepu8_epi16(_mm_unpackhi_epi8(scm, scm));
-        __m256i hb = five ? _mm256_loadu_si256((const __m256i *)(blk + 16)) : _mm256_setzero_si256();
+        /* The fifth bits brought to bit 4 of each byte, where a mask takes
+         * them: qh moved up by 4 holds bit 0 there, and each shift right by
+         * 1 brings the next; from bit 4 on, qh itself shifted right (the
+         * shift up dropped the high byte's bits 4..7 off its 16-bit lane). */
+        const __m256i qh = five ? _mm256_loadu_si256((const __m256i *)(blk + 16)) : _mm256_setzero_si256();
+        __m256i hb = _mm256_slli_epi16(qh, 4);
         __m256i isum[QUANT_MAX_C];
 #pragma GCC unroll 4
         for (int c = 0; c < C; c++)
@@ -701,9 +706,10 @@ QK_TARGET static ALWAYS_INLINE void k45_avx2(float *y, int64_t ldy, const uint8_
             const __m256i qb = _mm256_loadu_si256((const __m256i *)(qs + 32 * g));
             __m256i wl = _mm256_and_si256(qb, m4), wh = _mm256_and_si256(_mm256_srli_epi16(qb, 4), m4);
             if (five) {  /* bit 2g of qh into bit 4 of the low part, 2g + 1 of the high */
-                wl = _mm256_or_si256(wl, _mm256_and_si256(_mm256_slli_epi16(hb, 4), b4));
+                if (g == 2) hb = qh;
+                wl = _mm256_or_si256(wl, _mm256_and_si256(hb, b4));
                 hb = _mm256_srli_epi16(hb, 1);
-                wh = _mm256_or_si256(wh, _mm256_and_si256(_mm256_slli_epi16(hb, 4), b4));
+                wh = _mm256_or_si256(wh, _mm256_and_si256(hb, b4));
                 hb = _mm256_srli_epi16(hb, 1);
             }
             const __m256i sl = kbcast(scv, K_BCAST[2 * g]), sh = kbcast(scv, K_BCAST[2 * g + 1]);
