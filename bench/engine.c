@@ -311,7 +311,7 @@ static int prefill(eng *e, int32_t *ids, int32_t *table, int n, float *logits) {
  * other fields the bounds' medians: with pr->cb, the arithmetic ceiling
  * at T = B after the step; with pr->bwbuf, the read roofline from one
  * pass over it before the step, which also leaves the step reading its
- * weights from DRAM; otherwise pr->roof. The host's load drifts over
+ * weights from DRAM. The host's load drifts over
  * seconds here, and a step set against a ceiling measured a second later
  * read that drift as the engine's (b16 ratios of one model spanned 66 to
  * 101% over rounds; paired with each step's ceiling, 85 to 89%). Batch-1
@@ -322,10 +322,9 @@ static int prefill(eng *e, int32_t *ids, int32_t *table, int n, float *logits) {
 typedef struct paired {
     const ceil_buf *cb;     /* NULL: no ceiling beside the steps */
     const model *m;
-    const float *bwbuf;     /* NULL: pr->roof holds for every step */
+    const float *bwbuf;     /* NULL: no read roofline beside the steps */
     size_t bwn;
-    double roof;            /* tokens/s the read roofline allows; 0: no such bound */
-    double share, ceil, gmacs, bw;
+    double share, ceil, gmacs, bw, roof; /* results (roof: tokens/s, with bwbuf) */
 } paired;
 
 static double time_decode(eng *e, int B, int32_t *ids, int32_t (*tables)[16], float *logits, int steps,
@@ -343,7 +342,7 @@ static double time_decode(eng *e, int B, int32_t *ids, int32_t (*tables)[16], fl
         t[reps] = bu_now_s() - t0;
         if (!pr) continue;
         ceil[reps] = pr->cb ? ceil_tokens(pr->cb, pr->m, B, &gm[reps]) : 0;
-        roof[reps] = pr->bwbuf ? bw[reps] / (double)pr->m->weight_bytes : pr->roof;
+        roof[reps] = pr->bwbuf ? bw[reps] / (double)pr->m->weight_bytes : 0;
         double bound = ceil[reps];
         if (roof[reps] > 0 && (bound <= 0 || roof[reps] < bound)) bound = roof[reps];
         share[reps] = B / t[reps] / bound;
@@ -414,7 +413,7 @@ static int bench_model(const char *preset, uint32_t type, const float *bwbuf, si
         r->prefill = PROMPT / (bu_now_s() - t0);
         /* batch 1 between its bounds, measured just before and after it */
         if (!cold) r->bw = read_bandwidth(bwbuf, bwn, 3);
-        paired p1 = {NULL, m, bwbuf, bwn, 0, 0, 0, 0, 0}, p16 = {&cb, m, NULL, 0, 0, 0, 0, 0, 0};
+        paired p1 = {.m = m, .bwbuf = bwbuf, .bwn = bwn}, p16 = {.cb = &cb, .m = m};
         r->decode[0] = time_decode(e, BATCHES[0], ids, tables, logits, steps, cold ? &p1 : NULL);
         r->ceil1 = ceil_tokens(&cb, m, 1, NULL);
         r->decode[1] = time_decode(e, BATCHES[1], ids, tables, logits, steps, NULL);
