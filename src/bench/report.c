@@ -279,6 +279,9 @@ enum { SK_TTFT, SK_TPOT, SK_E2E, SK_ITL, SK_N };
 struct rpt_acc_tenant {
     rpt_tenant f;             /* the counts, filled as requests come */
     rpt_sink sk[SK_N];        /* ttft, tpot, e2e, itl */
+    rpt_sink lag;             /* sent - due: the report's figure is over every tenant,
+                                 but kept per tenant, so that different tenants' adds
+                                 share nothing (report.h) */
     double *svc;              /* (n_slots) weighted service per one-second slot */
     /* Backlog. Exact: every interval, resolved at finish. Bounded: the
      * covered slots so far and the merged interval still open. */
@@ -288,8 +291,11 @@ struct rpt_acc_tenant {
     double open_a, open_b;    /* bounded: the open interval; open_b < open_a when none */
 };
 
+/* The first failure sticks. Atomic: threads may feed different tenants at
+ * once (report.h), and this is the one word they share. */
 static int fail(rpt_acc *a, int rc) {
-    if (rc && !a->err) a->err = rc;
+    int none = 0;
+    if (rc) __atomic_compare_exchange_n(&a->err, &none, rc, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED);
     return rc;
 }
 
@@ -300,14 +306,13 @@ void rpt_acc_deinit(rpt_acc *a) {
     for (int i = 0; a->t && i < a->s->n_tenants; i++) {
         rpt_acc_tenant *t = &a->t[i];
         for (int k = 0; k < SK_N; k++) sink_free(&t->sk[k]);
+        sink_free(&t->lag);
         free(t->svc);
         free(t->bl_a);
         free(t->bl_b);
         free(t->covered);
     }
     free(a->t);
-    if (a->lag) sink_free(a->lag);
-    free(a->lag);
     free(a->tokens);
     memset(a, 0, sizeof *a);
 }
@@ -324,13 +329,12 @@ int rpt_acc_init(rpt_acc *a, const scn *s, double run_s, double bin_s, int bound
     size_t nt = (size_t)s->n_tenants, nb = (size_t)(a->n_bins ? a->n_bins : 1),
            ns = (size_t)(a->n_slots ? a->n_slots : 1);
     a->t = calloc(nt, sizeof *a->t);
-    a->lag = calloc(1, sizeof *a->lag);   /* zeroed: deinit may free it unused */
     a->tokens = calloc(nt * nb, sizeof *a->tokens);
-    if (!a->t || !a->lag || !a->tokens) goto err;
-    sink_init(a->lag, a->bounded);
+    if (!a->t || !a->tokens) goto err;
     for (size_t i = 0; i < nt; i++) {
         rpt_acc_tenant *t = &a->t[i];
         for (int k = 0; k < SK_N; k++) sink_init(&t->sk[k], a->bounded);
+        sink_init(&t->lag, a->bounded);
         t->open_a = 0, t->open_b = -1;
         t->svc = calloc(ns, sizeof *t->svc);
         if (!t->svc) goto err;
@@ -430,7 +434,7 @@ int rpt_acc_request(rpt_acc *a, const rpt_req *q) {
     f->due++;
     if (q->status != RPT_ST_SKIPPED) {
         f->sent++;
-        rc |= sink_add(a->lag, q->t_sent - q->t_sched);
+        rc |= sink_add(&t->lag, q->t_sent - q->t_sched);
     }
     if (ok_status(q->status)) f->completed++;
     else add_code(f, q->status, 1);
@@ -556,6 +560,11 @@ static int all_finish(rpt_acc *a, rpt *p) {
         for (int i = 0; i < n; i++) k[i] = &a->t[i].sk[j];
         rc = sink_dist(k, n, d[j], NULL);
     }
+    rpt_dist lag = {0};
+    for (int i = 0; i < n; i++) k[i] = &a->t[i].lag;
+    if (!rc) rc = sink_dist(k, n, &lag, NULL);
+    p->lag_p99 = lag.p99;
+    p->lag_max = lag.max;
     free(k);
     return rc;
 }
@@ -586,11 +595,6 @@ int rpt_acc_finish(rpt_acc *a, double run_s, rpt *p) {
     for (int i = 0; !rc && i < n; i++) rc = tenant_finish(a, i, p, ns, cov);
     if (!rc) rc = all_finish(a, p);
     if (!rc) {
-        rpt_sink *lag = a->lag;
-        rpt_dist d;
-        rc = sink_dist(&lag, 1, &d, NULL);
-        p->lag_p99 = d.p99;
-        p->lag_max = d.max;
         p->due = p->all.due;
         p->sent = p->all.sent;
         p->completed = p->all.completed;

@@ -203,7 +203,11 @@ typedef struct rpt_sink rpt_sink;               /* one figure's samples, report.
  * add functions return TS_ERR_NOMEM, and the failure also sticks in err,
  * which rpt_acc_finish returns, so a caller making millions of calls may
  * check once at the end. Tenant indices out of range are TS_ERR_INVAL (also
- * sticky). The same calls in the same order give the same rpt, bit for bit.
+ * sticky). The same calls in the same order give the same rpt, bit for bit;
+ * only the order of calls for one tenant matters. Calls for different
+ * tenants touch nothing in common (each tenant keeps its own samples, slots
+ * and bins; the sticky err is set atomically), so threads may feed
+ * different tenants at once.
  */
 typedef struct rpt_acc {
     const scn *s;             /* borrowed: tenants, weights, targets, w_in, w_out */
@@ -213,7 +217,6 @@ typedef struct rpt_acc {
     int n_bins;               /* ceil(run_s / bin_s) */
     int n_slots;              /* ceil(run_s): one-second backlog slots */
     rpt_acc_tenant *t;        /* (s->n_tenants) */
-    rpt_sink *lag;            /* sent - due, every tenant */
     double *tokens;           /* (n_tenants, n_bins) output tokens per bin */
     int err;                  /* first failure, sticky; 0 when none */
 } rpt_acc;
