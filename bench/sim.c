@@ -7,7 +7,9 @@
  * second (target >= 100,000), events per second, peak memory, and the
  * simulated outcome; asserts nothing.
  *
- * usage: bench_sim [--duration SECONDS] [--quick] [--load LO HI]   (--quick: 60 s)
+ * usage: bench_sim [--duration SECONDS] [--quick] [--load LO HI] [--threads N] [--window S]
+ *        (--quick: 60 s; --threads, --window: sim_opts.threads and window_s, default
+ *        one thread per CPU and SIM_WINDOW_S)
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -60,12 +62,16 @@ static void outcome(const sfl *f, const sim_result *r) {
 
 int main(int argc, char **argv) {
     double duration = 3600, lo = LOAD_LO, hi = LOAD_HI;
+    int threads = 0;
+    double window = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--quick")) duration = 60;
         else if (!strcmp(argv[i], "--duration") && i + 1 < argc) duration = atof(argv[++i]);
         else if (!strcmp(argv[i], "--load") && i + 2 < argc) lo = atof(argv[++i]), hi = atof(argv[++i]);
+        else if (!strcmp(argv[i], "--threads") && i + 1 < argc) threads = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--window") && i + 1 < argc) window = atof(argv[++i]);
         else {
-            fprintf(stderr, "usage: bench_sim [--duration SECONDS] [--quick] [--load LO HI]\n");
+            fprintf(stderr, "usage: bench_sim [--duration SECONDS] [--quick] [--load LO HI] [--threads N] [--window S]\n");
             return 2;
         }
     }
@@ -92,7 +98,8 @@ int main(int argc, char **argv) {
     printf("fleet: %d GPUs used of 1000, %d instances, %d tenants, %.0f req/s offered; planned in %.2f s\n",
            p.gpus_used, f.f.n_insts, f.f.n_tenants, rate, t_plan);
     sim_source src = {feed_next, &fd};
-    sim_opts o = {.until_s = duration, .drain_s = 60, .bounded = 1, .route_refresh_s = SIM_ROUTE_REFRESH_S};
+    sim_opts o = {.until_s = duration, .drain_s = 60, .bounded = 1, .route_refresh_s = SIM_ROUTE_REFRESH_S,
+                  .threads = threads, .window_s = window};
     sim_result r;
     t0 = bu_now_s();
     if (sim_run(&f.f, &rs, &src, &o, &r, err, sizeof err)) {
@@ -100,7 +107,9 @@ int main(int argc, char **argv) {
         return 1;
     }
     double wall = bu_now_s() - t0;
-    printf("simulated %.0f s in %.1f s wall: %llu requests, %llu events\n", r.run_s, wall,
+    char th[32] = "threads: one per CPU";
+    if (threads) snprintf(th, sizeof th, "threads: %d", threads);
+    printf("simulated %.0f s in %.1f s wall (%s): %llu requests, %llu events\n", r.run_s, wall, th,
            (unsigned long long)r.requests, (unsigned long long)r.events);
     printf("   %.0f simulated requests per wall second (%.2f x the target of %.0f), %.0f events/s, "
            "%.0f x real time\n", r.requests / wall, r.requests / wall / TARGET_REQ_PER_S, TARGET_REQ_PER_S,

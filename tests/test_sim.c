@@ -568,6 +568,122 @@ static void test_fleet_from_plan(void **state) {
     plan_input_free(&in);
 }
 
+/* ---- threads and windows ------------------------------------------------------- */
+
+/* Everything a run gives, as one string: the report, the counts, every
+ * instance's and tenant's figures and the series, in hex (bit for bit). */
+static char *run_print(const sim_fleet *f, const scn *rs, const arr_event *ev, size_t n, sim_opts o) {
+    src_arr s = {ev, n, 0};
+    sim_source src = {arr_next, &s};
+    sim_result r;
+    char err[256];
+    assert_int_equal(sim_run(f, rs, &src, &o, &r, err, sizeof err), 0);
+    char *js = rpt_json(rs, &r.report, NULL, 0, "sim", 1);
+    assert_non_null(js);
+    size_t cap = strlen(js) + 64 + 2 * (sizeof(sim_inst_stats) * (size_t)f->n_insts +
+                                        sizeof(sim_tenant_stats) * (size_t)f->n_tenants +
+                                        sizeof(float) * 3 * (size_t)r.n_bins);
+    char *out = malloc(cap), *p = out;
+    assert_non_null(out);
+    p += sprintf(p, "%s %llu %llu %a %d|", js, (unsigned long long)r.requests, (unsigned long long)r.events,
+                 r.run_s, r.n_bins);
+    const unsigned char *bytes[3] = {(const void *)r.inst, (const void *)r.tenant, (const void *)r.series};
+    size_t len[3] = {sizeof(sim_inst_stats) * (size_t)f->n_insts, sizeof(sim_tenant_stats) * (size_t)f->n_tenants,
+                     sizeof(float) * 3 * (size_t)r.n_bins};
+    for (int k = 0; k < 3; k++)
+        for (size_t j = 0; j < len[k]; j++) p += sprintf(p, "%02x", bytes[k][j]);
+    free(js);
+    sim_result_free(&r);
+    return out;
+}
+
+/* Two run_print strings are the same; where not, says where. */
+static void assert_same_run(const char *a, const char *b) {
+    size_t k = 0;
+    while (a[k] && a[k] == b[k]) k++;
+    if (a[k] || b[k]) {
+        size_t from = k > 40 ? k - 40 : 0;
+        print_error("runs differ at byte %zu: ...%.80s... vs ...%.80s...\n", k, a + from, b + from);
+        fail();
+    }
+}
+
+/* How the run is carried out (threads, the window of arrivals taken at a
+ * time) changes nothing in what it computes: a planned fleet with MPS and
+ * time-sliced devices, replicas, step-time noise, a tenant with token and
+ * concurrency limits and one left unserved, run in one thread with the
+ * default window, in two with 3 ms windows, in four with 50 s ones. */
+static void test_threads_windows_same(void **state) {
+    (void)state;
+    plan_input in;
+    char err[1024], path[1024];
+    const char *src_dir = getenv("TS_SRC");
+    snprintf(path, sizeof path, "%s/examples/plan/fleet.yaml", src_dir ? src_dir : "..");
+    assert_int_equal(planio_load(path, &in, err, sizeof err), 0);
+    plan p;
+    assert_int_equal(plan_build(&in, &p), 0);
+    sfl f;
+    assert_int_equal(sfl_from_plan(&p, SCHED_POLICY_FAIR, &f, err, sizeof err), 0);
+    assert_true(f.f.n_tenants >= 3);
+    f.tenants[0].tok_per_min = 20000;
+    f.tenants[0].max_concurrent = 3;
+    f.tenants[1].worker = -1;
+    for (int i = 0; i < f.f.n_insts; i++) f.insts[i].noise_us = 300, f.insts[i].noise_rho = 0.5;
+    scn load, rs;
+    assert_int_equal(sfl_load_scn(&in, 1.5, 0.5, 20, &load), 0);
+    assert_int_equal(sfl_report_scn(&f, &rs), 0);
+    arr_event *ev;
+    size_t n;
+    assert_int_equal(arr_schedule(&load, 1, 20, 0, &ev, &n), 0);
+    sim_opts o = {.until_s = 20, .drain_s = 20, .seed = 9, .route = SIM_ROUTE_AFFINITY,
+                  .route_refresh_s = SIM_ROUTE_REFRESH_S, .threads = 1};
+    char *a = run_print(&f.f, &rs, ev, n, o);
+    o.threads = 2, o.window_s = 0.003;
+    char *b = run_print(&f.f, &rs, ev, n, o);
+    o.threads = 4, o.window_s = 50;
+    char *c = run_print(&f.f, &rs, ev, n, o);
+    assert_same_run(a, b);
+    assert_same_run(a, c);
+    free(a), free(b), free(c);
+    free(ev);
+    scn_free(&load);
+    scn_free(&rs);
+    sfl_free(&f);
+    plan_free(&p);
+    plan_input_free(&in);
+}
+
+/* A window holds at most SIM_WINDOW_MAX arrivals, so one may end within
+ * an instant: 70,000 arrivals at one instant, then 30,000 a microsecond
+ * apart, into two single-instance workers, give what one-microsecond
+ * windows give. */
+static void test_window_cap(void **state) {
+    (void)state;
+    sim_tenant t[2];
+    tenant(&t[0], "a", 0);
+    tenant(&t[1], "b", 1);
+    sim_inst in[2];
+    inst(&in[0], "i0", 0, 700, SCHED_POLICY_FAIR);
+    inst(&in[1], "i1", 1, 900, SCHED_POLICY_FAIR);
+    sim_fleet f = {&TIER, 1, t, 2, in, 2, 0};
+    size_t n = 100000;
+    arr_event *ev = calloc(n, sizeof *ev);
+    assert_non_null(ev);
+    for (size_t i = 0; i < n; i++)
+        ev[i] = (arr_event){.t_s = 0.5 + (i < 70000 ? 0 : (double)(i - 69999) * 1e-6), .tenant = (int32_t)(i % 2),
+                            .prompt_tokens = 8, .output_tokens = 4};
+    scn rs;
+    report_scn(&rs, t, 2);
+    sim_opts o = {.until_s = 2, .drain_s = 5, .threads = 2};
+    char *a = run_print(&f, &rs, ev, n, o);
+    o.threads = 1, o.window_s = 1e-6;
+    char *b = run_print(&f, &rs, ev, n, o);
+    assert_same_run(a, b);
+    free(a), free(b);
+    free(ev);
+    scn_free(&rs);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_roofline_hand),
@@ -583,6 +699,8 @@ int main(void) {
         cmocka_unit_test(test_bounded_matches_exact),
         cmocka_unit_test(test_noise_runs),
         cmocka_unit_test(test_fleet_from_plan),
+        cmocka_unit_test(test_threads_windows_same),
+        cmocka_unit_test(test_window_cap),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

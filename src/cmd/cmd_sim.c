@@ -64,7 +64,7 @@ static void usage(FILE *f) {
             "                   [--load X] [--time-scale X] [--tenant-map M] [--assign A] [--stream]\n"
             "                   [--length-cv X] [--route R] [--route-refresh MS] [--policy fair|fcfs]\n"
             "                   [--seed N] [--bounded | --exact] [--out DIR] [--compare REPORT.json]\n"
-            "                   [--quiet]\n"
+            "                   [--threads N] [--quiet]\n"
             "Simulates every instance of a plan, each running tessera's own scheduler on a\n"
             "modelled GPU slice (MIG, MPS share, time-slice), under a scenario's traffic, and\n"
             "reports per tenant what `tessera bench` measures, per instance its utilisation,\n"
@@ -100,6 +100,8 @@ static void usage(FILE *f) {
             "  --seed N               arrivals' seed (default 1)\n"
             "  --bounded, --exact     report from histograms (<= 1%% off) or every sample; default\n"
             "                         bounded above %.0f expected requests\n"
+            "  --threads N            run the instances in N threads (default: one per CPU); the\n"
+            "                         report is the same, to the byte, whatever N is\n"
             "  --quiet                on standard output only the verdict (the files are the same)\n"
             "  --out DIR              report.txt, report.json, instances.csv, series.csv, plots\n"
             "                         (default sim-out)\n"
@@ -117,7 +119,7 @@ static void usage(FILE *f) {
 
 typedef struct args {
     const char *input, *plan_json, *serve_cfg, *calibrate, *calibration, *model, *trace, *out, *compare;
-    double duration_s, drain_s, length_cv, overhead_ms, refresh_ms;
+    double duration_s, drain_s, length_cv, overhead_ms, refresh_ms, threads;
     int no_noise, fix;
     int route, policy, bounded, quiet;
     uint64_t seed;
@@ -166,6 +168,11 @@ static int parse_opt(args *a, int c, const char *v) {
         if (parse_num("--route-refresh", v, 0, &a->refresh_ms)) return -1;
         if (a->refresh_ms <= SIM_MAX_RUN_S * 1e3) return 0;
         fprintf(stderr, "sim: --route-refresh wants at most %.0f ms, got '%s'\n", SIM_MAX_RUN_S * 1e3, v);
+        return -1;
+    case 'H':
+        if (parse_num("--threads", v, 0, &a->threads)) return -1;
+        if (a->threads <= SIM_MAX_THREADS && a->threads == floor(a->threads)) return 0;
+        fprintf(stderr, "sim: --threads wants an integer 0 .. %d (0: one per CPU), got '%s'\n", SIM_MAX_THREADS, v);
         return -1;
     case 'N': a->no_noise = 1; return 0;
     case 'X': a->fix = 1; return 0;
@@ -223,7 +230,7 @@ static int parse_args(int argc, char **argv, args *a) {
         {"compare", required_argument, 0, 'c'},    {"quiet", no_argument, 0, 'q'},
         {"stream", no_argument, 0, 'R'},           {"overhead-ms", required_argument, 0, 'O'},
         {"no-noise", no_argument, 0, 'N'},         {"fix", no_argument, 0, 'X'},
-        {"route-refresh", required_argument, 0, 'E'},
+        {"route-refresh", required_argument, 0, 'E'}, {"threads", required_argument, 0, 'H'},
         {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0}};
     memset(a, 0, sizeof(*a));
@@ -935,7 +942,7 @@ static int simulate(const args *a, world *w, sim_result *r, double *wall_s) {
     double window = send_window(a, &w->load);
     double drain = a->drain_s > 0 ? a->drain_s : w->load.drain_s > 0 ? w->load.drain_s : DEFAULT_DRAIN_S;
     sim_opts o = {.route = a->route, .until_s = window, .drain_s = drain, .overhead_s = a->overhead_ms / 1e3,
-                  .seed = a->seed, .route_refresh_s = a->refresh_ms / 1e3};
+                  .seed = a->seed, .route_refresh_s = a->refresh_ms / 1e3, .threads = (int)a->threads};
     /* A streamed trace's size is not known: bounded, unless asked. */
     o.bounded = a->bounded >= 0 ? a->bounded
                                 : w->load.feed.stream || expected_requests(&w->load, window) > BOUNDED_AUTO;

@@ -2,9 +2,11 @@
 #include "sim.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "err.h"
 #include "heap.h"
@@ -33,6 +35,7 @@ typedef struct inst {
     live *live;                 /* (max_requests) by slot */
     rng noise;                  /* step-time noise */
     double noise_x;             /* its AR(1) state, in standard deviations */
+    int32_t cluster;            /* which cluster it is in (run.cl) */
     sim_inst_stats st;
 } inst;
 
@@ -46,6 +49,7 @@ typedef struct worker {
     int64_t next_refresh;       /* us; the picker's next look at the replicas */
     int sync;                   /* a tenant with token or concurrency limits: every
                                    arrival sees the worker stepped up to it */
+    int cluster;                /* which cluster it is in (run.cl) */
     heap ledger;                /* its tenants' backlog and limit updates (lentry),
                                    applied in time order */
 } worker;
@@ -91,6 +95,44 @@ static int ev_less(const void *a, const void *b) {
 }
 static const heap_ops EV_HEAP = {sizeof(ev), ev_less, NULL};
 
+/* An arrival of the window being run (run.win). */
+typedef struct pend {
+    arr_event e;
+    int64_t t;                  /* us */
+} pend;
+
+/* Groups joined by a worker (its replicas meet at the picker): the run's
+ * unit of work within a window (run's comment). */
+typedef struct cluster {
+    int *groups;                /* its groups, ascending */
+    int n_groups;
+    int *workers;               /* its workers, ascending */
+    int n_workers;
+    int n_insts;
+    uint64_t seq;               /* orders its groups' events and its workers' ledger entries */
+    int32_t first, n;           /* its arrivals this window: run.win[first .. first + n) */
+} cluster;
+
+struct run;
+
+/* One thread's part of the run: the clock of whatever it is running now,
+ * and what it writes that is not one cluster's (run's comment). */
+typedef struct lane {
+    struct run *r;
+    int64_t now;                /* us */
+    int64_t last_t;             /* us; the latest event or arrival it handled */
+    int past_end;               /* a group still had an event after end_us */
+    int oom;                    /* a heap could not grow: the run fails */
+    uint64_t events, requests;
+    int64_t *series;            /* (n_bins, 3) integrals over time, fixed point (SERIES_ONE) */
+    double *step_tok, *step_svc; /* (n_tenants) this step's tokens and service, */
+    int64_t *step_itl;          /* ... and gaps since the instance's previous step end, */
+    int32_t *touched;           /* for the tenants in touched[0 .. n_touched) */
+    int32_t n_touched;
+    pthread_t th;
+    int started;                /* th runs */
+} lane;
+
 typedef struct run {
     const sim_fleet *f;
     const scn *rs;
@@ -105,29 +147,55 @@ typedef struct run {
     lim_tenant *lim;            /* (n_tenants) admission limits */
     /* Instances that never touch each other's state between arrivals (no
      * shared device) form separate groups, each with its own event queue:
-     * the loop runs one group's steps up to the next arrival it receives,
-     * so that group's schedulers stay in cache, rather than interleaving
-     * the whole fleet's steps in one time order. Replicas of one worker
-     * meet only at arrivals, through the picker, which reads them as of
-     * its last refresh (refresh_us): so a worker's replicas are stepped
-     * together once a refresh, and in between only the one an arrival
-     * goes to. */
+     * a group's steps run up to the next arrival it receives, so that its
+     * schedulers stay in cache, rather than interleaving the whole fleet's
+     * steps in one time order. Replicas of one worker meet only at
+     * arrivals, through the picker, which reads them as of its last
+     * refresh (refresh_us): so a worker's replicas are stepped together
+     * once a refresh, and in between only the one an arrival goes to.
+     *
+     * Groups joined by a worker form a cluster, which shares nothing with
+     * another but the arrival stream and the report (a tenant's requests
+     * all go to its worker's cluster, and the report's calls for different
+     * tenants touch nothing in common: report.h). So the loop takes the
+     * arrivals a window at a time (window_us of simulated time, at most
+     * SIM_WINDOW_MAX of them), sorts them by cluster, and runs each cluster
+     * through the window alone: its arrivals in time order, each after its
+     * worker's catch-up, then its groups up to the window's end. A cluster
+     * sees the calls it would in one global time order, so the result does
+     * not depend on the window, the order clusters run in, or how many
+     * threads (lanes) share them: each cluster runs in one lane at a time,
+     * and what a lane writes is its own (struct lane) or its clusters'
+     * (instances, groups, workers, their tenants, the report's rows of
+     * those tenants). The instance series, which every cluster adds to, is
+     * kept per lane in integers (so exact, in any order) and summed at the
+     * end. Its own clusters' state stays in its core's cache through the
+     * window. */
     int *group;                 /* (n_insts) group of each instance */
     int64_t refresh_us;         /* the picker's refresh; 0: at every arrival */
     heap *gq;                   /* (n_groups) each group's pending events */
     int n_groups;
-    int64_t last_t;             /* us; the latest event or arrival handled */
-    int past_end;               /* a group still had an event after end_us */
-    uint64_t seq;
+    cluster *cl;                /* (n_cl) */
+    int n_cl;
+    int *cl_order;              /* (n_cl) the order lanes take them in: largest first */
+    int64_t window_us;
+    pend *buf, *win;            /* (SIM_WINDOW_MAX) the window's arrivals: as read; by cluster */
+    size_t n_buf;
+    lane *lanes;                /* lane 0 is the caller's thread */
+    int n_lanes;                /* running */
+    int n_lanes_made;           /* allocated (to free) */
+    int sync_made;              /* mu, go and done exist */
+    pthread_mutex_t mu;         /* guards gen, busy, quit */
+    pthread_cond_t go, done;    /* a window starts; every lane has finished it */
+    uint64_t gen;               /* windows started */
+    int busy;                   /* lanes other than 0 still in this window */
+    int quit;                   /* lanes: stop */
+    int64_t win_end;            /* us; the window being run ends here */
+    int win_final;              /* the last one: to end_us inclusive, ledgers flushed */
+    int next_cl;                /* the next of cl_order to take (atomic) */
     rpt_acc acc;
     int64_t end_us;             /* hard end */
-    int64_t now;
-    double *series;             /* (n_bins, 3) integrals, us-weighted */
     sched_item_result *none;    /* all "not finished", as long as the largest plan */
-    double *step_tok, *step_svc; /* (n_tenants) this step's tokens and service, */
-    int64_t *step_itl;          /* ... and gaps since the instance's previous step end, */
-    int32_t *touched;           /* for the tenants in touched[0 .. n_touched) */
-    int32_t n_touched;
 } run;
 
 const char *sim_route_name(int route) {
@@ -277,6 +345,65 @@ out:
     return rc;
 }
 
+/* Clusters by size, largest first, then by index: (n_insts, index) pairs. */
+static int cl_size_cmp(const void *a, const void *b) {
+    const int *x = a, *y = b;
+    if (x[0] != y[0]) return x[0] > y[0] ? -1 : 1;
+    return (x[1] > y[1]) - (x[1] < y[1]);
+}
+
+/* The clusters (the run's comment): groups joined by a worker, numbered
+ * by their first group; the order lanes take them in, largest first, so
+ * that a window does not end waiting on a big one taken last. */
+static int make_clusters(run *r) {
+    int ng = r->n_groups, *up = malloc((size_t)ng * sizeof(int)), *of = malloc((size_t)ng * sizeof(int));
+    int rc = TS_ERR_NOMEM;
+    if (!up || !of) goto out;
+    for (int g = 0; g < ng; g++) up[g] = g, of[g] = -1;
+    for (int k = 0; k < r->n_workers; k++)
+        for (int j = 1; j < r->w[k].n_groups; j++) up[find(up, r->w[k].groups[j])] = find(up, r->w[k].groups[0]);
+    for (int k = 0; k < r->n_workers; k++) r->w[k].cluster = -1; /* none: a worker without instances */
+    for (int g = 0; g < ng; g++) {
+        int root = find(up, g);
+        if (of[root] < 0) of[root] = r->n_cl++;
+        of[g] = of[root];
+    }
+    r->cl = calloc((size_t)r->n_cl, sizeof(cluster));
+    r->cl_order = malloc((size_t)r->n_cl * sizeof(int));
+    if (!r->cl || !r->cl_order) goto out;
+    for (int g = 0; g < ng; g++) r->cl[of[g]].n_groups++;
+    for (int k = 0; k < r->n_workers; k++)
+        if (r->w[k].n_groups) r->cl[of[r->w[k].groups[0]]].n_workers++;
+    for (int c = 0; c < r->n_cl; c++) {
+        cluster *x = &r->cl[c];
+        if (!(x->groups = malloc((size_t)x->n_groups * sizeof(int))) ||
+            !(x->workers = malloc((size_t)(x->n_workers ? x->n_workers : 1) * sizeof(int))))
+            goto out;
+        x->n_groups = x->n_workers = 0;
+    }
+    for (int g = 0; g < ng; g++) r->cl[of[g]].groups[r->cl[of[g]].n_groups++] = g;
+    for (int k = 0; k < r->n_workers; k++) {
+        if (!r->w[k].n_groups) continue;
+        cluster *x = &r->cl[r->w[k].cluster = of[r->w[k].groups[0]]];
+        x->workers[x->n_workers++] = k;
+    }
+    for (int i = 0; i < r->f->n_insts; i++) {
+        r->in[i].cluster = of[r->group[i]];
+        r->cl[r->in[i].cluster].n_insts++;
+    }
+    int *pairs = malloc((size_t)r->n_cl * 2 * sizeof(int));
+    if (!pairs) goto out;
+    for (int c = 0; c < r->n_cl; c++) pairs[2 * c] = r->cl[c].n_insts, pairs[2 * c + 1] = c;
+    qsort(pairs, (size_t)r->n_cl, 2 * sizeof(int), cl_size_cmp);
+    for (int c = 0; c < r->n_cl; c++) r->cl_order[c] = pairs[2 * c + 1];
+    free(pairs);
+    rc = 0;
+out:
+    free(up);
+    free(of);
+    return rc;
+}
+
 static int setup(run *r, char *err, size_t errlen) {
     const sim_fleet *f = r->f;
     int rc = check_fleet(f, err, errlen);
@@ -288,11 +415,6 @@ static int setup(run *r, char *err, size_t errlen) {
     r->out->inst = calloc((size_t)f->n_insts, sizeof(sim_inst_stats));
     r->out->tenant = calloc((size_t)f->n_tenants, sizeof(sim_tenant_stats));
     r->lim = calloc((size_t)f->n_tenants, sizeof(lim_tenant));
-    r->step_tok = calloc((size_t)f->n_tenants, sizeof(double));
-    r->step_svc = calloc((size_t)f->n_tenants, sizeof(double));
-    r->touched = calloc((size_t)f->n_tenants, sizeof(int32_t));
-    r->step_itl = calloc((size_t)f->n_tenants, sizeof(int64_t));
-    if (!r->step_tok || !r->step_svc || !r->touched || !r->step_itl) return TS_ERR_NOMEM;
     if (!r->in || !r->ts || !r->dev_busy || !r->dev_share || !r->out->inst || !r->out->tenant || !r->lim)
         return TS_ERR_NOMEM;
     for (int t = 0; t < f->n_tenants; t++) {
@@ -312,36 +434,48 @@ static int setup(run *r, char *err, size_t errlen) {
     /* A plan holds at most two items per running sequence (sched.c sizes
      * its own array so). */
     if (!(r->none = calloc(2 * (size_t)most, sizeof(sched_item_result)))) return TS_ERR_NOMEM;
-    return make_groups(r);
+    if ((rc = make_groups(r)) || (rc = make_clusters(r))) return rc;
+    r->buf = malloc(SIM_WINDOW_MAX * sizeof(pend));
+    r->win = malloc(SIM_WINDOW_MAX * sizeof(pend));
+    return r->buf && r->win ? 0 : TS_ERR_NOMEM;
 }
 
 /* ---- time integrals ---------------------------------------------------------- */
 
-/* Add v x (overlap of [a, b) with each bin) to column col of the series. */
-static void add_bins(run *r, int64_t a, int64_t b, double v, int col) {
+/* The series' columns (busy instances, KV fraction, queued requests) are
+ * sums over instances of value x us, in integers (run's comment): a KV
+ * fraction in units of 1 / SERIES_KV_ONE. A bin holds at most 64 s (two
+ * days in 3,600 bins), so even 2^16 x 6.4e7 per instance leaves room for
+ * two million instances. */
+#define SERIES_KV_ONE 65536.0
+static const double SERIES_ONE[3] = {1.0, SERIES_KV_ONE, 1.0};
+
+/* Add v x (overlap of [a, b) with each bin) to column col of ln's series. */
+static void add_bins(lane *ln, int64_t a, int64_t b, int64_t v, int col) {
     if (v == 0 || b <= a) return;
-    double bin_us = r->out->bin_s * 1e6;
+    const sim_result *out = ln->r->out;
+    double bin_us = out->bin_s * 1e6;
     int64_t k = (int64_t)(a / bin_us);
-    while (a < b && k < r->out->n_bins) {
+    while (a < b && k < out->n_bins) {
         int64_t edge = (int64_t)((double)(k + 1) * bin_us);
         int64_t e = b < edge ? b : edge;
-        if (e > a) r->series[k * 3 + col] += v * (double)(e - a);
+        if (e > a) ln->series[k * 3 + col] += v * (e - a);
         a = e;
         k++;
     }
 }
 
 /* Take instance i's integrals up to now, then read its state afresh. */
-static void mark(run *r, int i) {
-    inst *n = &r->in[i];
-    int64_t dt = r->now - n->t_mark;
+static void mark(lane *ln, int i) {
+    inst *n = &ln->r->in[i];
+    int64_t dt = ln->now - n->t_mark;
     if (dt > 0) {
         double kv = n->n_blocks ? (double)n->kv_used / n->n_blocks : 0;
         n->kv_int += kv * (double)dt;
         n->q_int += (double)n->queued * (double)dt;
-        add_bins(r, n->t_mark, r->now, kv, 1);
-        add_bins(r, n->t_mark, r->now, (double)n->queued, 2);
-        n->t_mark = r->now;
+        add_bins(ln, n->t_mark, ln->now, llround(kv * SERIES_KV_ONE), 1);
+        add_bins(ln, n->t_mark, ln->now, n->queued, 2);
+        n->t_mark = ln->now;
     }
     sched_stats st;
     sched_stats_get(n->s, &st);
@@ -356,9 +490,10 @@ static void mark(run *r, int i) {
 /* ---- requests ---------------------------------------------------------------- */
 
 /* A tenant-level update at now, into its worker's ledger. */
-static void ledger_push(run *r, int32_t t, int kind, uint64_t reserved, uint64_t used) {
-    lentry e = {r->now, r->seq++, t, kind, reserved, used};
-    if (heap_push(&r->w[r->f->tenants[t].worker].ledger, &LE_HEAP, &e)) r->end_us = r->now; /* out of memory */
+static void ledger_push(lane *ln, int32_t t, int kind, uint64_t reserved, uint64_t used) {
+    worker *w = &ln->r->w[ln->r->f->tenants[t].worker];
+    lentry e = {ln->now, ln->r->cl[w->cluster].seq++, t, kind, reserved, used};
+    if (heap_push(&w->ledger, &LE_HEAP, &e)) ln->oom = 1;
 }
 
 /* Apply worker w's updates before time `before`: every instance of w has
@@ -381,11 +516,11 @@ static void ledger_apply(run *r, worker *w, int64_t before) {
 
 /* A request starts or stops waiting for its first token (the tenant's
  * backlog, for the report's fairness figures). */
-static void backlog_add(run *r, int32_t t, int d) { ledger_push(r, t, d > 0 ? LE_WAIT : LE_SERVED, 0, 0); }
+static void backlog_add(lane *ln, int32_t t, int d) { ledger_push(ln, t, d > 0 ? LE_WAIT : LE_SERVED, 0, 0); }
 
 /* A request that was admitted ends: its limits take back what it did not use. */
-static void settle(run *r, const live *l) {
-    ledger_push(r, l->tenant, LE_SETTLE, (uint64_t)l->prompt + (uint64_t)l->want,
+static void settle(lane *ln, const live *l) {
+    ledger_push(ln, l->tenant, LE_SETTLE, (uint64_t)l->prompt + (uint64_t)l->want,
                 (uint64_t)l->prompt + (uint64_t)l->n_out);
 }
 
@@ -424,33 +559,34 @@ static int route(run *r, int32_t t) {
     return best;
 }
 
-static void start_step(run *r, int i);
-static void advance(run *r, int g, int64_t t, int inclusive);
+static void start_step(lane *ln, int i);
+static void advance(lane *ln, int g, int64_t t, int inclusive);
 
 /* The arrival at now, of a request of a served tenant. */
-static void arrive(run *r, const arr_event *e) {
+static void arrive(lane *ln, const arr_event *e) {
+    run *r = ln->r;
     int32_t t = e->tenant;
-    live l = {t, e->prompt_tokens, 0, e->output_tokens, r->now, -1, -1};
+    live l = {t, e->prompt_tokens, 0, e->output_tokens, ln->now, -1, -1};
     uint64_t reserve = (uint64_t)e->prompt_tokens + (uint64_t)e->output_tokens;
-    r->out->requests++;
-    lim_reason lr = lim_admit(&r->lim[t], reserve, r->now, NULL);
+    ln->requests++;
+    lim_reason lr = lim_admit(&r->lim[t], reserve, ln->now, NULL);
     if (lr != LIM_OK) {
         r->out->tenant[t].limited[lr]++;
-        report_req(r, &l, 429, r->now);
+        report_req(r, &l, 429, ln->now);
         return;
     }
     int i = route(r, t);
     if (i < 0) { /* a tenant the plan could not serve */
-        lim_finish(&r->lim[t], reserve, 0, r->now);
+        lim_finish(&r->lim[t], reserve, 0, ln->now);
         r->out->tenant[t].unserved++;
-        report_req(r, &l, 503, r->now);
+        report_req(r, &l, 503, ln->now);
         return;
     }
     /* Its instance (and those sharing its device) catch up to now. */
-    int64_t now = r->now;
+    int64_t now = ln->now;
     worker *w = &r->w[r->f->tenants[t].worker];
-    advance(r, r->group[i], now, 0);
-    r->now = now;
+    advance(ln, r->group[i], now, 0);
+    ln->now = now;
     if (w->n_groups == 1) ledger_apply(r, w, now);
     inst *n = &r->in[i];
     r->ts[t].last_inst = i;
@@ -458,34 +594,36 @@ static void arrive(run *r, const arr_event *e) {
     n->st.requests++;
     sched_id id;
     sched_reason why;
-    if (sched_submit(n->s, r->now, r->ts[t].local, e->prompt_tokens, e->output_tokens, &id, &why) != 0) {
-        lim_finish(&r->lim[t], reserve, 0, r->now);
+    if (sched_submit(n->s, ln->now, r->ts[t].local, e->prompt_tokens, e->output_tokens, &id, &why) != 0) {
+        lim_finish(&r->lim[t], reserve, 0, ln->now);
         r->out->tenant[t].rejected[why]++;
-        report_req(r, &l, sched_reason_http(why), r->now);
+        report_req(r, &l, sched_reason_http(why), ln->now);
         return;
     }
     n->live[(uint32_t)id] = l;
-    backlog_add(r, t, 1);
-    mark(r, i);
-    if (!n->busy) start_step(r, i);
+    backlog_add(ln, t, 1);
+    mark(ln, i);
+    if (!n->busy) start_step(ln, i);
 }
 
-static void push(run *r, int i, int64_t t, int timer) {
-    ev e = {t, r->seq++, i, timer};
-    if (heap_push(&r->gq[r->group[i]], &EV_HEAP, &e)) r->end_us = r->now; /* out of memory: stop cleanly */
+static void push(lane *ln, int i, int64_t t, int timer) {
+    run *r = ln->r;
+    ev e = {t, r->cl[r->in[i].cluster].seq++, i, timer};
+    if (heap_push(&r->gq[r->group[i]], &EV_HEAP, &e)) ln->oom = 1;
 }
 
 /* Every end the scheduler has for instance i: into the report. */
-static void drain_ends(run *r, int i) {
+static void drain_ends(lane *ln, int i) {
+    run *r = ln->r;
     inst *n = &r->in[i];
     sched_end e;
     while (sched_poll_end(n->s, &e)) {
         live *l = &n->live[(uint32_t)e.id];
-        settle(r, l);
+        settle(ln, l);
         int status = e.state == SCHED_FINISHED ? 200 : e.state == SCHED_FAILED ? sched_reason_http(e.reason) : 499;
         if (e.state == SCHED_FAILED) r->out->tenant[l->tenant].failed[e.reason]++;
-        if (l->t_first < 0) backlog_add(r, l->tenant, -1);
-        report_req(r, l, status, r->now);
+        if (l->t_first < 0) backlog_add(ln, l->tenant, -1);
+        report_req(r, l, status, ln->now);
         l->prompt = 0; /* the slot is free */
         n->st.engine_s += e.engine_us / 1e6;
     }
@@ -502,21 +640,22 @@ static double noisy(rng *g, double *x, double rho, double t, double sd) {
     return y > 0.5 * t ? y : 0.5 * t;
 }
 
-static void start_step(run *r, int i) {
+static void start_step(lane *ln, int i) {
+    run *r = ln->r;
     inst *n = &r->in[i];
     const sim_inst *si = &r->f->insts[i];
-    sched_step(n->s, r->now, &n->plan);
-    drain_ends(r, i);
-    mark(r, i);
+    sched_step(n->s, ln->now, &n->plan);
+    drain_ends(ln, i);
+    mark(ln, i);
     if (n->plan.n_items == 0) {
         n->busy = 0;
         /* An empty step is still a step: closed at once, as the worker
          * closes it. */
         sched_result none = {r->none, 0, 0, 0, 0};
-        sched_step_done(n->s, r->now, &none);
-        drain_ends(r, i);
-        mark(r, i);
-        if (n->queued > 0) push(r, i, r->now + SIM_IDLE_RETRY_US, 1);
+        sched_step_done(n->s, ln->now, &none);
+        drain_ends(ln, i);
+        mark(ln, i);
+        if (n->queued > 0) push(ln, i, ln->now + SIM_IDLE_RETRY_US, 1);
         return;
     }
     sst_batch b;
@@ -535,55 +674,58 @@ static void start_step(run *r, int i) {
     if (!(n->step_us <= SST_MAX_US)) n->step_us = SST_MAX_US;
     n->busy = 1;
     int64_t d = (int64_t)ceil(n->step_us);
-    add_bins(r, r->now, r->now + d, 1.0, 0);
-    push(r, i, r->now + d, 0);
+    add_bins(ln, ln->now, ln->now + d, 1, 0);
+    push(ln, i, ln->now + d, 0);
 }
 
 /* One token for the request at plan item it, at now. */
-static void token(run *r, int i, const sched_item *it) {
+static void token(lane *ln, int i, const sched_item *it) {
+    run *r = ln->r;
     live *l = &r->in[i].live[(uint32_t)it->id];
     double svc = r->rs->w_out;
     if (l->t_first < 0) {
-        l->t_first = r->now;
+        l->t_first = ln->now;
         svc += r->rs->w_in * l->prompt;
-        backlog_add(r, l->tenant, -1);
+        backlog_add(ln, l->tenant, -1);
     } else if (l->t_last == r->in[i].last_end) {
-        r->step_itl[l->tenant]++; /* the common gap: one step; counted once (flush_tokens) */
+        ln->step_itl[l->tenant]++; /* the common gap: one step; counted once (flush_tokens) */
     } else {
-        rpt_acc_itl(&r->acc, l->tenant, (double)(r->now - l->t_last) / 1e6);
+        rpt_acc_itl(&r->acc, l->tenant, (double)(ln->now - l->t_last) / 1e6);
     }
-    l->t_last = r->now;
+    l->t_last = ln->now;
     l->n_out++;
     r->in[i].st.tokens_out++;
     /* The report hears of a step's tokens once per tenant (flush_tokens). */
-    if (r->step_tok[l->tenant] == 0) r->touched[r->n_touched++] = l->tenant;
-    r->step_tok[l->tenant] += 1.0;
-    r->step_svc[l->tenant] += svc;
+    if (ln->step_tok[l->tenant] == 0) ln->touched[ln->n_touched++] = l->tenant;
+    ln->step_tok[l->tenant] += 1.0;
+    ln->step_svc[l->tenant] += svc;
 }
 
-static void flush_tokens(run *r, int i) {
-    double gap = (double)(r->now - r->in[i].last_end) / 1e6;
-    for (int32_t k = 0; k < r->n_touched; k++) {
-        int32_t t = r->touched[k];
-        rpt_acc_event(&r->acc, t, (double)r->now / 1e6, r->step_tok[t], r->step_svc[t]);
-        if (r->step_itl[t]) rpt_acc_itl_n(&r->acc, t, gap, r->step_itl[t]);
-        r->step_tok[t] = r->step_svc[t] = 0;
-        r->step_itl[t] = 0;
+static void flush_tokens(lane *ln, int i) {
+    run *r = ln->r;
+    double gap = (double)(ln->now - r->in[i].last_end) / 1e6;
+    for (int32_t k = 0; k < ln->n_touched; k++) {
+        int32_t t = ln->touched[k];
+        rpt_acc_event(&r->acc, t, (double)ln->now / 1e6, ln->step_tok[t], ln->step_svc[t]);
+        if (ln->step_itl[t]) rpt_acc_itl_n(&r->acc, t, gap, ln->step_itl[t]);
+        ln->step_tok[t] = ln->step_svc[t] = 0;
+        ln->step_itl[t] = 0;
     }
-    r->n_touched = 0;
+    ln->n_touched = 0;
 }
 
-static void end_step(run *r, int i) {
+static void end_step(lane *ln, int i) {
+    run *r = ln->r;
     inst *n = &r->in[i];
     const sim_inst *si = &r->f->insts[i];
     for (int32_t k = 0; k < n->plan.n_items; k++)
-        if (n->plan.items[k].sample) token(r, i, &n->plan.items[k]);
-    flush_tokens(r, i);
-    n->last_end = r->now;
+        if (n->plan.items[k].sample) token(ln, i, &n->plan.items[k]);
+    flush_tokens(ln, i);
+    n->last_end = ln->now;
     /* Nothing a simulated model samples is an end token: every result is
      * "not finished"; the scheduler ends each request at its max_tokens. */
     sched_result sr = {r->none, n->plan.n_items, n->step_us, 0, 0};
-    sched_step_done(n->s, r->now, &sr);
+    sched_step_done(n->s, ln->now, &sr);
     if (si->device >= 0) {
         r->dev_busy[si->device]--;
         r->dev_share[si->device] -= si->step.share;
@@ -591,8 +733,8 @@ static void end_step(run *r, int i) {
     n->st.steps++;
     n->st.busy_s += n->step_us / 1e6;
     n->busy = 0;
-    drain_ends(r, i);
-    start_step(r, i);
+    drain_ends(ln, i);
+    start_step(ln, i);
 }
 
 /* ---- the loop ------------------------------------------------------------------ */
@@ -602,6 +744,7 @@ typedef struct feed {
     arr_event e;
     int have;
     int64_t t;                  /* us of e */
+    int64_t last;               /* us of the one before: time never runs backwards */
     int64_t until;              /* us; arrivals at or after are dropped */
 } feed;
 
@@ -611,32 +754,34 @@ static int feed_next(run *r, feed *fd) {
     fd->have = rc == 1;
     if (fd->have) {
         fd->t = (int64_t)llround(fd->e.t_s * 1e6);
-        if (fd->t < r->now) fd->t = r->now; /* time never runs backwards */
+        if (fd->t < fd->last) fd->t = fd->last;
         if (fd->t >= fd->until) fd->have = 0;
         else if (fd->e.tenant < 0 || fd->e.tenant >= r->f->n_tenants || fd->e.prompt_tokens < 1 ||
                  fd->e.output_tokens < 1)
             return TS_ERR_INVAL;
+        fd->last = fd->t;
     }
     return 0;
 }
 
 /* Run group g's events before t (at t too when inclusive: an arrival at
  * the time of a step end comes first, as it would in one time order). */
-static void advance(run *r, int g, int64_t t, int inclusive) {
+static void advance(lane *ln, int g, int64_t t, int inclusive) {
+    run *r = ln->r;
     heap *q = &r->gq[g];
-    for (const ev *top; (top = heap_top(q)) && (top->t < t || (inclusive && top->t == t));) {
+    for (const ev *top; !ln->oom && (top = heap_top(q)) && (top->t < t || (inclusive && top->t == t));) {
         if (top->t > r->end_us) break;
         ev x;
         heap_pop(q, &EV_HEAP, &x);
-        r->now = x.t;
-        if (x.t > r->last_t) r->last_t = x.t;
-        r->out->events++;
+        ln->now = x.t;
+        if (x.t > ln->last_t) ln->last_t = x.t;
+        ln->events++;
         inst *n = &r->in[x.inst];
-        if (!x.timer && n->busy) end_step(r, x.inst);
-        else if (x.timer && !n->busy) start_step(r, x.inst);
+        if (!x.timer && n->busy) end_step(ln, x.inst);
+        else if (x.timer && !n->busy) start_step(ln, x.inst);
     }
     const ev *top = heap_top(q);
-    if (top && top->t > r->end_us) r->past_end = 1;
+    if (top && top->t > r->end_us) ln->past_end = 1;
 }
 
 /* Start loading group g's first instance's state for an advance soon:
@@ -660,23 +805,30 @@ static void prefetch_group(run *r, int g, int stage) {
         for (int32_t k = 0; k < n->plan.n_items; k++) __builtin_prefetch(&n->live[(uint32_t)n->plan.items[k].id]);
 }
 
-/* Every instance of worker w up to t, and its ledger. */
-static void step_all(run *r, worker *w, int64_t t) {
-    for (int k = 0; k < w->n_groups; k++) {
+/* Groups g[0 .. n) up to t, each group's state loaded while the ones
+ * before it run. */
+static void advance_groups(lane *ln, const int *g, int n, int64_t t, int inclusive) {
+    for (int k = 0; k < n; k++) {
         for (int d = 1; d <= 5; d++)
-            if (k + d < w->n_groups) prefetch_group(r, w->groups[k + d], 5 - d);
-        advance(r, w->groups[k], t, 0);
+            if (k + d < n) prefetch_group(ln->r, g[k + d], 5 - d);
+        advance(ln, g[k], t, inclusive);
     }
-    ledger_apply(r, w, t);
+}
+
+/* Every instance of worker w up to t, and its ledger. */
+static void step_all(lane *ln, worker *w, int64_t t) {
+    advance_groups(ln, w->groups, w->n_groups, t, 0);
+    ledger_apply(ln->r, w, t);
 }
 
 /* Before an arrival at t for worker w: the picker's refresh when one is
  * due (every replica stepped up to the refresh's time, then read), and
  * where a tenant's limits read every end, every replica stepped up to t. */
-static void catch_up(run *r, worker *w, int64_t t) {
+static void catch_up(lane *ln, worker *w, int64_t t) {
+    run *r = ln->r;
     if (r->refresh_us == 0 || t >= w->next_refresh) {
         int64_t at = r->refresh_us ? t - t % r->refresh_us : t;
-        step_all(r, w, at);
+        step_all(ln, w, at);
         for (int k = 0; k < w->n_insts; k++) {
             inst *n = &r->in[w->insts[k]];
             n->seen_load = n->queued + n->running;
@@ -685,7 +837,7 @@ static void catch_up(run *r, worker *w, int64_t t) {
         }
         w->next_refresh = at + r->refresh_us;
     }
-    if (w->sync) step_all(r, w, t);
+    if (w->sync) step_all(ln, w, t);
 }
 
 /* Every ledger, to the end. */
@@ -693,52 +845,170 @@ static void ledger_flush(run *r) {
     for (int k = 0; k < r->n_workers; k++) ledger_apply(r, &r->w[k], INT64_MAX);
 }
 
-/* Arrivals in time order; before each, its worker catches up (catch_up)
- * and its instance runs up to it (arrive). The groups share nothing
- * between arrivals but the report, whose sums are by time slot, and the
- * tenants' backlog and limits, which go through their worker's ledger in
- * time order, so each group sees the calls it would in one global time
- * order. */
+/* Cluster c through the window (run's comment): its arrivals in time
+ * order, each after its worker's catch-up, then its groups up to the
+ * window's end and its ledgers before it. */
+static void run_cluster(lane *ln, const cluster *c) {
+    run *r = ln->r;
+    for (int32_t j = 0; j < c->n && !ln->oom; j++) {
+        const pend *a = &r->win[c->first + j];
+        catch_up(ln, &r->w[r->f->tenants[a->e.tenant].worker], a->t);
+        ln->now = a->t;
+        if (a->t > ln->last_t) ln->last_t = a->t;
+        arrive(ln, &a->e);
+        ln->events++;
+    }
+    int64_t end = r->win_final ? r->end_us : r->win_end;
+    advance_groups(ln, c->groups, c->n_groups, end, r->win_final);
+    for (int k = 0; k < c->n_workers; k++) ledger_apply(r, &r->w[c->workers[k]], r->win_final ? INT64_MAX : end);
+}
+
+/* Clusters, as long as there are any left to take in this window. */
+static void lane_work(lane *ln) {
+    run *r = ln->r;
+    for (int k; (k = __atomic_fetch_add(&r->next_cl, 1, __ATOMIC_RELAXED)) < r->n_cl;)
+        run_cluster(ln, &r->cl[r->cl_order[k]]);
+}
+
+/* A lane of its own thread: each window as lane 0 starts it, until quit. */
+static void *lane_main(void *arg) {
+    lane *ln = arg;
+    run *r = ln->r;
+    uint64_t seen = 0;
+    pthread_mutex_lock(&r->mu);
+    for (;;) {
+        while (r->gen == seen && !r->quit) pthread_cond_wait(&r->go, &r->mu);
+        if (r->quit) break;
+        seen = r->gen;
+        pthread_mutex_unlock(&r->mu);
+        lane_work(ln);
+        pthread_mutex_lock(&r->mu);
+        if (--r->busy == 0) pthread_cond_signal(&r->done);
+    }
+    pthread_mutex_unlock(&r->mu);
+    return NULL;
+}
+
+/* Run every cluster through the window ending at end (the last window:
+ * up to end_us inclusive, ledgers flushed) in every lane, lane 0 here. */
+static int run_window(run *r, int64_t end, int final) {
+    r->win_end = end;
+    r->win_final = final;
+    r->next_cl = 0;
+    if (r->n_lanes > 1) {
+        pthread_mutex_lock(&r->mu);
+        r->gen++;
+        r->busy = r->n_lanes - 1;
+        pthread_cond_broadcast(&r->go);
+        pthread_mutex_unlock(&r->mu);
+    }
+    lane_work(&r->lanes[0]);
+    if (r->n_lanes > 1) {
+        pthread_mutex_lock(&r->mu);
+        while (r->busy > 0) pthread_cond_wait(&r->done, &r->mu);
+        pthread_mutex_unlock(&r->mu);
+    }
+    for (int k = 0; k < r->n_lanes; k++)
+        if (r->lanes[k].oom) return TS_ERR_NOMEM;
+    return 0;
+}
+
+/* The arrivals of the window from `from` into run.buf: up to from +
+ * window_us (end_us at most) or SIM_WINDOW_MAX of them. The window ends
+ * (*end) at the first arrival not taken, or at its limit: every arrival
+ * taken is at or before the end, and every group runs up to it, so each
+ * sees arrivals and its own events in one time order (arrivals first at
+ * equal times) however the windows fall. Those of tenants the plan left
+ * unserved touch no cluster: they are answered here, in lane 0. */
+static int fill_window(run *r, feed *fd, int64_t from, int64_t *end) {
+    int64_t limit = r->end_us - from > r->window_us ? from + r->window_us : r->end_us;
+    lane *ln = &r->lanes[0];
+    int rc = 0;
+    r->n_buf = 0;
+    while (!rc && fd->have && fd->t < limit) {
+        if (r->n_buf == SIM_WINDOW_MAX) break;
+        if (r->f->tenants[fd->e.tenant].worker < 0) {
+            ln->now = fd->t;
+            if (fd->t > ln->last_t) ln->last_t = fd->t;
+            arrive(ln, &fd->e);
+            ln->events++;
+        } else {
+            r->buf[r->n_buf++] = (pend){fd->e, fd->t};
+        }
+        rc = feed_next(r, fd);
+    }
+    *end = fd->have && fd->t < limit ? fd->t : limit;
+    return rc;
+}
+
+/* run.buf's arrivals into run.win by cluster, each cluster's in time order. */
+static void bucket(run *r) {
+    for (int c = 0; c < r->n_cl; c++) r->cl[c].n = 0;
+    for (size_t j = 0; j < r->n_buf; j++) r->cl[r->w[r->f->tenants[r->buf[j].e.tenant].worker].cluster].n++;
+    int32_t first = 0;
+    for (int c = 0; c < r->n_cl; c++) {
+        r->cl[c].first = first;
+        first += r->cl[c].n;
+        r->cl[c].n = 0;
+    }
+    for (size_t j = 0; j < r->n_buf; j++) {
+        cluster *c = &r->cl[r->w[r->f->tenants[r->buf[j].e.tenant].worker].cluster];
+        r->win[c->first + c->n++] = r->buf[j];
+    }
+}
+
+/* Arrivals a window at a time, the clusters through each (run's comment);
+ * then every group to the end. Lane 0 ends at the run's end, with the
+ * lanes' counts and series. */
 static int loop(run *r, sim_source *src) {
     feed fd = {.src = src};
     fd.until = r->o->until_s > 0 ? (int64_t)llround(r->o->until_s * 1e6) : INT64_MAX;
     int rc = feed_next(r, &fd);
-    while (rc == 0 && fd.have) {
-        int w = r->f->tenants[fd.e.tenant].worker;
-        if (w >= 0) catch_up(r, &r->w[w], fd.t);
-        r->now = fd.t;
-        if (fd.t > r->last_t) r->last_t = fd.t;
-        arrive(r, &fd.e);
-        r->out->events++;
-        rc = feed_next(r, &fd);
+    for (int64_t from = 0, end; !rc && fd.have; from = end) {
+        if ((rc = fill_window(r, &fd, from, &end))) break;
+        bucket(r);
+        rc = run_window(r, end, 0);
     }
     if (rc) return rc;
-    for (int g = 0; g < r->n_groups; g++) advance(r, g, r->end_us, 1);
-    ledger_flush(r);
-    r->now = r->past_end ? r->end_us : r->last_t;
+    r->n_buf = 0;
+    bucket(r);
+    if ((rc = run_window(r, r->end_us, 1))) return rc;
+    lane *z = &r->lanes[0];
+    size_t ns = (size_t)r->out->n_bins * 3;
+    for (int k = 1; k < r->n_lanes; k++) {
+        const lane *o = &r->lanes[k];
+        if (o->last_t > z->last_t) z->last_t = o->last_t;
+        z->past_end |= o->past_end;
+        z->events += o->events;
+        z->requests += o->requests;
+        for (size_t j = 0; j < ns; j++) z->series[j] += o->series[j];
+    }
+    z->now = z->past_end ? r->end_us : z->last_t;
     return 0;
 }
 
 /* Requests still open at the end are cut, as bench cuts them. */
-static void cut_open(run *r) {
+static void cut_open(lane *ln) {
+    run *r = ln->r;
     for (int i = 0; i < r->f->n_insts; i++) {
         inst *n = &r->in[i];
         for (int32_t k = 0; k < r->f->insts[i].sc.max_requests; k++) {
             live *l = &n->live[k];
             if (l->prompt == 0) continue;
-            if (l->t_first < 0) backlog_add(r, l->tenant, -1);
-            settle(r, l);
-            report_req(r, l, RPT_ST_ABORTED, r->now);
+            if (l->t_first < 0) backlog_add(ln, l->tenant, -1);
+            settle(ln, l);
+            report_req(r, l, RPT_ST_ABORTED, ln->now);
             l->prompt = 0;
         }
     }
 }
 
-static void inst_stats(run *r) {
+static void inst_stats(lane *ln) {
+    run *r = ln->r;
     double run_us = r->out->run_s * 1e6;
     for (int i = 0; i < r->f->n_insts; i++) {
         inst *n = &r->in[i];
-        mark(r, i);
+        mark(ln, i);
         sim_inst_stats *s = &n->st;
         s->util = run_us > 0 ? s->busy_s * 1e6 / run_us : 0;
         if (s->util > 1) s->util = 1; /* a step cut at the end */
@@ -775,7 +1045,7 @@ static void series_out(run *r) {
     int nb = r->out->n_bins;
     double bin_us = r->out->bin_s * 1e6;
     for (int k = 0; k < nb * 3; k++) {
-        double v = r->series[k] / bin_us;
+        double v = (double)r->lanes[0].series[k] / SERIES_ONE[k % 3] / bin_us;
         if (k % 3 < 2) v /= r->f->n_insts;
         r->out->series[k] = (float)v;
     }
@@ -792,7 +1062,32 @@ static int priced(const sim_fleet *f, int t) {
     return any;
 }
 
+static void stop_lanes(run *r) {
+    if (r->n_lanes > 1) {
+        pthread_mutex_lock(&r->mu);
+        r->quit = 1;
+        pthread_cond_broadcast(&r->go);
+        pthread_mutex_unlock(&r->mu);
+    }
+    for (int k = 1; k < r->n_lanes; k++) pthread_join(r->lanes[k].th, NULL);
+    for (int k = 0; r->lanes && k < r->n_lanes_made; k++) {
+        lane *ln = &r->lanes[k];
+        free(ln->series);
+        free(ln->step_tok);
+        free(ln->step_svc);
+        free(ln->step_itl);
+        free(ln->touched);
+    }
+    free(r->lanes);
+    if (r->sync_made) {
+        pthread_mutex_destroy(&r->mu);
+        pthread_cond_destroy(&r->go);
+        pthread_cond_destroy(&r->done);
+    }
+}
+
 static void teardown(run *r) {
+    stop_lanes(r);
     if (r->in)
         for (int i = 0; i < r->f->n_insts; i++) {
             sched_free(r->in[i].s);
@@ -810,15 +1105,18 @@ static void teardown(run *r) {
     free(r->dev_busy);
     free(r->dev_share);
     free(r->lim);
-    free(r->step_tok);
-    free(r->step_svc);
-    free(r->touched);
-    free(r->step_itl);
     free(r->none);
-    free(r->series);
     for (int g = 0; r->gq && g < r->n_groups; g++) heap_deinit(&r->gq[g]);
     free(r->gq);
     free(r->group);
+    for (int c = 0; r->cl && c < r->n_cl; c++) {
+        free(r->cl[c].groups);
+        free(r->cl[c].workers);
+    }
+    free(r->cl);
+    free(r->cl_order);
+    free(r->buf);
+    free(r->win);
 }
 
 /* The instance series' bins: the option, else one per second up to an hour
@@ -828,9 +1126,50 @@ static int make_series(run *r, double horizon_s) {
     while (horizon_s / b > 3600) b *= 2;
     r->out->bin_s = b;
     r->out->n_bins = (int)ceil(horizon_s / b) + 1;
-    r->series = calloc((size_t)r->out->n_bins * 3, sizeof(double));
     r->out->series = calloc((size_t)r->out->n_bins * 3, sizeof(float));
-    return r->series && r->out->series ? 0 : TS_ERR_NOMEM;
+    return r->out->series ? 0 : TS_ERR_NOMEM;
+}
+
+/* The lanes: o->threads (0: one per online CPU), no more than there are
+ * clusters, each past the first a thread of its own. A thread that cannot
+ * start leaves fewer lanes, not a failed run. */
+static int make_lanes(run *r) {
+    int n = r->o->threads;
+    if (n <= 0) {
+        long c = sysconf(_SC_NPROCESSORS_ONLN);
+        n = c > 0 ? (int)(c < SIM_MAX_THREADS ? c : SIM_MAX_THREADS) : 1;
+    }
+    if (n > r->n_cl) n = r->n_cl;
+    if (!(r->lanes = calloc((size_t)n, sizeof(lane)))) return TS_ERR_NOMEM;
+    size_t nt = (size_t)r->f->n_tenants, ns = (size_t)r->out->n_bins * 3;
+    for (int k = 0; k < n; k++, r->n_lanes_made++) {
+        lane *ln = &r->lanes[k];
+        ln->r = r;
+        ln->series = calloc(ns, sizeof(int64_t));
+        ln->step_tok = calloc(nt, sizeof(double));
+        ln->step_svc = calloc(nt, sizeof(double));
+        ln->step_itl = calloc(nt, sizeof(int64_t));
+        ln->touched = calloc(nt, sizeof(int32_t));
+        if (!ln->series || !ln->step_tok || !ln->step_svc || !ln->step_itl || !ln->touched) {
+            r->n_lanes_made++; /* freed with the others */
+            return TS_ERR_NOMEM;
+        }
+    }
+    r->n_lanes = 1;
+    if (n == 1) return 0;
+    if (pthread_mutex_init(&r->mu, NULL)) return 0;
+    if (pthread_cond_init(&r->go, NULL)) {
+        pthread_mutex_destroy(&r->mu);
+        return 0;
+    }
+    if (pthread_cond_init(&r->done, NULL)) {
+        pthread_cond_destroy(&r->go);
+        pthread_mutex_destroy(&r->mu);
+        return 0;
+    }
+    r->sync_made = 1;
+    for (int k = 1; k < n && !pthread_create(&r->lanes[k].th, NULL, lane_main, &r->lanes[k]); k++) r->n_lanes++;
+    return 0;
 }
 
 int sim_run(const sim_fleet *f, const scn *rs, sim_source *src, const sim_opts *o, sim_result *out,
@@ -846,23 +1185,34 @@ int sim_run(const sim_fleet *f, const scn *rs, sim_source *src, const sim_opts *
         snprintf(err, errlen, "the picker's refresh must be 0 .. %.0f s", SIM_MAX_RUN_S);
         return TS_ERR_INVAL;
     }
+    if (!(o->window_s >= 0 && o->window_s <= SIM_MAX_RUN_S) || o->threads < 0 || o->threads > SIM_MAX_THREADS) {
+        snprintf(err, errlen, "the window must be 0 .. %.0f s and the threads 0 .. %d", SIM_MAX_RUN_S,
+                 SIM_MAX_THREADS);
+        return TS_ERR_INVAL;
+    }
     run r = {.f = f, .rs = rs, .o = o, .out = out};
     r.end_us = (int64_t)llround((o->until_s + o->drain_s) * 1e6);
     r.refresh_us = (int64_t)llround(o->route_refresh_s * 1e6);
+    r.window_us = (int64_t)llround((o->window_s > 0 ? o->window_s : SIM_WINDOW_S) * 1e6);
+    if (r.window_us < 1) r.window_us = 1;
     int rc = setup(&r, err, errlen);
     if (!rc) rc = make_series(&r, o->until_s + o->drain_s);
+    if (!rc) rc = make_lanes(&r);
     /* The report's timeline as coarse as the instance series (an hour of
      * bins at most), so its size does not grow with the run's length. */
     if (!rc) rc = rpt_acc_init(&r.acc, rs, o->until_s + o->drain_s, out->bin_s, o->bounded);
     if (!rc) {
         rc = loop(&r, src);
+        if (rc == TS_ERR_NOMEM && !err[0]) snprintf(err, errlen, "out of memory");
         if (rc && !err[0]) snprintf(err, errlen, "the arrivals failed (%d)", rc);
     }
     if (!rc) {
-        out->run_s = (double)r.now / 1e6;
-        cut_open(&r);
+        out->run_s = (double)r.lanes[0].now / 1e6;
+        out->events = r.lanes[0].events;
+        out->requests = r.lanes[0].requests;
+        cut_open(&r.lanes[0]);
         ledger_flush(&r);
-        inst_stats(&r);
+        inst_stats(&r.lanes[0]);
         tenant_stats(&r);
         series_out(&r);
         rc = rpt_acc_finish(&r.acc, out->run_s, &out->report);

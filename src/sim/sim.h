@@ -75,6 +75,9 @@
 #define SIM_IDLE_RETRY_US 20000
 #define SIM_ROUTE_REFRESH_S 0.05       /* the endpoint picker's --refresh-metrics-interval */
 #define SIM_MAX_RUN_S (2.0 * 86400)    /* longest run: the report keeps one-second slots */
+#define SIM_WINDOW_S 1.0               /* arrivals taken at a time, simulated s (sim.c's run) */
+#define SIM_WINDOW_MAX 65536           /* ... and at most this many */
+#define SIM_MAX_THREADS 64
 
 enum { SIM_ROUTE_LEAST = 0, SIM_ROUTE_AFFINITY, SIM_ROUTE_RR };
 
@@ -144,6 +147,12 @@ typedef struct sim_opts {
                                    the Gateway API Inference Extension's default), plus
                                    the requests it has sent each since; 0: it reads them
                                    afresh at every arrival */
+    /* How the run is carried out, not what it computes: the same report,
+     * to the byte, whatever these are. */
+    int threads;                /* 0: one per online CPU (at most SIM_MAX_THREADS) */
+    double window_s;            /* arrivals taken this much simulated time at a time
+                                   (0: SIM_WINDOW_S): longer keeps each instance's state
+                                   in cache across more steps, and buffers more */
 } sim_opts;
 
 /* Per instance, over the run. */
