@@ -48,6 +48,9 @@
  * replicas (a tenant's backlog, its limits) is updated through a ledger in
  * time order; a tenant with token or concurrency limits, which read every
  * request's end at admission, has its worker stepped up to every arrival.
+ * Groups joined by workers (clusters) meet only in the report, at
+ * different tenants' rows: the arrivals are taken a window at a time, and
+ * each cluster runs through the window alone, in one of several threads.
  *
  * What is reported: the per-tenant report of `tessera bench` (report.h),
  * fed request by request (bounded memory when asked), and per instance
@@ -57,7 +60,8 @@
  * kept per request after it ends.
  *
  * Determinism: the same fleet, arrivals and options give the same calls
- * into every scheduler in the same order, so the same report, to the byte.
+ * into every scheduler in the same order, so the same report, to the byte,
+ * whatever the window and the number of threads.
  */
 #ifndef TS_SIM_SIM_H
 #define TS_SIM_SIM_H
