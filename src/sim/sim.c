@@ -447,7 +447,7 @@ static int setup(run *r, char *err, size_t errlen) {
  * fraction in units of 1 / SERIES_KV_ONE. A bin holds at most 64 s (two
  * days in 3,600 bins), so even 2^16 x 6.4e7 per instance leaves room for
  * two million instances. */
-#define SERIES_KV_ONE 65536.0
+#define SERIES_KV_ONE 65536
 static const double SERIES_ONE[3] = {1.0, SERIES_KV_ONE, 1.0};
 
 /* Add v x (overlap of [a, b) with each bin) to column col of ln's series. */
@@ -473,7 +473,7 @@ static void mark(lane *ln, int i) {
         double kv = n->n_blocks ? (double)n->kv_used / n->n_blocks : 0;
         n->kv_int += kv * (double)dt;
         n->q_int += (double)n->queued * (double)dt;
-        add_bins(ln, n->t_mark, ln->now, llround(kv * SERIES_KV_ONE), 1);
+        add_bins(ln, n->t_mark, ln->now, n->n_blocks ? (int64_t)n->kv_used * SERIES_KV_ONE / n->n_blocks : 0, 1);
         add_bins(ln, n->t_mark, ln->now, n->queued, 2);
         n->t_mark = ln->now;
     }
