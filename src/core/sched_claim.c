@@ -361,11 +361,34 @@ static int32_t decodes_floor(const sched *s, const cost_features *b, int32_t n, 
     return lo;
 }
 
-static int by_turn(const void *a, const void *b, void *ctx) {
-    const sched *s = ctx;
-    const req *x = &s->reqs[*(const int32_t *)a], *y = &s->reqs[*(const int32_t *)b];
-    if (x->decoded_step != y->decoded_step) return x->decoded_step < y->decoded_step ? -1 : 1;
-    return x->arrival_seq < y->arrival_seq ? -1 : x->arrival_seq > y->arrival_seq;
+static int turn_before(const turn *x, const turn *y) {
+    if (x->decoded_step != y->decoded_step) return x->decoded_step < y->decoded_step;
+    return x->arrival_seq < y->arrival_seq;
+}
+
+/* Move v[i] down its max-heap of n entries (turn_before as less). */
+static void turn_sift(turn *v, int32_t i, int32_t n) {
+    for (int32_t c; (c = 2 * i + 1) < n; i = c) {
+        if (c + 1 < n && turn_before(&v[c], &v[c + 1])) c++;
+        if (!turn_before(&v[i], &v[c])) return;
+        turn x = v[i];
+        v[i] = v[c];
+        v[c] = x;
+    }
+}
+
+/* Heapsort into turn order: in place, so nothing is allocated in a step,
+ * on keys copied out of the requests, so the comparisons touch no other
+ * memory. The order is total (arrival_seq is unique), so this is the one
+ * any sort gives. */
+static void sort_turns(turn *v, int32_t n) {
+    for (int32_t i = n / 2 - 1; i >= 0; i--) turn_sift(v, i, n);
+    for (int32_t end = n - 1; end > 0; end--) {
+        turn x = v[0];
+        v[0] = v[end];
+        v[end] = x;
+        turn_sift(v, 0, end);
+    }
 }
 
 /* Late in a TPOT sense: its last token is so old that waiting one more
@@ -384,22 +407,22 @@ void sched__plan_short_decodes(sched *s, step *st) {
     for (int32_t i = 0; i < s->n_run; i++) {
         const req *r = &s->reqs[s->run[i]];
         if (r->state == SCHED_DECODING && r->item == NIL && sched__held_short(s, st, &s->tenants[r->tenant])) {
-            s->order[n++] = s->run[i];
+            s->order[n++] = (turn){r->decoded_step, r->arrival_seq, s->run[i]};
             ctx += r->n_total;
         }
     }
     if (!n) return;
-    qsort_r(s->order, (size_t)n, sizeof(int32_t), by_turn, s);
+    sort_turns(s->order, n);
     cost_features b;
     sched__plan_features(&st->plan, &b);
     int32_t least = decodes_floor(s, &b, n, ctx / n), planned = 0;
     for (int32_t k = 0; k < n; k++) {
-        req *r = &s->reqs[s->order[k]];
+        req *r = &s->reqs[s->order[k].slot];
         if (r->state != SCHED_DECODING || r->item != NIL || r->run_idx == NIL) continue; /* preempted since */
         if (planned >= least && predict_with(s, &b, 0, 1, r->n_total) > st->short_us && !tpot_due(s, st, r))
             continue;
         int32_t before = st->plan.n_preempted;
-        if (!sched__plan_decode(s, st, s->order[k])) continue;
+        if (!sched__plan_decode(s, st, s->order[k].slot)) continue;
         planned++;
         if (st->plan.n_preempted != before) sched__plan_features(&st->plan, &b); /* items were dropped */
         else b.decode_seqs += 1, b.context_tokens += r->n_total;

@@ -114,6 +114,14 @@ typedef struct deadline {
     uint32_t gen;
 } deadline;
 
+/* A decode's place in a short step's turns (sched__plan_short_decodes):
+ * least recently decoded first, then oldest. */
+typedef struct turn {
+    uint64_t decoded_step;  /* step its last decode ran in */
+    uint64_t arrival_seq;
+    int32_t slot;
+} turn;
+
 /* Service (weighted tokens) by band for the floors (sched_floor.c). */
 typedef struct floor_acct {
     double svc[SCHED_MAX_TIERS];      /* moving sum over ~SCHED_FLOOR_STEPS steps */
@@ -182,7 +190,7 @@ struct sched {
     int32_t *swapped_in;    /* (max_running) slots swapped in this step */
     fq_entity **skipped;    /* (max_tenants) tenants set aside while serving a band */
     int32_t *scratch;       /* (max_tenants) for sched_check */
-    int32_t *order;         /* (max_running) decodes held to a short step, in turn order */
+    turn *order;            /* (max_running) decodes held to a short step, in turn order */
     uint8_t *seen;          /* (max(n_blocks, n_swap_blocks)) for sched_check */
     int32_t *occ;           /* (n_blocks) tables holding each block, for sched_check */
     step st;                /* the step being planned or in flight */
