@@ -152,7 +152,7 @@ static int sched_alloc(sched *s) {
     s->swapped_in = malloc((size_t)c->max_running * sizeof(int32_t));
     s->skipped = malloc((size_t)c->max_tenants * sizeof(fq_entity *));
     s->scratch = malloc((size_t)c->max_tenants * sizeof(int32_t));
-    s->order = malloc((size_t)c->max_running * sizeof(turn));
+    s->order = malloc(2 * (size_t)c->max_running * sizeof(turn));
     s->seen = malloc((size_t)(c->n_blocks > c->n_swap_blocks ? c->n_blocks : c->n_swap_blocks));
     s->occ = malloc((size_t)c->n_blocks * sizeof(int32_t));
     int bad = !s->tenants || !s->reqs || !s->free_slots || !s->tables || !s->hosts || !s->run ||

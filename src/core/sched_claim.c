@@ -61,6 +61,7 @@
  */
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "sched_int.h"
 
@@ -366,42 +367,35 @@ static int turn_before(const turn *x, const turn *y) {
     return x->arrival_seq < y->arrival_seq;
 }
 
-/* Move v[i] down its max-heap of n entries (turn_before as less). */
-static void turn_sift(turn *v, int32_t i, int32_t n) {
-    for (int32_t c; (c = 2 * i + 1) < n; i = c) {
-        if (c + 1 < n && turn_before(&v[c], &v[c + 1])) c++;
-        if (!turn_before(&v[i], &v[c])) return;
-        turn x = v[i];
-        v[i] = v[c];
-        v[c] = x;
-    }
+/* Merge the sorted v[lo .. mid) and v[mid .. hi) in place, through tmp:
+ * what is left of the right one is where it belongs already. */
+static void turn_merge(turn *v, turn *tmp, int32_t lo, int32_t mid, int32_t hi) {
+    int32_t i = lo, j = mid, k = 0;
+    while (i < mid && j < hi) tmp[k++] = turn_before(&v[j], &v[i]) ? v[j++] : v[i++];
+    while (i < mid) tmp[k++] = v[i++];
+    memcpy(&v[lo], tmp, (size_t)k * sizeof(turn));
 }
 
-/* Into turn order: in place, so nothing is allocated in a step, on keys
- * copied out of the requests, so the comparisons touch no other memory.
- * The order is total (arrival_seq is unique), so this is the one any sort
- * gives. The list is nearly in order already (in bench_sim's fleet, 17 to
- * 64 decodes with about 40 out of place), which insertion sort takes in
- * little more than one pass; up to SORT_TURNS_SMALL its worst case is
- * still cheap, and heapsort bounds it (n log n) above. */
-#define SORT_TURNS_SMALL 128
-static void sort_turns(turn *v, int32_t n) {
-    if (n <= SORT_TURNS_SMALL) {
-        for (int32_t i = 1; i < n; i++) {
+/* Into turn order, on keys copied out of the requests (the comparisons
+ * touch no other memory), through tmp (n entries: nothing is allocated in
+ * a step). The list is nearly in order from one step to the next (in
+ * bench_sim's fleet, 17 to 64 decodes with about 40 out of place, spread
+ * thin), which insertion sort takes in about one pass; so insertion sort
+ * in chunks of SORT_TURNS_CHUNK, merged bottom-up: n log n at worst. The
+ * order is total (arrival_seq is unique): any sort gives this one. */
+#define SORT_TURNS_CHUNK 64
+static void sort_turns(turn *v, turn *tmp, int32_t n) {
+    for (int32_t lo = 0; lo < n; lo += SORT_TURNS_CHUNK) {
+        int32_t hi = lo + SORT_TURNS_CHUNK < n ? lo + SORT_TURNS_CHUNK : n;
+        for (int32_t i = lo + 1; i < hi; i++) {
             turn x = v[i];
             int32_t j = i;
-            for (; j > 0 && turn_before(&x, &v[j - 1]); j--) v[j] = v[j - 1];
+            for (; j > lo && turn_before(&x, &v[j - 1]); j--) v[j] = v[j - 1];
             v[j] = x;
         }
-        return;
     }
-    for (int32_t i = n / 2 - 1; i >= 0; i--) turn_sift(v, i, n);
-    for (int32_t end = n - 1; end > 0; end--) {
-        turn x = v[0];
-        v[0] = v[end];
-        v[end] = x;
-        turn_sift(v, 0, end);
-    }
+    for (int32_t w = SORT_TURNS_CHUNK; w < n; w *= 2)
+        for (int32_t lo = 0; lo + w < n; lo += 2 * w) turn_merge(v, tmp, lo, lo + w, lo + 2 * w < n ? lo + 2 * w : n);
 }
 
 /* Late in a TPOT sense: its last token is so old that waiting one more
@@ -425,7 +419,7 @@ void sched__plan_short_decodes(sched *s, step *st) {
         }
     }
     if (!n) return;
-    sort_turns(s->order, n);
+    sort_turns(s->order, s->order + s->cfg.max_running, n);
     cost_features b;
     sched__plan_features(&st->plan, &b);
     int32_t least = decodes_floor(s, &b, n, ctx / n), planned = 0;

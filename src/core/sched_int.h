@@ -190,7 +190,8 @@ struct sched {
     int32_t *swapped_in;    /* (max_running) slots swapped in this step */
     fq_entity **skipped;    /* (max_tenants) tenants set aside while serving a band */
     int32_t *scratch;       /* (max_tenants) for sched_check */
-    turn *order;            /* (max_running) decodes held to a short step, in turn order */
+    turn *order;            /* (2 * max_running) decodes held to a short step, in turn
+                               order, then the sort's scratch */
     uint8_t *seen;          /* (max(n_blocks, n_swap_blocks)) for sched_check */
     int32_t *occ;           /* (n_blocks) tables holding each block, for sched_check */
     step st;                /* the step being planned or in flight */
