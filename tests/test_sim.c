@@ -519,24 +519,46 @@ static void test_noise_runs(void **state) {
 
 /* ---- fleets from plans ------------------------------------------------------- */
 
-static void test_fleet_from_plan(void **state) {
-    (void)state;
+/* examples/plan/fleet.yaml planned, its fleet, and its load x load_x for
+ * seconds (lengths of CV cv) as a scenario beside the report's. */
+typedef struct plan_fleet {
     plan_input in;
-    char err[1024];
-    char path[1024];
+    plan p;
+    sfl f;
+    scn load, rs;
+} plan_fleet;
+
+static void plan_fleet_open(plan_fleet *pf, double load_x, double cv, double seconds) {
+    char err[1024], path[1024];
     const char *src_dir = getenv("TS_SRC");
     snprintf(path, sizeof path, "%s/examples/plan/fleet.yaml", src_dir ? src_dir : "..");
-    assert_int_equal(planio_load(path, &in, err, sizeof err), 0);
-    plan p;
-    assert_int_equal(plan_build(&in, &p), 0);
-    sfl f;
-    assert_int_equal(sfl_from_plan(&p, SCHED_POLICY_FAIR, &f, err, sizeof err), 0);
+    assert_int_equal(planio_load(path, &pf->in, err, sizeof err), 0);
+    assert_int_equal(plan_build(&pf->in, &pf->p), 0);
+    assert_int_equal(sfl_from_plan(&pf->p, SCHED_POLICY_FAIR, &pf->f, err, sizeof err), 0);
+    assert_int_equal(sfl_load_scn(&pf->in, load_x, cv, seconds, &pf->load), 0);
+    assert_int_equal(sfl_report_scn(&pf->f, &pf->rs), 0);
+}
+
+static void plan_fleet_close(plan_fleet *pf) {
+    scn_free(&pf->load);
+    scn_free(&pf->rs);
+    sfl_free(&pf->f);
+    plan_free(&pf->p);
+    plan_input_free(&pf->in);
+}
+
+static void test_fleet_from_plan(void **state) {
+    (void)state;
+    plan_fleet pf;
+    plan_fleet_open(&pf, 1.0, 0, 20);
+    const plan *p = &pf.p;
+    const sfl *f = &pf.f;
     int placed = 0;
-    for (size_t i = 0; i < p.n_insts; i++) placed += p.slices[p.insts[i].slice].gpu >= 0;
-    assert_int_equal(f.f.n_insts, placed);
+    for (size_t i = 0; i < p->n_insts; i++) placed += p->slices[p->insts[i].slice].gpu >= 0;
+    assert_int_equal(f->f.n_insts, placed);
     int modes[3] = {0};
-    for (int i = 0; i < f.f.n_insts; i++) {
-        const sim_inst *si = &f.insts[i];
+    for (int i = 0; i < f->f.n_insts; i++) {
+        const sim_inst *si = &f->insts[i];
         assert_true(si->sc.n_blocks > 0);
         assert_true(si->sc.max_running >= 1);
         assert_true(si->step.flops > 0 && si->step.bw > 0);
@@ -544,28 +566,22 @@ static void test_fleet_from_plan(void **state) {
         if (si->step.share_mode != SST_DEDICATED) assert_true(si->device >= 0);
     }
     assert_true(modes[SST_DEDICATED] > 0 && modes[SST_MPS] > 0 && modes[SST_TIMESLICE] > 0);
-    for (int t = 0; t < f.f.n_tenants; t++) assert_true(f.tenants[t].worker >= 0);
+    for (int t = 0; t < f->f.n_tenants; t++) assert_true(f->tenants[t].worker >= 0);
     /* Its own load for 20 s, through the real schedulers. */
-    scn load, rs;
-    assert_int_equal(sfl_load_scn(&in, 1.0, 0, 20, &load), 0);
-    assert_int_equal(sfl_report_scn(&f, &rs), 0);
     arr_event *ev;
     size_t n;
-    assert_int_equal(arr_schedule(&load, 1, 20, 0, &ev, &n), 0);
+    assert_int_equal(arr_schedule(&pf.load, 1, 20, 0, &ev, &n), 0);
     src_arr s = {ev, n, 0};
     sim_source src = {arr_next, &s};
     sim_opts o = {.until_s = 20, .drain_s = 60};
     sim_result r;
-    assert_int_equal(sim_run(&f.f, &rs, &src, &o, &r, err, sizeof err), 0);
+    char err[256];
+    assert_int_equal(sim_run(&f->f, &pf.rs, &src, &o, &r, err, sizeof err), 0);
     assert_int_equal(r.report.due, (int)n);
     assert_int_equal(r.report.completed, (int)n);
     free(ev);
     sim_result_free(&r);
-    scn_free(&load);
-    scn_free(&rs);
-    sfl_free(&f);
-    plan_free(&p);
-    plan_input_free(&in);
+    plan_fleet_close(&pf);
 }
 
 /* ---- threads and windows ------------------------------------------------------- */
@@ -615,42 +631,29 @@ static void assert_same_run(const char *a, const char *b) {
  * default window, in two with 3 ms windows, in four with 50 s ones. */
 static void test_threads_windows_same(void **state) {
     (void)state;
-    plan_input in;
-    char err[1024], path[1024];
-    const char *src_dir = getenv("TS_SRC");
-    snprintf(path, sizeof path, "%s/examples/plan/fleet.yaml", src_dir ? src_dir : "..");
-    assert_int_equal(planio_load(path, &in, err, sizeof err), 0);
-    plan p;
-    assert_int_equal(plan_build(&in, &p), 0);
-    sfl f;
-    assert_int_equal(sfl_from_plan(&p, SCHED_POLICY_FAIR, &f, err, sizeof err), 0);
-    assert_true(f.f.n_tenants >= 3);
-    f.tenants[0].tok_per_min = 20000;
-    f.tenants[0].max_concurrent = 3;
-    f.tenants[1].worker = -1;
-    for (int i = 0; i < f.f.n_insts; i++) f.insts[i].noise_us = 300, f.insts[i].noise_rho = 0.5;
-    scn load, rs;
-    assert_int_equal(sfl_load_scn(&in, 1.5, 0.5, 20, &load), 0);
-    assert_int_equal(sfl_report_scn(&f, &rs), 0);
+    plan_fleet pf;
+    plan_fleet_open(&pf, 1.5, 0.5, 20);
+    sfl *f = &pf.f;
+    assert_true(f->f.n_tenants >= 3);
+    f->tenants[0].tok_per_min = 20000;
+    f->tenants[0].max_concurrent = 3;
+    f->tenants[1].worker = -1;
+    for (int i = 0; i < f->f.n_insts; i++) f->insts[i].noise_us = 300, f->insts[i].noise_rho = 0.5;
     arr_event *ev;
     size_t n;
-    assert_int_equal(arr_schedule(&load, 1, 20, 0, &ev, &n), 0);
+    assert_int_equal(arr_schedule(&pf.load, 1, 20, 0, &ev, &n), 0);
     sim_opts o = {.until_s = 20, .drain_s = 20, .seed = 9, .route = SIM_ROUTE_AFFINITY,
                   .route_refresh_s = SIM_ROUTE_REFRESH_S, .threads = 1};
-    char *a = run_print(&f.f, &rs, ev, n, o);
+    char *a = run_print(&f->f, &pf.rs, ev, n, o);
     o.threads = 2, o.window_s = 0.003;
-    char *b = run_print(&f.f, &rs, ev, n, o);
+    char *b = run_print(&f->f, &pf.rs, ev, n, o);
     o.threads = 4, o.window_s = 50;
-    char *c = run_print(&f.f, &rs, ev, n, o);
+    char *c = run_print(&f->f, &pf.rs, ev, n, o);
     assert_same_run(a, b);
     assert_same_run(a, c);
     free(a), free(b), free(c);
     free(ev);
-    scn_free(&load);
-    scn_free(&rs);
-    sfl_free(&f);
-    plan_free(&p);
-    plan_input_free(&in);
+    plan_fleet_close(&pf);
 }
 
 /* A window holds at most SIM_WINDOW_MAX arrivals, so one may end within
