@@ -1149,8 +1149,9 @@ static int make_lanes(run *r) {
     }
     if (n > r->n_cl) n = r->n_cl;
     if (!(r->lanes = aligned_calloc((size_t)n, sizeof(lane)))) return TS_ERR_NOMEM;
+    r->n_lanes_made = n; /* zeroed: stop_lanes frees what was allocated */
     size_t nt = (size_t)r->f->n_tenants, ns = (size_t)r->out->n_bins * 3;
-    for (int k = 0; k < n; k++, r->n_lanes_made++) {
+    for (int k = 0; k < n; k++) {
         lane *ln = &r->lanes[k];
         ln->r = r;
         ln->series = calloc(ns, sizeof(int64_t));
@@ -1158,10 +1159,7 @@ static int make_lanes(run *r) {
         ln->step_svc = calloc(nt, sizeof(double));
         ln->step_itl = calloc(nt, sizeof(int64_t));
         ln->touched = calloc(nt, sizeof(int32_t));
-        if (!ln->series || !ln->step_tok || !ln->step_svc || !ln->step_itl || !ln->touched) {
-            r->n_lanes_made++; /* freed with the others */
-            return TS_ERR_NOMEM;
-        }
+        if (!ln->series || !ln->step_tok || !ln->step_svc || !ln->step_itl || !ln->touched) return TS_ERR_NOMEM;
     }
     r->n_lanes = 1;
     if (n == 1) return 0;
