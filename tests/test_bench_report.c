@@ -493,6 +493,47 @@ static void test_cost(void **state) {
     scn_free(&s);
 }
 
+/* The engine's side of TTFT: per tenant a mean, pooled in the all row over
+ * every first token, unknown while a tenant that completed anything is. */
+static void test_engine_ttft(void **state) {
+    (void)state;
+    scn s;
+    char err[256];
+    assert_int_equal(scn_parse(SCN, strlen(SCN), "t.yaml", ".", &s, err, sizeof err), 0);
+    rpt_req r[16];
+    size_t n = build(r);
+    rpt p;
+    assert_int_equal(rpt_compute(&s, r, n, 5.0, &p), 0);
+    close_to(p.t[0].engine_ttft_s, -1, "unknown by default");
+    close_to(p.all.engine_ttft_s, -1, "all unknown by default");
+    char *buf = table_of(&s, &p);
+    assert_null(strstr(buf, "in the engine"));
+    free(buf);
+    rpt_engine_ttft_set(&p, 0, 0.3, 3);
+    close_to(p.t[0].engine_ttft_s, 0.1, "a's mean");
+    close_to(p.all.engine_ttft_s, -1, "all unknown while b, c are");
+    rpt_engine_ttft_set(&p, 1, 0.1, 2);
+    rpt_engine_ttft_set(&p, 2, 0.2, 1);
+    close_to(p.all.engine_ttft_s, 0.6 / 6, "pooled over six first tokens");
+    buf = table_of(&s, &p);
+    char want[96];
+    snprintf(want, sizeof want, " a 100.0 (+%.1f)", (p.t[0].ttft.mean - 0.1) * 1e3);
+    assert_non_null(strstr(buf, want));
+    free(buf);
+    char *js = rpt_json(&s, &p, r, n, "u", 1);
+    cJSON *j = cJSON_Parse(js);
+    cJSON *ta = cJSON_GetArrayItem(cJSON_GetObjectItem(j, "tenants"), 1);
+    close_to(cJSON_GetObjectItem(ta, "engine_ttft_mean_s")->valuedouble, 0.05, "json b");
+    close_to(cJSON_GetObjectItem(cJSON_GetObjectItem(j, "all"), "engine_ttft_mean_s")->valuedouble, 0.1, "json all");
+    cJSON_Delete(j);
+    free(js);
+    rpt_engine_ttft_set(&p, 1, -1, 0);
+    close_to(p.all.engine_ttft_s, -1, "unknown again");
+    rpt_free(&p);
+    rpt_reqs_free(r, n);
+    scn_free(&s);
+}
+
 /* rpt_compute is the exact accumulator: fed by hand, the same bytes. */
 static void test_acc_exact_is_compute(void **state) {
     (void)state;
@@ -873,7 +914,7 @@ int main(void) {
         cmocka_unit_test(test_percentile), cmocka_unit_test(test_jain),  cmocka_unit_test(test_slots),
         cmocka_unit_test(test_compute),    cmocka_unit_test(test_empty), cmocka_unit_test(test_status_names),
         cmocka_unit_test(test_gini),       cmocka_unit_test(test_all_row),
-        cmocka_unit_test(test_fairness_shown), cmocka_unit_test(test_cost),
+        cmocka_unit_test(test_fairness_shown), cmocka_unit_test(test_cost), cmocka_unit_test(test_engine_ttft),
         cmocka_unit_test(test_acc_exact_is_compute), cmocka_unit_test(test_acc_bounded),
         cmocka_unit_test(test_acc_bounded_edges), cmocka_unit_test(test_acc_short_run),
         cmocka_unit_test(test_plots), cmocka_unit_test(test_events_after_run),

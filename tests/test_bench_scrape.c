@@ -28,14 +28,15 @@
 #include "err.h"
 #include "testutil.h"
 
-/* Two rows as route_admin writes them: a priced model and an unpriced one. */
+/* Two rows as route_admin writes them: a priced model and an unpriced one,
+ * the second as a server before first_tokens and ttft_seconds_sum wrote it. */
 static const char TENANTS[] =
     "{\"object\":\"list\",\"data\":["
     "{\"model\":\"m\",\"tenant\":\"acme\",\"tier\":\"gold\",\"weight\":1,\"queued\":0,\"running\":0,"
     "\"swapped\":0,\"kv_blocks\":0,\"service\":120,\"prompt_tokens\":100,\"output_tokens\":20,"
     "\"engine_seconds\":1.500000,\"submitted\":5,\"completed\":4,\"cancelled\":1,\"failed\":0,"
-    "\"preempt_swap\":0,\"preempt_recompute\":0,\"price_per_hour\":3.6,\"cost\":0.0015,"
-    "\"cost_per_request\":0.000375,\"cost_per_1k_tokens\":0.0125},"
+    "\"preempt_swap\":0,\"preempt_recompute\":0,\"first_tokens\":4,\"ttft_seconds_sum\":0.125000,"
+    "\"price_per_hour\":3.6,\"cost\":0.0015,\"cost_per_request\":0.000375,\"cost_per_1k_tokens\":0.0125},"
     "{\"model\":\"u\",\"tenant\":\"acme\",\"tier\":\"gold\",\"weight\":1,\"queued\":0,\"running\":0,"
     "\"swapped\":0,\"kv_blocks\":0,\"service\":0,\"prompt_tokens\":7,\"output_tokens\":3,"
     "\"engine_seconds\":0.250000,\"submitted\":1,\"completed\":1,\"cancelled\":0,\"failed\":0,"
@@ -73,6 +74,10 @@ static void test_tenants_good(void **st) {
     assert_int_equal(t[0].completed, 4);
     assert_int_equal(t[0].prompt_tokens, 100);
     assert_int_equal(t[0].output_tokens, 20);
+    assert_int_equal(t[0].first_tokens, 4);
+    assert_true(t[0].ttft_sum_s == 0.125);
+    assert_int_equal(t[1].first_tokens, 0); /* not said: unknown */
+    assert_true(t[1].ttft_sum_s == -1);
     /* null: unknown, report.h's negative */
     assert_string_equal(t[1].model, "u");
     assert_true(t[1].cost == -1);
@@ -147,6 +152,10 @@ static const bad_case BAD[] = {
     {0, "\"price_per_hour\":3.6,", "", "/admin/tenants: data[0].price_per_hour: missing"},
     {0, "\"completed\":4", "\"completed\":4.5", "/admin/tenants: data[0].completed: expected a whole number in 0..2^53"},
     {0, "\"output_tokens\":3,", "", "/admin/tenants: data[1].output_tokens: missing"},
+    {0, "\"first_tokens\":4,", "", "/admin/tenants: data[0].first_tokens: missing"},
+    {0, "\"ttft_seconds_sum\":0.125000,", "", "/admin/tenants: data[0].ttft_seconds_sum: missing"},
+    {0, "\"ttft_seconds_sum\":0.125000", "\"ttft_seconds_sum\":-2", "/admin/tenants: data[0].ttft_seconds_sum: expected a number >= 0"},
+    {0, "\"first_tokens\":4", "\"first_tokens\":true", "/admin/tenants: data[0].first_tokens: expected a number >= 0"},
     {0, "\"tenant\":\"acme\"", "\"tenant\":\"\"", "/admin/tenants: data[0].tenant: expected a name of 1..47 bytes"},
     {0, "\"tenant\":\"acme\"", "\"tenant\":\"a-very-long-tenant-name-that-goes-past-the-limit-of-47\"",
      "/admin/tenants: data[0].tenant: expected a name of 1..47 bytes"},
@@ -215,11 +224,12 @@ static void test_totals(void **st) {
     (void)st;
     scr_tenant rows[4] = {
         {.name = "a", .model = "m", .engine_seconds = 2, .cost = 0.5, .price_per_hour = 900, .submitted = 3,
-         .completed = 2, .prompt_tokens = 10, .output_tokens = 5},
+         .completed = 2, .prompt_tokens = 10, .output_tokens = 5, .first_tokens = 2, .ttft_sum_s = 0.5},
         {.name = "a", .model = "u", .engine_seconds = 1, .cost = -1, .price_per_hour = -1, .submitted = 1,
-         .completed = 1, .prompt_tokens = 4, .output_tokens = 2},
-        {.name = "b", .model = "m", .engine_seconds = 4, .cost = 1, .price_per_hour = 900, .completed = 4},
-        {.name = "b", .model = "u", .engine_seconds = 0, .cost = -1, .price_per_hour = -1},
+         .completed = 1, .prompt_tokens = 4, .output_tokens = 2, .first_tokens = 1, .ttft_sum_s = 0.25},
+        {.name = "b", .model = "m", .engine_seconds = 4, .cost = 1, .price_per_hour = 900, .completed = 4,
+         .first_tokens = 4, .ttft_sum_s = 1},
+        {.name = "b", .model = "u", .engine_seconds = 0, .cost = -1, .price_per_hour = -1, .ttft_sum_s = -1},
     };
     scr_tenant t;
     assert_int_equal(scr_tenant_total(rows, 4, "a", NULL, &t), 2);
@@ -231,13 +241,18 @@ static void test_totals(void **st) {
     assert_int_equal(t.output_tokens, 7);
     assert_true(t.cost == -1);              /* a's second is on the unpriced model */
     assert_true(t.price_per_hour == -1);    /* two prices */
+    assert_int_equal(t.first_tokens, 3);
+    assert_true(t.ttft_sum_s == 0.75);
     assert_int_equal(scr_tenant_total(rows, 4, "a", "m", &t), 1);
     assert_true(t.cost == 0.5 && t.price_per_hour == 900 && t.engine_seconds == 2);
     assert_int_equal(scr_tenant_total(rows, 4, "b", NULL, &t), 2);
     assert_true(t.cost == 1);               /* b never ran on the unpriced model */
     assert_true(t.price_per_hour == -1);
+    assert_true(t.ttft_sum_s == -1);        /* a row that did not say */
+    assert_int_equal(scr_tenant_total(rows, 4, "b", "m", &t), 1);
+    assert_true(t.ttft_sum_s == 1 && t.first_tokens == 4);
     assert_int_equal(scr_tenant_total(rows, 4, "c", NULL, &t), 0);
-    assert_true(t.cost == -1 && t.engine_seconds == 0 && t.completed == 0);
+    assert_true(t.cost == -1 && t.engine_seconds == 0 && t.completed == 0 && t.ttft_sum_s == -1);
 }
 
 /* ---- scr_fetch against a one-shot loopback server ------------------------------ */

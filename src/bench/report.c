@@ -521,7 +521,7 @@ static int tenant_finish(rpt_acc *a, int ti, rpt *p, int ns, uint8_t *cov) {
     }
     f->backlogged_s = nslots;
     f->service_rate = nslots ? got / st->weight / nslots : 0;
-    f->engine_s = f->cost = -1;
+    f->engine_s = f->cost = f->engine_ttft_s = -1;
     return 0;
 }
 
@@ -551,7 +551,7 @@ static int all_finish(rpt_acc *a, rpt *p) {
     al->tok_s = run_s > 0 ? al->tokens_out / run_s : 0;
     al->req_s = run_s > 0 ? al->completed / run_s : 0;
     al->goodput_s = run_s > 0 ? al->slo_met / run_s : 0;
-    al->engine_s = al->cost = -1;
+    al->engine_s = al->cost = al->engine_ttft_s = -1;
     rpt_sink **k = malloc((size_t)n * sizeof *k);
     if (!k) return TS_ERR_NOMEM;
     rpt_dist *d[SK_N] = {&al->ttft, &al->tpot, &al->e2e, &al->itl};
@@ -665,6 +665,26 @@ void rpt_cost_set(rpt *p, int ti, double engine_s, double cost) {
     p->all.cost = c;
 }
 
+void rpt_engine_ttft_set(rpt *p, int ti, double sum_s, int64_t n) {
+    if (ti < 0 || ti >= p->n_tenants) return;
+    rpt_tenant *t = &p->t[ti];
+    t->engine_ttft_s = sum_s >= 0 && n > 0 ? sum_s / (double)n : -1;
+    t->engine_firsts = sum_s >= 0 && n > 0 ? n : 0;
+    double sum = 0;
+    int64_t all = 0;
+    for (int i = 0; i < p->n_tenants; i++) {
+        const rpt_tenant *u = &p->t[i];
+        if (!u->due) continue;
+        if (u->engine_ttft_s < 0 && u->completed) { /* unknown, not just none */
+            all = -1;
+            break;
+        }
+        if (u->engine_ttft_s >= 0) sum += u->engine_ttft_s * (double)u->engine_firsts, all += u->engine_firsts;
+    }
+    p->all.engine_ttft_s = all > 0 ? sum / (double)all : -1;
+    p->all.engine_firsts = all > 0 ? all : 0;
+}
+
 const char *rpt_status_name(int status, char *buf) {
     switch (status) {
     case RPT_ST_TRANSPORT: return "transport";
@@ -735,6 +755,21 @@ static void counts_row(FILE *f, const char *name, const rpt_tenant *t, int backl
                 t->ttft_censored);
 }
 
+/* Where the server said: each tenant's mean TTFT inside the engine, and
+ * beside it the part of the measured mean outside it. */
+static void engine_ttft_line(FILE *f, const scn *s, const rpt *p) {
+    if (p->all.engine_ttft_s < 0) return;
+    fprintf(f, "TTFT mean in the engine, ms (from hand-over to the first token, as the server counts it; "
+               "+ the rest of the measured mean):");
+    for (int i = 0; i < p->n_tenants; i++) {
+        const rpt_tenant *t = &p->t[i];
+        if (t->due && t->engine_ttft_s >= 0 && t->ttft.n)
+            fprintf(f, " %s %.1f (+%.1f)", s->tenants[i].name, t->engine_ttft_s * 1e3,
+                    (t->ttft.mean - t->engine_ttft_s) * 1e3);
+    }
+    fputc('\n', f);
+}
+
 static void latency_row(FILE *f, const char *name, const rpt_tenant *t) {
     char ttft[48], tpot[48], itl[48], e2e[48];
     ms4(ttft, sizeof ttft, &t->ttft);
@@ -765,6 +800,7 @@ void rpt_table(FILE *f, const scn *s, const rpt *p) {
     if (p->bounded)
         fprintf(f, "(percentiles from log histograms, within %.2g%% of exact; mean and max exact)\n",
                 RPT_HIST_ALPHA * 100);
+    engine_ttft_line(f, s, p);
     fprintf(f, "\nrun %.1f s: %d due, %d sent, %d completed, %d errors; %.2f requests/s, goodput %.2f requests/s; "
                "send lag p99 %.1f ms, max %.1f ms\n",
             p->run_s, p->due, p->sent, p->completed, p->errors, p->all.req_s, p->all.goodput_s, p->lag_p99 * 1e3,
@@ -828,6 +864,7 @@ static void figures_json(cJSON *o, const rpt_tenant *t, int backlog_known) {
     num_or_null(o, "cost", t->cost, t->cost >= 0);
     num_or_null(o, "cost_per_request", cost_per_req(t), cost_per_req(t) >= 0);
     num_or_null(o, "cost_per_1k_tokens", cost_per_1k(t), cost_per_1k(t) >= 0);
+    num_or_null(o, "engine_ttft_mean_s", t->engine_ttft_s, t->engine_ttft_s >= 0);
 }
 
 char *rpt_json(const scn *s, const rpt *p, const rpt_req *r, size_t n, const char *url, uint64_t seed) {

@@ -150,6 +150,9 @@ typedef struct rpt_tenant {
     double service_rate;      /* service in those slots / weight / backlogged_s */
     double engine_s;          /* s of engine time attributed; < 0 unknown */
     double cost;              /* currency units; < 0 unknown */
+    double engine_ttft_s;     /* s; mean TTFT as the engine measured it (hand-over to
+                                 first token); < 0 unknown (rpt_engine_ttft_set) */
+    int64_t engine_firsts;    /* the first tokens that mean is over */
     rpt_cdf ttft_cdf, tpot_cdf;   /* for plots; empty in the all row */
 } rpt_tenant;
 
@@ -287,6 +290,13 @@ void rpt_free(rpt *p);
  * unknown, and redo the all-tenants row's: their sums, or unknown when any
  * tenant with requests due is unknown. */
 void rpt_cost_set(rpt *p, int ti, double engine_s, double cost);
+
+/* Set tenant ti's engine-side TTFT: sum_s over n first tokens (sum_s < 0
+ * unknown), and redo the all-tenants row's (the mean over every tenant's
+ * first tokens, unknown when any tenant with requests due is). The
+ * tenant's mean TTFT less it is the time outside the engine (README,
+ * "GET /admin/tenants"). */
+void rpt_engine_ttft_set(rpt *p, int ti, double sum_s, int64_t n);
 
 /* The per-tenant tables (counts and rates; latencies), an all-tenants row
  * in each, a legend, the run's totals and the fairness line;

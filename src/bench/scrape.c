@@ -209,7 +209,14 @@ static int parse_tenant(const where *w, const cJSON *o, scr_tenant *t) {
         get_count(w, o, "completed", &t->completed) || get_count(w, o, "prompt_tokens", &t->prompt_tokens) ||
         get_count(w, o, "output_tokens", &t->output_tokens))
         return TS_ERR_INVAL;
-    return 0;
+    /* Optional together: servers before them did not say. */
+    t->first_tokens = 0;
+    t->ttft_sum_s = -1;
+    if (!cJSON_GetObjectItemCaseSensitive(o, "first_tokens") && !cJSON_GetObjectItemCaseSensitive(o, "ttft_seconds_sum"))
+        return 0;
+    return get_count(w, o, "first_tokens", &t->first_tokens) || get_num(w, o, "ttft_seconds_sum", 0, 0, &t->ttft_sum_s)
+               ? TS_ERR_INVAL
+               : 0;
 }
 
 /* The cost_model object of a model entry. */
@@ -309,12 +316,13 @@ int scr_parse_models(const char *text, size_t len, scr_model **rows, size_t *n, 
 size_t scr_tenant_total(const scr_tenant *rows, size_t n, const char *tenant, const char *model, scr_tenant *out) {
     memset(out, 0, sizeof *out);
     out->cost = out->price_per_hour = -1;
+    out->ttft_sum_s = -1;
     if (!rows || !tenant) return 0;
     snprintf(out->name, sizeof out->name, "%s", tenant);
     if (model) snprintf(out->model, sizeof out->model, "%s", model);
     size_t k = 0;
-    int cost_known = 1, price_same = 1;
-    double cost = 0, price = -1;
+    int cost_known = 1, price_same = 1, ttft_known = 1;
+    double cost = 0, price = -1, ttft = 0;
     for (size_t i = 0; i < n; i++) {
         const scr_tenant *r = &rows[i];
         if (strcmp(r->name, tenant) || (model && strcmp(r->model, model))) continue;
@@ -323,6 +331,9 @@ size_t scr_tenant_total(const scr_tenant *rows, size_t n, const char *tenant, co
         out->completed += r->completed;
         out->prompt_tokens += r->prompt_tokens;
         out->output_tokens += r->output_tokens;
+        out->first_tokens += r->first_tokens;
+        if (r->ttft_sum_s >= 0) ttft += r->ttft_sum_s;
+        else ttft_known = 0;
         /* An unpriced model where the tenant ran nothing costs it nothing
          * either way; where it ran, its share of the cost is unknown. */
         if (r->cost >= 0) cost += r->cost;
@@ -332,6 +343,7 @@ size_t scr_tenant_total(const scr_tenant *rows, size_t n, const char *tenant, co
         k++;
     }
     if (k && cost_known) out->cost = cost;
+    if (k && ttft_known) out->ttft_sum_s = ttft;
     if (k && price_same && price >= 0) out->price_per_hour = price;
     return k;
 }

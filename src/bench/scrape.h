@@ -44,6 +44,10 @@ typedef struct scr_tenant {
     double price_per_hour;          /* the model's; -1 unknown */
     uint64_t submitted, completed;  /* requests */
     uint64_t prompt_tokens, output_tokens; /* processed (recompute included) */
+    uint64_t first_tokens;          /* requests that had a first token */
+    double ttft_sum_s;              /* s from hand-over to the engine to the first
+                                       token, summed over those; -1 unknown (a
+                                       server before these fields) */
 } scr_tenant;
 
 /* One entry of /admin/models. */
@@ -94,7 +98,8 @@ int scr_parse_tenants(const char *text, size_t len, scr_tenant **rows, size_t *n
 int scr_parse_models(const char *text, size_t len, scr_model **rows, size_t *n, char *err, size_t errlen);
 
 /* A tenant's totals over the rows of one model (model non-NULL) or of
- * every model (NULL): engine seconds, requests and tokens add up; cost
+ * every model (NULL): engine seconds, requests, tokens and first tokens
+ * with their TTFT sum add up (the sum unknown when a row's is); cost
  * adds up too, and is unknown (-1) when any row that holds engine time has
  * an unknown cost (an unpriced model's share would be missing from the
  * sum); price_per_hour is the rows' one price, or -1 when they differ or

@@ -135,10 +135,10 @@ static scr_tenant *admin_rows(const char *url, size_t *n) {
     return rows;
 }
 
-/* Each tenant's engine time and cost over the run: the server's counters
- * after it less before it, matched by tenant name, on the scenario's model
- * only (bench sends nothing else; a tenant's use of other models on the
- * same server is not this run's). */
+/* Each tenant's engine time, cost and engine-side TTFT over the run: the
+ * server's counters after it less before it, matched by tenant name, on
+ * the scenario's model only (bench sends nothing else; a tenant's use of
+ * other models on the same server is not this run's). */
 static void admin_costs(const scn *s, rpt *p, const scr_tenant *b, size_t nb, const scr_tenant *a, size_t na) {
     for (int i = 0; i < s->n_tenants; i++) {
         scr_tenant x, y;
@@ -146,6 +146,9 @@ static void admin_costs(const scn *s, rpt *p, const scr_tenant *b, size_t nb, co
         scr_tenant_total(b, nb, s->tenants[i].name, s->model, &x);
         double cost = y.cost >= 0 && x.cost >= 0 ? y.cost - x.cost : -1;
         rpt_cost_set(p, i, y.engine_seconds - x.engine_seconds, cost);
+        int known = y.ttft_sum_s >= 0 && x.ttft_sum_s >= 0 && y.first_tokens >= x.first_tokens;
+        rpt_engine_ttft_set(p, i, known ? y.ttft_sum_s - x.ttft_sum_s : -1,
+                            known ? (int64_t)(y.first_tokens - x.first_tokens) : 0);
     }
 }
 

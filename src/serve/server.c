@@ -1418,9 +1418,14 @@ static void put_tenant_cost(strbuf *b, const cfg_model *cm, const sched_tenant_s
     put_num(b, "cost_per_1k_tokens", 9, tokens > 0 ? cost / tokens * 1000 : NAN);
 }
 
-/* One tenant's row of /admin/tenants. */
-static void put_tenant_row(strbuf *b, const cfg *c, int m, size_t i, const sched_tenant_stats *st) {
+/* One tenant's row of /admin/tenants; first_tokens and ttft_seconds_sum
+ * are the engine's side of its TTFT (wk_tenant_ttft). */
+static void put_tenant_row(strbuf *b, const srv *s, int m, size_t i, const sched_tenant_stats *st) {
+    const cfg *c = s->c;
     const cfg_tenant *t = &c->tenants[i];
+    double ttft_s;
+    uint64_t firsts;
+    wk_tenant_ttft(s->models[m].w, (int32_t)i, &ttft_s, &firsts);
     strbuf_printf(b,
         "%s{\"model\":\"%s\",\"tenant\":\"%s\",\"tier\":\"%s\",\"weight\":%g,\"queued\":%d,\"running\":%d,"
         "\"swapped\":%d,\"kv_blocks\":%d,\"service\":%.0f,\"prompt_tokens\":%llu,\"output_tokens\":%llu,"
@@ -1432,6 +1437,7 @@ static void put_tenant_row(strbuf *b, const cfg *c, int m, size_t i, const sched
         st->engine_us / 1e6, (unsigned long long)st->submitted, (unsigned long long)st->completed,
         (unsigned long long)st->cancelled, (unsigned long long)st->failed,
         (unsigned long long)st->preempt_swap, (unsigned long long)st->preempt_recompute);
+    strbuf_printf(b, ",\"first_tokens\":%llu,\"ttft_seconds_sum\":%.6f", (unsigned long long)firsts, ttft_s);
     put_tenant_cost(b, &c->models[m], st);
     strbuf_puts(b, "}");
 }
@@ -1449,7 +1455,7 @@ static enum MHD_Result route_admin(conn *c) {
     for (int m = 0; m < s->n_models; m++) {
         sched_stats pool;
         wk_snapshot(s->models[m].w, st, &pool);
-        for (size_t i = 0; i < nt; i++) put_tenant_row(&b, s->c, m, i, &st[i]);
+        for (size_t i = 0; i < nt; i++) put_tenant_row(&b, s, m, i, &st[i]);
     }
     free(st);
     strbuf_puts(&b, "]}");

@@ -27,6 +27,12 @@
 #include "err.h"
 #include "tokspecial.h"
 
+/* A tenant's first tokens: how many, and their summed wait since wk_submit. */
+typedef struct wk_ttft {
+    int64_t sum_us;
+    uint64_t n;
+} wk_ttft;
+
 struct wk_worker {
     wk_opts o;
     sched_tier *tiers;
@@ -77,6 +83,7 @@ struct wk_worker {
     pthread_mutex_t snap_mu;
     sched_tenant_stats *snap;
     sched_stats snap_pool;
+    wk_ttft *ttft;          /* (n_tenants) first tokens, under snap_mu (wk_tenant_ttft) */
     uint64_t *remote;       /* (n_tenants) the fleet's figures (wk_fleet_remote), under snap_mu */
     uint8_t *fleet_queued;  /* (n_tenants) ... queued on another replica */
     uint64_t *fleet_key;    /* (n_tenants) ... and its least key there */
@@ -278,13 +285,14 @@ static int alloc_buffers(wk_worker *w) {
     w->results = calloc(seqs, sizeof(sched_item_result));
     w->by_slot = calloc((size_t)w->o.max_requests, sizeof(wk_req *));
     w->snap = calloc((size_t)(w->o.n_tenants > 0 ? w->o.n_tenants : 1), sizeof(sched_tenant_stats));
+    w->ttft = calloc((size_t)(w->o.n_tenants > 0 ? w->o.n_tenants : 1), sizeof(wk_ttft));
     w->remote = calloc((size_t)(w->o.n_tenants > 0 ? w->o.n_tenants : 1), sizeof(uint64_t));
     w->fleet_queued = calloc((size_t)(w->o.n_tenants > 0 ? w->o.n_tenants : 1), sizeof(uint8_t));
     w->fleet_key = calloc((size_t)(w->o.n_tenants > 0 ? w->o.n_tenants : 1), sizeof(uint64_t));
     size_t swap = w->o.swap_bytes / w->block_bytes * w->block_bytes;
     w->host = swap ? malloc(swap) : NULL;
     if (!w->seqs || !w->rows || (!w->em && !w->logits) || (w->em && !w->eout) || !w->etok || !w->elen ||
-        !w->eitem || !w->results || !w->by_slot || !w->snap || !w->remote || !w->fleet_queued ||
+        !w->eitem || !w->results || !w->by_slot || !w->snap || !w->ttft || !w->remote || !w->fleet_queued ||
         !w->fleet_key || (swap && !w->host))
         return TS_ERR_NOMEM;
     if (!w->em && ((w->first_row = calloc(seqs, sizeof(int32_t))) == NULL || collect_end_ids(w)))
@@ -486,7 +494,7 @@ void wk_free(wk_worker *w) {
     smp_deinit(&w->scratch);
     free(w->seqs); free(w->rows); free(w->logits); free(w->end_ids); free(w->first_row); free(w->results); free(w->by_slot);
     free(w->etok); free(w->elen); free(w->eitem); free(w->eout);
-    free(w->snap); free(w->remote); free(w->fleet_queued); free(w->fleet_key); free(w->host); free(w->tiers); free(w->tenants);
+    free(w->snap); free(w->ttft); free(w->remote); free(w->fleet_queued); free(w->fleet_key); free(w->host); free(w->tiers); free(w->tenants);
     for (int i = 0; w->pub && i < w->o.n_shared_prefixes; i++) free(w->pub[i].p);
     free(w->pub);
     pthread_cond_destroy(&w->cv);
@@ -572,6 +580,16 @@ void wk_snapshot(wk_worker *w, sched_tenant_stats *tenants, sched_stats *pool) {
     pthread_mutex_lock(&w->snap_mu);
     if (tenants) memcpy(tenants, w->snap, (size_t)w->o.n_tenants * sizeof(sched_tenant_stats));
     if (pool) *pool = w->snap_pool;
+    pthread_mutex_unlock(&w->snap_mu);
+}
+
+void wk_tenant_ttft(wk_worker *w, int32_t tenant, double *sum_s, uint64_t *n) {
+    *sum_s = 0;
+    *n = 0;
+    if (tenant < 0 || tenant >= w->o.n_tenants) return;
+    pthread_mutex_lock(&w->snap_mu);
+    *sum_s = (double)w->ttft[tenant].sum_us / 1e6;
+    *n = w->ttft[tenant].n;
     pthread_mutex_unlock(&w->snap_mu);
 }
 
@@ -796,6 +814,12 @@ static void sample_item(wk_worker *w, wk_req *r, float *row, sched_item_result *
     outbox_append(r, txt, n);
     notify(r);
     pthread_mutex_unlock(&r->mu);
+    if (first && r->tenant >= 0 && r->tenant < w->o.n_tenants) {
+        pthread_mutex_lock(&w->snap_mu);
+        w->ttft[r->tenant].sum_us += now - r->arrival_us;
+        w->ttft[r->tenant].n++;
+        pthread_mutex_unlock(&w->snap_mu);
+    }
     if (w->o.hooks.on_token) w->o.hooks.on_token(w->o.hooks.ctx, r, now, first);
     r->last_token_us = now;
 }

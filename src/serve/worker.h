@@ -247,6 +247,14 @@ void wk_drain(wk_worker *w, int64_t grace_us);
 /* Copy of the latest per-tenant stats (n_tenants entries) and pool state. */
 void wk_snapshot(wk_worker *w, sched_tenant_stats *tenants, sched_stats *pool);
 
+/* A tenant's time to first token as the engine saw it: OUT sum_s, the
+ * seconds from each request's wk_submit to its first token, summed over
+ * the n requests that have had one (generation only). A client's TTFT
+ * less this is what lies outside the engine: HTTP, tokenization, the
+ * stream's first write (bench/sim_real.sh reads it to offset simulated
+ * TTFTs). 0 and 0 for a tenant out of range. Any thread. */
+void wk_tenant_ttft(wk_worker *w, int32_t tenant, double *sum_s, uint64_t *n);
+
 /* How long the engine loop's current turn has run at now_us (us), 0
  * while the loop sleeps waiting for work. A turn is one scheduler step
  * with its forward pass and bookkeeping, so this stays within a step's

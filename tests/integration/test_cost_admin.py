@@ -8,6 +8,9 @@ the real `tessera serve` on 127.0.0.1 (issue 15):
   /admin/tenants' cost of every row equals engine_seconds x price / 3600
   (to the printed rounding), cost_per_request and cost_per_1k_tokens follow
   from it, and the unknown model's row has null price and costs;
+- every row's first_tokens counts its completed requests, and its
+  ttft_seconds_sum (the engine's side of TTFT) is more than nothing and
+  less than the requests' whole time as the client measured it;
 - /metrics has tessera_tenant_cost_total{tenant, model} equal to that cost
   and tessera_model_price_per_hour for the priced models, and neither for
   the unknown one;
@@ -22,6 +25,7 @@ import json
 import math
 import os
 import sys
+import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -29,6 +33,7 @@ from harness import Env, Model, Server, Tenant, get_metrics, make_model, metric_
 
 ENV = Env("cost_admin_test")
 S = None
+WALL = {}  # (model, tenant): seconds the client waited for its requests
 PRICE = {"priced": 3.6, "inherits": 1.8, "unknown": None}
 GEOMETRY = {"block_size": 8, "max_seqs": 4, "budget_min": 16, "budget_max": 128}
 KV_BYTES, SWAP_BYTES = 4 << 20, 1 << 20
@@ -50,11 +55,13 @@ def setUpModule():
     for model in PRICE:
         for tenant, n in (("a", 3), ("b", 1)):
             for i in range(n):
+                t0 = time.monotonic()
                 r = request(S.port, "POST", "/v1/completions",
                             {"model": model, "prompt": "cost test %d %s" % (i, tenant), "max_tokens": 5,
                              "temperature": 0}, key=S.key(tenant))
                 if r.status != 200:
                     raise AssertionError(r)
+                WALL[(model, tenant)] = WALL.get((model, tenant), 0) + time.monotonic() - t0
 
 
 def tearDownModule():
@@ -107,6 +114,12 @@ class Cost(unittest.TestCase):
             self.assertTrue(close(d["cost_per_request"], d["cost"] / d["completed"]), d)
             tokens = d["prompt_tokens"] + d["output_tokens"]
             self.assertTrue(close(d["cost_per_1k_tokens"], d["cost"] / tokens * 1000), d)
+
+    def test_1b_engine_ttft(self):
+        for d in settled_rows():
+            self.assertEqual(d["first_tokens"], d["completed"], d)
+            self.assertGreater(d["ttft_seconds_sum"], 0, d)
+            self.assertLess(d["ttft_seconds_sum"], WALL[(d["model"], d["tenant"])], d)
 
     def test_2_metrics_cost(self):
         rows = settled_rows()
