@@ -325,6 +325,43 @@ static void test_budget(void **st) {
     assert_int_equal(cost_budget_for(&m, 1499.5, 0, 0, 0, 0, 100000), 499);
 }
 
+/* cost_budget_for against a scan of every budget: the largest t in
+ * [lo, hi] whose prediction fits, else lo; over random fits, some with
+ * no prefill or no attention cost (a root of a line, or none), and
+ * targets on both sides of every boundary. */
+static void test_budget_scan(void **st) {
+    (void)st;
+    rng r = {11};
+    for (int k = 0; k < 3000; k++) {
+        double th[4] = {rng_unif(&r) * 5000, rng_unif(&r) * 50, rng_unif(&r) * 500, rng_unif(&r) * 0.05};
+        if (k % 5 == 1) th[1] = 0;
+        if (k % 7 == 2) th[3] = 0;
+        if (k % 11 == 3) th[1] = th[3] = 0;
+        cost_model m;
+        assert_int_equal(cost_init(&m, th, 0.99, 1, 1), 0);
+        double nd = rng_int(&r, 0, 64), ctx = rng_int(&r, 0, 100000), pos = rng_int(&r, 0, 4000);
+        int lo = rng_int(&r, 0, 64), hi = lo + rng_int(&r, 0, 1500);
+        int want = lo;
+        cost_features f = {0, nd, 0};
+        /* A target between two budgets' predictions, or anywhere in the
+         * range. (Not at one: a prediction inlined into cost.c may round
+         * its fused multiply-adds differently from this call by an ulp.) */
+        int at = rng_int(&r, lo, hi);
+        f.prefill_tokens = at;
+        f.context_tokens = ctx + cost_attended(pos, at);
+        double p_at = cost_predict_us(&m, &f);
+        f.prefill_tokens = at + 1;
+        f.context_tokens = ctx + cost_attended(pos, at + 1);
+        double target = k % 2 ? (p_at + cost_predict_us(&m, &f)) / 2 : rng_unif(&r) * 2 * p_at;
+        for (int t = lo; t <= hi; t++) {
+            f.prefill_tokens = t;
+            f.context_tokens = ctx + cost_attended(pos, t);
+            if (cost_predict_us(&m, &f) <= target) want = t;
+        }
+        assert_int_equal(cost_budget_for(&m, target, nd, ctx, pos, lo, hi), want);
+    }
+}
+
 static void test_swap_recompute_hand(void **st) {
     (void)st;
     cost_model m;
@@ -455,7 +492,7 @@ int main(void) {
         cmocka_unit_test(test_no_windup),
         cmocka_unit_test(test_skip_when_certain),
         cmocka_unit_test(test_never_negative),
-        cmocka_unit_test(test_budget),
+        cmocka_unit_test(test_budget), cmocka_unit_test(test_budget_scan),
         cmocka_unit_test(test_swap_recompute_hand),
         cmocka_unit_test(test_deterministic),
         cmocka_unit_test(test_recorded_drain),

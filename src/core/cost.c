@@ -224,6 +224,24 @@ static double budget_pred(const cost_model *m, int t, double decode_seqs,
     return cost_predict_us(m, &f);
 }
 
+/* The floor of the positive root of the budget's quadratic (see
+ * cost_budget_for), clamped to [lo, hi - 1]: where lo fits, c <= 0. The
+ * root is taken as 2 (-c) / (l + sqrt(l^2 - 4 q c)), which has no
+ * cancellation for q near 0. */
+static int budget_root(const cost_model *m, double target_us, double decode_seqs,
+                       double context_tokens, double prefill_pos, int lo, int hi) {
+    const double *th = m->theta;
+    double q = th[3] / COST_SCALE_CONTEXT * 0.5;
+    double l = th[1] / COST_SCALE_PREFILL + th[3] / COST_SCALE_CONTEXT * (prefill_pos + 0.5);
+    double c = th[0] + th[2] * (decode_seqs / COST_SCALE_DECODE) + th[3] * (context_tokens / COST_SCALE_CONTEXT) -
+               target_us;
+    double disc = l * l - 4.0 * q * c, den = l + sqrt(disc > 0.0 ? disc : 0.0);
+    double r = den > 0.0 && c < 0.0 ? -2.0 * c / den : (double)lo;
+    if (!(r >= (double)lo)) return lo;   /* NaN too */
+    if (r >= (double)(hi - 1)) return hi - 1;
+    return (int)r;
+}
+
 int cost_budget_for(const cost_model *m, double target_us, double decode_seqs,
                     double context_tokens, double prefill_pos, int lo, int hi) {
     if (!m || lo < 0 || lo > hi) return TS_ERR_INVAL;
@@ -232,15 +250,15 @@ int cost_budget_for(const cost_model *m, double target_us, double decode_seqs,
     if (budget_pred(m, hi, decode_seqs, context_tokens, prefill_pos) <= target_us)
         return hi;
     /* Invariant: lo fits, hi does not. The prediction is non-decreasing in t
-     * because theta >= 0, so the boundary is unique. */
-    while (hi - lo > 1) {
-        int mid = lo + (hi - lo) / 2;
-        if (budget_pred(m, mid, decode_seqs, context_tokens, prefill_pos) <= target_us)
-            lo = mid;
-        else
-            hi = mid;
-    }
-    return lo;
+     * because theta >= 0, so the boundary is unique. Unfloored, it is the
+     * quadratic q t^2 + l t + k in t (cost_attended), so the root of
+     * q t^2 + l t + (k - target) = 0 lands next to the boundary; a search
+     * from there with the prediction itself finds it exactly, in two or
+     * three predictions where bisection takes log2(hi - lo). */
+    int t = budget_root(m, target_us, decode_seqs, context_tokens, prefill_pos, lo, hi);
+    while (t + 1 < hi && budget_pred(m, t + 1, decode_seqs, context_tokens, prefill_pos) <= target_us) t++;
+    while (t > lo && !(budget_pred(m, t, decode_seqs, context_tokens, prefill_pos) <= target_us)) t--;
+    return t;
 }
 
 void cost_theta(const cost_model *m, double out[4]) {

@@ -207,7 +207,7 @@ double cost_recompute_us(const cost_model *m, double context_tokens);
  * makes this an upper bound whichever way the budget is split among them.
  * Returns lo when even lo tokens miss the target (the step must still make
  * progress), hi when hi fits, or TS_ERR_INVAL for a NULL m, lo < 0 or
- * lo > hi. Binary search, O(log(hi - lo)) predictions. */
+ * lo > hi. A few predictions around the closed-form root (cost.c). */
 int cost_budget_for(const cost_model *m, double target_us, double decode_seqs,
                     double context_tokens, double prefill_pos, int lo, int hi);
 
