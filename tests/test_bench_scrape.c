@@ -50,7 +50,7 @@ static const char MODELS[] =
     "\"cost_model\":{\"a_us\":1500,\"b_us_per_prefill_token\":20.5,\"c_us_per_decode_seq\":300,"
     "\"d_us_per_attended_position\":0.01,\"err_us\":42.5,\"steps\":70,\"copy_bytes_per_us\":1000,"
     "\"err_autocorr\":0.75},"
-    "\"price_per_hour\":2.5},"
+    "\"price_per_hour\":2.5,\"step_ratio\":{\"steps\":70,\"levels\":[0.1,0.5,0.99],\"quantiles\":[0.8,1,2.5]}},"
     "{\"model\":\"e\",\"kind\":\"embedding\",\"policy\":\"fair\",\"context_length\":512,"
     "\"n_blocks\":64,\"block_size\":16,\"block_bytes\":0,\"swap_blocks\":0,\"max_seqs\":8,"
     "\"budget_min\":64,\"budget_max\":512,\"kv_high\":0.85,\"kv_low\":0.7,\"kv_used\":0,\"steps\":0,"
@@ -122,6 +122,10 @@ static void test_models_good(void **st) {
     assert_true(m[0].err_us == 42.5);
     assert_true(m[0].err_autocorr == 0.75);
     assert_true(m[1].err_autocorr == 0); /* absent: an older server */
+    assert_int_equal(m[0].n_ratio, 3);
+    assert_int_equal(m[0].ratio_steps, 70);
+    assert_true(m[0].ratio_level[2] == 0.99 && m[0].ratio_q[0] == 0.8 && m[0].ratio_q[2] == 2.5);
+    assert_int_equal(m[1].n_ratio, 0);   /* absent too */
     assert_int_equal(m[0].fit_steps, 70);
     assert_true(m[0].copy_bytes_per_us == 1000);
     assert_true(m[0].price_per_hour == 2.5);
@@ -180,6 +184,14 @@ static const bad_case BAD[] = {
     {1, "\"kv_low\":0.7", "\"kv_low\":0.9", "/admin/models: data[0].kv_low: expected kv_low <= kv_high <= 1"},
     {1, "\"price_per_hour\":2.5", "\"price_per_hour\":\"2.5\"", "/admin/models: data[0].price_per_hour: expected a number >= 0 or null"},
     {1, "\"steps\":77,", "", "/admin/models: data[0].steps: missing"},
+    {1, "\"step_ratio\":{", "\"step_ratio\":[],\"x\":{", "/admin/models: data[0].step_ratio: expected an object"},
+    {1, "{\"steps\":70,\"levels\"", "{\"levels\"", "/admin/models: data[0].step_ratio.steps: missing"},
+    {1, "[0.1,0.5,0.99]", "[0.5,0.1,0.99]", "/admin/models: data[0].step_ratio.levels: expected ascending numbers in (0, 1)"},
+    {1, "[0.1,0.5,0.99]", "[0.1,0.5,1]", "/admin/models: data[0].step_ratio.levels: expected ascending numbers in (0, 1)"},
+    {1, "[0.1,0.5,0.99]", "[]", "/admin/models: data[0].step_ratio.levels: expected a list of 1..32 numbers"},
+    {1, "[0.8,1,2.5]", "[0.8,1]", "/admin/models: data[0].step_ratio.quantiles: expected a list of 3 numbers, as many as levels"},
+    {1, "[0.8,1,2.5]", "[0.8,0.7,2.5]", "/admin/models: data[0].step_ratio.quantiles: expected non-decreasing numbers > 0"},
+    {1, "[0.8,1,2.5]", "[0,1,2.5]", "/admin/models: data[0].step_ratio.quantiles: expected non-decreasing numbers > 0"},
 };
 
 /* The good answer with one replacement. */

@@ -362,6 +362,41 @@ static void test_budget_scan(void **st) {
     }
 }
 
+/* The spread of step times around the predictions: quantiles within a
+ * bin (2.2%) of the exact ones, the ends clamped, bad input ignored. */
+static void test_ratio(void **st) {
+    (void)st;
+    static cost_ratio_hist h;
+    memset(&h, 0, sizeof h);
+    assert_true(cost_ratio_quantile(&h, 0.5) == 1.0);   /* nothing counted */
+    for (int i = 0; i < 1000; i++) cost_ratio_add(&h, 5000, 5000);
+    assert_int_equal(h.n, 1000);
+    for (int k = 0; k < COST_RATIO_NQ; k++) {
+        double r = cost_ratio_quantile(&h, cost_ratio_levels[k]);
+        assert_true(r > 1 / 1.0221 && r < 1.0221);
+    }
+    /* Log-uniform over [0.5, 2): the q quantile is 0.5 x 4^q. */
+    memset(&h, 0, sizeof h);
+    for (int i = 0; i < 100000; i++) cost_ratio_add(&h, 100 * 0.5 * pow(4, (i + 0.5) / 100000), 100);
+    for (double q = 0.01; q < 1; q += 0.01) {
+        double want = 0.5 * pow(4, q), got = cost_ratio_quantile(&h, q);
+        assert_true(fabs(got / want - 1) < 0.0221);
+    }
+    /* Beyond the ends: in the end bins. */
+    memset(&h, 0, sizeof h);
+    cost_ratio_add(&h, 1, 1000);     /* 0.001 */
+    cost_ratio_add(&h, 1000, 1);     /* 1000 */
+    assert_true(cost_ratio_quantile(&h, 0) >= COST_RATIO_MIN && cost_ratio_quantile(&h, 0.25) < COST_RATIO_MIN * 1.03);
+    assert_true(cost_ratio_quantile(&h, 1) <= COST_RATIO_MAX && cost_ratio_quantile(&h, 0.9) > COST_RATIO_MAX / 1.03);
+    /* Not counted: NaN, infinite, zero or negative times. */
+    cost_ratio_add(&h, NAN, 1);
+    cost_ratio_add(&h, 1, INFINITY);
+    cost_ratio_add(&h, 0, 1);
+    cost_ratio_add(&h, 1, -1);
+    assert_int_equal(h.n, 2);
+    for (int k = 1; k < COST_RATIO_NQ; k++) assert_true(cost_ratio_levels[k] > cost_ratio_levels[k - 1]);
+}
+
 static void test_swap_recompute_hand(void **st) {
     (void)st;
     cost_model m;
@@ -492,7 +527,7 @@ int main(void) {
         cmocka_unit_test(test_no_windup),
         cmocka_unit_test(test_skip_when_certain),
         cmocka_unit_test(test_never_negative),
-        cmocka_unit_test(test_budget), cmocka_unit_test(test_budget_scan),
+        cmocka_unit_test(test_budget), cmocka_unit_test(test_budget_scan), cmocka_unit_test(test_ratio),
         cmocka_unit_test(test_swap_recompute_hand),
         cmocka_unit_test(test_deterministic),
         cmocka_unit_test(test_recorded_drain),

@@ -484,15 +484,18 @@ static void test_bounded_matches_exact(void **state) {
     free(ev);
 }
 
-/* Step noise in runs (AR(1)) spreads requests' TPOT far more than the same
- * noise step by step, which a request's many steps average away. */
-static double tpot_spread(double rho) {
+/* One request at a time (every 50 ms, 30 steps of ~1 ms) on an instance
+ * with noise of noise_us and rho, or the spread of nq levels (sim_inst):
+ * the tenant's TPOT into *out. Returns sim_run's answer. */
+static int tpot_run(double noise_us, double rho, int nq, const double *lv, const double *q, rpt_dist *out) {
     sim_tenant t;
     tenant(&t, "a", 0);
     sim_inst in;
     inst(&in, "i0", 0, 1000, SCHED_POLICY_FAIR);
-    in.noise_us = 300;
+    in.noise_us = noise_us;
     in.noise_rho = rho;
+    in.noise_nq = nq;
+    for (int k = 0; k < nq && k < SIM_NOISE_MAXQ; k++) in.noise_level[k] = lv[k], in.noise_q[k] = q[k];
     sim_fleet f = {&TIER, 1, &t, 1, &in, 1, 0};
     arr_event ev[200];
     for (int i = 0; i < 200; i++) ev[i] = (arr_event){.t_s = 0.05 * i, .prompt_tokens = 8, .output_tokens = 30};
@@ -503,11 +506,19 @@ static double tpot_spread(double rho) {
     sim_source src = {arr_next, &s};
     sim_opts o = {.until_s = 20, .drain_s = 10, .seed = 5};
     char err[256];
-    assert_int_equal(sim_run(&f, &rs, &src, &o, &r, err, sizeof err), 0);
-    double spread = r.report.t[0].tpot.p99 / r.report.t[0].tpot.p50;
-    sim_result_free(&r);
+    int rc = sim_run(&f, &rs, &src, &o, &r, err, sizeof err);
+    if (!rc) *out = r.report.t[0].tpot;
+    if (!rc) sim_result_free(&r);
     scn_free(&rs);
-    return spread;
+    return rc;
+}
+
+/* Step noise in runs (AR(1)) spreads requests' TPOT far more than the same
+ * noise step by step, which a request's many steps average away. */
+static double tpot_spread(double rho) {
+    rpt_dist d;
+    assert_int_equal(tpot_run(300, rho, 0, NULL, NULL, &d), 0);
+    return d.p99 / d.p50;
 }
 
 static void test_noise_runs(void **state) {
@@ -515,6 +526,32 @@ static void test_noise_runs(void **state) {
     double indep = tpot_spread(0), runs = tpot_spread(0.95);
     assert_true(indep > 1.0 && indep < 1.2);
     assert_true(runs > indep + 0.1);
+}
+
+/* A measured spread: a step takes the model's time times Q(u). Constant 2:
+ * every TPOT doubles exactly (noise_us unused). 1 below the quartile, 3
+ * above the third, linear between: the mean ratio is 2, and a request's
+ * TPOT, a mean of its 29 gaps, lies within [1, 3] times the model's. A
+ * table that does not ascend is refused. */
+static void test_noise_spread(void **state) {
+    (void)state;
+    rpt_dist base, twice, mixed;
+    assert_int_equal(tpot_run(0, 0, 0, NULL, NULL, &base), 0);
+    const double lv2[2] = {0.1, 0.9}, q2[2] = {2, 2};
+    assert_int_equal(tpot_run(500, 0.5, 2, lv2, q2, &twice), 0);
+    assert_true(fabs(twice.p50 - 2 * base.p50) <= 1e-9 && fabs(twice.max - 2 * base.max) <= 1e-9);
+    const double lv[2] = {0.25, 0.75}, q[2] = {1, 3};
+    assert_int_equal(tpot_run(0, 0, 2, lv, q, &mixed), 0);
+    assert_true(fabs(mixed.mean / base.mean - 2) < 0.03);
+    assert_true(mixed.max <= 3 * base.max + 1e-9 && mixed.p50 > 1.5 * base.p50);
+    const double bad_lv[2] = {0.75, 0.25};
+    assert_int_equal(tpot_run(0, 0, 2, bad_lv, q, &mixed), TS_ERR_INVAL);
+    const double bad_q[2] = {3, 1};
+    assert_int_equal(tpot_run(0, 0, 2, lv, bad_q, &mixed), TS_ERR_INVAL);
+    double many_lv[SIM_NOISE_MAXQ + 1], many_q[SIM_NOISE_MAXQ + 1];
+    for (int k = 0; k <= SIM_NOISE_MAXQ; k++) many_lv[k] = (k + 1.0) / (SIM_NOISE_MAXQ + 2), many_q[k] = 1;
+    assert_int_equal(tpot_run(0, 0, SIM_NOISE_MAXQ, many_lv, many_q, &mixed), 0);
+    assert_int_equal(tpot_run(0, 0, SIM_NOISE_MAXQ + 1, many_lv, many_q, &mixed), TS_ERR_INVAL);
 }
 
 /* ---- fleets from plans ------------------------------------------------------- */
@@ -701,6 +738,7 @@ int main(void) {
         cmocka_unit_test(test_unserved_and_bad_fleet),
         cmocka_unit_test(test_bounded_matches_exact),
         cmocka_unit_test(test_noise_runs),
+        cmocka_unit_test(test_noise_spread),
         cmocka_unit_test(test_fleet_from_plan),
         cmocka_unit_test(test_threads_windows_same),
         cmocka_unit_test(test_window_cap),

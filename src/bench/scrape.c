@@ -242,6 +242,47 @@ static int parse_fit(const where *w, const cJSON *o, scr_model *m) {
     return 0;
 }
 
+/* One list of step_ratio: n numbers, each > lo and < hi, ascending
+ * (strictly when strict); *n the first list's length, which the second
+ * must have too. */
+static int ratio_list(const where *w, const cJSON *o, const char *key, double lo, double hi, int strict,
+                      double *out, int *n) {
+    const cJSON *v = field(w, o, key), *x;
+    if (!v) return TS_ERR_INVAL;
+    int k = 0, len = cJSON_IsArray(v) ? cJSON_GetArraySize(v) : -1;
+    if (len < 1 || len > SCR_RATIO_MAX || (*n && len != *n)) {
+        char what[64];
+        if (*n) snprintf(what, sizeof what, "a list of %d numbers, as many as levels", *n);
+        else snprintf(what, sizeof what, "a list of 1..%d numbers", SCR_RATIO_MAX);
+        return bad(w, key, what);
+    }
+    cJSON_ArrayForEach(x, v) {
+        double d = cJSON_IsNumber(x) ? x->valuedouble : NAN;
+        if (!(d > lo && d < hi) || (k && (strict ? d <= out[k - 1] : d < out[k - 1])))
+            return bad(w, key, strict ? "ascending numbers in (0, 1)" : "non-decreasing numbers > 0");
+        out[k++] = d;
+    }
+    *n = len;
+    return 0;
+}
+
+/* The optional step_ratio object of a model entry. */
+static int parse_ratio(const where *w, const cJSON *o, scr_model *m) {
+    m->n_ratio = 0;
+    m->ratio_steps = 0;
+    const cJSON *r = cJSON_GetObjectItemCaseSensitive(o, "step_ratio");
+    if (!r) return 0; /* servers before it did not say */
+    if (!cJSON_IsObject(r)) return bad(w, "step_ratio", "an object");
+    where in = *w;
+    in.in = "step_ratio.";
+    int n = 0;
+    if (get_count(&in, r, "steps", &m->ratio_steps) || ratio_list(&in, r, "levels", 0, 1, 1, m->ratio_level, &n) ||
+        ratio_list(&in, r, "quantiles", 0, INFINITY, 0, m->ratio_q, &n))
+        return TS_ERR_INVAL;
+    m->n_ratio = n;
+    return 0;
+}
+
 static int parse_model(const where *w, const cJSON *o, scr_model *m) {
     static const char *const kinds[] = {"chat", "embedding"}, *const policies[] = {"fair", "fcfs"};
     static const int policy_of[] = {SCHED_POLICY_FAIR, SCHED_POLICY_FCFS};
@@ -258,7 +299,7 @@ static int parse_model(const where *w, const cJSON *o, scr_model *m) {
         get_i32(w, o, "budget_min", 1, INT32_MAX, &m->budget_min) ||
         get_i32(w, o, "budget_max", 1, INT32_MAX, &m->budget_max) || get_num(w, o, "kv_high", 0, 0, &m->kv_high) ||
         get_num(w, o, "kv_low", 0, 0, &m->kv_low) || get_count(w, o, "steps", &m->steps) || parse_fit(w, o, m) ||
-        get_num(w, o, "price_per_hour", 0, 1, &m->price_per_hour))
+        get_num(w, o, "price_per_hour", 0, 1, &m->price_per_hour) || parse_ratio(w, o, m))
         return TS_ERR_INVAL;
     m->policy = policy_of[pol];
     if (m->budget_min > m->budget_max) return bad(w, "budget_min", "at most budget_max");

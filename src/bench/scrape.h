@@ -33,6 +33,7 @@
 #include "sched.h"
 
 #define SCR_BODY_MAX (16u << 20) /* bytes of an admin answer at most */
+#define SCR_RATIO_MAX 32         /* step_ratio levels at most */
 
 /* One row of /admin/tenants: a tenant's use of one model. */
 typedef struct scr_tenant {
@@ -74,6 +75,12 @@ typedef struct scr_model {
     uint64_t fit_steps;             /* step times the fit used (0: the seed) */
     double copy_bytes_per_us;       /* host<->device copy bandwidth */
     double price_per_hour;          /* currency units per hour; -1 unknown */
+    /* "step_ratio": measured / predicted step time at n_ratio levels
+     * (ascending in (0, 1); the quantiles non-decreasing, > 0) over
+     * ratio_steps steps; n_ratio 0 when the server does not say. */
+    int n_ratio;
+    double ratio_level[SCR_RATIO_MAX], ratio_q[SCR_RATIO_MAX];
+    uint64_t ratio_steps;
 } scr_model;
 
 /* GET url + path (path starts with '/') with "Authorization: Bearer key"

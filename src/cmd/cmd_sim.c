@@ -51,6 +51,7 @@
 #define TOL_P50 0.10
 #define TOL_P99 0.20
 #define TOL_JAIN 0.02
+#define SPREAD_MIN_STEPS 200 /* a server's step-time spread over fewer steps: not used */
 #define FIX_ROUNDS 8            /* --fix: re-plans at most */
 #define FIX_MIN 1.25            /* --fix: a missing tenant's headroom grows by at least, */
 #define FIX_MAX 2.0             /* and at most, this factor a round */
@@ -79,7 +80,8 @@ static void usage(FILE *f) {
             "  --overhead-ms X        client-to-engine time (HTTP, streaming) added to every\n"
             "                         request's TTFT and E2E, as a client measures them (default 0)\n"
             "  --no-noise             steps take exactly the model's time; by default a calibrated\n"
-            "                         server's steps vary as its fit's residuals do (seeded)\n"
+            "                         server's steps vary around its fit as its measured ones did\n"
+            "                         (seeded)\n"
             "  --trace T              a bench scenario (.yaml) or a CSV trace (tessera, Azure,\n"
             "                         BurstGPT columns); default: the plan's load, Poisson\n"
             "  --duration D           arrivals for this long (default: the scenario's, else 60s)\n"
@@ -383,9 +385,16 @@ static void server_inst(const scr_model *m, int policy, sim_inst *o) {
     o->step.host_bytes_per_us = m->copy_bytes_per_us;
     o->price_per_hour = m->price_per_hour > 0 ? m->price_per_hour : 0;
     /* The fit's err_us is a running mean of |residual|: for normal noise,
-     * the standard deviation is sqrt(pi / 2) times that. */
+     * the standard deviation is sqrt(pi / 2) times that. Where the server
+     * measured how its step times spread around the fit over enough
+     * steps, that spread instead (its tails are not normal). */
     o->noise_us = m->err_us * sqrt(M_PI / 2.0);
     o->noise_rho = m->err_autocorr > 0 ? m->err_autocorr : 0; /* runs of slow steps; never alternation */
+    if (m->n_ratio > 0 && m->n_ratio <= SIM_NOISE_MAXQ && m->ratio_steps >= SPREAD_MIN_STEPS) {
+        o->noise_nq = m->n_ratio;
+        memcpy(o->noise_level, m->ratio_level, (size_t)m->n_ratio * sizeof(double));
+        memcpy(o->noise_q, m->ratio_q, (size_t)m->n_ratio * sizeof(double));
+    }
     sched_config *c = &o->sc;
     sched_config_default(c);
     c->policy = policy >= 0 ? policy : m->policy;
@@ -432,7 +441,7 @@ static int server_fleet(const args *a, world *w) {
     }
     sim_inst inst;
     server_inst(&m, a->policy, &inst);
-    if (a->no_noise) inst.noise_us = inst.noise_rho = 0;
+    if (a->no_noise) inst.noise_us = inst.noise_rho = 0, inst.noise_nq = 0;
     rc = sfl_single(c.tiers, (int)c.n_tiers, ts, (int)c.n_tenants, &inst, &w->fleet);
     free(ts);
     cfg_free(&c);

@@ -280,3 +280,31 @@ double cost_trace(const cost_model *m) {
     for (int i = 0; i < NF; i++) tr += m->P[i][i];
     return tr;
 }
+
+/* ---- the spread around the predictions ------------------------------------------ */
+
+const double cost_ratio_levels[COST_RATIO_NQ] = {0.001, 0.01, 0.05, 0.1, 0.2,  0.3,  0.4,   0.5,  0.6,
+                                                 0.7,   0.8,  0.9,  0.95, 0.98, 0.99, 0.995, 0.999};
+
+/* Bins per unit of log2(ratio). */
+static double ratio_per_log2(void) { return COST_RATIO_BINS / log2(COST_RATIO_MAX / COST_RATIO_MIN); }
+
+void cost_ratio_add(cost_ratio_hist *h, double measured_us, double predicted_us) {
+    if (!(measured_us > 0.0 && predicted_us > 0.0 && isfinite(measured_us) && isfinite(predicted_us))) return;
+    double x = log2(measured_us / predicted_us / COST_RATIO_MIN) * ratio_per_log2();
+    int i = x < 0.0 ? 0 : x >= COST_RATIO_BINS ? COST_RATIO_BINS - 1 : (int)x;
+    h->bins[i]++;
+    h->n++;
+}
+
+double cost_ratio_quantile(const cost_ratio_hist *h, double q) {
+    if (!h->n) return 1.0;
+    q = q < 0.0 ? 0.0 : q > 1.0 ? 1.0 : q;
+    double want = q * (double)h->n, seen = 0.0;
+    int i = 0;
+    /* The first bin, not empty, that takes the count to want. */
+    while (i < COST_RATIO_BINS - 1 && (seen + (double)h->bins[i] < want || !h->bins[i])) seen += (double)h->bins[i++];
+    double in = h->bins[i] ? (want - seen) / (double)h->bins[i] : 0.0;
+    if (in > 1.0) in = 1.0;
+    return COST_RATIO_MIN * exp2(((double)i + in) / ratio_per_log2());
+}

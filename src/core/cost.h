@@ -231,4 +231,42 @@ double cost_copy_bytes_per_us(const cost_model *m);
 /* trace(P), for tests and metrics: bounded by 4 * prior_var. */
 double cost_trace(const cost_model *m);
 
+/*
+ * The spread of measured step times around the model's predictions, as a
+ * distribution of the ratio measured / predicted: what a simulator of this
+ * engine draws its step times from (a step of predicted time p takes
+ * p x Q(u), Q the ratio's quantile function). A residual scale and a
+ * normal around the prediction miss what a shared machine does: a few
+ * steps several times their prediction set the tails (p99 TPOT) and, since
+ * a request arriving mid-step more likely lands in a long one, the mean
+ * wait too.
+ *
+ * Ratios are counted on COST_RATIO_BINS log-spaced bins over
+ * [COST_RATIO_MIN, COST_RATIO_MAX] (32 a doubling: 2.2% wide), the ends
+ * holding everything beyond them; a quantile is interpolated
+ * geometrically within its bin. Plain struct, no heap; the caller owns it
+ * (the server's worker keeps one per model, outside the scheduler).
+ */
+#define COST_RATIO_BINS 256
+#define COST_RATIO_MIN  0.125
+#define COST_RATIO_MAX  32.0
+#define COST_RATIO_NQ   17      /* the levels cost_ratio_levels lists */
+
+typedef struct cost_ratio_hist {
+    uint64_t n;                         /* ratios counted */
+    uint64_t bins[COST_RATIO_BINS];
+} cost_ratio_hist;
+
+/* Count one step: measured_us over predicted_us. Ignored unless both are
+ * finite and > 0. */
+void cost_ratio_add(cost_ratio_hist *h, double measured_us, double predicted_us);
+
+/* The ratio below which a share q (0..1) of the counted ones lie; 1 when
+ * none are counted. */
+double cost_ratio_quantile(const cost_ratio_hist *h, double q);
+
+/* The COST_RATIO_NQ levels a server reports the quantiles at, ascending
+ * from 0.001 to 0.999, denser in the upper tail. */
+extern const double cost_ratio_levels[COST_RATIO_NQ];
+
 #endif

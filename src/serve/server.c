@@ -1463,6 +1463,20 @@ static enum MHD_Result route_admin(conn *c) {
     return out ? reply(c, 200, "application/json", out, len, 0) : MHD_NO;
 }
 
+/* ,"step_ratio":{...}: the spread of step times around the fit's
+ * predictions (wk_step_ratio), as quantiles of measured / predicted at
+ * the listed levels over the steps run. */
+static void put_step_ratio(strbuf *b, wk_worker *w) {
+    double q[COST_RATIO_NQ];
+    uint64_t n;
+    wk_step_ratio(w, q, &n);
+    strbuf_printf(b, ",\"step_ratio\":{\"steps\":%llu,\"levels\":[", (unsigned long long)n);
+    for (int i = 0; i < COST_RATIO_NQ; i++) strbuf_printf(b, "%s%g", i ? "," : "", cost_ratio_levels[i]);
+    strbuf_puts(b, "],\"quantiles\":[");
+    for (int i = 0; i < COST_RATIO_NQ; i++) strbuf_printf(b, "%s%.6g", i ? "," : "", q[i]);
+    strbuf_puts(b, "]}");
+}
+
 /* One model's entry of /admin/models: what a simulator needs to run the
  * same scheduler on a modelled device (README, "GET /admin/models"). The
  * geometry is the scheduler's own (sched_stats), not the config's: n_blocks
@@ -1485,6 +1499,7 @@ static void put_model_entry(strbuf *b, const srv *s, int m, const sched_stats *p
         p->kv_used, (unsigned long long)p->steps, p->cost_theta[0], p->cost_theta[1], p->cost_theta[2],
         p->cost_theta[3], p->cost_err_us, p->cost_err_ac, (unsigned long long)p->cost_steps, p->copy_bytes_per_us);
     put_num(b, "price_per_hour", 15, cm->price_per_hour > 0 ? cm->price_per_hour : NAN);
+    put_step_ratio(b, s->models[m].w);
     strbuf_puts(b, "}");
 }
 

@@ -84,6 +84,7 @@ struct wk_worker {
     sched_tenant_stats *snap;
     sched_stats snap_pool;
     wk_ttft *ttft;          /* (n_tenants) first tokens, under snap_mu (wk_tenant_ttft) */
+    cost_ratio_hist ratio;  /* measured / predicted step time, under snap_mu (wk_step_ratio) */
     uint64_t *remote;       /* (n_tenants) the fleet's figures (wk_fleet_remote), under snap_mu */
     uint8_t *fleet_queued;  /* (n_tenants) ... queued on another replica */
     uint64_t *fleet_key;    /* (n_tenants) ... and its least key there */
@@ -583,6 +584,13 @@ void wk_snapshot(wk_worker *w, sched_tenant_stats *tenants, sched_stats *pool) {
     pthread_mutex_unlock(&w->snap_mu);
 }
 
+void wk_step_ratio(wk_worker *w, double q[COST_RATIO_NQ], uint64_t *n) {
+    pthread_mutex_lock(&w->snap_mu);
+    for (int i = 0; i < COST_RATIO_NQ; i++) q[i] = cost_ratio_quantile(&w->ratio, cost_ratio_levels[i]);
+    *n = w->ratio.n;
+    pthread_mutex_unlock(&w->snap_mu);
+}
+
 void wk_tenant_ttft(wk_worker *w, int32_t tenant, double *sum_s, uint64_t *n) {
     *sum_s = 0;
     *n = 0;
@@ -1039,6 +1047,7 @@ static void drain_ends(wk_worker *w) {
 
 static void publish(wk_worker *w, const sched_plan *p, int64_t now, double step_us, double idle_us) {
     pthread_mutex_lock(&w->snap_mu);
+    if (p) cost_ratio_add(&w->ratio, step_us, p->predicted_us);
     for (int32_t i = 0; i < w->o.n_tenants; i++) sched_tenant_stats_get(w->s, i, &w->snap[i]);
     sched_stats_get(w->s, &w->snap_pool);
     pthread_mutex_unlock(&w->snap_mu);

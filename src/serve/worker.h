@@ -33,6 +33,7 @@
 #include <stdatomic.h>
 #include <stdint.h>
 
+#include "cost.h"
 #include "detok.h"
 #include "enc.h"
 #include "engine.h"
@@ -254,6 +255,12 @@ void wk_snapshot(wk_worker *w, sched_tenant_stats *tenants, sched_stats *pool);
  * stream's first write (bench/sim_real.sh reads it to offset simulated
  * TTFTs). 0 and 0 for a tenant out of range. Any thread. */
 void wk_tenant_ttft(wk_worker *w, int32_t tenant, double *sum_s, uint64_t *n);
+
+/* How the engine's step times spread around the scheduler's predictions:
+ * OUT q, the quantiles of measured / predicted at cost_ratio_levels, over
+ * the n steps run so far (all 1 when n is 0). tessera sim draws simulated
+ * step times from them (cost.h). Any thread. */
+void wk_step_ratio(wk_worker *w, double q[COST_RATIO_NQ], uint64_t *n);
 
 /* How long the engine loop's current turn has run at now_us (us), 0
  * while the loop sleeps waiting for work. A turn is one scheduler step

@@ -637,15 +637,30 @@ static void drain_ends(lane *ln, int i) {
     }
 }
 
-/* t plus noise of standard deviation sd, kept >= t / 2: an AR(1) process
- * x' = rho x + sqrt(1 - rho^2) z with z standard normal (Box-Muller), whose
- * stationary deviation is 1 whatever rho. */
-static double noisy(rng *g, double *x, double rho, double t, double sd) {
+/* The next x of the AR(1) process x' = rho x + sqrt(1 - rho^2) z, z
+ * standard normal (Box-Muller), whose stationary deviation is 1 whatever
+ * rho. */
+static double ar1_next(rng *g, double *x, double rho) {
     double u = rng_uniform_open(g), v = rng_uniform(g);
     double z = sqrt(-2.0 * log(u)) * cos(2.0 * M_PI * v);
-    *x = rho * *x + sqrt(1.0 - rho * rho) * z;
-    double y = t + sd * *x;
-    return y > 0.5 * t ? y : 0.5 * t;
+    return *x = rho * *x + sqrt(1.0 - rho * rho) * z;
+}
+
+/* Model time t with si's noise (sim_inst): normal of deviation noise_us,
+ * kept >= t / 2, or t times the measured spread at Phi(x). */
+static double noisy(rng *g, double *x, double rho, double t, const sim_inst *si) {
+    double z = ar1_next(g, x, rho);
+    if (si->noise_nq <= 0) {
+        double y = t + si->noise_us * z;
+        return y > 0.5 * t ? y : 0.5 * t;
+    }
+    const double *lv = si->noise_level, *q = si->noise_q;
+    int n = si->noise_nq, k = 0;
+    double u = 0.5 * erfc(-z / M_SQRT2);
+    if (u <= lv[0]) return t * q[0];
+    if (u >= lv[n - 1]) return t * q[n - 1];
+    while (u >= lv[k + 1]) k++;
+    return t * (q[k] + (q[k + 1] - q[k]) * (u - lv[k]) / (lv[k + 1] - lv[k]));
 }
 
 static void start_step(lane *ln, int i) {
@@ -675,9 +690,9 @@ static void start_step(lane *ln, int i) {
         busy_share = r->dev_share[si->device] += si->step.share;
     }
     n->step_us = sst_step_us(&si->step, &b, k, busy_share, si->sc.block_bytes);
-    if (si->noise_us > 0) {
+    if (si->noise_us > 0 || si->noise_nq > 0) {
         double rho = si->noise_rho > 0 ? (si->noise_rho < 1 ? si->noise_rho : 0.999) : 0;
-        n->step_us = noisy(&n->noise, &n->noise_x, rho, n->step_us, si->noise_us);
+        n->step_us = noisy(&n->noise, &n->noise_x, rho, n->step_us, si);
     }
     if (!(n->step_us <= SST_MAX_US)) n->step_us = SST_MAX_US;
     n->busy = 1;
@@ -1178,6 +1193,18 @@ static int make_lanes(run *r) {
     return 0;
 }
 
+/* A measured step-time spread noisy can interpolate (sim_inst), or none. */
+static int spread_ok(const sim_inst *si) {
+    if (si->noise_nq == 0) return 1;
+    if (si->noise_nq < 0 || si->noise_nq > SIM_NOISE_MAXQ) return 0;
+    for (int k = 0; k < si->noise_nq; k++) {
+        double l = si->noise_level[k], q = si->noise_q[k];
+        if (!(l > 0 && l < 1 && q > 0 && isfinite(q))) return 0;
+        if (k && !(l > si->noise_level[k - 1] && q >= si->noise_q[k - 1])) return 0;
+    }
+    return 1;
+}
+
 int sim_run(const sim_fleet *f, const scn *rs, sim_source *src, const sim_opts *o, sim_result *out,
             char *err, size_t errlen) {
     memset(out, 0, sizeof(*out));
@@ -1196,6 +1223,12 @@ int sim_run(const sim_fleet *f, const scn *rs, sim_source *src, const sim_opts *
                  SIM_MAX_THREADS);
         return TS_ERR_INVAL;
     }
+    for (int i = 0; i < f->n_insts; i++)
+        if (!spread_ok(&f->insts[i])) {
+            snprintf(err, errlen, "instance %s: its step-time spread needs 1..%d levels ascending in (0, 1) "
+                     "and non-decreasing quantiles > 0", f->insts[i].name, SIM_NOISE_MAXQ);
+            return TS_ERR_INVAL;
+        }
     run r = {.f = f, .rs = rs, .o = o, .out = out};
     r.end_us = (int64_t)llround((o->until_s + o->drain_s) * 1e6);
     r.refresh_us = (int64_t)llround(o->route_refresh_s * 1e6);

@@ -77,6 +77,7 @@
 
 #define SIM_AFFINITY_SLACK 0.25
 #define SIM_IDLE_RETRY_US 20000
+#define SIM_NOISE_MAXQ 32               /* levels of a measured step-time spread */
 #define SIM_ROUTE_REFRESH_S 0.05       /* the endpoint picker's --refresh-metrics-interval */
 #define SIM_MAX_RUN_S (2.0 * 86400)    /* longest run: the report keeps one-second slots */
 #define SIM_WINDOW_S 1.0               /* arrivals taken at a time, simulated s (sim.c's run) */
@@ -114,6 +115,14 @@ typedef struct sim_inst {
     double noise_rho;           /* lag-1 autocorrelation of that noise, 0..1 (an AR(1)
                                    process: slow steps come in runs, as a shared
                                    machine's do); 0 = independent steps */
+    /* With noise_nq > 0, the noise is instead a measured distribution of a
+     * step's time over the model's (cost.h, "the spread around the
+     * predictions"): a step takes model x Q(u), Q interpolated linearly
+     * between noise_q[k] at the levels noise_level[k] (ascending in (0, 1);
+     * constant beyond the first and last), u = Phi(x) of the same AR(1)
+     * x, so runs of slow steps keep noise_rho. noise_us is then unused. */
+    int noise_nq;
+    double noise_level[SIM_NOISE_MAXQ], noise_q[SIM_NOISE_MAXQ];
 } sim_inst;
 
 /* What to simulate. The caller owns every array. */

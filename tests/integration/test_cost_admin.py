@@ -16,7 +16,8 @@ the real `tessera serve` on 127.0.0.1 (issue 15):
   the unknown one;
 - GET /admin/models (admin key only) gives each model's scheduler geometry
   as configured (block_size, max_seqs, budgets, KV and swap blocks from the
-  configured bytes) and its step-time fit, which has seen the steps run.
+  configured bytes) and its step-time fit, which has seen the steps run,
+  with the spread of the step times around it (step_ratio).
 
 Run by tests/cost_admin.sh (ctest) with TS_TESSERA and TS_TMPDIR set.
 """
@@ -166,6 +167,14 @@ class Cost(unittest.TestCase):
             self.assertGreater(fit["steps"], 0, fit)
             self.assertLessEqual(fit["steps"], d["steps"], d)
             self.assertGreater(fit["a_us"] + fit["b_us_per_prefill_token"] + fit["c_us_per_decode_seq"], 0, fit)
+            # The spread of step times around the fit: every step with work
+            # counted, quantiles of measured / predicted at ascending levels.
+            sr = d["step_ratio"]
+            self.assertTrue(0 < sr["steps"] <= d["steps"], d)
+            self.assertEqual(len(sr["levels"]), 17, sr)
+            self.assertEqual(len(sr["quantiles"]), 17, sr)
+            self.assertTrue(all(0 < a < b < 1 for a, b in zip(sr["levels"], sr["levels"][1:])), sr)
+            self.assertTrue(all(0 < a <= b for a, b in zip(sr["quantiles"], sr["quantiles"][1:])), sr)
 
     def test_4_admin_models_needs_the_admin_key(self):
         self.assertEqual(request(S.port, "GET", "/admin/models").status, 401)
