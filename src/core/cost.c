@@ -252,7 +252,7 @@ int cost_budget_for(const cost_model *m, double target_us, double decode_seqs,
     /* Invariant: lo fits, hi does not. The prediction is non-decreasing in t
      * because theta >= 0, so the boundary is unique. Unfloored, it is the
      * quadratic q t^2 + l t + k in t (cost_attended), so the root of
-     * q t^2 + l t + (k - target) = 0 lands next to the boundary; a search
+     * q t^2 + l t + c = 0, c = k - target, lands next to the boundary; a search
      * from there with the prediction itself finds it exactly, in two or
      * three predictions where bisection takes log2(hi - lo). */
     int t = budget_root(m, target_us, decode_seqs, context_tokens, prefill_pos, lo, hi);
