@@ -426,9 +426,11 @@ static void test_adaptive_budget(void **state_) {
     submit(&h, f, 10, 100);
     h_step(&h, &p);
     h_step(&h, &p); /* f is decoding now */
-    /* Seed: 2 ms + 50 us/token + 500 us/seq: 20 ms allows ~350 tokens. */
+    /* Seed: 2 ms + 50 us/token + 500 us/seq: 20 ms allows ~350 tokens,
+     * fewer for b's chunk at 2048 (its attention), and the plan as it
+     * stands is predicted within the target. */
     assert_true(p.budget < 1024);
-    assert_true(p.predicted_us <= 20000 * 1.05);
+    assert_true(p.predicted_us <= 20000);
     check(&h);
     h_deinit(&h);
 }

@@ -943,12 +943,15 @@ static void weigh_bands(sched *s, step *st) {
 /* The step's token budget: with running requests that have a TPOT target,
  * the largest budget whose predicted step time meets the strictest one,
  * and with TTFT_BUDGET no more than a quarter of the strictest TTFT target
- * of a band with work. */
+ * of a band with work. The budget is predicted as one chunk at the
+ * furthest position a running prefill has reached (cost_budget_for's
+ * bound): a later chunk of a long prompt attends to all of it, and at
+ * position 0 a 20 ms target planned a 20.4 ms step (test_adaptive_budget). */
 static int compute_budget(const sched *s, const step *st) {
     const sched_config *c = &s->cfg;
     if (!(s->features & SCHED_FEAT_ADAPTIVE_BUDGET)) return c->budget_max;
     uint32_t tpot = 0;
-    double decodes = 0, ctx = 0;
+    double decodes = 0, ctx = 0, pos = 0;
     for (int32_t i = 0; i < s->n_run; i++) {
         const req *r = &s->reqs[s->run[i]];
         uint32_t t = tier_of(s, r)->tpot_ms;
@@ -956,6 +959,8 @@ static int compute_budget(const sched *s, const step *st) {
         if (r->state == SCHED_DECODING) {
             decodes += 1;
             ctx += r->n_total;
+        } else if (r->state == SCHED_PREFILLING && r->n_computed > pos) {
+            pos = r->n_computed; /* a later chunk attends to what came before */
         }
     }
     double target = tpot ? 1000.0 * tpot : 0;
@@ -967,7 +972,7 @@ static int compute_budget(const sched *s, const step *st) {
         }
     if (!target) return c->budget_max;
     int lo = c->budget_min, hi = c->budget_max;
-    int extra = cost_budget_for(&s->cost, target, decodes, ctx, 0, 0, hi);
+    int extra = cost_budget_for(&s->cost, target, decodes, ctx, pos, 0, hi);
     int b = (int)decodes + (extra > 0 ? extra : 0);
     return b < lo ? lo : b > hi ? hi : b;
 }
