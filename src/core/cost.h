@@ -245,7 +245,8 @@ double cost_trace(const cost_model *m);
  * [COST_RATIO_MIN, COST_RATIO_MAX] (32 a doubling: 2.2% wide), the ends
  * holding everything beyond them; a quantile is interpolated
  * geometrically within its bin. Plain struct, no heap; the caller owns it
- * (the server's worker keeps one per model, outside the scheduler).
+ * (the server's worker keeps one per model and kind of step, outside the
+ * scheduler).
  */
 #define COST_RATIO_BINS 256
 #define COST_RATIO_MIN  0.125

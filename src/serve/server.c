@@ -1463,18 +1463,30 @@ static enum MHD_Result route_admin(conn *c) {
     return out ? reply(c, 200, "application/json", out, len, 0) : MHD_NO;
 }
 
-/* ,"step_ratio":{...}: the spread of step times around the fit's
- * predictions (wk_step_ratio), as quantiles of measured / predicted at
- * the listed levels over the steps run. */
-static void put_step_ratio(strbuf *b, wk_worker *w) {
+/* "steps":n,"quantiles":[...]: the spread of one kind of step's times
+ * around the fit's predictions (wk_step_ratio), as quantiles of measured /
+ * predicted at cost_ratio_levels over the steps of that kind run. */
+static void put_ratio_quantiles(strbuf *b, wk_worker *w, int kind) {
     double q[COST_RATIO_NQ];
     uint64_t n;
-    wk_step_ratio(w, q, &n);
-    strbuf_printf(b, ",\"step_ratio\":{\"steps\":%llu,\"levels\":[", (unsigned long long)n);
-    for (int i = 0; i < COST_RATIO_NQ; i++) strbuf_printf(b, "%s%g", i ? "," : "", cost_ratio_levels[i]);
-    strbuf_puts(b, "],\"quantiles\":[");
+    wk_step_ratio(w, kind, q, &n);
+    strbuf_printf(b, "\"steps\":%llu,\"quantiles\":[", (unsigned long long)n);
     for (int i = 0; i < COST_RATIO_NQ; i++) strbuf_printf(b, "%s%.6g", i ? "," : "", q[i]);
-    strbuf_puts(b, "]}");
+    strbuf_puts(b, "]");
+}
+
+/* step_ratio: over every step, and apart for decode-only steps and those
+ * holding a prefill chunk (wk_step_ratio). */
+static void put_step_ratio(strbuf *b, wk_worker *w) {
+    strbuf_puts(b, ",\"step_ratio\":{\"levels\":[");
+    for (int i = 0; i < COST_RATIO_NQ; i++) strbuf_printf(b, "%s%g", i ? "," : "", cost_ratio_levels[i]);
+    strbuf_puts(b, "],");
+    put_ratio_quantiles(b, w, WK_STEPS_ALL);
+    strbuf_puts(b, ",\"decode\":{");
+    put_ratio_quantiles(b, w, WK_STEPS_DECODE);
+    strbuf_puts(b, "},\"prefill\":{");
+    put_ratio_quantiles(b, w, WK_STEPS_PREFILL);
+    strbuf_puts(b, "}}");
 }
 
 /* One model's entry of /admin/models: what a simulator needs to run the

@@ -84,7 +84,8 @@ struct wk_worker {
     sched_tenant_stats *snap;
     sched_stats snap_pool;
     wk_ttft *ttft;          /* (n_tenants) first tokens, under snap_mu (wk_tenant_ttft) */
-    cost_ratio_hist ratio;  /* measured / predicted step time, under snap_mu (wk_step_ratio) */
+    cost_ratio_hist ratio[WK_STEPS_KINDS]; /* measured / predicted step time, by step kind,
+                                              under snap_mu (wk_step_ratio) */
     uint64_t *remote;       /* (n_tenants) the fleet's figures (wk_fleet_remote), under snap_mu */
     uint8_t *fleet_queued;  /* (n_tenants) ... queued on another replica */
     uint64_t *fleet_key;    /* (n_tenants) ... and its least key there */
@@ -584,10 +585,12 @@ void wk_snapshot(wk_worker *w, sched_tenant_stats *tenants, sched_stats *pool) {
     pthread_mutex_unlock(&w->snap_mu);
 }
 
-void wk_step_ratio(wk_worker *w, double q[COST_RATIO_NQ], uint64_t *n) {
+void wk_step_ratio(wk_worker *w, int kind, double q[COST_RATIO_NQ], uint64_t *n) {
+    if (kind < 0 || kind >= WK_STEPS_KINDS) kind = WK_STEPS_ALL;
     pthread_mutex_lock(&w->snap_mu);
-    for (int i = 0; i < COST_RATIO_NQ; i++) q[i] = cost_ratio_quantile(&w->ratio, cost_ratio_levels[i]);
-    *n = w->ratio.n;
+    const cost_ratio_hist *h = &w->ratio[kind];
+    for (int i = 0; i < COST_RATIO_NQ; i++) q[i] = cost_ratio_quantile(h, cost_ratio_levels[i]);
+    *n = h->n;
     pthread_mutex_unlock(&w->snap_mu);
 }
 
@@ -1046,8 +1049,14 @@ static void drain_ends(wk_worker *w) {
 }
 
 static void publish(wk_worker *w, const sched_plan *p, int64_t now, double step_us, double idle_us) {
+    int32_t prefill = 0;
+    for (int32_t i = 0; p && i < p->n_items; i++)
+        if (p->items[i].is_prefill) prefill += p->items[i].n_tokens;
     pthread_mutex_lock(&w->snap_mu);
-    if (p) cost_ratio_add(&w->ratio, step_us, p->predicted_us);
+    if (p) {
+        cost_ratio_add(&w->ratio[WK_STEPS_ALL], step_us, p->predicted_us);
+        cost_ratio_add(&w->ratio[prefill ? WK_STEPS_PREFILL : WK_STEPS_DECODE], step_us, p->predicted_us);
+    }
     for (int32_t i = 0; i < w->o.n_tenants; i++) sched_tenant_stats_get(w->s, i, &w->snap[i]);
     sched_stats_get(w->s, &w->snap_pool);
     pthread_mutex_unlock(&w->snap_mu);
@@ -1056,9 +1065,6 @@ static void publish(wk_worker *w, const sched_plan *p, int64_t now, double step_
      * without this they would keep showing the freed KV blocks and running
      * requests until the next real step. */
     if (!w->o.hooks.on_step) return;
-    int32_t prefill = 0;
-    for (int32_t i = 0; p && i < p->n_items; i++)
-        if (p->items[i].is_prefill) prefill += p->items[i].n_tokens;
     wk_step_info si = {
         .now_us = now,
         .step_us = step_us,

@@ -258,9 +258,13 @@ void wk_tenant_ttft(wk_worker *w, int32_t tenant, double *sum_s, uint64_t *n);
 
 /* How the engine's step times spread around the scheduler's predictions:
  * OUT q, the quantiles of measured / predicted at cost_ratio_levels, over
- * the n steps run so far (all 1 when n is 0). tessera sim draws simulated
- * step times from them (cost.h). Any thread. */
-void wk_step_ratio(wk_worker *w, double q[COST_RATIO_NQ], uint64_t *n);
+ * the n steps of the kind run so far (all 1 when n is 0): every step (what
+ * tessera sim draws simulated step times from, cost.h), decode-only ones,
+ * or those holding a prefill chunk, which show where the fit is biased by
+ * kind (on the CPU engine the latter ran 1.3x their prediction at the
+ * median, decode steps about 1x). Any thread. */
+enum { WK_STEPS_ALL, WK_STEPS_DECODE, WK_STEPS_PREFILL, WK_STEPS_KINDS };
+void wk_step_ratio(wk_worker *w, int kind, double q[COST_RATIO_NQ], uint64_t *n);
 
 /* How long the engine loop's current turn has run at now_us (us), 0
  * while the loop sleeps waiting for work. A turn is one scheduler step

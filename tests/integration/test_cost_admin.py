@@ -175,6 +175,13 @@ class Cost(unittest.TestCase):
             self.assertEqual(len(sr["quantiles"]), 17, sr)
             self.assertTrue(all(0 < a < b < 1 for a, b in zip(sr["levels"], sr["levels"][1:])), sr)
             self.assertTrue(all(0 < a <= b for a, b in zip(sr["quantiles"], sr["quantiles"][1:])), sr)
+            # ...and apart by step kind: every step is one or the other.
+            self.assertEqual(sr["decode"]["steps"] + sr["prefill"]["steps"], sr["steps"], sr)
+            self.assertGreater(sr["prefill"]["steps"], 0, sr)
+            for k in ("decode", "prefill"):
+                q = sr[k]["quantiles"]
+                self.assertEqual(len(q), 17, sr)
+                self.assertTrue(all(0 < a <= b for a, b in zip(q, q[1:])), sr)
 
     def test_4_admin_models_needs_the_admin_key(self):
         self.assertEqual(request(S.port, "GET", "/admin/models").status, 401)
