@@ -161,7 +161,11 @@ double cost_attended(double pos, double n_tokens);
  *               batch's scaled features have norm about 1, the first step
  *               moves the prediction prior_var / (1 + prior_var) of the way
  *               to the measurement. 1e2 lets the first steps override a rough
- *               seed; 1e-2 trusts the seed for a hundred steps or so.
+ *               seed; 1e-2 trusts the seed for a hundred steps or so. It
+ *               also caps how unsure the model may grow (wind-up above):
+ *               too tight a cap starves a coefficient few batches excite
+ *               (prefill chunks among mostly decode steps), which then
+ *               stays where the other steps left it.
  *   seed_copy_bytes_per_us: > 0, finite; bytes/us of a host<->device copy
  *               (1 GB/s = 1000 bytes/us).
  * Returns 0, or TS_ERR_INVAL (m untouched) for a NULL pointer or a value

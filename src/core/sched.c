@@ -92,6 +92,12 @@ void sched_config_default(sched_config *c) {
     c->cost_seed[2] = 500;
     c->cost_seed[3] = 0.02;
     c->cost_lambda = 0.995;
+    /* The prior also caps how unsure the fit may grow (cost.h). At 1, steps
+     * with a prefill chunk (one in eight on the CPU server under
+     * isolation.yaml) never pulled their coefficients off where the decode
+     * steps left them: predicted 1.4x short after thousands of steps
+     * (tests/data/cost/isolation_steps.txt). */
+    c->cost_prior = 16;
     c->copy_bytes_per_us = 5000; /* 5 GB/s */
     c->presence_us = 5000000;
 }
@@ -164,7 +170,7 @@ static int sched_alloc(sched *s) {
     }
     if (bad || heap_init(&s->deadlines, &DL_HEAP, nr, HEAP_FIXED) ||
         kv_init(&s->kv, c->n_blocks, c->n_swap_blocks, c->kv_high, c->kv_low) ||
-        cost_init(&s->cost, c->cost_seed, c->cost_lambda, 1.0, c->copy_bytes_per_us) ||
+        cost_init(&s->cost, c->cost_seed, c->cost_lambda, c->cost_prior, c->copy_bytes_per_us) ||
         (c->prefix_cache && kv_cache_init(&s->kv, c->block_size)))
         return TS_ERR_NOMEM;
     return 0;

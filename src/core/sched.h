@@ -44,11 +44,12 @@
  *     [budget_min, budget_max] (cost model);
  *  3. every decoding request gets its token; one that needs a new block
  *     when none is free preempts a victim (lowest band, then largest KV,
- *     then newest); but while a band holds a tenant over its share and a
- *     present tenant under it (one with work in the last presence_us), the
- *     over-share tenants' decodes and prefill chunks are split into short
- *     steps, so that a newcomer waits for at most half its own first step
- *     (within a bounded loss of their throughput; sched_claim.c);
+ *     then newest); but while a band holds a tenant at or over its share
+ *     and a present tenant under it (one with work in the last
+ *     presence_us), the over-share tenants' decodes and prefill chunks are
+ *     split into short steps, so that a newcomer waits for at most half its
+ *     own first step (within a bounded loss of their throughput;
+ *     sched_claim.c);
  *  4. swapped-out requests come back, highest band first, before new
  *     admissions of the same or a lower band;
  *  5. prefill chunks (chunked prefill) fill the rest of the budget: first
@@ -241,6 +242,7 @@ typedef struct sched_config {
     double w_in, w_out;     /* service weight of an input / output token */
     double cost_seed[4];    /* us: a, per prefill token, per decode seq, per context token */
     double cost_lambda;     /* forgetting factor of the online fit */
+    double cost_prior;      /* its prior variance (cost_init's prior_var) */
     double copy_bytes_per_us; /* seed of the swap bandwidth */
     int64_t presence_us;    /* a tenant with work this recently is expected back
                                (SCHED_FEAT_RESPONSIVE); default 5 s */
