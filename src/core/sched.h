@@ -44,12 +44,11 @@
  *     [budget_min, budget_max] (cost model);
  *  3. every decoding request gets its token; one that needs a new block
  *     when none is free preempts a victim (lowest band, then largest KV,
- *     then newest); but while a band holds a tenant at or over its share
- *     and a present tenant under it (one with work in the last
- *     presence_us), the over-share tenants' decodes and prefill chunks are
- *     split into short steps, so that a newcomer waits for at most half its
- *     own first step (within a bounded loss of their throughput;
- *     sched_claim.c);
+ *     then newest); but while a band holds a tenant over its share and a
+ *     present tenant under it (one with work in the last presence_us), the
+ *     over-share tenants' decodes and prefill chunks are split into short
+ *     steps, so that a newcomer waits for at most half its own first step
+ *     (within a bounded loss of their throughput; sched_claim.c);
  *  4. swapped-out requests come back, highest band first, before new
  *     admissions of the same or a lower band;
  *  5. prefill chunks (chunked prefill) fill the rest of the budget: first

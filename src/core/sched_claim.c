@@ -226,18 +226,15 @@ static double present_seats(const sched *s, const step *st, const tenant *t) {
     return share < 1 ? 1 : share;
 }
 
-/* At or over its present share of the seats or of the KV pool (cf.
- * overshoot): a flood of long prompts holds the pool with few seats. At
- * counts: a flood held to its share of seats still fills every step with
- * its chunks (long prompts: 38 ms steps, a newcomer's 64-token prompt split
- * over two of them). Only where the share is two seats or more: with more
- * present tenants than seats, as in a busy band of many tenants, a share is
- * a fraction of a seat, every tenant that runs anything is over it, and
- * that is load, not a flood. */
+/* Over its present share of the seats or of the KV pool (cf. overshoot):
+ * a flood of long prompts holds the pool with few seats. Only where the
+ * share is two seats or more: with more present tenants than seats, as in
+ * a busy band of many tenants, a share is a fraction of a seat, every
+ * tenant that runs anything is over it, and that is load, not a flood. */
 static int over_present(const sched *s, const step *st, const tenant *t) {
     double seats = st->seats_per_w[t->band] * t->cfg.weight;
     if (seats < 2) return 0;
-    return t->n_running >= seats || t->kv_blocks >= seats / s->cfg.max_running * s->kv.n_blocks;
+    return t->n_running > seats || t->kv_blocks > seats / s->cfg.max_running * s->kv.n_blocks;
 }
 
 /* Room for one more request within its present shares: a claimant. */
@@ -246,7 +243,7 @@ static int under_present(const sched *s, const step *st, const tenant *t) {
 }
 
 /* Whether a tenant's work is a flood's, with hysteresis: it becomes one
- * at or over its present share and stops being one only once it could claim
+ * over its present share and stops being one only once it could claim
  * again (a seat under its share). A flood refilling its share seat by
  * seat would otherwise flap in and out of the short steps at every seat. */
 static int flooding(const sched *s, const step *st, tenant *t) {
@@ -262,7 +259,7 @@ static double first_step_us(const sched *s, double prompt) {
 
 /* Start of a step, after weigh_bands: whether (and how short) this is a
  * short step. A band needs one when it is flooded, that is when tenants
- * at or over their present share hold most of its running requests (a busy band
+ * over their present share hold most of its running requests (a busy band
  * of many tenants a seat or two each is load, not a flood: its steps are
  * what they are for everyone), and a present tenant is under its share;
  * short_us is the strictest bound of those bands. The flood is found from

@@ -261,7 +261,7 @@ void wk_tenant_ttft(wk_worker *w, int32_t tenant, double *sum_s, uint64_t *n);
  * the n steps of the kind run so far (all 1 when n is 0): every step (what
  * tessera sim draws simulated step times from, cost.h), decode-only ones,
  * or those holding a prefill chunk, which show where the fit is biased by
- * kind (on the CPU engine the latter ran 1.3x their prediction at the
+ * kind (on the CPU engine the latter ran 1.1-1.4x their prediction at the
  * median, decode steps about 1x). Any thread. */
 enum { WK_STEPS_ALL, WK_STEPS_DECODE, WK_STEPS_PREFILL, WK_STEPS_KINDS };
 void wk_step_ratio(wk_worker *w, int kind, double q[COST_RATIO_NQ], uint64_t *n);
