@@ -451,6 +451,28 @@ static void test_deterministic(void **st) {
     assert_memory_equal(&a, &mid, sizeof a);
 }
 
+/* A file of recorded steps in tests/data/cost, open. */
+static FILE *open_steps(const char *name) {
+    char path[1024];
+    const char *src = getenv("TS_SRC");
+    snprintf(path, sizeof path, "%s/tests/data/cost/%s", src ? src : "..", name);
+    FILE *f = fopen(path, "r");
+    assert_non_null(f);
+    return f;
+}
+
+/* Its next step (prefill_tokens decode_seqs attended_positions step_us),
+ * comments skipped; 0 at the end. */
+static int read_step(FILE *f, cost_features *x, double *y) {
+    char line[256];
+    while (fgets(line, sizeof line, f)) {
+        if (line[0] == '#') continue;
+        assert_int_equal(sscanf(line, "%lf %lf %lf %lf", &x->prefill_tokens, &x->decode_seqs, &x->context_tokens, y), 4);
+        return 1;
+    }
+    return 0;
+}
+
 /* Recorded steps (tessera sim, a time-sliced instance: mixed batches, then
  * a decode-only drain whose context is nearly a multiple of its decodes).
  * The projection to theta >= 0 once turned updates around there and the
@@ -458,22 +480,15 @@ static void test_deterministic(void **st) {
  * later): every prediction after the first hundred steps stays within 2x. */
 static void test_recorded_drain(void **state) {
     (void)state;
-    char path[1024];
-    const char *src = getenv("TS_SRC");
-    snprintf(path, sizeof path, "%s/tests/data/cost/timeslice_steps.txt", src ? src : "..");
-    FILE *f = fopen(path, "r");
-    assert_non_null(f);
+    FILE *f = open_steps("timeslice_steps.txt");
     cost_model m;
     const double seed[4] = {12000, 100, 100, 0.004};
     assert_int_equal(cost_init(&m, seed, 0.995, 1.0, 5000), 0);
-    char line[256];
     int n = 0;
     double worst = 0;
-    while (fgets(line, sizeof line, f)) {
-        cost_features x;
-        double y;
-        if (line[0] == '#') continue;
-        assert_int_equal(sscanf(line, "%lf %lf %lf %lf", &x.prefill_tokens, &x.decode_seqs, &x.context_tokens, &y), 4);
+    cost_features x;
+    double y;
+    while (read_step(f, &x, &y)) {
         double p = cost_predict_us(&m, &x);
         if (n++ > 100 && p / y > worst) worst = p / y;
         assert_int_equal(cost_observe(&m, &x, y), 0);
@@ -488,23 +503,16 @@ static void test_recorded_drain(void **state) {
  * prefill chunk (prefill 1) or without (0), fitted as the scheduler fits
  * by default (sched_config_default) but for the prior, prior_var. */
 static double recorded_ratio(int prefill, double prior_var) {
-    char path[1024];
-    const char *src = getenv("TS_SRC");
-    snprintf(path, sizeof path, "%s/tests/data/cost/isolation_steps.txt", src ? src : "..");
-    FILE *f = fopen(path, "r");
-    assert_non_null(f);
+    FILE *f = open_steps("isolation_steps.txt");
     sched_config c;
     sched_config_default(&c);
     cost_model m;
     assert_int_equal(cost_init(&m, c.cost_seed, c.cost_lambda, prior_var, c.copy_bytes_per_us), 0);
-    char line[256];
     int n = 0, k = 0;
     double sum = 0;
-    while (fgets(line, sizeof line, f)) {
-        cost_features x;
-        double y;
-        if (line[0] == '#') continue;
-        assert_int_equal(sscanf(line, "%lf %lf %lf %lf", &x.prefill_tokens, &x.decode_seqs, &x.context_tokens, &y), 4);
+    cost_features x;
+    double y;
+    while (read_step(f, &x, &y)) {
         if (n++ >= 300 && (x.prefill_tokens > 0) == prefill) {
             sum += y / cost_predict_us(&m, &x);
             k++;
