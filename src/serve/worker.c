@@ -84,8 +84,9 @@ struct wk_worker {
     sched_tenant_stats *snap;
     sched_stats snap_pool;
     wk_ttft *ttft;          /* (n_tenants) first tokens, under snap_mu (wk_tenant_ttft) */
-    cost_ratio_hist ratio[WK_STEPS_KINDS]; /* measured / predicted step time, by step kind,
-                                              under snap_mu (wk_step_ratio) */
+    cost_ratio_hist ratio[2]; /* measured / predicted step time of decode-only steps
+                                 and of those with a prefill chunk (the sum is every
+                                 step's), under snap_mu (wk_step_ratio) */
     uint64_t *remote;       /* (n_tenants) the fleet's figures (wk_fleet_remote), under snap_mu */
     uint8_t *fleet_queued;  /* (n_tenants) ... queued on another replica */
     uint64_t *fleet_key;    /* (n_tenants) ... and its least key there */
@@ -586,12 +587,18 @@ void wk_snapshot(wk_worker *w, sched_tenant_stats *tenants, sched_stats *pool) {
 }
 
 void wk_step_ratio(wk_worker *w, int kind, double q[COST_RATIO_NQ], uint64_t *n) {
-    if (kind < 0 || kind >= WK_STEPS_KINDS) kind = WK_STEPS_ALL;
+    cost_ratio_hist h;
     pthread_mutex_lock(&w->snap_mu);
-    const cost_ratio_hist *h = &w->ratio[kind];
-    for (int i = 0; i < COST_RATIO_NQ; i++) q[i] = cost_ratio_quantile(h, cost_ratio_levels[i]);
-    *n = h->n;
+    if (kind == WK_STEPS_DECODE || kind == WK_STEPS_PREFILL) {
+        h = w->ratio[kind == WK_STEPS_PREFILL];
+    } else {
+        h = w->ratio[0];
+        h.n += w->ratio[1].n;
+        for (int i = 0; i < COST_RATIO_BINS; i++) h.bins[i] += w->ratio[1].bins[i];
+    }
     pthread_mutex_unlock(&w->snap_mu);
+    for (int i = 0; i < COST_RATIO_NQ; i++) q[i] = cost_ratio_quantile(&h, cost_ratio_levels[i]);
+    *n = h.n;
 }
 
 void wk_tenant_ttft(wk_worker *w, int32_t tenant, double *sum_s, uint64_t *n) {
@@ -1053,10 +1060,7 @@ static void publish(wk_worker *w, const sched_plan *p, int64_t now, double step_
     for (int32_t i = 0; p && i < p->n_items; i++)
         if (p->items[i].is_prefill) prefill += p->items[i].n_tokens;
     pthread_mutex_lock(&w->snap_mu);
-    if (p) {
-        cost_ratio_add(&w->ratio[WK_STEPS_ALL], step_us, p->predicted_us);
-        cost_ratio_add(&w->ratio[prefill ? WK_STEPS_PREFILL : WK_STEPS_DECODE], step_us, p->predicted_us);
-    }
+    if (p) cost_ratio_add(&w->ratio[prefill > 0], step_us, p->predicted_us);
     for (int32_t i = 0; i < w->o.n_tenants; i++) sched_tenant_stats_get(w->s, i, &w->snap[i]);
     sched_stats_get(w->s, &w->snap_pool);
     pthread_mutex_unlock(&w->snap_mu);

@@ -263,7 +263,7 @@ void wk_tenant_ttft(wk_worker *w, int32_t tenant, double *sum_s, uint64_t *n);
  * or those holding a prefill chunk, which show where the fit is biased by
  * kind (on the CPU engine the latter ran 1.1-1.4x their prediction at the
  * median, decode steps about 1x). Any thread. */
-enum { WK_STEPS_ALL, WK_STEPS_DECODE, WK_STEPS_PREFILL, WK_STEPS_KINDS };
+enum { WK_STEPS_ALL, WK_STEPS_DECODE, WK_STEPS_PREFILL };
 void wk_step_ratio(wk_worker *w, int kind, double q[COST_RATIO_NQ], uint64_t *n);
 
 /* How long the engine loop's current turn has run at now_us (us), 0
