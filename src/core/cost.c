@@ -51,10 +51,6 @@ static int model_finite(const cost_model *m) {
     return isfinite(m->err_us);
 }
 
-double cost_attended(double pos, double n_tokens) {
-    return n_tokens * pos + n_tokens * (n_tokens + 1.0) / 2.0;
-}
-
 int cost_init(cost_model *m, const double seed_theta[4], double lambda,
               double prior_var, double seed_copy_bytes_per_us) {
     if (!m || !seed_theta) return TS_ERR_INVAL;

@@ -150,7 +150,9 @@ typedef struct cost_model {
 /* Attended positions of n tokens processed starting at position pos (pos =
  * tokens already cached): n * pos + n * (n + 1) / 2. Sum it over the batch's
  * sequences to get cost_features.context_tokens. */
-double cost_attended(double pos, double n_tokens);
+static inline double cost_attended(double pos, double n_tokens) {
+    return n_tokens * pos + n_tokens * (n_tokens + 1.0) / 2.0;
+}
 
 /* Set m up from configuration.
  *   seed_theta: (a, b, c, d) in raw units: us, us/prefill token,

@@ -656,6 +656,15 @@ static void compact_items(sched *s, step *st) {
     p->n_items = k;
 }
 
+/* Count an item into (sign 1) or out of (-1) the batch's cost features.
+ * Every term is a whole number far below 2^53, so the running sums are
+ * exact: the same, in any order, as totalling the plan afresh. */
+static void feat_add(cost_features *f, const sched_item *it, int sign) {
+    if (it->is_prefill) f->prefill_tokens += sign * it->n_tokens;
+    else f->decode_seqs += sign;
+    f->context_tokens += sign * cost_attended(it->pos, it->n_tokens);
+}
+
 static void add_item(sched *s, step *st, int32_t slot, int32_t n) {
     req *r = &s->reqs[slot];
     sched_plan *p = &st->plan;
@@ -667,6 +676,7 @@ static void add_item(sched *s, step *st, int32_t slot, int32_t n) {
                                           r->n_computed + n == r->n_total, r->table, r->n_blocks};
     st->used[tenant_of(s, r)->band] += n;
     st->left -= n;
+    feat_add(&st->feat, &p->items[r->item], 1);
 }
 
 /* Charge the prompt positions an item newly covers (generated tokens were
@@ -694,6 +704,7 @@ void sched__drop_item(sched *s, step *st, req *r) {
     sched_item *it = &st->plan.items[r->item];
     st->left += it->n_tokens;
     st->used[tenant_of(s, r)->band] -= it->n_tokens;
+    feat_add(&st->feat, it, -1);
     it->n_tokens = 0; /* compacted away at the end of planning */
     refund_input(s, r);
     r->item = NIL;
@@ -1480,18 +1491,7 @@ static void serve_bands(sched *s, step *st) {
     }
 }
 
-/* Total up the batch's cost features and hand out the plan. */
-void sched__plan_features(const sched_plan *p, cost_features *f) {
-    *f = (cost_features){0, 0, 0};
-    for (int32_t i = 0; i < p->n_items; i++) {
-        const sched_item *it = &p->items[i];
-        if (!it->n_tokens) continue; /* dropped, not yet compacted */
-        if (it->is_prefill) f->prefill_tokens += it->n_tokens;
-        else f->decode_seqs += 1;
-        f->context_tokens += cost_attended(it->pos, it->n_tokens);
-    }
-}
-
+/* Hand out the plan, with its predicted time. */
 static void finish_plan(sched *s, step *st, sched_plan *out) {
     compact_items(s, st);
     sched_plan *p = &st->plan;
@@ -1500,7 +1500,6 @@ static void finish_plan(sched *s, step *st, sched_plan *out) {
         it->n_blocks = s->reqs[(uint32_t)it->id].n_blocks; /* tables may have grown since */
         p->n_tokens += it->n_tokens;
     }
-    sched__plan_features(p, &st->feat);
     p->predicted_us = cost_predict_us(&s->cost, &st->feat);
     *out = *p;
 }

@@ -327,8 +327,7 @@ static void unheld_features(const sched *s, const step *st, cost_features *f) {
  * thin out). Throughput grows with the chunk (the fixed cost spreads), so
  * both are searches. */
 int32_t sched__short_room(const sched *s, step *st, int32_t pos, int32_t n) {
-    cost_features b;
-    sched__plan_features(&st->plan, &b);
+    cost_features b = st->feat;
     int32_t lo = 0, hi = n;
     while (lo < hi) {
         int32_t mid = lo + (hi - lo + 1) / 2;
@@ -420,18 +419,15 @@ void sched__plan_short_decodes(sched *s, step *st) {
     }
     if (!n) return;
     sort_turns(s->order, s->order + s->cfg.max_running, n);
-    cost_features b;
-    sched__plan_features(&st->plan, &b);
+    cost_features b = st->feat;
     int32_t least = decodes_floor(s, &b, n, ctx / n), planned = 0;
     for (int32_t k = 0; k < n; k++) {
         req *r = &s->reqs[s->order[k].slot];
         if (r->state != SCHED_DECODING || r->item != NIL || r->run_idx == NIL) continue; /* preempted since */
         if (planned >= least && predict_with(s, &b, 0, 1, r->n_total) > st->short_us && !tpot_due(s, st, r))
             continue;
-        int32_t before = st->plan.n_preempted;
         if (!sched__plan_decode(s, st, s->order[k].slot)) continue;
         planned++;
-        if (st->plan.n_preempted != before) sched__plan_features(&st->plan, &b); /* items were dropped */
-        else b.decode_seqs += 1, b.context_tokens += r->n_total;
+        b = st->feat; /* its decode, less any items its growth preempted */
     }
 }

@@ -216,8 +216,6 @@ typedef struct victim_filter {
 /* sched.c */
 /* Take a request's item out of the plan being built. */
 void sched__drop_item(sched *s, step *st, req *r);
-/* The cost features of the items of p (those dropped excluded). */
-void sched__plan_features(const sched_plan *p, cost_features *f);
 /* Plan r's decode, growing its table (sched.c's grow_running); 1 if planned. */
 int sched__plan_decode(sched *s, step *st, int32_t slot);
 /* Preempt a running request (swap or recompute, see choose_swap). */
