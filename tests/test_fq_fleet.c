@@ -4,7 +4,8 @@
  * of a returning tenant uses the fleet-wide keys, a key never moves back
  * when a remote figure falls, keys wrap harmlessly, the scheduler
  * serves the tenant the fleet has served least first, and two schedulers
- * exchanging their service share a fleet fairly.
+ * exchanging their service share a fleet fairly; and a charge rounds as
+ * llround does.
  */
 #include <math.h>
 #include <setjmp.h>
@@ -309,9 +310,30 @@ static void test_fleet_share(void **state) {
     assert_true(every50 > 0.45 && every50 < 0.55);
 }
 
+/* A charge is cost * FQ_SCALE / weight rounded half away from zero, as
+ * llround rounds, on the edges of a fast path: halves, the double just
+ * below a half, negatives (refunds), and values past it. */
+static void test_charge_rounds_as_llround(void **state) {
+    (void)state;
+    const double x[] = {0.0, 0.5, 1.5, 2.5, -0.5, -1.5, 0.49999999999999994, -0.49999999999999994,
+                        2.4999999999999996, 1e15 + 0.5, 4503599627370495.5, 4503599627370497.0,
+                        -7.3, 123456.75, 0x1p62, -0x1p62 - 2048.0};
+    fq q;
+    assert_int_equal(fq_init(&q, 1), 0);
+    for (size_t i = 0; i < sizeof x / sizeof x[0]; i++) {
+        fq_entity e;
+        fq_entity_init(&e);
+        /* weight FQ_SCALE: the charge is x itself, with no rounding before */
+        assert_int_equal(fq_charge(&q, &e, x[i], FQ_SCALE), llround(x[i]));
+        assert_int_equal((int64_t)e.vtime, llround(x[i]));
+    }
+    fq_deinit(&q);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_remote_orders_the_queue),
+        cmocka_unit_test(test_charge_rounds_as_llround),
         cmocka_unit_test(test_lift_uses_fleet_keys),
         cmocka_unit_test(test_key_holds_when_remote_falls),
         cmocka_unit_test(test_keys_wrap),
