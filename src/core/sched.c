@@ -23,6 +23,8 @@
 #include "sched.h"
 
 #include <math.h>
+#include <stddef.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -128,7 +130,7 @@ void sched_free(sched *s) {
     for (int b = 0; b < SCHED_MAX_TIERS; b++) fq_deinit(&s->bands[b].q);
     kv_deinit(&s->kv);
     heap_deinit(&s->deadlines);
-    free(s->tenants); free(s->reqs); free(s->free_slots); free(s->tables); free(s->hosts);
+    free(s->tenants); free(s->reqs_mem); free(s->free_slots); free(s->tables); free(s->hosts);
     free(s->run); free(s->ends); free(s->items); free(s->swap_out); free(s->swap_in);
     free(s->preempted); free(s->swapped_in); free(s->skipped); free(s->scratch);
     free(s->order); free(s->seen); free(s->occ);
@@ -149,7 +151,10 @@ static int sched_alloc(sched *s) {
     const sched_config *c = &s->cfg;
     size_t nr = (size_t)c->max_requests, mb = (size_t)s->max_blocks;
     s->tenants = calloc((size_t)c->max_tenants, sizeof(tenant));
-    s->reqs = calloc(nr, sizeof(req));
+    /* calloc, not aligned_alloc: pages of slots never taken stay unwritten
+     * (sched_new) */
+    s->reqs_mem = calloc(nr * sizeof(req) + 63, 1);
+    s->reqs = s->reqs_mem ? (req *)(((uintptr_t)s->reqs_mem + 63) & ~(uintptr_t)63) : NULL;
     s->free_slots = malloc(nr * sizeof(int32_t));
     s->tables = malloc(nr * mb * sizeof(int32_t));
     s->hosts = malloc(nr * mb * sizeof(int32_t));
@@ -1653,7 +1658,8 @@ void sched_prefetch(const sched *s, int stage) {
         for (int b = 0; b < SCHED_MAX_TIERS; b++)
             if (s->bands[b].q.h.n) __builtin_prefetch(s->bands[b].q.h.v);
     } else {
-        for (int32_t i = 0; i < s->n_run; i++) prefetch_range(&s->reqs[s->run[i]], sizeof(req));
+        /* a step's part of each request (struct req's first lines) */
+        for (int32_t i = 0; i < s->n_run; i++) prefetch_range(&s->reqs[s->run[i]], offsetof(req, in_use));
         if (s->kv.n_stack > 0) __builtin_prefetch(&s->kv.ref[s->kv.free_ids[s->kv.n_stack - 1]]);
     }
 }

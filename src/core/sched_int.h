@@ -44,36 +44,41 @@ typedef struct slot_list {
     int32_t head, tail;     /* slots, NIL when empty */
 } slot_list;
 
+/* The fields every step reads or writes of each request it runs come
+ * first, in two cache lines (the array is aligned to them): a fleet
+ * simulation steps a thousand schedulers, and each finds its requests
+ * out of cache. */
 typedef struct req {
+    _Alignas(64) sched_state state;
+    int32_t tenant;
+    int32_t n_total;        /* tokens known: prompt + generated */
+    int32_t n_computed;     /* tokens whose K/V are cached */
+    int32_t item;           /* index in the plan this step, NIL if none */
+    int32_t run_idx;        /* index in s->run, NIL when not running */
+    int32_t n_blocks;
     uint32_t gen;           /* bumped when the slot is reused */
+    int32_t *table;         /* (max_blocks) device blocks */
+    const int32_t *tokens;  /* (prompt) the caller's, or NULL: not cached (prefix cache) */
+    int64_t charge;         /* provisional fq charge of this step's item */
+    uint64_t decoded_step;  /* step its last decode ran in (short steps' turns) */
+    uint64_t arrival_seq;   /* global arrival order */
+    int64_t token_us;       /* when its last token was sampled (short steps' TPOT) */
+    double engine_us;
+    int32_t prompt, max_new, generated;
+    int32_t n_charged_in;   /* input tokens charged so far (no double charge on recompute) */
+    slot_link link[LINK_COUNT];
+    /* the rest: admission, swaps, ends, the prefix cache */
     uint8_t in_use;         /* slot holds a request (live or ended, unpolled) */
     uint8_t started;        /* was admitted once: no queue timeout any more */
     uint8_t cancel_pending; /* cancelled while part of the step in flight */
-    sched_state state;
     sched_reason reason;
-    int32_t tenant;
-    int32_t prompt, max_new, generated;
-    int32_t n_total;        /* tokens known: prompt + generated */
-    int32_t n_computed;     /* tokens whose K/V are cached */
-    int32_t n_charged_in;   /* input tokens charged so far (no double charge on recompute) */
-    int32_t *table;         /* (max_blocks) device blocks */
-    int32_t n_blocks;
     int32_t *host;          /* (max_blocks) host swap slots */
     int32_t n_host;
-    int64_t arrival_us, first_token_us;
-    uint64_t arrival_seq;   /* global arrival order */
     uint32_t preemptions;
-    double engine_us;
-    slot_link link[LINK_COUNT];
-    int32_t run_idx;        /* index in s->run, NIL when not running */
-    int32_t item;           /* index in the plan this step, NIL if none */
-    int64_t charge;         /* provisional fq charge of this step's item */
+    int64_t arrival_us, first_token_us;
     uint64_t moved_step;    /* step number of its last swap in or out */
     uint64_t dropped_step;  /* step a claim last left its item out (sched__claim_step) */
-    uint64_t decoded_step;  /* step its last decode ran in (short steps' turns) */
-    int64_t token_us;       /* when its last token was sampled (short steps' TPOT) */
     /* prefix cache (sched_cache.c) */
-    const int32_t *tokens;  /* (prompt) the caller's, or NULL: not cached */
     uint64_t salt;          /* tenant and cache_salt mixed */
     int32_t n_public;       /* leading tokens of a public prefix */
     int32_t n_reg;          /* table[0 .. n_reg) are cache entries of its chain */
@@ -164,7 +169,8 @@ struct sched {
     tenant *tenants;        /* (max_tenants) */
     int32_t n_tenants;
     band bands[SCHED_MAX_TIERS];
-    req *reqs;              /* (max_requests) */
+    req *reqs;              /* (max_requests) at a cache line, within reqs_mem */
+    void *reqs_mem;
     int32_t *free_slots;    /* (max_requests) stack */
     int32_t n_free_slots;
     int32_t *tables;        /* (max_requests, max_blocks) */
