@@ -247,6 +247,9 @@ static int under_present(const sched *s, const step *st, const tenant *t) {
  * again (a seat under its share). A flood refilling its share seat by
  * seat would otherwise flap in and out of the short steps at every seat. */
 static int flooding(const sched *s, const step *st, tenant *t) {
+    /* Asked once per running request; its inputs hold through the step. */
+    if (t->flood_step == s->steps) return t->flooding;
+    t->flood_step = s->steps;
     if (over_present(s, st, t)) t->flooding = 1;
     else if (under_present(s, st, t)) t->flooding = 0;
     return t->flooding;

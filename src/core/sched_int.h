@@ -102,6 +102,7 @@ typedef struct tenant {
     int64_t last_work_us;   /* a recent step start with work, or submit; INT64_MIN / 2 = never */
     double prompt_avg;      /* moving average of its prompts' lengths (tokens) */
     int flooding;           /* over its present share, and not yet back under (short steps) */
+    uint64_t flood_step;    /* the step flooding was last worked out in */
     sched_tenant_stats st;
 } tenant;
 

@@ -4,15 +4,17 @@
 #include "cost.h"
 
 void sst_batch_of(const sched_plan *p, sst_batch *b) {
-    b->prefill = b->decodes = b->attended = b->kv_read = 0;
+    /* In locals: an item's bytes may alias *b for all the compiler knows. */
+    double prefill = 0, decodes = 0, attended = 0, kv_read = 0;
     for (int32_t i = 0; i < p->n_items; i++) {
         const sched_item *it = &p->items[i];
-        if (it->is_prefill) b->prefill += it->n_tokens;
-        else b->decodes += 1;
-        b->attended += cost_attended(it->pos, it->n_tokens);
-        b->kv_read += (double)it->pos + it->n_tokens;
+        if (it->is_prefill) prefill += it->n_tokens;
+        else decodes += 1;
+        attended += cost_attended(it->pos, it->n_tokens);
+        kv_read += (double)it->pos + it->n_tokens;
     }
-    b->copy_blocks = (double)p->n_swap_out + p->n_swap_in;
+    *b = (sst_batch){.prefill = prefill, .decodes = decodes, .attended = attended, .kv_read = kv_read,
+                     .copy_blocks = (double)p->n_swap_out + p->n_swap_in};
 }
 
 void sst_roofline(sst_model *out, const perf_model *m, const perf_slice *s, const perf_opts *o) {
