@@ -326,6 +326,9 @@ static void test_charge_rounds_as_llround(void **state) {
         /* weight FQ_SCALE: the charge is x itself, with no rounding before */
         assert_int_equal(fq_charge(&q, &e, x[i], FQ_SCALE), llround(x[i]));
         assert_int_equal((int64_t)e.vtime, llround(x[i]));
+        /* the same units worked out once and charged later */
+        fq_charge_units(&q, &e, fq_units(x[i], FQ_SCALE));
+        assert_int_equal(e.vtime, 2 * (uint64_t)llround(x[i])); /* modular, as the counters */
     }
     fq_deinit(&q);
 }

@@ -112,15 +112,21 @@ static int64_t round_half_away(double x) {
     return i + (f >= 0.5) - (f <= -0.5);
 }
 
+int64_t fq_units(double cost, double weight) { return round_half_away(cost * FQ_SCALE / weight); }
+
 int64_t fq_charge(fq *q, fq_entity *e, double cost, double weight) {
-    int64_t c = round_half_away(cost * FQ_SCALE / weight);
+    int64_t c = fq_units(cost, weight);
+    fq_charge_units(q, e, c);
+    return c;
+}
+
+void fq_charge_units(fq *q, fq_entity *e, int64_t c) {
     e->vtime += (uint64_t)c;
     if (e->heap_pos >= 0) {
         if (c >= 0) heap_sink(&q->h, &FQ_HEAP, (size_t)e->heap_pos);
         else heap_fix(&q->h, &FQ_HEAP, (size_t)e->heap_pos);
         advance_floor(q);
     }
-    return c;
 }
 
 double fq_jain(const double *x, int n) {

@@ -108,6 +108,11 @@ fq_entity *fq_peek(const fq *q);
  * (the counters are modular, so subtraction is the same addition). Returns
  * the charge in counter units. */
 int64_t fq_charge(fq *q, fq_entity *e, double cost, double weight);
+/* The counter units fq_charge charges for cost at weight, ... */
+int64_t fq_units(double cost, double weight);
+/* ... and a charge of units worked out before: a cost that recurs (one
+ * output token) is divided and rounded once, not at every token. */
+void fq_charge_units(fq *q, fq_entity *e, int64_t units);
 /* Signed comparison of two counters: < 0 when a is behind b. */
 static inline int64_t fq_diff(uint64_t a, uint64_t b) { return (int64_t)(a - b); }
 /* The ordering key: the local counter plus the fleet's remote service

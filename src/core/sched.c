@@ -257,6 +257,7 @@ int sched_tenant_add(sched *s, const sched_tenant_cfg *c) {
         if (q < t->kv_quota) t->kv_quota = q;
     }
     fq_entity_init(&t->fe);
+    t->out_units = fq_units(s->cfg.w_out, c->weight);
     t->queue = (slot_list){NIL, NIL};
     t->last_work_us = INT64_MIN / 2; /* never: now - this is never within presence_us */
     return s->n_tenants++;
@@ -1567,7 +1568,7 @@ static void item_done(sched *s, const sched_item *it, const sched_item_result *r
     r->generated++;
     r->token_us = now_us;
     if (!r->first_token_us) r->first_token_us = now_us;
-    fq_charge(&s->bands[t->band].q, &t->fe, s->cfg.w_out, t->cfg.weight);
+    fq_charge_units(&s->bands[t->band].q, &t->fe, t->out_units);
     t->st.service += s->cfg.w_out;
     svc[t->band] += s->cfg.w_out;
     t->st.output_tokens++;

@@ -96,6 +96,7 @@ typedef struct tenant {
     int band;
     int32_t kv_quota;       /* device blocks, INT32_MAX when unlimited */
     fq_entity fe;
+    int64_t out_units;      /* fq_units of one output token at its weight */
     slot_list queue;        /* WAITING, PREFILLING and PREEMPTED_RECOMPUTE requests */
     int32_t n_queued;       /* requests in the queue */
     int32_t n_running, n_swapped, kv_blocks;
