@@ -153,7 +153,7 @@ static int sched_alloc(sched *s) {
     s->tenants = calloc((size_t)c->max_tenants, sizeof(tenant));
     /* calloc, not aligned_alloc: pages of slots never taken stay unwritten
      * (sched_new) */
-    s->reqs_mem = calloc(nr * sizeof(req) + 63, 1);
+    s->reqs_mem = nr <= (SIZE_MAX - 63) / sizeof(req) ? calloc(nr * sizeof(req) + 63, 1) : NULL;
     s->reqs = s->reqs_mem ? (req *)(((uintptr_t)s->reqs_mem + 63) & ~(uintptr_t)63) : NULL;
     s->free_slots = malloc(nr * sizeof(int32_t));
     s->tables = malloc(nr * mb * sizeof(int32_t));
@@ -663,8 +663,11 @@ static void compact_items(sched *s, step *st) {
 }
 
 /* Count an item into (sign 1) or out of (-1) the batch's cost features.
- * Every term is a whole number far below 2^53, so the running sums are
- * exact: the same, in any order, as totalling the plan afresh. */
+ * Every term is a whole number, and a sum of live items' terms is at most
+ * max_running * max_ctx^2 (an item's n * pos + n (n + 1) / 2 is at most
+ * max_ctx^2): 2^42 at 256 seats of 128k positions, below 2^53, where
+ * doubles hold whole numbers exactly. So the running sums are the same,
+ * in any order, as totalling the plan afresh. */
 static void feat_add(cost_features *f, const sched_item *it, int sign) {
     if (it->is_prefill) f->prefill_tokens += sign * it->n_tokens;
     else f->decode_seqs += sign;

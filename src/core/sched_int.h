@@ -13,6 +13,7 @@
 #ifndef TS_SCHED_INT_H
 #define TS_SCHED_INT_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "cost.h"
@@ -58,7 +59,7 @@ typedef struct req {
     int32_t n_blocks;
     uint32_t gen;           /* bumped when the slot is reused */
     int32_t *table;         /* (max_blocks) device blocks */
-    const int32_t *tokens;  /* (prompt) the caller's, or NULL: not cached (prefix cache) */
+    int64_t first_token_us; /* 0 until its first token */
     int64_t charge;         /* provisional fq charge of this step's item */
     uint64_t decoded_step;  /* step its last decode ran in (short steps' turns) */
     uint64_t arrival_seq;   /* global arrival order */
@@ -75,10 +76,11 @@ typedef struct req {
     int32_t *host;          /* (max_blocks) host swap slots */
     int32_t n_host;
     uint32_t preemptions;
-    int64_t arrival_us, first_token_us;
+    int64_t arrival_us;
     uint64_t moved_step;    /* step number of its last swap in or out */
     uint64_t dropped_step;  /* step a claim last left its item out (sched__claim_step) */
     /* prefix cache (sched_cache.c) */
+    const int32_t *tokens;  /* (prompt) the caller's, or NULL: not cached */
     uint64_t salt;          /* tenant and cache_salt mixed */
     int32_t n_public;       /* leading tokens of a public prefix */
     int32_t n_reg;          /* table[0 .. n_reg) are cache entries of its chain */
@@ -90,6 +92,8 @@ typedef struct req {
     int32_t charged_save;   /* n_charged_in before that admission's hit */
     int32_t first_hit;      /* tokens found cached at its first admission, -1 before it */
 } req;
+/* sched_prefetch fetches the part before in_use: two lines. */
+_Static_assert(offsetof(req, in_use) <= 128, "a step's fields of a request span two cache lines");
 
 typedef struct tenant {
     sched_tenant_cfg cfg;
@@ -157,7 +161,8 @@ typedef struct step {
                                (sched__short_step), 0 = none */
     uint8_t floor_claim[SCHED_MAX_TIERS]; /* band under its floor: may claim (once) this step */
     uint8_t floor_kept[SCHED_MAX_TIERS];  /* band near its floor: other bands may not preempt it */
-    cost_features feat;     /* the batch's features, for the cost fit */
+    cost_features feat;     /* the batch's features so far (add_item, sched__drop_item):
+                               the short steps' predictions, then the cost fit's */
     int in_flight;          /* planned, not yet reported done */
 } step;
 
