@@ -422,15 +422,14 @@ void sched__plan_short_decodes(sched *s, step *st) {
     }
     if (!n) return;
     sort_turns(s->order, s->order + s->cfg.max_running, n);
-    cost_features b = st->feat;
-    int32_t least = decodes_floor(s, &b, n, ctx / n), planned = 0;
+    /* st->feat is the plan as it stands: each decode planned, less any
+     * items its growth preempted (even when the growth then failed). */
+    int32_t least = decodes_floor(s, &st->feat, n, ctx / n), planned = 0;
     for (int32_t k = 0; k < n; k++) {
         req *r = &s->reqs[s->order[k].slot];
         if (r->state != SCHED_DECODING || r->item != NIL || r->run_idx == NIL) continue; /* preempted since */
-        if (planned >= least && predict_with(s, &b, 0, 1, r->n_total) > st->short_us && !tpot_due(s, st, r))
+        if (planned >= least && predict_with(s, &st->feat, 0, 1, r->n_total) > st->short_us && !tpot_due(s, st, r))
             continue;
-        if (!sched__plan_decode(s, st, s->order[k].slot)) continue;
-        planned++;
-        b = st->feat; /* its decode, less any items its growth preempted */
+        planned += sched__plan_decode(s, st, s->order[k].slot);
     }
 }
