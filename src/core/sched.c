@@ -130,7 +130,7 @@ void sched_free(sched *s) {
     for (int b = 0; b < SCHED_MAX_TIERS; b++) fq_deinit(&s->bands[b].q);
     kv_deinit(&s->kv);
     heap_deinit(&s->deadlines);
-    free(s->tenants); free(s->reqs_mem); free(s->free_slots); free(s->tables); free(s->hosts);
+    free(s->tenants_mem); free(s->reqs_mem); free(s->free_slots); free(s->tables); free(s->hosts);
     free(s->run); free(s->ends); free(s->items); free(s->swap_out); free(s->swap_in);
     free(s->preempted); free(s->swapped_in); free(s->skipped); free(s->scratch);
     free(s->order); free(s->seen); free(s->occ);
@@ -146,15 +146,20 @@ static int dl_less(const void *a, const void *b) {
 
 static const heap_ops DL_HEAP = {sizeof(deadline), dl_less, NULL};
 
+/* n zeroed entries of size bytes at a cache line, within *mem (to free).
+ * calloc, not aligned_alloc and memset: pages of slots never taken stay
+ * unwritten (sched_new). */
+static void *calloc_lines(size_t n, size_t size, void **mem) {
+    *mem = n <= (SIZE_MAX - 63) / size ? calloc(n * size + 63, 1) : NULL;
+    return *mem ? (void *)(((uintptr_t)*mem + 63) & ~(uintptr_t)63) : NULL;
+}
+
 /* Every array the scheduler will ever use; 0 or TS_ERR_NOMEM. */
 static int sched_alloc(sched *s) {
     const sched_config *c = &s->cfg;
     size_t nr = (size_t)c->max_requests, mb = (size_t)s->max_blocks;
-    s->tenants = calloc((size_t)c->max_tenants, sizeof(tenant));
-    /* calloc, not aligned_alloc: pages of slots never taken stay unwritten
-     * (sched_new) */
-    s->reqs_mem = nr <= (SIZE_MAX - 63) / sizeof(req) ? calloc(nr * sizeof(req) + 63, 1) : NULL;
-    s->reqs = s->reqs_mem ? (req *)(((uintptr_t)s->reqs_mem + 63) & ~(uintptr_t)63) : NULL;
+    s->tenants = calloc_lines((size_t)c->max_tenants, sizeof(tenant), &s->tenants_mem);
+    s->reqs = calloc_lines(nr, sizeof(req), &s->reqs_mem);
     s->free_slots = malloc(nr * sizeof(int32_t));
     s->tables = malloc(nr * mb * sizeof(int32_t));
     s->hosts = malloc(nr * mb * sizeof(int32_t));
@@ -1654,7 +1659,8 @@ void sched_prefetch(const sched *s, int stage) {
     if (stage == 0) {
         prefetch_range(s, sizeof *s);
     } else if (stage == 1) {
-        prefetch_range(s->tenants, (size_t)s->n_tenants * sizeof(tenant));
+        /* a step's part of each tenant (struct tenant's first lines) */
+        for (int32_t i = 0; i < s->n_tenants; i++) prefetch_range(&s->tenants[i], offsetof(tenant, cfg.weight) + 8);
         prefetch_range(s->run, (size_t)s->n_run * sizeof(int32_t));
         prefetch_range(s->items, (size_t)s->st.plan.n_items * sizeof(sched_item));
         if (s->kv.n_stack > 0) __builtin_prefetch(&s->kv.free_ids[s->kv.n_stack - 1]);

@@ -95,21 +95,25 @@ typedef struct req {
 /* sched_prefetch fetches the part before in_use: two lines. */
 _Static_assert(offsetof(req, in_use) <= 128, "a step's fields of a request span two cache lines");
 
+/* What a step reads of every tenant (weigh_bands, the short steps) is in
+ * its first two cache lines, the array aligned to them: a step walks all
+ * of an instance's tenants, a fleet simulation's from out of cache. */
 typedef struct tenant {
-    sched_tenant_cfg cfg;
-    int band;
-    int32_t kv_quota;       /* device blocks, INT32_MAX when unlimited */
-    fq_entity fe;
-    int64_t out_units;      /* fq_units of one output token at its weight */
-    slot_list queue;        /* WAITING, PREFILLING and PREEMPTED_RECOMPUTE requests */
+    _Alignas(64) int band;
     int32_t n_queued;       /* requests in the queue */
     int32_t n_running, n_swapped, kv_blocks;
+    int flooding;           /* over its present share, and not yet back under (short steps) */
+    int32_t kv_quota;       /* device blocks, INT32_MAX when unlimited */
     int64_t last_work_us;   /* a recent step start with work, or submit; INT64_MIN / 2 = never */
     double prompt_avg;      /* moving average of its prompts' lengths (tokens) */
-    int flooding;           /* over its present share, and not yet back under (short steps) */
     uint64_t flood_step;    /* the step flooding was last worked out in */
+    int64_t out_units;      /* fq_units of one output token at its weight */
+    sched_tenant_cfg cfg;   /* tier and weight end the second line */
+    fq_entity fe;
+    slot_list queue;        /* WAITING, PREFILLING and PREEMPTED_RECOMPUTE requests */
     sched_tenant_stats st;
 } tenant;
+_Static_assert(offsetof(tenant, cfg.weight) + sizeof(double) <= 128, "a step's fields of a tenant span two lines");
 
 typedef struct band {
     fq q;
@@ -173,7 +177,8 @@ struct sched {
     sched_tier tiers[SCHED_MAX_TIERS];
     int n_tiers;
     double band_floor[SCHED_MAX_TIERS]; /* each band's floor: its tiers' largest min_share */
-    tenant *tenants;        /* (max_tenants) */
+    tenant *tenants;        /* (max_tenants) at a cache line, within tenants_mem */
+    void *tenants_mem;
     int32_t n_tenants;
     band bands[SCHED_MAX_TIERS];
     req *reqs;              /* (max_requests) at a cache line, within reqs_mem */
