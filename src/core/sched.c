@@ -1660,7 +1660,8 @@ void sched_prefetch(const sched *s, int stage) {
         prefetch_range(s, sizeof *s);
     } else if (stage == 1) {
         /* a step's part of each tenant (struct tenant's first lines) */
-        for (int32_t i = 0; i < s->n_tenants; i++) prefetch_range(&s->tenants[i], offsetof(tenant, cfg.weight) + 8);
+        for (int32_t i = 0; i < s->n_tenants; i++)
+            prefetch_range(&s->tenants[i], offsetof(tenant, cfg.weight) + sizeof(double));
         prefetch_range(s->run, (size_t)s->n_run * sizeof(int32_t));
         prefetch_range(s->items, (size_t)s->st.plan.n_items * sizeof(sched_item));
         if (s->kv.n_stack > 0) __builtin_prefetch(&s->kv.free_ids[s->kv.n_stack - 1]);
