@@ -32,16 +32,20 @@ typedef struct rd {
     int *owner;                     /* [input tenants]: the worker listing it, -1 = none yet */
 } rd;
 
+/* "path: message", one line: the values a message quotes are the report's
+ * strings, which may hold any control character. */
 __attribute__((format(printf, 3, 4)))
 static int fail(rd *r, const char *path, const char *fmt, ...) {
     if (r->err && r->errlen) {
-        int n = snprintf(r->err, r->errlen, "%s: ", path[0] ? path : "plan");
-        if (n > 0 && (size_t)n < r->errlen) {
+        char raw[512];
+        int n = snprintf(raw, sizeof raw, "%s: ", path[0] ? path : "plan");
+        if (n > 0 && (size_t)n < sizeof raw) {
             va_list ap;
             va_start(ap, fmt);
-            vsnprintf(r->err + n, r->errlen - (size_t)n, fmt, ap);
+            vsnprintf(raw + n, sizeof raw - (size_t)n, fmt, ap);
             va_end(ap);
         }
+        err_escape_ctl(r->err, r->errlen, raw);
     }
     return TS_ERR_CONFIG;
 }

@@ -3,6 +3,7 @@
 
 #include <stdarg.h>
 #include <stdio.h>
+#include <string.h>
 
 const char *err_str(int code) {
     switch (code) {
@@ -39,4 +40,31 @@ int err_set(char *err, size_t errlen, int code, const char *fmt, ...) {
         va_end(ap);
     }
     return code;
+}
+
+const char *err_escape_ctl(char *out, size_t cap, const char *s) {
+    size_t o = 0;
+    for (; *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        char e[5];
+        size_t k = 2;
+        if (c >= 0x20 && c != 0x7F) {
+            e[0] = (char)c;
+            k = 1;
+        } else if (c == '\n') {
+            memcpy(e, "\\n", 2);
+        } else if (c == '\r') {
+            memcpy(e, "\\r", 2);
+        } else if (c == '\t') {
+            memcpy(e, "\\t", 2);
+        } else {
+            snprintf(e, sizeof e, "\\x%02X", c);
+            k = 4;
+        }
+        if (o + k >= cap) break;
+        memcpy(out + o, e, k);
+        o += k;
+    }
+    out[o] = 0;
+    return out;
 }

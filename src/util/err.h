@@ -65,4 +65,10 @@ int err_http_status(int code);
 __attribute__((format(printf, 4, 5)))
 int err_set(char *err, size_t errlen, int code, const char *fmt, ...);
 
+/* s with every control character written as an escape (\n, \r, \t, \xNN)
+ * into out[0..cap) (cap > 0), cut to fit; returns out. A detail message is
+ * one line, but the values and keys it quotes come from a document (a YAML
+ * scalar, a JSON string) that may hold any of them. */
+const char *err_escape_ctl(char *out, size_t cap, const char *s);
+
 #endif

@@ -42,37 +42,6 @@ typedef struct src {
 
 /* ---- messages -------------------------------------------------------------- */
 
-/* s with every control character written as an escape (\n, \r, \t,
- * \xNN) into out[0..cap), cut to fit. A message is one line, but the values
- * and keys it quotes come from the document, where a quoted or multi-line
- * scalar may hold any of them (fuzz_config found the newline). */
-static const char *escape_ctl(char *out, size_t cap, const char *s) {
-    size_t o = 0;
-    for (; *s; s++) {
-        unsigned char c = (unsigned char)*s;
-        char e[5];
-        size_t k = 2;
-        if (c >= 0x20 && c != 0x7F) {
-            e[0] = (char)c;
-            k = 1;
-        } else if (c == '\n') {
-            memcpy(e, "\\n", 2);
-        } else if (c == '\r') {
-            memcpy(e, "\\r", 2);
-        } else if (c == '\t') {
-            memcpy(e, "\\t", 2);
-        } else {
-            snprintf(e, sizeof e, "\\x%02X", c);
-            k = 4;
-        }
-        if (o + k >= cap) break;
-        memcpy(out + o, e, k);
-        o += k;
-    }
-    out[o] = 0;
-    return out;
-}
-
 /* Write "file:line:column: path: message", both 1-based; line 0 leaves
  * the place out, column 0 the column (a reader error has no column).
  * Control characters in the path and the message are escaped, so the
@@ -83,13 +52,13 @@ static int vreport(const ydoc *d, size_t line, size_t col, const char *path, con
     if (!d->err || d->errlen == 0) return d->code;
     char raw[MSG_MAX], msg[MSG_MAX], epath[YDOC_PATH_MAX], where[48] = "";
     vsnprintf(raw, sizeof raw, fmt, ap);
-    escape_ctl(msg, sizeof msg, raw);
+    err_escape_ctl(msg, sizeof msg, raw);
     if (line && col)
         snprintf(where, sizeof where, ":%zu:%zu", line, col);
     else if (line)
         snprintf(where, sizeof where, ":%zu", line);
     if (path && *path)
-        snprintf(d->err, d->errlen, "%s%s: %s: %s", d->name, where, escape_ctl(epath, sizeof epath, path), msg);
+        snprintf(d->err, d->errlen, "%s%s: %s: %s", d->name, where, err_escape_ctl(epath, sizeof epath, path), msg);
     else
         snprintf(d->err, d->errlen, "%s%s: %s", d->name, where, msg);
     return d->code;
