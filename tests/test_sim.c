@@ -621,6 +621,28 @@ static void test_fleet_from_plan(void **state) {
     plan_fleet_close(&pf);
 }
 
+/* A pool the server's engine would refuse is refused here too, naming the
+ * instance: more blocks than an int32 counts (a model of a few bytes of KV
+ * per position on a large slice), or none. */
+static void test_fleet_pool_bounds(void **state) {
+    (void)state;
+    plan_fleet pf;
+    plan_fleet_open(&pf, 1.0, 0, 1);
+    size_t i = 0;
+    while (pf.p.slices[pf.p.insts[i].slice].gpu < 0) i++; /* a placed one */
+    double kept = pf.p.insts[i].est.kv_bytes;
+    static const double bad[] = {1e18, 0};
+    for (int k = 0; k < 2; k++) {
+        pf.p.insts[i].est.kv_bytes = bad[k];
+        sfl f;
+        char err[256] = "";
+        assert_int_equal(sfl_from_plan(&pf.p, SCHED_POLICY_FAIR, &f, err, sizeof err), TS_ERR_INVAL);
+        if (!strstr(err, "instance ") || !strstr(err, "blocks of")) fail_msg("message: %s", err);
+    }
+    pf.p.insts[i].est.kv_bytes = kept;
+    plan_fleet_close(&pf);
+}
+
 /* ---- threads and windows ------------------------------------------------------- */
 
 /* Everything a run gives, as one string: the report, the counts, every
@@ -740,6 +762,7 @@ int main(void) {
         cmocka_unit_test(test_noise_runs),
         cmocka_unit_test(test_noise_spread),
         cmocka_unit_test(test_fleet_from_plan),
+        cmocka_unit_test(test_fleet_pool_bounds),
         cmocka_unit_test(test_threads_windows_same),
         cmocka_unit_test(test_window_cap),
     };

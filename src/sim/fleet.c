@@ -2,6 +2,7 @@
 #include "fleet.h"
 
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -84,17 +85,21 @@ static int inst_of(const plan *p, size_t i, int policy, sim_inst *o, char *err, 
     c->block_size = SFL_BLOCK_SIZE;
     c->block_bytes = kvpos * SFL_BLOCK_SIZE;
     double kv = ceil(pi->est.kv_bytes / 1048576.0) * 1048576.0; /* as --emit serve rounds it */
-    c->n_blocks = c->block_bytes > 0 ? (int32_t)(kv / c->block_bytes) : 0;
-    c->n_swap_blocks = c->block_bytes > 0 ? (int32_t)(SFL_SWAP_BYTES / c->block_bytes) : 0;
+    double blocks = c->block_bytes > 0 ? floor(kv / c->block_bytes) : 0;
+    /* The server's engine refuses a pool of more blocks than an int32 counts
+     * (engine.c); a model of a few bytes of KV per position on a large
+     * slice would have them. */
+    if (!(blocks >= 1 && blocks <= INT32_MAX)) {
+        snprintf(err, errlen, "instance %s: a KV pool of %.0f bytes holds %.0f blocks of %.0f bytes (1..%d)",
+                 o->name, kv, blocks, c->block_bytes, INT32_MAX);
+        return TS_ERR_INVAL;
+    }
+    c->n_blocks = (int32_t)blocks;
+    c->n_swap_blocks = (int32_t)(SFL_SWAP_BYTES / c->block_bytes);
     c->max_ctx = pm->m.max_context;
     c->max_requests = SFL_MAX_REQUESTS;
     int seqs = pi->est.seqs < 1 ? 1 : pi->est.seqs;
     c->max_running = seqs > c->budget_max * 4 ? c->budget_max * 4 : seqs;
-    if (c->n_blocks < 1) {
-        snprintf(err, errlen, "instance %s: a KV pool of %.0f bytes holds no block of %.0f", o->name, kv,
-                 c->block_bytes);
-        return TS_ERR_INVAL;
-    }
     return 0;
 }
 
