@@ -26,6 +26,7 @@ max_len() {
     fuzz_tok)  echo 4096 ;;
     fuzz_oai)  echo 8192 ;;
     fuzz_jinja) echo 16384 ;;     # the published templates are up to 4.5 KB
+    fuzz_simplan) echo 32768 ;;   # the golden plans' json reports are up to 20 KB
     *)         echo 16384 ;;      # YAML: the examples are up to 4 KB
     esac
 }
