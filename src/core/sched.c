@@ -113,7 +113,7 @@ static int config_ok(const sched_config *c) {
            c->n_swap_blocks >= 0 && c->block_size > 0 && c->block_bytes >= 0 && c->max_requests > 0 &&
            c->max_tenants > 0 && c->max_running > 0 && c->max_ctx > 0 && c->budget_min > 0 &&
            c->budget_max >= c->budget_min && c->w_in > 0 && c->w_out > 0 && c->kv_low > 0 &&
-           c->kv_high >= c->kv_low && c->kv_high <= 1 && c->max_running <= c->budget_max * 4 &&
+           c->kv_high >= c->kv_low && c->kv_high <= 1 && c->max_running <= (int64_t)c->budget_max * 4 &&
            c->presence_us >= 0 && (c->prefix_cache == 0 || c->prefix_cache == 1);
 }
 
@@ -201,8 +201,8 @@ int sched_new(const sched_config *c, sched **out) {
      * one that would need more), so a long context does not size every
      * slot's two tables past the pool (a 1M-position model with 16384
      * slots would need gigabytes of tables). */
-    s->max_blocks = (c->max_ctx + c->block_size - 1) / c->block_size;
-    if (s->max_blocks > c->n_blocks) s->max_blocks = c->n_blocks;
+    int64_t per_req = ((int64_t)c->max_ctx + c->block_size - 1) / c->block_size;
+    s->max_blocks = per_req < c->n_blocks ? (int32_t)per_req : c->n_blocks;
     if (sched_alloc(s)) goto err;
     /* Slots are handed out lowest first and reused last-freed first, and a
      * slot's request and tables are first written when it is taken: a

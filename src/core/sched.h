@@ -144,6 +144,13 @@
 
 #define SCHED_MAX_TIERS 8
 #define SCHED_NAME_MAX 48
+/* The largest geometry a tessera server gives its scheduler: its
+ * configuration (config.c) and model loader (model.c) refuse more, and the
+ * simulator refuses a calibration claiming more. */
+#define SCHED_MAX_BLOCK_SIZE 1024       /* positions per KV block */
+#define SCHED_MAX_SEQS 65536            /* sequences in a step (max_running) */
+#define SCHED_MAX_BUDGET (1 << 20)      /* tokens in a step */
+#define SCHED_MAX_CTX (1 << 24)         /* positions of a model's context */
 /* Window of the bands' service shares that min_share is held over: a
  * moving sum with this time constant, in steps (sched_floor.c). */
 #define SCHED_FLOOR_STEPS 64

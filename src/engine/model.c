@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "err.h"
+#include "sched.h"
 #include "wbind.h"
 
 /* Reads "{arch}.{suffix}" as u32; required keys fail, optional keep *out. */
@@ -136,7 +137,7 @@ static int read_config(const gguf_ctx *g, model_config *c, char *err, size_t err
 static int check_config(model_config *c, char *err, size_t errlen) {
     if (c->dim <= 0 || c->dim > MODEL_MAX_DIM || c->n_layers <= 0 || c->n_layers > MODEL_MAX_LAYERS ||
         c->n_heads <= 0 || c->n_heads > MODEL_MAX_DIM || c->ffn_dim <= 0 || c->ffn_dim > 8 * MODEL_MAX_DIM ||
-        c->ctx_len <= 0 || c->ctx_len > (1 << 24))
+        c->ctx_len <= 0 || c->ctx_len > SCHED_MAX_CTX)
         return err_set(err, errlen, TS_ERR_MODEL_DIMS,
                        "absurd dimensions: dim %d, layers %d, heads %d, ffn %d, context %d", c->dim,
                        c->n_layers, c->n_heads, c->ffn_dim, c->ctx_len);

@@ -433,10 +433,10 @@ static int parse_model(const ydoc *d, const yaml_node_t *n, const char *path, cf
     if ((rc = ydoc_get_str(d, v[PATH], FP(PATH), &p))) return rc;
     if ((rc = ydoc_get_size(d, v[KV], FP(KV), 1, UINT64_MAX, &m->kv_cache_bytes))) return rc;
     if ((rc = ydoc_get_size(d, v[SWAP], FP(SWAP), 0, UINT64_MAX, &m->swap_bytes))) return rc;
-    if ((rc = ydoc_get_i32(d, v[BS], FP(BS), 1, 1024, &m->block_size))) return rc;
-    if ((rc = ydoc_get_i32(d, v[SEQS], FP(SEQS), 1, 65536, &m->max_seqs))) return rc;
-    if ((rc = ydoc_get_i32(d, v[BMIN], FP(BMIN), 1, 1 << 20, &m->budget_min))) return rc;
-    if ((rc = ydoc_get_i32(d, v[BMAX], FP(BMAX), 1, 1 << 20, &m->budget_max))) return rc;
+    if ((rc = ydoc_get_i32(d, v[BS], FP(BS), 1, SCHED_MAX_BLOCK_SIZE, &m->block_size))) return rc;
+    if ((rc = ydoc_get_i32(d, v[SEQS], FP(SEQS), 1, SCHED_MAX_SEQS, &m->max_seqs))) return rc;
+    if ((rc = ydoc_get_i32(d, v[BMIN], FP(BMIN), 1, SCHED_MAX_BUDGET, &m->budget_min))) return rc;
+    if ((rc = ydoc_get_i32(d, v[BMAX], FP(BMAX), 1, SCHED_MAX_BUDGET, &m->budget_max))) return rc;
     if ((rc = ydoc_get_i32(d, v[THREADS], FP(THREADS), 0, 4096, &m->threads))) return rc;
     if ((rc = parse_device(d, v[DEVICE], FP(DEVICE), m))) return rc;
     if ((rc = parse_kv_dtype(d, v[KVT], FP(KVT), m))) return rc;
