@@ -135,4 +135,8 @@ echo '{"placement": {}, "gpus": [], "instances": 7}' >"$W/bad.json"
 expect2 "bad.json" --plan "$W/bad.json"
 expect2 "no-such.yaml" --input "$W/no-such.yaml"
 expect2 "not in the fleet" --input "$FLEET" --trace "$SCN"
+sed 's/"budget_max":256/"budget_max":2147483647/' "$CAL" >"$W/cal-huge.json"
+grep -q 2147483647 "$W/cal-huge.json" || fail "the calibration's budget_max was not edited"
+expect2 "budget_max 2147483647 is outside 32..1048576: no server has it" \
+    --serve-config "$SRV" --calibration "$W/cal-huge.json" --trace "$SCN"
 echo "sim_cli: ok"

@@ -14,6 +14,7 @@
 #include <cmocka.h>
 
 #include "err.h"
+#include "file.h"
 #include "fleet.h"
 #include "planio.h"
 #include "sim.h"
@@ -643,6 +644,55 @@ static void test_fleet_pool_bounds(void **state) {
     plan_fleet_close(&pf);
 }
 
+/* A calibration (GET /admin/models of a real server, saved) as the
+ * simulator's instance: its fit, geometry and noise carried over; then
+ * each field edited past what a server's configuration accepts is refused,
+ * naming the field. */
+static void test_server_inst(void **state) {
+    (void)state;
+    char path[1024], err[256] = "";
+    const char *src_dir = getenv("TS_SRC");
+    snprintf(path, sizeof path, "%s/tests/data/sim/calibration.json", src_dir ? src_dir : "..");
+    char *text;
+    size_t len, n;
+    assert_int_equal(file_read_all(path, 1 << 20, &text, &len, err, sizeof err), 0);
+    scr_model *rows;
+    assert_int_equal(scr_parse_models(text, len, &rows, &n, err, sizeof err), 0);
+    free(text);
+    assert_int_equal(n, 1);
+    const scr_model good = rows[0];
+    free(rows);
+    sim_inst in;
+    assert_int_equal(sfl_server_inst(&good, -1, &in, err, sizeof err), 0);
+    assert_int_equal(in.sc.policy, SCHED_POLICY_FAIR);
+    assert_int_equal(in.sc.n_blocks, 303);
+    assert_int_equal(in.sc.max_running, 6);
+    assert_int_equal(in.sc.budget_max, 256);
+    assert_int_equal(in.sc.max_ctx, 2048);
+    assert_true(in.step.kind == SST_LINEAR && in.step.theta[0] == good.theta[0]);
+    assert_true(fabs(in.noise_us - good.err_us * sqrt(M_PI / 2)) < 1e-9);
+    assert_int_equal(in.noise_nq, 0); /* the file has no step_ratio */
+    assert_int_equal(sfl_server_inst(&good, SCHED_POLICY_FCFS, &in, err, sizeof err), 0);
+    assert_int_equal(in.sc.policy, SCHED_POLICY_FCFS);
+    static const char *const fields[] = {"block_size", "max_seqs", "budget_max", "context_length", "kv_low",
+                                         "cost_model.err_us", "cost_model.a_us"};
+    for (int k = 0; k < 7; k++) {
+        scr_model m = good;
+        switch (k) {
+        case 0: m.block_size = SCHED_MAX_BLOCK_SIZE + 1; break;
+        case 1: m.max_seqs = SCHED_MAX_SEQS + 1; break;
+        case 2: m.budget_max = INT32_MAX; break;
+        case 3: m.context_length = SCHED_MAX_CTX + 1; break;
+        case 4: m.kv_low = 0; break;
+        case 5: m.err_us = NAN; break;
+        case 6: m.theta[0] = SST_MAX_US * 2; break;
+        }
+        err[0] = 0;
+        assert_int_equal(sfl_server_inst(&m, -1, &in, err, sizeof err), TS_ERR_INVAL);
+        if (!strstr(err, fields[k]) || !strstr(err, "model 'demo'")) fail_msg("case %d: %s", k, err);
+    }
+}
+
 /* ---- threads and windows ------------------------------------------------------- */
 
 /* Everything a run gives, as one string: the report, the counts, every
@@ -763,6 +813,7 @@ int main(void) {
         cmocka_unit_test(test_noise_spread),
         cmocka_unit_test(test_fleet_from_plan),
         cmocka_unit_test(test_fleet_pool_bounds),
+        cmocka_unit_test(test_server_inst),
         cmocka_unit_test(test_threads_windows_same),
         cmocka_unit_test(test_window_cap),
     };

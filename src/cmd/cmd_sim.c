@@ -51,7 +51,6 @@
 #define TOL_P50 0.10
 #define TOL_P99 0.20
 #define TOL_JAIN 0.02
-#define SPREAD_MIN_STEPS 200 /* a server's step-time spread over fewer steps: not used */
 #define FIX_ROUNDS 8            /* --fix: re-plans at most */
 #define FIX_MIN 1.25            /* --fix: a missing tenant's headroom grows by at least, */
 #define FIX_MAX 2.0             /* and at most, this factor a round */
@@ -365,52 +364,6 @@ static int calibration(const args *a, const char *name, scr_model *out) {
     return i == n ? -1 : 0;
 }
 
-/* The fit and geometry must be a server's: finite, positive where they
- * must be, and no step longer than SST_MAX_US at any sane batch. */
-static int calibration_ok(const scr_model *m, const char *from) {
-    int ok = m->n_blocks > 0 && m->block_size > 0 && m->max_seqs > 0 && m->budget_min > 0 &&
-             m->budget_max >= m->budget_min && m->context_length > 0 && isfinite(m->err_us) && m->err_us >= 0 &&
-             m->err_us < SST_MAX_US && isfinite(m->copy_bytes_per_us) && m->copy_bytes_per_us >= 0;
-    for (int i = 0; i < 4; i++) ok &= isfinite(m->theta[i]) && m->theta[i] >= 0 && m->theta[i] < SST_MAX_US;
-    if (!ok) fprintf(stderr, "sim: %s: model '%s': its fit or KV geometry is out of range\n", from, m->name);
-    return ok;
-}
-
-static void server_inst(const scr_model *m, int policy, sim_inst *o) {
-    memset(o, 0, sizeof(*o));
-    snprintf(o->name, sizeof(o->name), "%s", m->name);
-    snprintf(o->model, sizeof(o->model), "%s", m->name);
-    o->step.kind = SST_LINEAR;
-    memcpy(o->step.theta, m->theta, sizeof(o->step.theta));
-    o->step.host_bytes_per_us = m->copy_bytes_per_us;
-    o->price_per_hour = m->price_per_hour > 0 ? m->price_per_hour : 0;
-    /* The fit's err_us is a running mean of |residual|: for normal noise,
-     * the standard deviation is sqrt(pi / 2) times that. Where the server
-     * measured how its step times spread around the fit over enough
-     * steps, that spread instead (its tails are not normal). */
-    o->noise_us = m->err_us * sqrt(M_PI / 2.0);
-    o->noise_rho = m->err_autocorr > 0 ? m->err_autocorr : 0; /* runs of slow steps; never alternation */
-    if (m->n_ratio > 0 && m->n_ratio <= SIM_NOISE_MAXQ && m->ratio_steps >= SPREAD_MIN_STEPS) {
-        o->noise_nq = m->n_ratio;
-        memcpy(o->noise_level, m->ratio_level, (size_t)m->n_ratio * sizeof(double));
-        memcpy(o->noise_q, m->ratio_q, (size_t)m->n_ratio * sizeof(double));
-    }
-    sched_config *c = &o->sc;
-    sched_config_default(c);
-    c->policy = policy >= 0 ? policy : m->policy;
-    c->n_blocks = m->n_blocks;
-    c->block_size = m->block_size;
-    c->block_bytes = m->block_bytes;
-    c->n_swap_blocks = m->swap_blocks;
-    c->max_running = m->max_seqs;
-    c->budget_min = m->budget_min;
-    c->budget_max = m->budget_max;
-    c->kv_high = m->kv_high;
-    c->kv_low = m->kv_low;
-    c->max_ctx = m->context_length;
-    c->copy_bytes_per_us = m->copy_bytes_per_us > 0 ? m->copy_bytes_per_us : c->copy_bytes_per_us;
-}
-
 static int server_fleet(const args *a, world *w) {
     cfg c;
     char err[1024] = "";
@@ -421,9 +374,14 @@ static int server_fleet(const args *a, world *w) {
     }
     int mi = a->model ? cfg_model_find(&c, a->model) : 0;
     scr_model m;
+    sim_inst inst;
     if (mi < 0) fprintf(stderr, "sim: %s has no model '%s'\n", a->serve_cfg, a->model);
-    if (mi < 0 || calibration(a, c.models[mi].name, &m) ||
-        !calibration_ok(&m, a->calibrate ? a->calibrate : a->calibration)) {
+    if (mi < 0 || calibration(a, c.models[mi].name, &m)) {
+        cfg_free(&c);
+        return -1;
+    }
+    if (sfl_server_inst(&m, a->policy, &inst, err, sizeof err)) {
+        fprintf(stderr, "sim: %s: %s\n", a->calibrate ? a->calibrate : a->calibration, err);
         cfg_free(&c);
         return -1;
     }
@@ -439,8 +397,6 @@ static int server_fleet(const args *a, world *w) {
         ts[t].tok_per_min = c.tenants[t].tokens_per_minute;
         ts[t].max_concurrent = c.tenants[t].max_concurrent;
     }
-    sim_inst inst;
-    server_inst(&m, a->policy, &inst);
     if (a->no_noise) inst.noise_us = inst.noise_rho = 0, inst.noise_nq = 0;
     rc = sfl_single(c.tiers, (int)c.n_tiers, ts, (int)c.n_tenants, &inst, &w->fleet);
     free(ts);

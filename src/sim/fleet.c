@@ -156,6 +156,69 @@ int sfl_single(const sched_tier *tiers, int n_tiers, const sim_tenant *tenants, 
     return 0;
 }
 
+/* A calibration's fit and geometry: a server's (sfl_server_inst). */
+static int server_ok(const scr_model *m, char *err, size_t errlen) {
+    const struct { const char *what; double v, lo, hi; } r[] = {
+        {"block_size", m->block_size, 1, SCHED_MAX_BLOCK_SIZE},
+        {"max_seqs", m->max_seqs, 1, SCHED_MAX_SEQS},
+        {"budget_min", m->budget_min, 1, SCHED_MAX_BUDGET},
+        {"budget_max", m->budget_max, m->budget_min, SCHED_MAX_BUDGET},
+        {"context_length", m->context_length, 1, SCHED_MAX_CTX},
+        {"n_blocks", m->n_blocks, 1, INT32_MAX},
+        {"kv_low", m->kv_low, 1e-9, m->kv_high},
+        {"kv_high", m->kv_high, m->kv_low, 1},
+        {"cost_model.err_us", m->err_us, 0, SST_MAX_US},
+        {"cost_model.copy_bytes_per_us", m->copy_bytes_per_us, 0, INFINITY},
+        {"cost_model.a_us", m->theta[0], 0, SST_MAX_US},
+        {"cost_model.b_us_per_prefill_token", m->theta[1], 0, SST_MAX_US},
+        {"cost_model.c_us_per_decode_seq", m->theta[2], 0, SST_MAX_US},
+        {"cost_model.d_us_per_attended_position", m->theta[3], 0, SST_MAX_US},
+    };
+    for (size_t k = 0; k < sizeof r / sizeof r[0]; k++)
+        if (!(r[k].v >= r[k].lo && r[k].v <= r[k].hi && isfinite(r[k].v)))
+            return err_set(err, errlen, TS_ERR_INVAL, "model '%s': %s %.10g is outside %.10g..%.10g: no server has it",
+                           m->name, r[k].what, r[k].v, r[k].lo, r[k].hi);
+    return 0;
+}
+
+int sfl_server_inst(const scr_model *m, int policy, sim_inst *o, char *err, size_t errlen) {
+    int rc = server_ok(m, err, errlen);
+    if (rc) return rc;
+    memset(o, 0, sizeof(*o));
+    snprintf(o->name, sizeof(o->name), "%s", m->name);
+    snprintf(o->model, sizeof(o->model), "%s", m->name);
+    o->step.kind = SST_LINEAR;
+    memcpy(o->step.theta, m->theta, sizeof(o->step.theta));
+    o->step.host_bytes_per_us = m->copy_bytes_per_us;
+    o->price_per_hour = m->price_per_hour > 0 ? m->price_per_hour : 0;
+    /* The fit's err_us is a running mean of |residual|: for normal noise,
+     * the standard deviation is sqrt(pi / 2) times that. Where the server
+     * measured how its step times spread around the fit over enough
+     * steps, that spread instead (its tails are not normal). */
+    o->noise_us = m->err_us * sqrt(M_PI / 2.0);
+    o->noise_rho = m->err_autocorr > 0 ? m->err_autocorr : 0; /* runs of slow steps; never alternation */
+    if (m->n_ratio > 0 && m->n_ratio <= SIM_NOISE_MAXQ && m->ratio_steps >= SFL_SPREAD_MIN_STEPS) {
+        o->noise_nq = m->n_ratio;
+        memcpy(o->noise_level, m->ratio_level, (size_t)m->n_ratio * sizeof(double));
+        memcpy(o->noise_q, m->ratio_q, (size_t)m->n_ratio * sizeof(double));
+    }
+    sched_config *c = &o->sc;
+    sched_config_default(c);
+    c->policy = policy >= 0 ? policy : m->policy;
+    c->n_blocks = m->n_blocks;
+    c->block_size = m->block_size;
+    c->block_bytes = m->block_bytes;
+    c->n_swap_blocks = m->swap_blocks;
+    c->max_running = m->max_seqs;
+    c->budget_min = m->budget_min;
+    c->budget_max = m->budget_max;
+    c->kv_high = m->kv_high;
+    c->kv_low = m->kv_low;
+    c->max_ctx = m->context_length;
+    c->copy_bytes_per_us = m->copy_bytes_per_us > 0 ? m->copy_bytes_per_us : c->copy_bytes_per_us;
+    return 0;
+}
+
 void sfl_free(sfl *f) {
     free(f->tiers);
     free(f->tenants);

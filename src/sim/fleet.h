@@ -27,11 +27,13 @@
 
 #include "plan.h"
 #include "scenario.h"
+#include "scrape.h"
 #include "sim.h"
 
 #define SFL_BLOCK_SIZE 16           /* the server's default */
 #define SFL_SWAP_BYTES (256.0 * 1048576.0)
 #define SFL_MAX_REQUESTS 4096       /* the server's default request slots */
+#define SFL_SPREAD_MIN_STEPS 200    /* a server's step-time spread over fewer steps: not used */
 #define SFL_SWITCH_US 1000.0        /* time-slicing context switch: unpublished; ~1 ms slices
                                        are reported (shared gpu-sharing-facts §3): a model parameter */
 #define SFL_MAX_TENANTS 100000      /* a report's tenants; scenarios parse at most SCN_MAX_TENANTS */
@@ -52,6 +54,18 @@ int sfl_from_plan(const plan *p, int policy, sfl *out, char *err, size_t errlen)
  * block_bytes, max_ctx, max_running set). */
 int sfl_single(const sched_tier *tiers, int n_tiers, const sim_tenant *tenants, int n_tenants,
                const sim_inst *inst, sfl *out);
+
+/* The instance a tessera server is, from its GET /admin/models entry m (a
+ * calibration): its step-time fit as a linear step model, the spread of
+ * its steps around the fit as the step noise (measured quantiles where it
+ * gives them over SFL_SPREAD_MIN_STEPS steps or more, else a normal of the
+ * fit's residual scale), its KV geometry, budgets and sequences. policy:
+ * SCHED_POLICY_*, or -1 for the server's own. A fit or geometry no server
+ * has is refused (TS_ERR_INVAL, err names the model and the field): a
+ * coefficient or error scale not finite, negative, or of SST_MAX_US or
+ * more; a block_size, max_seqs, budget or context beyond what the server's
+ * configuration accepts (config.h). */
+int sfl_server_inst(const scr_model *m, int policy, sim_inst *out, char *err, size_t errlen);
 
 void sfl_free(sfl *f);
 
