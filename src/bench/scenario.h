@@ -90,8 +90,11 @@
  * come in any order) or, with scn_opts.stream, read row by row while the
  * arrivals are streamed (arrivals.h), so a file larger than memory works;
  * its rows must then be in time order, and a row earlier than the one
- * before is an error naming its line. A streamed trace is not checked for
- * a tenant without rows, which would need the whole file.
+ * before is an error naming its line. Reading stops at the first row past
+ * the run's window, so rows after it are not read (a week's trace feeds an
+ * hour's run without reading the week) and disorder among them goes
+ * unseen. A streamed trace is not checked for a tenant without rows, which
+ * would need the whole file.
  *
  * Options (scn_opts; `tessera bench` and `tessera sim` take them alike):
  *   time_scale  every trace timestamp is multiplied by it (0.5: twice the
