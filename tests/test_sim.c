@@ -691,6 +691,12 @@ static void test_server_inst(void **state) {
         assert_int_equal(sfl_server_inst(&m, -1, &in, err, sizeof err), TS_ERR_INVAL);
         if (!strstr(err, fields[k]) || !strstr(err, "model 'demo'")) fail_msg("case %d: %s", k, err);
     }
+    /* The name is the server's: quoted with its control characters escaped. */
+    scr_model m = good;
+    snprintf(m.name, sizeof m.name, "de\nmo");
+    m.block_size = 0;
+    assert_int_equal(sfl_server_inst(&m, -1, &in, err, sizeof err), TS_ERR_INVAL);
+    if (strchr(err, '\n') || !strstr(err, "model 'de\\nmo'")) fail_msg("message: %s", err);
 }
 
 /* ---- threads and windows ------------------------------------------------------- */

@@ -174,10 +174,11 @@ static int server_ok(const scr_model *m, char *err, size_t errlen) {
         {"cost_model.c_us_per_decode_seq", m->theta[2], 0, SST_MAX_US},
         {"cost_model.d_us_per_attended_position", m->theta[3], 0, SST_MAX_US},
     };
+    char name[4 * SCHED_NAME_MAX];
     for (size_t k = 0; k < sizeof r / sizeof r[0]; k++)
         if (!(r[k].v >= r[k].lo && r[k].v <= r[k].hi && isfinite(r[k].v)))
             return err_set(err, errlen, TS_ERR_INVAL, "model '%s': %s %.10g is outside %.10g..%.10g: no server has it",
-                           m->name, r[k].what, r[k].v, r[k].lo, r[k].hi);
+                           err_escape_ctl(name, sizeof name, m->name), r[k].what, r[k].v, r[k].lo, r[k].hi);
     return 0;
 }
 

@@ -63,8 +63,8 @@ int sfl_single(const sched_tier *tiers, int n_tiers, const sim_tenant *tenants, 
  * SCHED_POLICY_*, or -1 for the server's own. A fit or geometry no server
  * has is refused (TS_ERR_INVAL, err names the model and the field): a
  * coefficient or error scale not finite, negative, or of SST_MAX_US or
- * more; a block_size, max_seqs, budget or context beyond what the server's
- * configuration accepts (config.h). */
+ * more; a block_size, max_seqs, budget or context beyond the server's
+ * limits (SCHED_MAX_* in sched.h). */
 int sfl_server_inst(const scr_model *m, int policy, sim_inst *out, char *err, size_t errlen);
 
 void sfl_free(sfl *f);
