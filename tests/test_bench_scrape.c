@@ -160,10 +160,14 @@ static const bad_case BAD[] = {
     {0, "\"ttft_seconds_sum\":0.125000,", "", "/admin/tenants: data[0].ttft_seconds_sum: missing"},
     {0, "\"ttft_seconds_sum\":0.125000", "\"ttft_seconds_sum\":-2", "/admin/tenants: data[0].ttft_seconds_sum: expected a number >= 0"},
     {0, "\"first_tokens\":4", "\"first_tokens\":true", "/admin/tenants: data[0].first_tokens: expected a number >= 0"},
-    {0, "\"tenant\":\"acme\"", "\"tenant\":\"\"", "/admin/tenants: data[0].tenant: expected a name of 1..47 bytes"},
+    {0, "\"tenant\":\"acme\"", "\"tenant\":\"\"",
+     "/admin/tenants: data[0].tenant: expected a name of 1..47 bytes without control characters"},
     {0, "\"tenant\":\"acme\"", "\"tenant\":\"a-very-long-tenant-name-that-goes-past-the-limit-of-47\"",
-     "/admin/tenants: data[0].tenant: expected a name of 1..47 bytes"},
-    {0, "\"model\":\"u\"", "\"model\":7", "/admin/tenants: data[1].model: expected a name of 1..47 bytes"},
+     "/admin/tenants: data[0].tenant: expected a name of 1..47 bytes without control characters"},
+    {0, "\"model\":\"u\"", "\"model\":7",
+     "/admin/tenants: data[1].model: expected a name of 1..47 bytes without control characters"},
+    {0, "\"tenant\":\"acme\"", "\"tenant\":\"ac\\nme\"",
+     "/admin/tenants: data[0].tenant: expected a name of 1..47 bytes without control characters"},
     {1, "\"cost_model\":{\"a_us\":1500,\"b_us_per_prefill_token\":20.5,\"c_us_per_decode_seq\":300,"
         "\"d_us_per_attended_position\":0.01,\"err_us\":42.5,\"steps\":70,\"copy_bytes_per_us\":1000,"
         "\"err_autocorr\":0.75},",

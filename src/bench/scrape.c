@@ -173,14 +173,16 @@ static int get_i32(const where *w, const cJSON *o, const char *key, int32_t lo, 
     return 0;
 }
 
-/* A name of 1..SCHED_NAME_MAX-1 bytes. */
+/* A name of 1..SCHED_NAME_MAX-1 bytes, none a control character (a
+ * server's names have none, and messages quote them). */
 static int get_name(const where *w, const cJSON *o, const char *key, char out[SCHED_NAME_MAX]) {
     const cJSON *v = field(w, o, key);
     if (!v) return TS_ERR_INVAL;
-    size_t n = cJSON_IsString(v) ? strlen(v->valuestring) : 0;
-    if (n == 0 || n >= SCHED_NAME_MAX) {
-        char what[64];
-        snprintf(what, sizeof what, "a name of 1..%d bytes", SCHED_NAME_MAX - 1);
+    size_t n = cJSON_IsString(v) ? strlen(v->valuestring) : 0, ctl = 0;
+    for (size_t i = 0; i < n; i++) ctl += (unsigned char)v->valuestring[i] < 0x20 || v->valuestring[i] == 0x7F;
+    if (n == 0 || n >= SCHED_NAME_MAX || ctl) {
+        char what[80];
+        snprintf(what, sizeof what, "a name of 1..%d bytes without control characters", SCHED_NAME_MAX - 1);
         return bad(w, key, what);
     }
     memcpy(out, v->valuestring, n + 1);
