@@ -104,7 +104,9 @@ struct arr_stream {
 static double factor(double v) { return v > 0 ? v : 1; }
 
 /* The trace's next row inside its tenant's [start, stop) into st->row: 1,
- * 0 when the trace is done, or an error. */
+ * 0 when the trace is done, or an error. A row past the run's window is
+ * taken whatever its tenant: it ends the stream (arr_stream_next), so a
+ * streamed file is read no further than the window. */
 static int trace_advance(arr_stream *st) {
     const scn *s = st->s;
     for (;;) {
@@ -118,7 +120,7 @@ static int trace_advance(arr_stream *st) {
         }
         r.t_s *= st->t_mul;
         const scn_tenant *t = &s->tenants[r.tenant];
-        if (r.t_s >= t->start_s && (t->stop_s <= 0 || r.t_s < t->stop_s)) {
+        if (r.t_s >= st->until_s || (r.t_s >= t->start_s && (t->stop_s <= 0 || r.t_s < t->stop_s))) {
             st->row = r;
             return 1;
         }
