@@ -226,6 +226,9 @@ static const bad_case bad_cases[] = {
     {"models:\n  - name: m\n    path: m.gguf\n    budget_min: 600\n"
      "tenants:\n  - {name: a, tier: gold, key_sha256: " H_GOLD "}\n",
      ":4: models[0].budget_min: budget_min 600 is larger than budget_max 512"},
+    {"models:\n  - name: m\n    path: m.gguf\n    budget_min: 8\n    budget_max: 8\n    max_seqs: 33\n"
+     "tenants:\n  - {name: a, tier: gold, key_sha256: " H_GOLD "}\n",
+     ":6: models[0].max_seqs: max_seqs 33 is more than 4 x budget_max 8, which the scheduler refuses"},
     {"models:\n  - name: m\n    path: m.gguf\n    kv_cache_bytes: 0\n"
      "tenants:\n  - {name: a, tier: gold, key_sha256: " H_GOLD "}\n",
      ":4: models[0].kv_cache_bytes: expected a size in bytes"},

@@ -888,7 +888,10 @@ void emit_serve_yaml(const plan *p, size_t i, int port, const char *model_dir, i
     model_path(m, model_dir, path, sizeof path);
     strbuf_printf(b, "%s    path: %s\n", indent, path);
     strbuf_printf(b, "%s    kv_cache_bytes: %.0fMiB\n", indent, emit_mib_up(e->kv_bytes));
-    strbuf_printf(b, "%s    max_seqs: %d\n", indent, e->seqs < 1 ? 1 : e->seqs > 65536 ? 65536 : e->seqs);
+    /* The server's default budget takes at most this many sequences a step
+     * (the simulator models the same cap: sim/fleet.c). */
+    int most = SCHED_MAX_SEQS_PER_TOKEN * SCHED_DEFAULT_BUDGET_MAX;
+    strbuf_printf(b, "%s    max_seqs: %d\n", indent, e->seqs < 1 ? 1 : e->seqs > most ? most : e->seqs);
     if (threads > 0) strbuf_printf(b, "%s    threads: %d\n", indent, threads);
     /* The price of this instance's GPU, GI or share, so serve's cost
      * accounting charges what the plan charged; unpriced pools write none. */

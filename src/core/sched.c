@@ -83,7 +83,7 @@ void sched_config_default(sched_config *c) {
     c->max_tenants = 256;
     c->max_running = 64;
     c->budget_min = 64;
-    c->budget_max = 512;
+    c->budget_max = SCHED_DEFAULT_BUDGET_MAX;
     c->w_in = 1.0;
     c->w_out = 2.0;
     /* A CPU-sized seed: 2 ms a step, 50 us a prompt token, 500 us a decoding
@@ -113,8 +113,9 @@ static int config_ok(const sched_config *c) {
            c->n_swap_blocks >= 0 && c->block_size > 0 && c->block_bytes >= 0 && c->max_requests > 0 &&
            c->max_tenants > 0 && c->max_running > 0 && c->max_ctx > 0 && c->budget_min > 0 &&
            c->budget_max >= c->budget_min && c->w_in > 0 && c->w_out > 0 && c->kv_low > 0 &&
-           c->kv_high >= c->kv_low && c->kv_high <= 1 && c->max_running <= (int64_t)c->budget_max * 4 &&
-           c->presence_us >= 0 && (c->prefix_cache == 0 || c->prefix_cache == 1);
+           c->kv_high >= c->kv_low && c->kv_high <= 1 &&
+           c->max_running <= (int64_t)c->budget_max * SCHED_MAX_SEQS_PER_TOKEN && c->presence_us >= 0 &&
+           (c->prefix_cache == 0 || c->prefix_cache == 1);
 }
 
 /* The one place the policy is read: a policy is a preset of features. FAIR

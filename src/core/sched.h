@@ -149,6 +149,8 @@
  * simulator refuses a calibration claiming more. */
 #define SCHED_MAX_BLOCK_SIZE 1024       /* positions per KV block */
 #define SCHED_MAX_SEQS 65536            /* sequences in a step (max_running) */
+#define SCHED_MAX_SEQS_PER_TOKEN 4      /* max_running <= this x budget_max */
+#define SCHED_DEFAULT_BUDGET_MAX 512    /* tokens in a step unless configured */
 #define SCHED_MAX_BUDGET (1 << 20)      /* tokens in a step */
 #define SCHED_MAX_CTX (1 << 24)         /* positions of a model's context */
 /* Window of the bands' service shares that min_share is held over: a

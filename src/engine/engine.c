@@ -12,6 +12,7 @@
 
 #include "backend.h"
 #include "err.h"
+#include "sched.h"
 
 #ifdef TS_HAVE_CUDA
 #define ENG_CUDA_NAMES ", cuda, cuda:N"
@@ -89,7 +90,7 @@ int eng_new(const model *m, const eng_opts *o, eng **out, char *err, size_t errl
     if (!opts.block_size) opts.block_size = 16;
     if (!opts.max_batch_tokens) opts.max_batch_tokens = 512;
     if (!opts.max_seqs) opts.max_seqs = 64;
-    if (opts.block_size < 1 || opts.block_size > 1024 || opts.max_batch_tokens < 1 ||
+    if (opts.block_size < 1 || opts.block_size > SCHED_MAX_BLOCK_SIZE || opts.max_batch_tokens < 1 ||
         opts.max_batch_tokens > (1 << 20) || opts.max_seqs < 1 || opts.max_seqs > opts.max_batch_tokens)
         return err_set(err, errlen, TS_ERR_INVAL,
                        "engine limits out of range: block_size %d, max_batch_tokens %d, max_seqs %d",

@@ -60,7 +60,7 @@ static void model_defaults(cfg_model *m) {
     m->block_size = 16;
     m->max_seqs = 64;
     m->budget_min = 64;
-    m->budget_max = 512;
+    m->budget_max = SCHED_DEFAULT_BUDGET_MAX;
     m->threads = 0;
     strcpy(m->device, "cpu");
     m->prefix_cache = 1;
@@ -444,6 +444,11 @@ static int parse_model(const ydoc *d, const yaml_node_t *n, const char *path, cf
         const yaml_node_t *at = v[BMIN] ? v[BMIN] : v[BMAX];
         return ydoc_fail(d, at, FP(BMIN), "budget_min %d is larger than budget_max %d", m->budget_min,
                          m->budget_max);
+    }
+    if ((int64_t)m->max_seqs > (int64_t)SCHED_MAX_SEQS_PER_TOKEN * m->budget_max) {
+        const yaml_node_t *at = v[SEQS] ? v[SEQS] : v[BMAX];
+        return ydoc_fail(d, at, FP(SEQS), "max_seqs %d is more than %d x budget_max %d, which the scheduler refuses",
+                         m->max_seqs, SCHED_MAX_SEQS_PER_TOKEN, m->budget_max);
     }
     if ((rc = parse_chat_template(d, v[TPL], v[TPLF], FP(TPL), FP(TPLF), m))) return rc;
     if ((rc = parse_prefix_cache(d, v[PFX], FP(PFX), m))) return rc;

@@ -66,7 +66,7 @@
  *       kv_cache_bytes: 256MiB size > 0 (default 256 MiB)
  *       swap_bytes: 256MiB     host swap space, size; 0 disables swap (default 256 MiB)
  *       block_size: 16         positions per KV block, 1..1024
- *       max_seqs: 64           sequences per step, 1..65536
+ *       max_seqs: 64           sequences per step, 1..65536, at most 4 x budget_max
  *       budget_min: 64         tokens per step, 1..budget_max
  *       budget_max: 512        tokens per step, budget_min..1048576
  *       threads: 0             CPU threads, 0 = all cores, 0..4096

@@ -70,9 +70,11 @@ static int inst_of(const plan *p, size_t i, int policy, sim_inst *o, char *err, 
     snprintf(o->model, sizeof(o->model), "%s", pm->name);
     o->worker = (int)pi->worker;
     o->device = device_of(p, sl, pi->slice);
+    char name[4 * sizeof o->name]; /* for messages: a hand-edited plan's names may hold anything */
+    err_escape_ctl(name, sizeof name, o->name);
     perf_slice s;
     if (plan_inst_slice(p, pi, &s)) {
-        snprintf(err, errlen, "instance %s: no slice", o->name);
+        snprintf(err, errlen, "instance %s: no slice", name);
         return TS_ERR_INVAL;
     }
     sst_roofline(&o->step, &pm->m, &s, &p->in->perf);
@@ -91,7 +93,7 @@ static int inst_of(const plan *p, size_t i, int policy, sim_inst *o, char *err, 
      * slice would have them. */
     if (!(blocks >= 1 && blocks <= INT32_MAX)) {
         snprintf(err, errlen, "instance %s: a KV pool of %.0f bytes holds %.0f blocks of %.0f bytes (1..%d)",
-                 o->name, kv, blocks, c->block_bytes, INT32_MAX);
+                 name, kv, blocks, c->block_bytes, INT32_MAX);
         return TS_ERR_INVAL;
     }
     c->n_blocks = (int32_t)blocks;
@@ -99,7 +101,8 @@ static int inst_of(const plan *p, size_t i, int policy, sim_inst *o, char *err, 
     c->max_ctx = pm->m.max_context;
     c->max_requests = SFL_MAX_REQUESTS;
     int seqs = pi->est.seqs < 1 ? 1 : pi->est.seqs;
-    c->max_running = seqs > c->budget_max * 4 ? c->budget_max * 4 : seqs;
+    int most = c->budget_max * SCHED_MAX_SEQS_PER_TOKEN;
+    c->max_running = seqs > most ? most : seqs;
     return 0;
 }
 
@@ -160,7 +163,7 @@ int sfl_single(const sched_tier *tiers, int n_tiers, const sim_tenant *tenants, 
 static int server_ok(const scr_model *m, char *err, size_t errlen) {
     const struct { const char *what; double v, lo, hi; } r[] = {
         {"block_size", m->block_size, 1, SCHED_MAX_BLOCK_SIZE},
-        {"max_seqs", m->max_seqs, 1, SCHED_MAX_SEQS},
+        {"max_seqs", m->max_seqs, 1, fmin(SCHED_MAX_SEQS, (double)SCHED_MAX_SEQS_PER_TOKEN * m->budget_max)},
         {"budget_min", m->budget_min, 1, SCHED_MAX_BUDGET},
         {"budget_max", m->budget_max, m->budget_min, SCHED_MAX_BUDGET},
         {"context_length", m->context_length, 1, SCHED_MAX_CTX},

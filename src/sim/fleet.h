@@ -7,8 +7,9 @@
  * From a plan, instance i of worker w is what `tessera plan --emit serve`
  * deploys: its KV pool is the planned KV bytes rounded up to a MiB, cut in
  * blocks of SFL_BLOCK_SIZE positions; its max_seqs the planned sequences
- * (within what the scheduler accepts: budget_max x 4); the server's
- * default swap space, budgets and request slots; the plan's tiers and its
+ * (within what the scheduler accepts: SCHED_MAX_SEQS_PER_TOKEN x the
+ * default budget_max, as --emit serve caps it); the server's default swap
+ * space, budgets and request slots; the plan's tiers and its
  * worker's tenants with their weights. Its step model is the planner's
  * roofline on the instance's slice (plan_inst_slice), with the sharing
  * mode of the slice (sstep.h). A tenant the plan left unserved stays in the
@@ -62,9 +63,9 @@ int sfl_single(const sched_tier *tiers, int n_tiers, const sim_tenant *tenants, 
  * fit's residual scale), its KV geometry, budgets and sequences. policy:
  * SCHED_POLICY_*, or -1 for the server's own. A fit or geometry no server
  * has is refused (TS_ERR_INVAL, err names the model and the field): a
- * coefficient or error scale not finite, negative, or of SST_MAX_US or
- * more; a block_size, max_seqs, budget or context beyond the server's
- * limits (SCHED_MAX_* in sched.h). */
+ * coefficient or error scale not finite, negative, or above SST_MAX_US; a
+ * block_size, max_seqs, budget or context beyond the server's limits
+ * (SCHED_MAX_* in sched.h), or more sequences than its budget takes. */
 int sfl_server_inst(const scr_model *m, int policy, sim_inst *out, char *err, size_t errlen);
 
 void sfl_free(sfl *f);
