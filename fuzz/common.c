@@ -290,3 +290,9 @@ int fz_utf8_valid(const char *s, size_t n) {
 }
 
 uint64_t fz_hash(const uint8_t *data, size_t size) { return hash_bytes(data, size); }
+
+void fz_check_message(const char *err, size_t cap) {
+    int ok = memchr(err, 0, cap) != NULL && err[0] && !strchr(err, '\n');
+    if (!ok) fprintf(stderr, "bad message: \"%.*s\"\n", (int)cap, err);
+    FZ_CHECK(ok);
+}

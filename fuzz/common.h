@@ -49,6 +49,11 @@ const tok_spec *fz_spec(int which);
  * path (cfg_load). Aborts if the memfd cannot be made or written. */
 const char *fz_file(const uint8_t *data, size_t size);
 
+/* A refusal's message: NUL-terminated within cap bytes, not empty, one
+ * line (the parsers' headers promise it); a broken one is reported as
+ * FZ_CHECK reports. */
+void fz_check_message(const char *err, size_t cap);
+
 /* 1 if s[0..n) is well-formed UTF-8 (no overlongs, surrogates or code
  * points above U+10FFFF). */
 int fz_utf8_valid(const char *s, size_t n);

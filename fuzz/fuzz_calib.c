@@ -11,7 +11,8 @@
  * in (0, 1) and quantiles non-decreasing and > 0, costs >= 0 or -1), and a
  * tenant's totals add up. A model the simulator refuses gets a one-line
  * message; one it takes (within the fuzzer's memory: at most 2^16 KV
- * blocks) simulates to the end, with every arrival in the report once.
+ * blocks) is a server the scheduler accepts, and simulates to the end with
+ * every arrival in the report once.
  */
 #include <math.h>
 #include <stdint.h>
@@ -26,13 +27,6 @@
 #include "sim.h"
 
 #define SIM_S 3.0          /* simulated seconds of load */
-
-/* One line, NUL-terminated, not empty. */
-static void check_message(const char *err, size_t cap) {
-    int ok = memchr(err, 0, cap) != NULL && err[0] && !strchr(err, '\n');
-    if (!ok) fprintf(stderr, "bad message: \"%.*s\"\n", (int)cap, err);
-    FZ_CHECK(ok);
-}
 
 static void check_name(const char *s) {
     size_t n = strnlen(s, SCHED_NAME_MAX);
@@ -111,9 +105,10 @@ static void simulate(const sim_inst *inst) {
         sim_opts o = {.until_s = SIM_S, .drain_s = 2.0, .seed = 1, .threads = 1};
         sim_result r;
         char err[512] = "";
+        /* A calibration sfl_server_inst took is a server's: it runs. */
         int rc = sim_run(&f.f, &rs, &s, &o, &r, err, sizeof err);
-        if (rc == TS_ERR_INVAL) check_message(err, sizeof err);
-        FZ_CHECK(rc == 0 || rc == TS_ERR_INVAL || rc == TS_ERR_NOMEM);
+        if (rc) fprintf(stderr, "an accepted calibration does not simulate: %s\n", err);
+        FZ_CHECK(rc == 0 || rc == TS_ERR_NOMEM);
         if (rc == 0) {
             FZ_CHECK(r.requests == src.n && (uint64_t)r.report.due == src.n);
             sim_result_free(&r);
@@ -132,7 +127,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     FZ_CHECK(rc == 0 || rc == TS_ERR_INVAL || rc == TS_ERR_NOMEM);
     if (rc) {
         FZ_CHECK(!tr && n == 0);
-        if (rc == TS_ERR_INVAL) check_message(err, sizeof err);
+        if (rc == TS_ERR_INVAL) fz_check_message(err, sizeof err);
     } else {
         check_tenants(tr, n);
     }
@@ -145,7 +140,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     FZ_CHECK(rc == 0 || rc == TS_ERR_INVAL || rc == TS_ERR_NOMEM);
     if (rc) {
         FZ_CHECK(!mr && n == 0);
-        if (rc == TS_ERR_INVAL) check_message(err, sizeof err);
+        if (rc == TS_ERR_INVAL) fz_check_message(err, sizeof err);
     }
     for (size_t i = 0; rc == 0 && i < n && i < 4; i++) {
         check_model(&mr[i]);
@@ -153,7 +148,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         err[0] = 0;
         int irc = sfl_server_inst(&mr[i], i & 1 ? SCHED_POLICY_FCFS : -1, &inst, err, sizeof err);
         FZ_CHECK(irc == 0 || irc == TS_ERR_INVAL);
-        if (irc) check_message(err, sizeof err);
+        if (irc) fz_check_message(err, sizeof err);
         else simulate(&inst);
     }
     free(mr);

@@ -20,13 +20,6 @@
 #include "config.h"
 #include "err.h"
 
-/* One line, NUL-terminated, not empty. */
-static void check_message(const char *err, size_t cap) {
-    int ok = memchr(err, 0, cap) != NULL && err[0] && !strchr(err, '\n');
-    if (!ok) fprintf(stderr, "bad message: \"%.*s\"\n", (int)cap, err);
-    FZ_CHECK(ok);
-}
-
 /* The input's first line as a redis_url: parsed into a host and a port,
  * or refused with a message and the output untouched. */
 static void check_url(const uint8_t *data, size_t size) {
@@ -56,7 +49,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         static const cfg zero;
         FZ_CHECK(rc == TS_ERR_CONFIG || rc == TS_ERR_NOMEM);
         FZ_CHECK(memcmp(&c, &zero, sizeof c) == 0);
-        check_message(err, sizeof err);
+        fz_check_message(err, sizeof err);
         return 0;
     }
     FZ_CHECK(c.n_models >= 1 && c.models && c.n_tenants >= 1 && c.tenants);

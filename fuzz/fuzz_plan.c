@@ -23,13 +23,6 @@
 #include "plan.h"
 #include "planio.h"
 
-/* One line, NUL-terminated, not empty. */
-static void check_message(const char *err, size_t cap) {
-    int ok = memchr(err, 0, cap) != NULL && err[0] && !strchr(err, '\n');
-    if (!ok) fprintf(stderr, "bad message: \"%.*s\"\n", (int)cap, err);
-    FZ_CHECK(ok);
-}
-
 static void check_emits(const plan_input *in, const plan *p) {
     int keyed = 1;
     for (size_t i = 0; i < in->n_tenants; i++) keyed &= in->tenants[i].key_sha256[0] != 0;
@@ -40,7 +33,7 @@ static void check_emits(const plan_input *in, const plan *p) {
         /* Kubernetes names: tenant or tier names that clash as DNS-1123
          * labels are refused, and the refusal says why in one line. */
         if (rc == TS_ERR_INVAL && (kind == EMIT_GIE || kind == EMIT_KUEUE)) {
-            check_message(o.why, sizeof o.why);
+            fz_check_message(o.why, sizeof o.why);
             continue;
         }
         FZ_CHECK(rc == 0 || rc == TS_ERR_NOMEM);
@@ -73,7 +66,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         FZ_CHECK(rc == TS_ERR_CONFIG || rc == TS_ERR_NOMEM);
         FZ_CHECK(in.n_pools == 0 && in.n_models == 0 && in.n_tiers == 0 && in.n_tenants == 0);
         FZ_CHECK(!in.pools && !in.models && !in.tiers && !in.tenants);
-        check_message(err, sizeof err);
+        fz_check_message(err, sizeof err);
         return 0;
     }
     long gpus = 0;

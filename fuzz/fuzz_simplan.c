@@ -29,13 +29,6 @@
 #define SIM_S 2.0          /* simulated seconds of planned load */
 #define MAX_ARRIVALS 400.0 /* expected arrivals in them, at most */
 
-/* One line, NUL-terminated, not empty. */
-static void check_message(const char *err, size_t cap) {
-    int ok = memchr(err, 0, cap) != NULL && err[0] && !strchr(err, '\n');
-    if (!ok) fprintf(stderr, "bad message: \"%.*s\"\n", (int)cap, err);
-    FZ_CHECK(ok);
-}
-
 static void check_empty(const plan_input *in, const plan *p) {
     FZ_CHECK(in->n_pools == 0 && in->n_models == 0 && in->n_tiers == 0 && in->n_tenants == 0);
     FZ_CHECK(!in->pools && !in->models && !in->tiers && !in->tenants);
@@ -135,7 +128,7 @@ static void simulate(const plan_input *in, const sfl *f) {
         sim_result r;
         sim_source s = {source_next, &src};
         int rc = sim_run(&f->f, &rs, &s, &o, &r, err, sizeof err);
-        if (rc == TS_ERR_INVAL) check_message(err, sizeof err);
+        if (rc == TS_ERR_INVAL) fz_check_message(err, sizeof err);
         FZ_CHECK(rc == 0 || rc == TS_ERR_INVAL || rc == TS_ERR_NOMEM);
         if (rc == 0) {
             check_accounting(&r, src.n);
@@ -155,7 +148,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (rc) {
         FZ_CHECK(rc == TS_ERR_CONFIG || rc == TS_ERR_NOMEM);
         check_empty(&in, &p);
-        if (rc == TS_ERR_CONFIG) check_message(err, sizeof err);
+        if (rc == TS_ERR_CONFIG) fz_check_message(err, sizeof err);
         return 0;
     }
     check_fixed_point(&p);
@@ -163,7 +156,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         sfl f;
         err[0] = 0;
         rc = sfl_from_plan(&p, policy ? SCHED_POLICY_FCFS : SCHED_POLICY_FAIR, &f, err, sizeof err);
-        if (rc == TS_ERR_INVAL) check_message(err, sizeof err);
+        if (rc == TS_ERR_INVAL) fz_check_message(err, sizeof err);
         FZ_CHECK(rc == 0 || rc == TS_ERR_INVAL || rc == TS_ERR_NOMEM);
         if (rc) break;
         simulate(&in, &f);

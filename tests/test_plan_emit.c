@@ -491,8 +491,8 @@ static void test_planjson_errors(void **st) {
         {"input.options.max_replicas", "2.5", "input.options.max_replicas: expected an integer"},
         {"workers.0.tenants.0", "\"nobody\"", "workers[0].tenants[0]: expected the name of a tenant"},
         {"workers.1.mode", "\"sharded\"", "workers[1].mode: unknown value 'sharded'"},
-        /* A quoted value's control characters are escaped: the message
-         * stays one line (fuzz_simplan found the newline). */
+        /* A quoted value may hold control characters: escaped, so the
+         * message stays one line. */
         {"input.tenants.0.isolation", "\"sha\\nred\\u0001\"",
          "input.tenants[0].isolation: unknown value 'sha\\nred\\x01'"},
         {"slices.0.gpu", "99", "slices[0].gpu: 99 is outside -1..4"},

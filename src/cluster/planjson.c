@@ -37,7 +37,7 @@ typedef struct rd {
 __attribute__((format(printf, 3, 4)))
 static int fail(rd *r, const char *path, const char *fmt, ...) {
     if (r->err && r->errlen) {
-        char raw[512];
+        char raw[1024];
         int n = snprintf(raw, sizeof raw, "%s: ", path[0] ? path : "plan");
         if (n > 0 && (size_t)n < sizeof raw) {
             va_list ap;
