@@ -488,6 +488,10 @@ static void test_planjson_errors(void **st) {
         {"input.models.1.layers", "\"many\"", "input.models[1].layers: expected a number"},
         {"input.tenants.0.tier", "\"platinum\"", "input.tenants[0].tier: unknown tier 'platinum'"},
         {"input.tenants.2.load.rps", NULL, "input.tenants[2].load.rps: missing"},
+        /* Names in the planner's alphabet: they become CSV fields and config keys. */
+        {"input.tenants.0.name", "\"a,b\"", "input.tenants[0].name: bad name 'a,b' (letters, digits and ._-)"},
+        {"workers.0.name", "\"w 1\"", "workers[0].name: bad name 'w 1'"},
+        {"input.tenants.1.key_sha256", "\"xyz\"", "input.tenants[1].key_sha256: expected \"\" or the SHA-256"},
         {"input.options.max_replicas", "2.5", "input.options.max_replicas: expected an integer"},
         {"workers.0.tenants.0", "\"nobody\"", "workers[0].tenants[0]: expected the name of a tenant"},
         {"workers.1.mode", "\"sharded\"", "workers[1].mode: unknown value 'sharded'"},

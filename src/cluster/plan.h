@@ -65,6 +65,7 @@
 
 #define PLAN_NAME_MAX SCHED_NAME_MAX /* bytes of a name with its NUL: the names serve takes */
 #define PLAN_PATH_MAX 256           /* bytes of a model path with its NUL */
+#define PLAN_PROFILE_EXTRA "._+"    /* a MIG profile name's characters besides letters and digits */
 #define PLAN_MAX_TYPES 16           /* distinct GPU types in one fleet */
 #define PLAN_TEXT_MAX 640           /* bytes of one problem's text */
 

@@ -17,8 +17,6 @@
 #include "sched.h"
 #include "ydoc.h"
 
-#define MODEL_EXTRA "._:/-"         /* serve's model-name characters */
-#define NAME_EXTRA "._-"            /* serve's tenant and tier names */
 
 static const ydoc_opts opts = {TS_ERR_CONFIG, "empty file"};
 
@@ -78,7 +76,7 @@ static int read_pool(const ydoc *d, const yaml_node_t *item, const char *path, p
 #define FP(k) ydoc_path_field(fp, path, K[k])
     if (!v[NAME]) return ydoc_fail(d, item, FP(NAME), "required");
     /* Room for the node suffix "-12345" and its NUL. */
-    if ((rc = ydoc_get_name(d, v[NAME], FP(NAME), NAME_EXTRA, p.name, sizeof p.name - 8))) return rc;
+    if ((rc = ydoc_get_name(d, v[NAME], FP(NAME), YDOC_NAME_EXTRA, p.name, sizeof p.name - 8))) return rc;
     for (size_t j = 0; j < in->n_pools; j++)
         if (!strcmp(in->pools[j].name, p.name)) return ydoc_fail(d, v[NAME], FP(NAME), "repeated pool name '%s'", p.name);
     if (!v[GPU]) return ydoc_fail(d, item, FP(GPU), "required");
@@ -113,7 +111,7 @@ static int read_model(const ydoc *d, const yaml_node_t *item, const char *path, 
 #define FP(k) ydoc_path_field(fp, path, K[k])
     for (size_t k = 0; k < sizeof required / sizeof required[0]; k++)
         if (!v[required[k]]) return ydoc_fail(d, item, FP(required[k]), "required");
-    if ((rc = ydoc_get_name(d, v[NAME], FP(NAME), MODEL_EXTRA, m.name, sizeof m.name))) return rc;
+    if ((rc = ydoc_get_name(d, v[NAME], FP(NAME), YDOC_MODEL_NAME_EXTRA, m.name, sizeof m.name))) return rc;
     if (plan_model_find(in, m.name) >= 0) return ydoc_fail(d, v[NAME], FP(NAME), "repeated model name '%s'", m.name);
     if ((rc = ydoc_get_number(d, v[PARAMS], FP(PARAMS), 0, 1e15, YDOC_LO_OPEN | YDOC_SI, &m.m.params))) return rc;
     if ((rc = ydoc_get_number(d, v[DT], FP(DT), 0.25, 8, 0, &m.m.weight_bytes))) return rc;
@@ -143,7 +141,7 @@ static int read_tier(const ydoc *d, const yaml_node_t *item, const char *path, p
     if (rc) return rc;
 #define FP(k) ydoc_path_field(fp, path, K[k])
     if (!v[NAME]) return ydoc_fail(d, item, FP(NAME), "required");
-    if ((rc = ydoc_get_name(d, v[NAME], FP(NAME), NAME_EXTRA, t.name, sizeof t.name))) return rc;
+    if ((rc = ydoc_get_name(d, v[NAME], FP(NAME), YDOC_NAME_EXTRA, t.name, sizeof t.name))) return rc;
     if (plan_tier_find(in, t.name) >= 0) return ydoc_fail(d, v[NAME], FP(NAME), "repeated tier name '%s'", t.name);
     if ((rc = ydoc_get_number(d, v[TTFT], FP(TTFT), 0, 1e7, 0, &t.ttft_ms))) return rc;
     if ((rc = ydoc_get_number(d, v[TPOT], FP(TPOT), 0, 1e7, 0, &t.tpot_ms))) return rc;
@@ -197,11 +195,11 @@ static int read_strict(const ydoc *d, const yaml_node_t *group, const yaml_node_
     int rc, known = 0;
     ydoc_path_field(fp, path, "group");
     if (group && t->iso != PLAN_ISO_STRICT) return ydoc_fail(d, group, fp, "a group applies to strict isolation only");
-    if ((rc = ydoc_get_name(d, group, fp, NAME_EXTRA, t->group, sizeof t->group))) return rc;
+    if ((rc = ydoc_get_name(d, group, fp, YDOC_NAME_EXTRA, t->group, sizeof t->group))) return rc;
     if (!profile) return 0;
     ydoc_path_field(fp, path, "profile");
     if (t->iso != PLAN_ISO_STRICT) return ydoc_fail(d, profile, fp, "a MIG profile applies to strict isolation only");
-    if ((rc = ydoc_get_name(d, profile, fp, "._+", t->profile, sizeof t->profile))) return rc;
+    if ((rc = ydoc_get_name(d, profile, fp, PLAN_PROFILE_EXTRA, t->profile, sizeof t->profile))) return rc;
     for (size_t g = 0; g < gpucat_count() && !known; g++) known = gpucat_mig_find(gpucat_at(g), t->profile) != NULL;
     if (!known) return ydoc_fail(d, profile, fp, "'%s' is no MIG profile of any known GPU (like 2g.20gb)", t->profile);
     return 0;
@@ -238,7 +236,7 @@ static int read_tenant(const ydoc *d, const yaml_node_t *item, const char *path,
 #define FP(k) ydoc_path_field(fp, path, K[k])
     for (int k = NAME; k <= TIER; k++)
         if (!v[k]) return ydoc_fail(d, item, FP(k), "required");
-    if ((rc = ydoc_get_name(d, v[NAME], FP(NAME), NAME_EXTRA, t.name, sizeof t.name))) return rc;
+    if ((rc = ydoc_get_name(d, v[NAME], FP(NAME), YDOC_NAME_EXTRA, t.name, sizeof t.name))) return rc;
     for (size_t j = 0; j < in->n_tenants; j++)
         if (!strcmp(in->tenants[j].name, t.name))
             return ydoc_fail(d, v[NAME], FP(NAME), "repeated tenant name '%s'", t.name);

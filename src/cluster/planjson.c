@@ -22,6 +22,7 @@
 #include <string.h>
 
 #include "err.h"
+#include "ydoc.h"
 
 #define FP_MAX 160                  /* bytes of a field path */
 
@@ -132,6 +133,17 @@ static int get_str(rd *r, const cJSON *obj, const char *path, const char *key, i
     return 0;
 }
 
+/* A name (empty: allowed) of the alphabet the planner's input allows it
+ * (planio.c): a report's names become instance names, CSV fields and
+ * configuration keys, so one the planner would refuse cannot be a plan's. */
+static int get_name(rd *r, const cJSON *obj, const char *path, const char *key, const char *extra, int empty,
+                    char *out, size_t cap) {
+    char fp[FP_MAX];
+    int rc = get_str(r, obj, path, key, empty, out, cap);
+    if (rc || !out[0] || ydoc_name_ok(out, extra, cap)) return rc;
+    return fail(r, key_path(fp, path, key), "bad name '%.60s' (letters, digits and %s)", out, extra);
+}
+
 static int get_arr(rd *r, const cJSON *obj, const char *path, const char *key, const cJSON **out, size_t *n) {
     char fp[FP_MAX];
     int rc = get_item(r, obj, path, key, out);
@@ -191,7 +203,7 @@ static int read_pool(rd *r, const cJSON *e, const char *path, plan_input *in) {
     plan_pool p;
     memset(&p, 0, sizeof p);
     int rc = check_obj(r, e, path);
-    if (!rc) rc = get_str(r, e, path, "name", 0, p.name, sizeof p.name - 8);
+    if (!rc) rc = get_name(r, e, path, "name", YDOC_NAME_EXTRA, 0, p.name, sizeof p.name - 8);
     if (!rc) rc = get_strp(r, e, path, "gpu", &gpu);
     if (rc) return rc;
     if (!(p.gpu = gpucat_find(gpu))) return fail(r, key_path(fp, path, "gpu"), "unknown GPU type '%.40s'", gpu);
@@ -221,7 +233,7 @@ static int read_model(rd *r, const cJSON *e, const char *path, plan_input *in) {
     plan_model m;
     memset(&m, 0, sizeof m);
     int rc = check_obj(r, e, path);
-    if (!rc) rc = get_str(r, e, path, "name", 0, m.name, sizeof m.name);
+    if (!rc) rc = get_name(r, e, path, "name", YDOC_MODEL_NAME_EXTRA, 0, m.name, sizeof m.name);
     if (!rc && plan_model_find(in, m.name) >= 0)
         return fail(r, key_path(fp, path, "name"), "repeated model name '%s'", m.name);
     if (!rc) rc = get_str(r, e, path, "path", 1, m.path, sizeof m.path);
@@ -242,7 +254,7 @@ static int read_tier(rd *r, const cJSON *e, const char *path, plan_input *in) {
     plan_tier t;
     memset(&t, 0, sizeof t);
     int rc = check_obj(r, e, path);
-    if (!rc) rc = get_str(r, e, path, "name", 0, t.name, sizeof t.name);
+    if (!rc) rc = get_name(r, e, path, "name", YDOC_NAME_EXTRA, 0, t.name, sizeof t.name);
     if (!rc && plan_tier_find(in, t.name) >= 0)
         return fail(r, key_path(fp, path, "name"), "repeated tier name '%s'", t.name);
     if (!rc) rc = get_num(r, e, path, "ttft_ms", 0, 1e7, &t.ttft_ms);
@@ -276,15 +288,17 @@ static int read_tenant(rd *r, const cJSON *e, const char *path, plan_input *in) 
     plan_tenant t;
     memset(&t, 0, sizeof t);
     int rc = check_obj(r, e, path);
-    if (!rc) rc = get_str(r, e, path, "name", 0, t.name, sizeof t.name);
+    if (!rc) rc = get_name(r, e, path, "name", YDOC_NAME_EXTRA, 0, t.name, sizeof t.name);
     if (!rc && tenant_find(in, t.name) >= 0)
         return fail(r, key_path(fp, path, "name"), "repeated tenant name '%s'", t.name);
     if (!rc) rc = read_ref(r, e, path, "model", plan_model_find, in, &t.model);
     if (!rc) rc = read_ref(r, e, path, "tier", plan_tier_find, in, &t.tier);
     if (!rc) rc = get_enum(r, e, path, "isolation", plan_iso_name, 3, &t.iso);
-    if (!rc) rc = get_str(r, e, path, "group", 1, t.group, sizeof t.group);
-    if (!rc) rc = get_str(r, e, path, "profile", 1, t.profile, sizeof t.profile);
+    if (!rc) rc = get_name(r, e, path, "group", YDOC_NAME_EXTRA, 1, t.group, sizeof t.group);
+    if (!rc) rc = get_name(r, e, path, "profile", PLAN_PROFILE_EXTRA, 1, t.profile, sizeof t.profile);
     if (!rc) rc = get_str(r, e, path, "key_sha256", 1, t.key_sha256, sizeof t.key_sha256);
+    if (!rc && t.key_sha256[0] && (strlen(t.key_sha256) != 64 || strspn(t.key_sha256, "0123456789abcdefABCDEF") != 64))
+        return fail(r, key_path(fp, path, "key_sha256"), "expected \"\" or the SHA-256 of a key as 64 hex digits");
     if (!rc) rc = get_num(r, e, path, "weight", 1e-300, 1e6, &t.weight);
     if (!rc) rc = read_load(r, e, path, &t);
     if (rc) return rc;
@@ -404,7 +418,7 @@ static int read_worker(rd *r, const cJSON *e, const char *path, plan *p) {
     size_t n;
     long first = 0;
     int rc = check_obj(r, e, path);
-    if (!rc) rc = get_str(r, e, path, "name", 0, w->name, sizeof w->name);
+    if (!rc) rc = get_name(r, e, path, "name", YDOC_NAME_EXTRA, 0, w->name, sizeof w->name);
     if (!rc && worker_find(p, w->name) >= 0)
         return fail(r, key_path(fp, path, "name"), "repeated worker name '%s'", w->name);
     if (!rc) rc = read_ref(r, e, path, "model", plan_model_find, in, &w->model);

@@ -26,8 +26,6 @@
 #include "ratelimit.h"
 #include "ydoc.h"
 
-#define MODEL_NAME_EXTRA "._:/-"    /* model names may look like org/model:tag */
-#define NAME_EXTRA       "._-"      /* tenant and tier names: metric-label safe */
 
 /* ---- sections -------------------------------------------------------------- */
 
@@ -429,7 +427,7 @@ static int parse_model(const ydoc *d, const yaml_node_t *n, const char *path, cf
 #define FP(i) ydoc_path_field(fp, path, keys[i])
     if (!v[NAME]) return ydoc_fail(d, n, FP(NAME), "missing (every model needs a name)");
     if (!v[PATH]) return ydoc_fail(d, n, FP(PATH), "missing (every model needs the path of its GGUF file)");
-    if ((rc = ydoc_get_name(d, v[NAME], FP(NAME), MODEL_NAME_EXTRA, m->name, sizeof m->name))) return rc;
+    if ((rc = ydoc_get_name(d, v[NAME], FP(NAME), YDOC_MODEL_NAME_EXTRA, m->name, sizeof m->name))) return rc;
     if ((rc = ydoc_get_str(d, v[PATH], FP(PATH), &p))) return rc;
     if ((rc = ydoc_get_size(d, v[KV], FP(KV), 1, UINT64_MAX, &m->kv_cache_bytes))) return rc;
     if ((rc = ydoc_get_size(d, v[SWAP], FP(SWAP), 0, UINT64_MAX, &m->swap_bytes))) return rc;
@@ -495,7 +493,7 @@ static int parse_tier(const ydoc *d, const yaml_node_t *n, const char *path, cfg
 #define FP(k) ydoc_path_field(fp, path, keys[k])
     if (!v[NAME]) return ydoc_fail(d, n, FP(NAME), "missing (every tier needs a name)");
     if (!v[BAND]) return ydoc_fail(d, n, FP(BAND), "missing (every tier needs a band, 0 first)");
-    if ((rc = ydoc_get_name(d, v[NAME], FP(NAME), NAME_EXTRA, t->name, sizeof t->name))) return rc;
+    if ((rc = ydoc_get_name(d, v[NAME], FP(NAME), YDOC_NAME_EXTRA, t->name, sizeof t->name))) return rc;
     for (size_t j = 0; j < i; j++)
         if (!strcmp(g->tiers[j].name, t->name))
             return ydoc_fail(d, v[NAME], FP(NAME), "repeated tier name '%s' (also tiers[%zu])", t->name, j);
@@ -589,7 +587,7 @@ static int parse_tenant(const ydoc *d, const yaml_node_t *n, const char *path, c
     if (!v[NAME]) return ydoc_fail(d, n, FP(NAME), "missing (every tenant needs a name)");
     if (!v[TIER]) return ydoc_fail(d, n, FP(TIER), "missing (every tenant needs a tier)");
     if (!v[KEYS]) return ydoc_fail(d, n, FP(KEYS), "missing (every tenant needs at least one key hash)");
-    if ((rc = ydoc_get_name(d, v[NAME], FP(NAME), NAME_EXTRA, s->name, sizeof s->name))) return rc;
+    if ((rc = ydoc_get_name(d, v[NAME], FP(NAME), YDOC_NAME_EXTRA, s->name, sizeof s->name))) return rc;
     for (size_t j = 0; j < ti; j++)
         if (!strcmp(g->tenants[j].sched.name, s->name))
             return ydoc_fail(d, v[NAME], FP(NAME), "repeated tenant name '%s' (also tenants[%zu])", s->name, j);
@@ -736,7 +734,7 @@ int cfg_single_model(cfg *out, const char *model_path, const char *key_hash_hex)
     for (size_t i = 0; i < len; i++) {
         char ch = base[i];
         int ok = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
-                 strchr(MODEL_NAME_EXTRA, ch);
+                 strchr(YDOC_MODEL_NAME_EXTRA, ch);
         m->name[i] = ok ? ch : '-';
     }
     if (len == 0) snprintf(m->name, sizeof m->name, "model");

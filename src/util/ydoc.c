@@ -333,19 +333,24 @@ int ydoc_get_text(const ydoc *d, const yaml_node_t *n, const char *path, char *o
     return 0;
 }
 
+int ydoc_name_ok(const char *s, const char *extra, size_t cap) {
+    size_t len = strlen(s);
+    int ok = len > 0 && len < cap;
+    for (size_t i = 0; ok && i < len; i++) {
+        char ch = s[i];
+        ok = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
+             (ch && strchr(extra, ch) != NULL);
+    }
+    return ok;
+}
+
 int ydoc_get_name(const ydoc *d, const yaml_node_t *n, const char *path, const char *extra, char *out,
                   size_t cap) {
     const char *s = NULL;
     int rc = ydoc_get_str(d, n, path, &s);
     if (rc || !s) return rc;
     size_t len = strlen(s);
-    int ok = len > 0 && len < cap;
-    for (size_t i = 0; ok && i < len; i++) {
-        char ch = s[i];
-        ok = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
-             strchr(extra, ch) != NULL;
-    }
-    if (!ok)
+    if (!ydoc_name_ok(s, extra, cap))
         return ydoc_fail(d, n, path, "bad name '%.60s' (1 to %zu characters: letters, digits and %s)", s,
                          cap - 1, extra);
     memcpy(out, s, len + 1);

@@ -130,6 +130,16 @@ int ydoc_get_str(const ydoc *d, const yaml_node_t *n, const char *path, const ch
 /* The text copied into out[0..cap), refused if longer than cap - 1 bytes. */
 int ydoc_get_text(const ydoc *d, const yaml_node_t *n, const char *path, char *out, size_t cap);
 
+/* The characters tessera's names may hold besides ASCII letters and
+ * digits: tenant, tier, pool and group names (metric-label safe), and model
+ * names (which may look like org/model:tag). */
+#define YDOC_NAME_EXTRA "._-"
+#define YDOC_MODEL_NAME_EXTRA "._:/-"
+
+/* 1 if s is a name of 1..cap-1 ASCII letters, digits and the characters in
+ * extra (for names read from other documents than YAML ones). */
+int ydoc_name_ok(const char *s, const char *extra, size_t cap);
+
 /* A name of 1..cap-1 ASCII letters, digits and the characters in extra. */
 int ydoc_get_name(const ydoc *d, const yaml_node_t *n, const char *path, const char *extra, char *out,
                   size_t cap);
