@@ -64,7 +64,8 @@ static void check_model(const scr_model *m) {
     }
 }
 
-/* A fixed load: two tenants, one of them flooding, Poisson arrivals. */
+/* A fixed load: Poisson arrivals at 40/s, each to one of two tenants (two
+ * tiers) at random, with random lengths. */
 typedef struct source {
     uint64_t x;     /* xorshift state */
     double t;       /* s */
