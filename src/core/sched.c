@@ -668,18 +668,6 @@ static void compact_items(sched *s, step *st) {
     p->n_items = k;
 }
 
-/* Count an item into (sign 1) or out of (-1) the batch's cost features.
- * Every term is a whole number, and a sum of live items' terms is at most
- * max_running * max_ctx^2 (an item's n * pos + n (n + 1) / 2 is at most
- * max_ctx^2): 2^42 at 256 seats of 128k positions, below 2^53, where
- * doubles hold whole numbers exactly. So the running sums are the same,
- * in any order, as totalling the plan afresh. */
-static void feat_add(cost_features *f, const sched_item *it, int sign) {
-    if (it->is_prefill) f->prefill_tokens += sign * it->n_tokens;
-    else f->decode_seqs += sign;
-    f->context_tokens += sign * cost_attended(it->pos, it->n_tokens);
-}
-
 static void add_item(sched *s, step *st, int32_t slot, int32_t n) {
     req *r = &s->reqs[slot];
     sched_plan *p = &st->plan;
@@ -691,7 +679,7 @@ static void add_item(sched *s, step *st, int32_t slot, int32_t n) {
                                           r->n_computed + n == r->n_total, r->table, r->n_blocks};
     st->used[tenant_of(s, r)->band] += n;
     st->left -= n;
-    feat_add(&st->feat, &p->items[r->item], 1);
+    sched__feat_add(&st->feat, &p->items[r->item], 1);
 }
 
 /* Charge the prompt positions an item newly covers (generated tokens were
@@ -719,7 +707,7 @@ void sched__drop_item(sched *s, step *st, req *r) {
     sched_item *it = &st->plan.items[r->item];
     st->left += it->n_tokens;
     st->used[tenant_of(s, r)->band] -= it->n_tokens;
-    feat_add(&st->feat, it, -1);
+    sched__feat_add(&st->feat, it, -1);
     it->n_tokens = 0; /* compacted away at the end of planning */
     refund_input(s, r);
     r->item = NIL;

@@ -314,10 +314,7 @@ static void unheld_features(const sched *s, const step *st, cost_features *f) {
     *f = (cost_features){0, 0, 0};
     for (int32_t i = 0; i < p->n_items; i++) {
         const sched_item *it = &p->items[i];
-        if (!it->n_tokens || sched__held_short(s, st, &s->tenants[it->tenant])) continue;
-        if (it->is_prefill) f->prefill_tokens += it->n_tokens;
-        else f->decode_seqs += 1;
-        f->context_tokens += cost_attended(it->pos, it->n_tokens);
+        if (it->n_tokens && !sched__held_short(s, st, &s->tenants[it->tenant])) sched__feat_add(f, it, 1);
     }
 }
 

@@ -234,6 +234,19 @@ typedef struct victim_filter {
 /* sched.c */
 /* Take a request's item out of the plan being built. */
 void sched__drop_item(sched *s, step *st, req *r);
+
+/* Count an item into (sign 1) or out of (-1) the batch's cost features.
+ * Every term is a whole number, and a sum of live items' terms is at most
+ * max_running * max_ctx^2 (an item's n * pos + n (n + 1) / 2 is at most
+ * max_ctx^2): 2^42 at 256 seats of 128k positions, below 2^53, where
+ * doubles hold whole numbers exactly. So the running sums are the same,
+ * in any order, as totalling the plan afresh. */
+static inline void sched__feat_add(cost_features *f, const sched_item *it, int sign) {
+    if (it->is_prefill) f->prefill_tokens += sign * it->n_tokens;
+    else f->decode_seqs += sign;
+    f->context_tokens += sign * cost_attended(it->pos, it->n_tokens);
+}
+
 /* Plan r's decode, growing its table (sched.c's grow_running); 1 if planned. */
 int sched__plan_decode(sched *s, step *st, int32_t slot);
 /* Preempt a running request (swap or recompute, see choose_swap). */
