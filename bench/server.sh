@@ -2,8 +2,25 @@
 # scripts (sourced, not run). Needs TESSERA (the binary); sets SERVER_PID and
 # URL. The caller traps stop_server on EXIT. DEVICE, when set, is passed as
 # --device (DEVICE=cuda runs the same scenarios on the CUDA backend).
+#
+# PIN=1 (a caller's choice): the server runs on every CPU but the last and
+# the load generator, started as "${CLIENT_PIN[@]}" "$TESSERA" bench ..., on
+# the last, so the two never take each other's time. On the 2-core VM,
+# sharing both cores, the server repeated 29 of 46 of its own figures
+# between two runs of the same seed; pinned, 42 of 47 (bench/sim_real.sh).
+# The engine then has one thread fewer. Nothing is pinned on one CPU, without
+# taskset, or where this process may not use every CPU (numbering unknown).
 
 SERVER_PID=""
+SERVER_PIN=()
+CLIENT_PIN=()
+if [ "${PIN:-0}" = 1 ] && command -v taskset >/dev/null; then
+    _ncpu=$(nproc)
+    if [ "$_ncpu" -ge 2 ] && [ "$_ncpu" = "$(nproc --all)" ]; then
+        SERVER_PIN=(taskset -c "0-$((_ncpu - 2))")
+        CLIENT_PIN=(taskset -c "$((_ncpu - 1))")
+    fi
+fi
 
 # stop_server: TERM, then at most 15 s of drain (the configs' grace is
 # 2 s in bench-server.yaml and 10 s in demo.yaml), then KILL.
@@ -21,7 +38,8 @@ stop_server() {
 start_server() {
     local config=$1 policy=$2 log=$3
     : >"$log"   # before the server's own redirect opens it: sed below reads it at once
-    "$TESSERA" serve --config "$config" --policy "$policy" --listen 127.0.0.1:0 ${DEVICE:+--device "$DEVICE"} \
+    "${SERVER_PIN[@]}" "$TESSERA" serve --config "$config" --policy "$policy" --listen 127.0.0.1:0 \
+        ${DEVICE:+--device "$DEVICE"} \
         >"$log" 2>&1 &
     SERVER_PID=$!
     for _ in $(seq 300); do
