@@ -50,7 +50,9 @@ static const char MODELS[] =
     "\"cost_model\":{\"a_us\":1500,\"b_us_per_prefill_token\":20.5,\"c_us_per_decode_seq\":300,"
     "\"d_us_per_attended_position\":0.01,\"err_us\":42.5,\"steps\":70,\"copy_bytes_per_us\":1000,"
     "\"err_autocorr\":0.75},"
-    "\"price_per_hour\":2.5,\"step_ratio\":{\"steps\":70,\"levels\":[0.1,0.5,0.99],\"quantiles\":[0.8,1,2.5]}},"
+    "\"price_per_hour\":2.5,\"step_ratio\":{\"steps\":70,\"levels\":[0.1,0.5,0.99],\"quantiles\":[0.8,1,2.5]},"
+    "\"step_fit\":{\"a_us\":1200,\"b_us_per_prefill_token\":30,\"c_us_per_decode_seq\":310,"
+    "\"d_us_per_attended_position\":0.5,\"err_us\":40,\"err_autocorr\":0.5,\"steps\":69,\"quantiles\":[0.9,1,1.5]}},"
     "{\"model\":\"e\",\"kind\":\"embedding\",\"policy\":\"fair\",\"context_length\":512,"
     "\"n_blocks\":64,\"block_size\":16,\"block_bytes\":0,\"swap_blocks\":0,\"max_seqs\":8,"
     "\"budget_min\":64,\"budget_max\":512,\"kv_high\":0.85,\"kv_low\":0.7,\"kv_used\":0,\"steps\":0,"
@@ -126,6 +128,12 @@ static void test_models_good(void **st) {
     assert_int_equal(m[0].ratio_steps, 70);
     assert_true(m[0].ratio_level[2] == 0.99 && m[0].ratio_q[0] == 0.8 && m[0].ratio_q[2] == 2.5);
     assert_int_equal(m[1].n_ratio, 0);   /* absent too */
+    assert_true(m[0].sf_theta[0] == 1200 && m[0].sf_theta[1] == 30 && m[0].sf_theta[2] == 310 &&
+                m[0].sf_theta[3] == 0.5);
+    assert_true(m[0].sf_err_us == 40 && m[0].sf_err_autocorr == 0.5);
+    assert_int_equal(m[0].sf_steps, 69);
+    assert_true(m[0].sf_q[0] == 0.9 && m[0].sf_q[2] == 1.5);
+    assert_int_equal(m[1].sf_steps, 0);  /* absent too */
     assert_int_equal(m[0].fit_steps, 70);
     assert_true(m[0].copy_bytes_per_us == 1000);
     assert_true(m[0].price_per_hour == 2.5);
@@ -196,6 +204,13 @@ static const bad_case BAD[] = {
     {1, "[0.8,1,2.5]", "[0.8,1]", "/admin/models: data[0].step_ratio.quantiles: expected a list of 3 numbers, as many as levels"},
     {1, "[0.8,1,2.5]", "[0.8,0.7,2.5]", "/admin/models: data[0].step_ratio.quantiles: expected non-decreasing numbers > 0"},
     {1, "[0.8,1,2.5]", "[0,1,2.5]", "/admin/models: data[0].step_ratio.quantiles: expected non-decreasing numbers > 0"},
+    {1, "\"step_fit\":{", "\"step_fit\":3,\"x\":{", "/admin/models: data[0].step_fit: expected an object"},
+    {1, "\"step_ratio\":{\"steps\":70,\"levels\":[0.1,0.5,0.99],\"quantiles\":[0.8,1,2.5]},", "",
+     "/admin/models: data[0].step_fit: expected step_ratio beside it (its quantiles are at those levels)"},
+    {1, "\"a_us\":1200", "\"a_us\":-1", "/admin/models: data[0].step_fit.a_us: expected a number >= 0"},
+    {1, "[0.9,1,1.5]", "[0.9,1]", "/admin/models: data[0].step_fit.quantiles: expected a list of 3 numbers, as many as levels"},
+    {1, "\"err_autocorr\":0.5", "\"err_autocorr\":2", "/admin/models: data[0].step_fit.err_autocorr: expected a number from -1 to 1"},
+    {1, "\"err_us\":40,", "", "/admin/models: data[0].step_fit.err_us: missing"},
 };
 
 /* The good answer with one replacement. */

@@ -691,6 +691,31 @@ static void test_server_inst(void **state) {
         assert_int_equal(sfl_server_inst(&m, -1, &in, err, sizeof err), TS_ERR_INVAL);
         if (!strstr(err, fields[k]) || !strstr(err, "model 'demo'")) fail_msg("case %d: %s", k, err);
     }
+    /* A describing fit (step_fit) that has seen enough steps is the one the
+     * steps take, with its own spread; the scheduler's otherwise. */
+    scr_model f = good;
+    f.n_ratio = 3;
+    f.ratio_steps = 5000;
+    const double lv[3] = {0.1, 0.5, 0.9}, q[3] = {0.8, 1.0, 1.6}, sq[3] = {0.9, 1.0, 1.3}, sth[4] = {1200, 150, 450, 0.5};
+    memcpy(f.ratio_level, lv, sizeof lv);
+    memcpy(f.ratio_q, q, sizeof q);
+    memcpy(f.sf_q, sq, sizeof sq);
+    memcpy(f.sf_theta, sth, sizeof sth);
+    f.sf_err_us = 99;
+    f.sf_err_autocorr = 0.25;
+    f.sf_steps = SFL_SPREAD_MIN_STEPS - 1;
+    assert_int_equal(sfl_server_inst(&f, -1, &in, err, sizeof err), 0);
+    assert_memory_equal(in.step.theta, good.theta, sizeof in.step.theta);
+    assert_memory_equal(in.noise_q, q, sizeof q);
+    f.sf_steps = SFL_SPREAD_MIN_STEPS;
+    assert_int_equal(sfl_server_inst(&f, -1, &in, err, sizeof err), 0);
+    assert_memory_equal(in.step.theta, sth, sizeof sth);
+    assert_int_equal(in.noise_nq, 3);
+    assert_memory_equal(in.noise_q, sq, sizeof sq);
+    assert_true(in.noise_rho == 0.25 && fabs(in.noise_us - 99 * sqrt(M_PI / 2)) < 1e-9);
+    f.sf_theta[2] = NAN;
+    assert_int_equal(sfl_server_inst(&f, -1, &in, err, sizeof err), TS_ERR_INVAL);
+    if (!strstr(err, "step_fit.c_us_per_decode_seq")) fail_msg("message: %s", err);
     /* The name is the server's: quoted with its control characters escaped. */
     scr_model m = good;
     snprintf(m.name, sizeof m.name, "de\nmo");

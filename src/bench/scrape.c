@@ -285,6 +285,28 @@ static int parse_ratio(const where *w, const cJSON *o, scr_model *m) {
     return 0;
 }
 
+/* The optional step_fit object of a model entry (after parse_ratio: its
+ * quantiles are at step_ratio's levels). */
+static int parse_step_fit(const where *w, const cJSON *o, scr_model *m) {
+    static const char *const coef[4] = {"a_us", "b_us_per_prefill_token", "c_us_per_decode_seq",
+                                        "d_us_per_attended_position"};
+    m->sf_steps = 0;
+    const cJSON *f = cJSON_GetObjectItemCaseSensitive(o, "step_fit");
+    if (!f) return 0; /* servers before it did not say */
+    if (!cJSON_IsObject(f)) return bad(w, "step_fit", "an object");
+    if (m->n_ratio == 0) return bad(w, "step_fit", "step_ratio beside it (its quantiles are at those levels)");
+    where in = *w;
+    in.in = "step_fit.";
+    int n = m->n_ratio;
+    for (int k = 0; k < 4; k++)
+        if (get_num(&in, f, coef[k], 0, 0, &m->sf_theta[k])) return TS_ERR_INVAL;
+    if (get_num(&in, f, "err_us", 0, 0, &m->sf_err_us) || get_num(&in, f, "err_autocorr", -1, 0, &m->sf_err_autocorr) ||
+        get_count(&in, f, "steps", &m->sf_steps) || ratio_list(&in, f, "quantiles", 0, INFINITY, 0, m->sf_q, &n))
+        return TS_ERR_INVAL;
+    if (m->sf_err_autocorr > 1) return bad(&in, "err_autocorr", "a number from -1 to 1");
+    return 0;
+}
+
 static int parse_model(const where *w, const cJSON *o, scr_model *m) {
     static const char *const kinds[] = {"chat", "embedding"}, *const policies[] = {"fair", "fcfs"};
     static const int policy_of[] = {SCHED_POLICY_FAIR, SCHED_POLICY_FCFS};
@@ -301,7 +323,8 @@ static int parse_model(const where *w, const cJSON *o, scr_model *m) {
         get_i32(w, o, "budget_min", 1, INT32_MAX, &m->budget_min) ||
         get_i32(w, o, "budget_max", 1, INT32_MAX, &m->budget_max) || get_num(w, o, "kv_high", 0, 0, &m->kv_high) ||
         get_num(w, o, "kv_low", 0, 0, &m->kv_low) || get_count(w, o, "steps", &m->steps) || parse_fit(w, o, m) ||
-        get_num(w, o, "price_per_hour", 0, 1, &m->price_per_hour) || parse_ratio(w, o, m))
+        get_num(w, o, "price_per_hour", 0, 1, &m->price_per_hour) || parse_ratio(w, o, m) ||
+        parse_step_fit(w, o, m))
         return TS_ERR_INVAL;
     m->policy = policy_of[pol];
     if (m->budget_min > m->budget_max) return bad(w, "budget_min", "at most budget_max");

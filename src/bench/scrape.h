@@ -81,6 +81,13 @@ typedef struct scr_model {
     int n_ratio;
     double ratio_level[SCR_RATIO_MAX], ratio_q[SCR_RATIO_MAX];
     uint64_t ratio_steps;
+    /* "step_fit": a second fit of the step times that the server only
+     * reports (it schedules by theta), and the spread of the step times
+     * around it at ratio_level; sf_steps 0 when the server does not say. */
+    double sf_theta[4];             /* as theta */
+    double sf_err_us, sf_err_autocorr; /* as err_us, err_autocorr */
+    uint64_t sf_steps;              /* step times it has used */
+    double sf_q[SCR_RATIO_MAX];     /* measured / its predicted step time (n_ratio of them) */
 } scr_model;
 
 /* GET url + path (path starts with '/') with "Authorization: Bearer key"

@@ -1504,6 +1504,7 @@ static void finish_plan(sched *s, step *st, sched_plan *out) {
         p->n_tokens += it->n_tokens;
     }
     p->predicted_us = cost_predict_us(&s->cost, &st->feat);
+    p->feat = st->feat;
     *out = *p;
 }
 

@@ -142,6 +142,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "cost.h"
+
 #define SCHED_MAX_TIERS 8
 #define SCHED_NAME_MAX 48
 /* The largest geometry a tessera server gives its scheduler: its
@@ -360,6 +362,7 @@ typedef struct sched_plan {
     int32_t budget;         /* token budget used for this step */
     int32_t n_tokens;       /* tokens in the batch */
     double predicted_us;    /* cost model's step time for this batch */
+    cost_features feat;     /* the batch's step-time features (cost.h), as predicted */
 } sched_plan;
 
 typedef struct sched_item_result {

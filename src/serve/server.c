@@ -1489,6 +1489,19 @@ static void put_step_ratio(strbuf *b, wk_worker *w) {
     strbuf_puts(b, "}}");
 }
 
+/* step_fit: the describing fit (wk_step_fit) and the spread of the step
+ * times around it, at step_ratio's levels. */
+static void put_step_fit(strbuf *b, wk_worker *w) {
+    double th[4], err, ac, q[COST_RATIO_NQ];
+    uint64_t n;
+    wk_step_fit(w, th, &err, &ac, q, &n);
+    strbuf_printf(b, ",\"step_fit\":{\"a_us\":%.9g,\"b_us_per_prefill_token\":%.9g,\"c_us_per_decode_seq\":%.9g,"
+                  "\"d_us_per_attended_position\":%.9g,\"err_us\":%.9g,\"err_autocorr\":%.6f,\"steps\":%llu,"
+                  "\"quantiles\":[", th[0], th[1], th[2], th[3], err, ac, (unsigned long long)n);
+    for (int i = 0; i < COST_RATIO_NQ; i++) strbuf_printf(b, "%s%.6g", i ? "," : "", q[i]);
+    strbuf_puts(b, "]}");
+}
+
 /* One model's entry of /admin/models: what a simulator needs to run the
  * same scheduler on a modelled device (README, "GET /admin/models"). The
  * geometry is the scheduler's own (sched_stats), not the config's: n_blocks
@@ -1512,6 +1525,7 @@ static void put_model_entry(strbuf *b, const srv *s, int m, const sched_stats *p
         p->cost_theta[3], p->cost_err_us, p->cost_err_ac, (unsigned long long)p->cost_steps, p->copy_bytes_per_us);
     put_num(b, "price_per_hour", 15, cm->price_per_hour > 0 ? cm->price_per_hour : NAN);
     put_step_ratio(b, s->models[m].w);
+    put_step_fit(b, s->models[m].w);
     strbuf_puts(b, "}");
 }
 

@@ -87,6 +87,9 @@ struct wk_worker {
     cost_ratio_hist ratio[2]; /* measured / predicted step time of decode-only steps
                                  and of those with a prefill chunk (the sum is every
                                  step's), under snap_mu (wk_step_ratio) */
+    cost_model fit;         /* the step-time fit that only describes (wk_step_fit),
+                               under snap_mu */
+    cost_ratio_hist fit_ratio; /* measured / its predicted step time, under snap_mu */
     uint64_t *remote;       /* (n_tenants) the fleet's figures (wk_fleet_remote), under snap_mu */
     uint8_t *fleet_queued;  /* (n_tenants) ... queued on another replica */
     uint64_t *fleet_key;    /* (n_tenants) ... and its least key there */
@@ -243,6 +246,7 @@ static int setup_sched(wk_worker *w, char *err, size_t errlen) {
     if (c.prefix_cache && getrandom(&c.cache_key, sizeof(c.cache_key), 0) != (ssize_t)sizeof(c.cache_key))
         c.cache_key = 0;
     int rc = sched_new(&c, &w->s);
+    if (!rc) rc = cost_init(&w->fit, c.cost_seed, WK_FIT_LAMBDA, WK_FIT_PRIOR, c.copy_bytes_per_us);
     if (rc) {
         snprintf(err, errlen, "scheduler: invalid limits (budget %d..%d, %d seqs, %d blocks)", c.budget_min,
                  c.budget_max, c.max_running, c.n_blocks);
@@ -584,6 +588,18 @@ void wk_snapshot(wk_worker *w, sched_tenant_stats *tenants, sched_stats *pool) {
     if (tenants) memcpy(tenants, w->snap, (size_t)w->o.n_tenants * sizeof(sched_tenant_stats));
     if (pool) *pool = w->snap_pool;
     pthread_mutex_unlock(&w->snap_mu);
+}
+
+void wk_step_fit(wk_worker *w, double theta[4], double *err_us, double *err_ac, double q[COST_RATIO_NQ],
+                 uint64_t *n) {
+    pthread_mutex_lock(&w->snap_mu);
+    cost_theta(&w->fit, theta);
+    *err_us = cost_err_us(&w->fit);
+    *err_ac = cost_err_autocorr(&w->fit);
+    cost_ratio_hist h = w->fit_ratio;
+    pthread_mutex_unlock(&w->snap_mu);
+    for (int i = 0; i < COST_RATIO_NQ; i++) q[i] = cost_ratio_quantile(&h, cost_ratio_levels[i]);
+    *n = h.n;
 }
 
 void wk_step_ratio(wk_worker *w, int kind, double q[COST_RATIO_NQ], uint64_t *n) {
@@ -1061,6 +1077,10 @@ static void publish(wk_worker *w, const sched_plan *p, int64_t now, double step_
         if (p->items[i].is_prefill) prefill += p->items[i].n_tokens;
     pthread_mutex_lock(&w->snap_mu);
     if (p) cost_ratio_add(&w->ratio[prefill > 0], step_us, p->predicted_us);
+    if (p && p->n_items && step_us > 0) {
+        cost_ratio_add(&w->fit_ratio, step_us, cost_predict_us(&w->fit, &p->feat));
+        cost_observe(&w->fit, &p->feat, step_us);
+    }
     for (int32_t i = 0; i < w->o.n_tenants; i++) sched_tenant_stats_get(w->s, i, &w->snap[i]);
     sched_stats_get(w->s, &w->snap_pool);
     pthread_mutex_unlock(&w->snap_mu);

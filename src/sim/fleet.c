@@ -159,8 +159,29 @@ int sfl_single(const sched_tier *tiers, int n_tiers, const sim_tenant *tenants, 
     return 0;
 }
 
+/* The fit a calibration's steps take: the server's describing fit
+ * (step_fit) where it has seen enough steps, else the scheduler's. */
+typedef struct fit_of {
+    const char *name;               /* its object in the answer */
+    const double *theta;
+    double err_us, err_autocorr;
+    const double *q;                /* the spread around it, or NULL */
+} fit_of;
+
+static fit_of pick_fit(const scr_model *m) {
+    if (m->n_ratio > 0 && m->sf_steps >= SFL_SPREAD_MIN_STEPS)
+        return (fit_of){"step_fit", m->sf_theta, m->sf_err_us, m->sf_err_autocorr, m->sf_q};
+    return (fit_of){"cost_model", m->theta, m->err_us, m->err_autocorr,
+                    m->n_ratio > 0 && m->ratio_steps >= SFL_SPREAD_MIN_STEPS ? m->ratio_q : NULL};
+}
+
 /* A calibration's fit and geometry: a server's (sfl_server_inst). */
-static int server_ok(const scr_model *m, char *err, size_t errlen) {
+static int server_ok(const scr_model *m, const fit_of *fit, char *err, size_t errlen) {
+    char what[5][64];
+    static const char *const coef[4] = {"a_us", "b_us_per_prefill_token", "c_us_per_decode_seq",
+                                        "d_us_per_attended_position"};
+    for (int k = 0; k < 4; k++) snprintf(what[k], sizeof what[k], "%s.%s", fit->name, coef[k]);
+    snprintf(what[4], sizeof what[4], "%s.err_us", fit->name);
     const struct { const char *what; double v, lo, hi; } r[] = {
         {"block_size", m->block_size, 1, SCHED_MAX_BLOCK_SIZE},
         {"max_seqs", m->max_seqs, 1, fmin(SCHED_MAX_SEQS, (double)SCHED_MAX_SEQS_PER_TOKEN * m->budget_max)},
@@ -170,12 +191,12 @@ static int server_ok(const scr_model *m, char *err, size_t errlen) {
         {"n_blocks", m->n_blocks, 1, INT32_MAX},
         {"kv_low", m->kv_low, 1e-9, m->kv_high},
         {"kv_high", m->kv_high, m->kv_low, 1},
-        {"cost_model.err_us", m->err_us, 0, SST_MAX_US},
         {"cost_model.copy_bytes_per_us", m->copy_bytes_per_us, 0, INFINITY},
-        {"cost_model.a_us", m->theta[0], 0, SST_MAX_US},
-        {"cost_model.b_us_per_prefill_token", m->theta[1], 0, SST_MAX_US},
-        {"cost_model.c_us_per_decode_seq", m->theta[2], 0, SST_MAX_US},
-        {"cost_model.d_us_per_attended_position", m->theta[3], 0, SST_MAX_US},
+        {what[4], fit->err_us, 0, SST_MAX_US},
+        {what[0], fit->theta[0], 0, SST_MAX_US},
+        {what[1], fit->theta[1], 0, SST_MAX_US},
+        {what[2], fit->theta[2], 0, SST_MAX_US},
+        {what[3], fit->theta[3], 0, SST_MAX_US},
     };
     char name[4 * SCHED_NAME_MAX];
     for (size_t k = 0; k < sizeof r / sizeof r[0]; k++)
@@ -186,25 +207,26 @@ static int server_ok(const scr_model *m, char *err, size_t errlen) {
 }
 
 int sfl_server_inst(const scr_model *m, int policy, sim_inst *o, char *err, size_t errlen) {
-    int rc = server_ok(m, err, errlen);
+    fit_of fit = pick_fit(m);
+    int rc = server_ok(m, &fit, err, errlen);
     if (rc) return rc;
     memset(o, 0, sizeof(*o));
     snprintf(o->name, sizeof(o->name), "%s", m->name);
     snprintf(o->model, sizeof(o->model), "%s", m->name);
     o->step.kind = SST_LINEAR;
-    memcpy(o->step.theta, m->theta, sizeof(o->step.theta));
+    memcpy(o->step.theta, fit.theta, sizeof(o->step.theta));
     o->step.host_bytes_per_us = m->copy_bytes_per_us;
     o->price_per_hour = m->price_per_hour > 0 ? m->price_per_hour : 0;
     /* The fit's err_us is a running mean of |residual|: for normal noise,
      * the standard deviation is sqrt(pi / 2) times that. Where the server
      * measured how its step times spread around the fit over enough
      * steps, that spread instead (its tails are not normal). */
-    o->noise_us = m->err_us * sqrt(M_PI / 2.0);
-    o->noise_rho = m->err_autocorr > 0 ? m->err_autocorr : 0; /* runs of slow steps; never alternation */
-    if (m->n_ratio > 0 && m->n_ratio <= SIM_NOISE_MAXQ && m->ratio_steps >= SFL_SPREAD_MIN_STEPS) {
+    o->noise_us = fit.err_us * sqrt(M_PI / 2.0);
+    o->noise_rho = fit.err_autocorr > 0 ? fit.err_autocorr : 0; /* runs of slow steps; never alternation */
+    if (fit.q && m->n_ratio <= SIM_NOISE_MAXQ) {
         o->noise_nq = m->n_ratio;
         memcpy(o->noise_level, m->ratio_level, (size_t)m->n_ratio * sizeof(double));
-        memcpy(o->noise_q, m->ratio_q, (size_t)m->n_ratio * sizeof(double));
+        memcpy(o->noise_q, fit.q, (size_t)m->n_ratio * sizeof(double));
     }
     sched_config *c = &o->sc;
     sched_config_default(c);
@@ -220,6 +242,12 @@ int sfl_server_inst(const scr_model *m, int policy, sim_inst *o, char *err, size
     c->kv_low = m->kv_low;
     c->max_ctx = m->context_length;
     c->copy_bytes_per_us = m->copy_bytes_per_us > 0 ? m->copy_bytes_per_us : c->copy_bytes_per_us;
+    /* The scheduler starts where the server's was: its fit, not the one
+     * the steps take. With the server's tight prior, what it is seeded
+     * with is much of what it predicts for steps with a prefill chunk, and
+     * it sizes those chunks by that. */
+    memcpy(c->cost_seed, m->theta, sizeof c->cost_seed);
+    o->own_seed = 1;
     return 0;
 }
 

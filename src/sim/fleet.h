@@ -57,10 +57,14 @@ int sfl_single(const sched_tier *tiers, int n_tiers, const sim_tenant *tenants, 
                const sim_inst *inst, sfl *out);
 
 /* The instance a tessera server is, from its GET /admin/models entry m (a
- * calibration): its step-time fit as a linear step model, the spread of
- * its steps around the fit as the step noise (measured quantiles where it
- * gives them over SFL_SPREAD_MIN_STEPS steps or more, else a normal of the
- * fit's residual scale), its KV geometry, budgets and sequences. policy:
+ * calibration): a linear step model from its describing fit (step_fit,
+ * which learns every kind of step) where it gives one over
+ * SFL_SPREAD_MIN_STEPS steps or more, else from its scheduler's fit; the
+ * spread of its steps around that fit as the step noise (measured
+ * quantiles where it gives them over SFL_SPREAD_MIN_STEPS steps or more,
+ * else a normal of the fit's residual scale); its scheduler seeded with
+ * the server's scheduler's fit (own_seed); its KV geometry, budgets and
+ * sequences. policy:
  * SCHED_POLICY_*, or -1 for the server's own. A fit or geometry no server
  * has is refused (TS_ERR_INVAL, err names the model and the field): a
  * coefficient or error scale not finite, negative, or above SST_MAX_US; a

@@ -267,7 +267,7 @@ static int make_sched(run *r, int i, char *err, size_t errlen) {
     int n_ten = 0;
     for (int t = 0; t < r->f->n_tenants; t++) n_ten += r->f->tenants[t].worker == si->worker;
     c.max_tenants = n_ten > 0 ? n_ten : 1;
-    sst_seed(&si->step, c.cost_seed);
+    if (!si->own_seed) sst_seed(&si->step, c.cost_seed);
     int rc = sched_new(&c, &r->in[i].s);
     if (rc) {
         snprintf(err, errlen, "instance '%s': the scheduler refuses its configuration (%d blocks, %d seqs, "

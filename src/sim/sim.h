@@ -111,6 +111,10 @@ typedef struct sim_inst {
     int device;                 /* shared device (GPU, GI) for MPS / time-slicing, -1: none */
     sst_model step;
     sched_config sc;            /* geometry and policy; tiers and tenants come from the fleet */
+    int own_seed;               /* 1: the scheduler's cost model starts from sc.cost_seed (a
+                                   server's own fit, which its tight prior then holds to);
+                                   0: from the step model (sst_seed), as a deployment
+                                   calibrated on its device would */
     double price_per_hour;      /* of its device share; 0 = unknown */
     double noise_us;            /* standard deviation of a step's time around the model
                                    (a measured fit's residual scale): normal, clamped to

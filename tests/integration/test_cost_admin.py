@@ -17,7 +17,8 @@ the real `tessera serve` on 127.0.0.1 (issue 15):
 - GET /admin/models (admin key only) gives each model's scheduler geometry
   as configured (block_size, max_seqs, budgets, KV and swap blocks from the
   configured bytes) and its step-time fit, which has seen the steps run,
-  with the spread of the step times around it (step_ratio).
+  with the spread of the step times around it (step_ratio), and the second
+  fit that only describes them (step_fit).
 
 Run by tests/cost_admin.sh (ctest) with TS_TESSERA and TS_TMPDIR set.
 """
@@ -182,6 +183,17 @@ class Cost(unittest.TestCase):
                 q = sr[k]["quantiles"]
                 self.assertEqual(len(q), 17, sr)
                 self.assertTrue(all(0 < a <= b for a, b in zip(q, q[1:])), sr)
+            # The describing fit: it saw every step the scheduler's did,
+            # with its own spread at the same levels.
+            sf = d["step_fit"]
+            for k in ("a_us", "b_us_per_prefill_token", "c_us_per_decode_seq", "d_us_per_attended_position",
+                      "err_us"):
+                self.assertTrue(isinstance(sf[k], (int, float)) and math.isfinite(sf[k]) and sf[k] >= 0, (k, sf))
+            self.assertTrue(-1 <= sf["err_autocorr"] <= 1, sf)
+            self.assertTrue(0 < sf["steps"] <= sr["steps"], d)
+            self.assertGreater(sf["a_us"] + sf["b_us_per_prefill_token"] + sf["c_us_per_decode_seq"], 0, sf)
+            self.assertEqual(len(sf["quantiles"]), 17, sf)
+            self.assertTrue(all(0 < a <= b for a, b in zip(sf["quantiles"], sf["quantiles"][1:])), sf)
 
     def test_4_admin_models_needs_the_admin_key(self):
         self.assertEqual(request(S.port, "GET", "/admin/models").status, 401)
