@@ -8,17 +8,24 @@
 # the last, so the two never take each other's time. On the 2-core VM,
 # sharing both cores, the server repeated 29 of 46 of its own figures
 # between two runs of the same seed; pinned, 42 of 47 (bench/sim_real.sh).
-# The engine then has one thread fewer. Nothing is pinned on one CPU, without
-# taskset, or where this process may not use every CPU (numbering unknown).
+# The engine then has one thread fewer. Nothing is pinned (and a line on
+# stderr says so) on one CPU, without taskset, or where this process may not
+# use every CPU (their numbers unknown). Written ${A[@]+"${A[@]}"} where A
+# may be empty, which bash before 4.4 calls unbound under set -u.
 
 SERVER_PID=""
 SERVER_PIN=()
 CLIENT_PIN=()
-if [ "${PIN:-0}" = 1 ] && command -v taskset >/dev/null; then
-    _ncpu=$(nproc)
-    if [ "$_ncpu" -ge 2 ] && [ "$_ncpu" = "$(nproc --all)" ]; then
+if [ "${PIN:-0}" = 1 ]; then
+    # nproc counts OMP_NUM_THREADS and OMP_THREAD_LIMIT as limits: not here.
+    _ncpu=$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc)
+    if command -v taskset >/dev/null && [ "$_ncpu" -ge 2 ] &&
+        [ "$_ncpu" = "$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc --all)" ]; then
         SERVER_PIN=(taskset -c "0-$((_ncpu - 2))")
         CLIENT_PIN=(taskset -c "$((_ncpu - 1))")
+    else
+        echo "$(basename "$0"): PIN=1 but nothing pinned (one CPU, no taskset, or a restricted CPU set):" \
+            "server and load generator share the CPUs" >&2
     fi
 fi
 
@@ -38,7 +45,7 @@ stop_server() {
 start_server() {
     local config=$1 policy=$2 log=$3
     : >"$log"   # before the server's own redirect opens it: sed below reads it at once
-    "${SERVER_PIN[@]}" "$TESSERA" serve --config "$config" --policy "$policy" --listen 127.0.0.1:0 \
+    ${SERVER_PIN[@]+"${SERVER_PIN[@]}"} "$TESSERA" serve --config "$config" --policy "$policy" --listen 127.0.0.1:0 \
         ${DEVICE:+--device "$DEVICE"} \
         >"$log" 2>&1 &
     SERVER_PID=$!

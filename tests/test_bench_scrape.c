@@ -210,6 +210,7 @@ static const bad_case BAD[] = {
     {1, "\"a_us\":1200", "\"a_us\":-1", "/admin/models: data[0].step_fit.a_us: expected a number >= 0"},
     {1, "[0.9,1,1.5]", "[0.9,1]", "/admin/models: data[0].step_fit.quantiles: expected a list of 3 numbers, as many as levels"},
     {1, "\"err_autocorr\":0.5", "\"err_autocorr\":2", "/admin/models: data[0].step_fit.err_autocorr: expected a number from -1 to 1"},
+    {1, "\"err_autocorr\":0.5", "\"err_autocorr\":-2", "/admin/models: data[0].step_fit.err_autocorr: expected a number from -1 to 1"},
     {1, "\"err_us\":40,", "", "/admin/models: data[0].step_fit.err_us: missing"},
 };
 

@@ -501,13 +501,14 @@ static void test_recorded_drain(void **state) {
 /* Mean of measured / predicted (a priori: before the step is observed)
  * over the recorded server's steps after its first 300, for steps with a
  * prefill chunk (prefill 1) or without (0), fitted as the scheduler fits
- * by default (sched_config_default) but for the prior, prior_var. */
-static double recorded_ratio(int prefill, double prior_var) {
+ * by default (sched_config_default) but for the forgetting factor lambda
+ * (0: the scheduler's) and the prior, prior_var. */
+static double recorded_ratio(int prefill, double lambda, double prior_var) {
     FILE *f = open_steps("isolation_steps.txt");
     sched_config c;
     sched_config_default(&c);
     cost_model m;
-    assert_int_equal(cost_init(&m, c.cost_seed, c.cost_lambda, prior_var, c.copy_bytes_per_us), 0);
+    assert_int_equal(cost_init(&m, c.cost_seed, lambda > 0 ? lambda : c.cost_lambda, prior_var, c.copy_bytes_per_us), 0);
     int n = 0, k = 0;
     double sum = 0;
     cost_features x;
@@ -536,12 +537,24 @@ static void test_recorded_prefill(void **state) {
     (void)state;
     sched_config c;
     sched_config_default(&c);
-    double dec = recorded_ratio(0, 16), pf = recorded_ratio(1, 16), pf_default = recorded_ratio(1, c.cost_prior);
+    double dec = recorded_ratio(0, 0, 16), pf = recorded_ratio(1, 0, 16), pf_default = recorded_ratio(1, 0, c.cost_prior);
     print_message("recorded steps, measured / predicted with a prior of 16: decode-only %.3f, with a prefill "
                   "chunk %.3f (the scheduler's prior, %g: %.3f)\n", dec, pf, c.cost_prior, pf_default);
     assert_true(fabs(dec - 1) < 0.2);
     assert_true(fabs(pf - 1) < 0.2);
-    assert_true(fabs(recorded_ratio(1, 1) - 1) > 0.3); /* the starved fit, for the contrast */
+    assert_true(fabs(recorded_ratio(1, 0, 1) - 1) > 0.3); /* the starved fit, for the contrast */
+}
+
+/* The describing fit (COST_DESCRIBE_*, the server's step_fit) on the same
+ * steps: both kinds within 15% on average, what cost.h says of it. */
+static void test_recorded_describe(void **state) {
+    (void)state;
+    double dec = recorded_ratio(0, COST_DESCRIBE_LAMBDA, COST_DESCRIBE_PRIOR);
+    double pf = recorded_ratio(1, COST_DESCRIBE_LAMBDA, COST_DESCRIBE_PRIOR);
+    print_message("recorded steps, measured / predicted by the describing fit: decode-only %.3f, with a prefill "
+                  "chunk %.3f\n", dec, pf);
+    assert_true(fabs(dec - 1) < 0.15);
+    assert_true(fabs(pf - 1) < 0.15);
 }
 
 /* The residuals' lag-1 autocorrelation: near 0 for independent noise,
@@ -594,6 +607,7 @@ int main(void) {
         cmocka_unit_test(test_deterministic),
         cmocka_unit_test(test_recorded_drain),
         cmocka_unit_test(test_recorded_prefill),
+        cmocka_unit_test(test_recorded_describe),
         cmocka_unit_test(test_residual_autocorr),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -713,9 +713,32 @@ static void test_server_inst(void **state) {
     assert_int_equal(in.noise_nq, 3);
     assert_memory_equal(in.noise_q, sq, sizeof sq);
     assert_true(in.noise_rho == 0.25 && fabs(in.noise_us - 99 * sqrt(M_PI / 2)) < 1e-9);
+    /* The simulated scheduler starts from the server's scheduling fit, not
+     * from the one the steps take: with no load it is still there at the
+     * end; without own_seed it would start from the step model. */
+    assert_int_equal(in.own_seed, 1);
+    assert_memory_equal(in.sc.cost_seed, good.theta, sizeof good.theta);
+    for (int own = 1; own >= 0; own--) {
+        sim_tenant t;
+        tenant(&t, "a", 0);
+        sfl fl;
+        in.own_seed = own;
+        assert_int_equal(sfl_single(&TIER, 1, &t, 1, &in, &fl), 0);
+        sim_result r;
+        assert_int_equal(run(&fl.f, NULL, 0, 1.0, 0.0, SIM_ROUTE_LEAST, 0, &r), 0);
+        for (int k = 0; k < 4; k++) assert_true(fabs(r.inst[0].theta[k] - (own ? good.theta : sth)[k]) < 1e-9);
+        sim_result_free(&r);
+        sfl_free(&fl);
+    }
+    /* Both fits are checked: the one the steps take and the one the
+     * scheduler starts from. */
     f.sf_theta[2] = NAN;
     assert_int_equal(sfl_server_inst(&f, -1, &in, err, sizeof err), TS_ERR_INVAL);
     if (!strstr(err, "step_fit.c_us_per_decode_seq")) fail_msg("message: %s", err);
+    f.sf_theta[2] = 450;
+    f.theta[0] = INFINITY;
+    assert_int_equal(sfl_server_inst(&f, -1, &in, err, sizeof err), TS_ERR_INVAL);
+    if (!strstr(err, "cost_model.a_us")) fail_msg("message: %s", err);
     /* The name is the server's: quoted with its control characters escaped. */
     scr_model m = good;
     snprintf(m.name, sizeof m.name, "de\nmo");

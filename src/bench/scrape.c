@@ -221,26 +221,33 @@ static int parse_tenant(const where *w, const cJSON *o, scr_tenant *t) {
                : 0;
 }
 
+const char *const scr_coef_names[4] = {"a_us", "b_us_per_prefill_token", "c_us_per_decode_seq",
+                                       "d_us_per_attended_position"};
+
+/* A fit's four coefficients, its err_us, and its err_autocorr when present
+ * (else 0: no runs of slow steps; servers before it did not say). */
+static int get_fit(const where *in, const cJSON *f, double theta[4], double *err_us, double *err_ac) {
+    for (int k = 0; k < 4; k++)
+        if (get_num(in, f, scr_coef_names[k], 0, 0, &theta[k])) return TS_ERR_INVAL;
+    if (get_num(in, f, "err_us", 0, 0, err_us)) return TS_ERR_INVAL;
+    *err_ac = 0;
+    const cJSON *ac = cJSON_GetObjectItemCaseSensitive(f, "err_autocorr");
+    if (ac && (!cJSON_IsNumber(ac) || !(ac->valuedouble >= -1 && ac->valuedouble <= 1)))
+        return bad(in, "err_autocorr", "a number from -1 to 1");
+    if (ac) *err_ac = ac->valuedouble;
+    return 0;
+}
+
 /* The cost_model object of a model entry. */
 static int parse_fit(const where *w, const cJSON *o, scr_model *m) {
-    static const char *const coef[4] = {"a_us", "b_us_per_prefill_token", "c_us_per_decode_seq",
-                                        "d_us_per_attended_position"};
     const cJSON *f = field(w, o, "cost_model");
     if (!f) return TS_ERR_INVAL;
     if (!cJSON_IsObject(f)) return bad(w, "cost_model", "an object");
     where in = *w;
     in.in = "cost_model.";
-    for (int k = 0; k < 4; k++)
-        if (get_num(&in, f, coef[k], 0, 0, &m->theta[k])) return TS_ERR_INVAL;
-    if (get_num(&in, f, "err_us", 0, 0, &m->err_us) || get_count(&in, f, "steps", &m->fit_steps) ||
+    if (get_fit(&in, f, m->theta, &m->err_us, &m->err_autocorr) || get_count(&in, f, "steps", &m->fit_steps) ||
         get_num(&in, f, "copy_bytes_per_us", 0, 0, &m->copy_bytes_per_us))
         return TS_ERR_INVAL;
-    /* Optional: servers before it did not say (0: no runs of slow steps). */
-    m->err_autocorr = 0;
-    const cJSON *ac = cJSON_GetObjectItemCaseSensitive(f, "err_autocorr");
-    if (ac && (!cJSON_IsNumber(ac) || !(ac->valuedouble >= -1 && ac->valuedouble <= 1)))
-        return bad(&in, "err_autocorr", "a number from -1 to 1");
-    if (ac) m->err_autocorr = ac->valuedouble;
     return 0;
 }
 
@@ -288,8 +295,6 @@ static int parse_ratio(const where *w, const cJSON *o, scr_model *m) {
 /* The optional step_fit object of a model entry (after parse_ratio: its
  * quantiles are at step_ratio's levels). */
 static int parse_step_fit(const where *w, const cJSON *o, scr_model *m) {
-    static const char *const coef[4] = {"a_us", "b_us_per_prefill_token", "c_us_per_decode_seq",
-                                        "d_us_per_attended_position"};
     m->sf_steps = 0;
     const cJSON *f = cJSON_GetObjectItemCaseSensitive(o, "step_fit");
     if (!f) return 0; /* servers before it did not say */
@@ -298,12 +303,9 @@ static int parse_step_fit(const where *w, const cJSON *o, scr_model *m) {
     where in = *w;
     in.in = "step_fit.";
     int n = m->n_ratio;
-    for (int k = 0; k < 4; k++)
-        if (get_num(&in, f, coef[k], 0, 0, &m->sf_theta[k])) return TS_ERR_INVAL;
-    if (get_num(&in, f, "err_us", 0, 0, &m->sf_err_us) || get_num(&in, f, "err_autocorr", -1, 0, &m->sf_err_autocorr) ||
+    if (get_fit(&in, f, m->sf_theta, &m->sf_err_us, &m->sf_err_autocorr) ||
         get_count(&in, f, "steps", &m->sf_steps) || ratio_list(&in, f, "quantiles", 0, INFINITY, 0, m->sf_q, &n))
         return TS_ERR_INVAL;
-    if (m->sf_err_autocorr > 1) return bad(&in, "err_autocorr", "a number from -1 to 1");
     return 0;
 }
 

@@ -90,6 +90,11 @@ typedef struct scr_model {
     double sf_q[SCR_RATIO_MAX];     /* measured / its predicted step time (n_ratio of them) */
 } scr_model;
 
+/* The step-time fits' coefficients as the server names them, in theta's
+ * order: "a_us", "b_us_per_prefill_token", "c_us_per_decode_seq",
+ * "d_us_per_attended_position". */
+extern const char *const scr_coef_names[4];
+
 /* GET url + path (path starts with '/') with "Authorization: Bearer key"
  * (key may be NULL: no header). OUT body: the answer's bytes, NUL-terminated,
  * malloc'd (free it); OUT len: their count. timeout_s bounds the whole

@@ -121,6 +121,14 @@
 #define COST_WARMUP         8       /* steps observed before clipping starts */
 #define COST_COPY_ALPHA     0.1     /* EWMA weight of a bandwidth sample */
 #define COST_AC_ALPHA       0.02    /* EWMA weight of the residuals' autocorrelation */
+/* A fit that only describes the step times, nothing scheduled by it (the
+ * server's step_fit): it forgets slower (half-life ~700 steps) and holds its
+ * seed loosely, so the rarely excited prefill direction is learnt too. Over
+ * tests/data/cost/isolation_steps.txt it predicts decode-only steps at 1.00x
+ * and steps with a prefill chunk at 1.12x on average, where the scheduler's
+ * settings (sched_config_default) give 0.99x and 1.42x. */
+#define COST_DESCRIBE_LAMBDA 0.999
+#define COST_DESCRIBE_PRIOR  100.0
 
 /* Features of one step's batch; all >= 0. */
 typedef struct cost_features {

@@ -246,10 +246,13 @@ static int setup_sched(wk_worker *w, char *err, size_t errlen) {
     if (c.prefix_cache && getrandom(&c.cache_key, sizeof(c.cache_key), 0) != (ssize_t)sizeof(c.cache_key))
         c.cache_key = 0;
     int rc = sched_new(&c, &w->s);
-    if (!rc) rc = cost_init(&w->fit, c.cost_seed, WK_FIT_LAMBDA, WK_FIT_PRIOR, c.copy_bytes_per_us);
     if (rc) {
         snprintf(err, errlen, "scheduler: invalid limits (budget %d..%d, %d seqs, %d blocks)", c.budget_min,
                  c.budget_max, c.max_running, c.n_blocks);
+        return rc;
+    }
+    if ((rc = cost_init(&w->fit, c.cost_seed, COST_DESCRIBE_LAMBDA, COST_DESCRIBE_PRIOR, c.copy_bytes_per_us))) {
+        snprintf(err, errlen, "step-time fit: invalid seed");
         return rc;
     }
     for (int i = 0; i < w->o.n_tiers; i++)
@@ -1071,13 +1074,16 @@ static void drain_ends(wk_worker *w) {
     while (sched_poll_end(w->s, &e)) finalize(w, &e);
 }
 
-static void publish(wk_worker *w, const sched_plan *p, int64_t now, double step_us, double idle_us) {
+/* The step just run (p NULL: an idle turn; failed: the executor failed it,
+ * so its time says nothing of the batch and no fit learns from it, as the
+ * scheduler's does not). */
+static void publish(wk_worker *w, const sched_plan *p, int failed, int64_t now, double step_us, double idle_us) {
     int32_t prefill = 0;
     for (int32_t i = 0; p && i < p->n_items; i++)
         if (p->items[i].is_prefill) prefill += p->items[i].n_tokens;
     pthread_mutex_lock(&w->snap_mu);
     if (p) cost_ratio_add(&w->ratio[prefill > 0], step_us, p->predicted_us);
-    if (p && p->n_items && step_us > 0) {
+    if (p && !failed && p->n_items && step_us > 0) {
         cost_ratio_add(&w->fit_ratio, step_us, cost_predict_us(&w->fit, &p->feat));
         cost_observe(&w->fit, &p->feat, step_us);
     }
@@ -1162,11 +1168,11 @@ static void *loop(void *arg) {
         sched_step_done(w->s, end, &res);
         drain_ends(w);
         if (p.n_items) {
-            publish(w, &p, end, (double)(end - now), (double)(now - w->last_end_us));
+            publish(w, &p, rc != 0, end, (double)(end - now), (double)(now - w->last_end_us));
             w->last_end_us = end;
             continue;
         }
-        publish(w, NULL, end, 0, 0);
+        publish(w, NULL, 0, end, 0, 0);
         /* A lead that ended without a step (cancelled while queued) frees
          * its followers: admit them before sleeping. */
         if (admit_ready(w, end)) continue;

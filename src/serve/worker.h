@@ -269,18 +269,14 @@ void wk_step_ratio(wk_worker *w, int kind, double q[COST_RATIO_NQ], uint64_t *n)
 /* A second fit of the engine's step times (cost.h), beside the scheduler's:
  * it only describes, nothing schedules by it, so it can learn every kind of
  * step. The scheduler's keeps a tight prior (src/core/sched.c's cost_prior)
- * and does not learn the steps holding a prefill chunk (1.4x their
- * prediction at the median on the CPU engine); this one forgets slower and
- * holds its seed loosely (WK_FIT_LAMBDA, WK_FIT_PRIOR): over a recorded
- * run's 4,000 steps (tests/data/cost/isolation_steps.txt) its final fit had
- * both kinds within 7% of their prediction at the median. tessera sim takes
- * a server's step times from it. OUT theta (a, b, c, d: us, us/prefill
- * token, us/decode sequence, us/attended position), the scale of its
- * residuals and their lag-1 autocorrelation (as cost.h's), and q the
+ * and does not learn the steps holding a prefill chunk; this one is fitted
+ * with COST_DESCRIBE_LAMBDA and COST_DESCRIBE_PRIOR (cost.h says how much
+ * closer that comes), and not fed the steps the executor failed. tessera
+ * sim takes a server's step times from it. OUT theta (a, b, c, d: us,
+ * us/prefill token, us/decode sequence, us/attended position), the scale of
+ * its residuals and their lag-1 autocorrelation (as cost.h's), and q the
  * quantiles of measured / its predicted step time at cost_ratio_levels over
  * the n steps it has seen (all 1 when n is 0). Any thread. */
-#define WK_FIT_LAMBDA 0.999     /* half-life ~700 steps */
-#define WK_FIT_PRIOR 100.0
 void wk_step_fit(wk_worker *w, double theta[4], double *err_us, double *err_ac, double q[COST_RATIO_NQ],
                  uint64_t *n);
 

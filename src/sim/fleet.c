@@ -175,13 +175,22 @@ static fit_of pick_fit(const scr_model *m) {
                     m->n_ratio > 0 && m->ratio_steps >= SFL_SPREAD_MIN_STEPS ? m->ratio_q : NULL};
 }
 
-/* A calibration's fit and geometry: a server's (sfl_server_inst). */
+/* A fit's coefficients and error scale: a server's. who: the model, for
+ * the message; obj: the fit's object in the answer. */
+static int fit_ok(const char *who, const char *obj, const double theta[4], double err_us, char *err, size_t errlen) {
+    for (int k = 0; k < 5; k++) {
+        double v = k < 4 ? theta[k] : err_us;
+        if (!(v >= 0 && v <= SST_MAX_US))
+            return err_set(err, errlen, TS_ERR_INVAL, "%s: %s.%s %.10g is outside 0..%.10g: no server has it", who, obj,
+                           k < 4 ? scr_coef_names[k] : "err_us", v, SST_MAX_US);
+    }
+    return 0;
+}
+
+/* A calibration's geometry and fits: a server's (sfl_server_inst). Both
+ * fits are checked: the steps take one, the scheduler starts from the
+ * other. */
 static int server_ok(const scr_model *m, const fit_of *fit, char *err, size_t errlen) {
-    char what[5][64];
-    static const char *const coef[4] = {"a_us", "b_us_per_prefill_token", "c_us_per_decode_seq",
-                                        "d_us_per_attended_position"};
-    for (int k = 0; k < 4; k++) snprintf(what[k], sizeof what[k], "%s.%s", fit->name, coef[k]);
-    snprintf(what[4], sizeof what[4], "%s.err_us", fit->name);
     const struct { const char *what; double v, lo, hi; } r[] = {
         {"block_size", m->block_size, 1, SCHED_MAX_BLOCK_SIZE},
         {"max_seqs", m->max_seqs, 1, fmin(SCHED_MAX_SEQS, (double)SCHED_MAX_SEQS_PER_TOKEN * m->budget_max)},
@@ -192,18 +201,16 @@ static int server_ok(const scr_model *m, const fit_of *fit, char *err, size_t er
         {"kv_low", m->kv_low, 1e-9, m->kv_high},
         {"kv_high", m->kv_high, m->kv_low, 1},
         {"cost_model.copy_bytes_per_us", m->copy_bytes_per_us, 0, INFINITY},
-        {what[4], fit->err_us, 0, SST_MAX_US},
-        {what[0], fit->theta[0], 0, SST_MAX_US},
-        {what[1], fit->theta[1], 0, SST_MAX_US},
-        {what[2], fit->theta[2], 0, SST_MAX_US},
-        {what[3], fit->theta[3], 0, SST_MAX_US},
     };
-    char name[4 * SCHED_NAME_MAX];
+    char name[4 * SCHED_NAME_MAX], who[5 * SCHED_NAME_MAX];
+    snprintf(who, sizeof who, "model '%s'", err_escape_ctl(name, sizeof name, m->name));
     for (size_t k = 0; k < sizeof r / sizeof r[0]; k++)
         if (!(r[k].v >= r[k].lo && r[k].v <= r[k].hi && isfinite(r[k].v)))
-            return err_set(err, errlen, TS_ERR_INVAL, "model '%s': %s %.10g is outside %.10g..%.10g: no server has it",
-                           err_escape_ctl(name, sizeof name, m->name), r[k].what, r[k].v, r[k].lo, r[k].hi);
-    return 0;
+            return err_set(err, errlen, TS_ERR_INVAL, "%s: %s %.10g is outside %.10g..%.10g: no server has it", who,
+                           r[k].what, r[k].v, r[k].lo, r[k].hi);
+    int rc = fit_ok(who, "cost_model", m->theta, m->err_us, err, errlen);
+    if (!rc && fit->theta != m->theta) rc = fit_ok(who, fit->name, fit->theta, fit->err_us, err, errlen);
+    return rc;
 }
 
 int sfl_server_inst(const scr_model *m, int policy, sim_inst *o, char *err, size_t errlen) {
