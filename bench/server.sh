@@ -7,7 +7,8 @@
 # the load generator, started as "${CLIENT_PIN[@]}" "$TESSERA" bench ..., on
 # the last, so the two never take each other's time. On the 2-core VM,
 # sharing both cores, the server repeated 29 of 46 of its own figures
-# between two runs of the same seed; pinned, 42 of 47 (bench/sim_real.sh).
+# between two runs of the same seed; pinned, 41 to 47 of 47 in four runs
+# (bench/sim_real.sh).
 # The engine then has one thread fewer. Nothing is pinned (and a line on
 # stderr says so) on one CPU, without taskset, or where this process may not
 # use every CPU (their numbers unknown). Written ${A[@]+"${A[@]}"} where A
