@@ -1466,13 +1466,19 @@ static enum MHD_Result route_admin(conn *c) {
 /* "steps":n,"quantiles":[...]: the spread of one kind of step's times
  * around the fit's predictions (wk_step_ratio), as quantiles of measured /
  * predicted at cost_ratio_levels over the steps of that kind run. */
+/* "quantiles":[...] of measured / predicted step time at cost_ratio_levels. */
+static void put_quantiles(strbuf *b, const double q[COST_RATIO_NQ]) {
+    strbuf_puts(b, "\"quantiles\":[");
+    for (int i = 0; i < COST_RATIO_NQ; i++) strbuf_printf(b, "%s%.6g", i ? "," : "", q[i]);
+    strbuf_puts(b, "]");
+}
+
 static void put_ratio_quantiles(strbuf *b, wk_worker *w, int kind) {
     double q[COST_RATIO_NQ];
     uint64_t n;
     wk_step_ratio(w, kind, q, &n);
-    strbuf_printf(b, "\"steps\":%llu,\"quantiles\":[", (unsigned long long)n);
-    for (int i = 0; i < COST_RATIO_NQ; i++) strbuf_printf(b, "%s%.6g", i ? "," : "", q[i]);
-    strbuf_puts(b, "]");
+    strbuf_printf(b, "\"steps\":%llu,", (unsigned long long)n);
+    put_quantiles(b, q);
 }
 
 /* step_ratio: over every step, and apart for decode-only steps and those
@@ -1496,10 +1502,10 @@ static void put_step_fit(strbuf *b, wk_worker *w) {
     uint64_t n;
     wk_step_fit(w, th, &err, &ac, q, &n);
     strbuf_printf(b, ",\"step_fit\":{\"a_us\":%.9g,\"b_us_per_prefill_token\":%.9g,\"c_us_per_decode_seq\":%.9g,"
-                  "\"d_us_per_attended_position\":%.9g,\"err_us\":%.9g,\"err_autocorr\":%.6f,\"steps\":%llu,"
-                  "\"quantiles\":[", th[0], th[1], th[2], th[3], err, ac, (unsigned long long)n);
-    for (int i = 0; i < COST_RATIO_NQ; i++) strbuf_printf(b, "%s%.6g", i ? "," : "", q[i]);
-    strbuf_puts(b, "]}");
+                  "\"d_us_per_attended_position\":%.9g,\"err_us\":%.9g,\"err_autocorr\":%.6f,\"steps\":%llu,",
+                  th[0], th[1], th[2], th[3], err, ac, (unsigned long long)n);
+    put_quantiles(b, q);
+    strbuf_puts(b, "}");
 }
 
 /* One model's entry of /admin/models: what a simulator needs to run the
