@@ -62,6 +62,8 @@ static void check_model(const scr_model *m) {
         FZ_CHECK(m->ratio_level[k] > 0 && m->ratio_level[k] < 1 && m->ratio_q[k] > 0);
         if (k) FZ_CHECK(m->ratio_level[k] > m->ratio_level[k - 1] && m->ratio_q[k] >= m->ratio_q[k - 1]);
     }
+    if (m->has_seed)
+        for (int k = 0; k < 4; k++) FZ_CHECK(m->seed[k] >= 0 && isfinite(m->seed[k]));
     if (m->sf_steps == 0) return;
     /* A describing fit comes with its spread at step_ratio's levels. */
     FZ_CHECK(m->n_ratio > 0 && m->sf_err_autocorr >= -1 && m->sf_err_autocorr <= 1);

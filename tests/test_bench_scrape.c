@@ -49,7 +49,8 @@ static const char MODELS[] =
     "\"budget_min\":32,\"budget_max\":256,\"kv_high\":0.85,\"kv_low\":0.7,\"kv_used\":3,\"steps\":77,"
     "\"cost_model\":{\"a_us\":1500,\"b_us_per_prefill_token\":20.5,\"c_us_per_decode_seq\":300,"
     "\"d_us_per_attended_position\":0.01,\"err_us\":42.5,\"steps\":70,\"copy_bytes_per_us\":1000,"
-    "\"err_autocorr\":0.75},"
+    "\"err_autocorr\":0.75,\"seed\":{\"a_us\":2000,\"b_us_per_prefill_token\":50,\"c_us_per_decode_seq\":500,"
+    "\"d_us_per_attended_position\":0.02}},"
     "\"price_per_hour\":2.5,\"step_ratio\":{\"steps\":70,\"levels\":[0.1,0.5,0.99],\"quantiles\":[0.8,1,2.5]},"
     "\"step_fit\":{\"a_us\":1200,\"b_us_per_prefill_token\":30,\"c_us_per_decode_seq\":310,"
     "\"d_us_per_attended_position\":0.5,\"err_us\":40,\"err_autocorr\":0.5,\"steps\":69,\"quantiles\":[0.9,1,1.5]}},"
@@ -134,6 +135,9 @@ static void test_models_good(void **st) {
     assert_int_equal(m[0].sf_steps, 69);
     assert_true(m[0].sf_q[0] == 0.9 && m[0].sf_q[2] == 1.5);
     assert_int_equal(m[1].sf_steps, 0);  /* absent too */
+    assert_true(m[0].has_seed && m[0].seed[0] == 2000 && m[0].seed[1] == 50 && m[0].seed[2] == 500 &&
+                m[0].seed[3] == 0.02);
+    assert_int_equal(m[1].has_seed, 0);  /* absent too */
     assert_int_equal(m[0].fit_steps, 70);
     assert_true(m[0].copy_bytes_per_us == 1000);
     assert_true(m[0].price_per_hour == 2.5);
@@ -178,14 +182,19 @@ static const bad_case BAD[] = {
      "/admin/tenants: data[0].tenant: expected a name of 1..47 bytes without control characters"},
     {1, "\"cost_model\":{\"a_us\":1500,\"b_us_per_prefill_token\":20.5,\"c_us_per_decode_seq\":300,"
         "\"d_us_per_attended_position\":0.01,\"err_us\":42.5,\"steps\":70,\"copy_bytes_per_us\":1000,"
-        "\"err_autocorr\":0.75},",
-     "", "/admin/models: data[0].cost_model: missing"},
+        "\"err_autocorr\":0.75,",
+     "\"x\":{", "/admin/models: data[0].cost_model: missing"},
     {1, "\"err_autocorr\":0.75", "\"err_autocorr\":1.5",
      "/admin/models: data[0].cost_model.err_autocorr: expected a number from -1 to 1"},
     {1, "\"cost_model\":{\"a_us\":0,", "\"cost_model\":[],\"x\":{\"a_us\":0,", "/admin/models: data[1].cost_model: expected an object"},
     {1, "\"b_us_per_prefill_token\":20.5", "\"b_us_per_prefill_token\":-20.5",
      "/admin/models: data[0].cost_model.b_us_per_prefill_token: expected a number >= 0"},
     {1, "\"d_us_per_attended_position\":0.01,", "", "/admin/models: data[0].cost_model.d_us_per_attended_position: missing"},
+    {1, "\"seed\":{", "\"seed\":[],\"x\":{", "/admin/models: data[0].cost_model.seed: expected an object"},
+    {1, "\"c_us_per_decode_seq\":500,", "\"c_us_per_decode_seq\":-5,",
+     "/admin/models: data[0].cost_model.seed.c_us_per_decode_seq: expected a number >= 0"},
+    {1, "\"d_us_per_attended_position\":0.02}", "\"x\":0.02}",
+     "/admin/models: data[0].cost_model.seed.d_us_per_attended_position: missing"},
     {1, "\"err_us\":42.5,\"steps\":70,", "\"err_us\":42.5,", "/admin/models: data[0].cost_model.steps: missing"},
     {1, "\"policy\":\"fcfs\"", "\"policy\":\"lottery\"", "/admin/models: data[0].policy: expected \"fair\" or \"fcfs\""},
     {1, "\"kind\":\"embedding\"", "\"kind\":1", "/admin/models: data[1].kind: expected \"chat\" or \"embedding\""},

@@ -707,17 +707,28 @@ static void test_server_inst(void **state) {
     assert_int_equal(sfl_server_inst(&f, -1, &in, err, sizeof err), 0);
     assert_memory_equal(in.step.theta, good.theta, sizeof in.step.theta);
     assert_memory_equal(in.noise_q, q, sizeof q);
+    /* Steps drawn around the scheduler's fit: its scheduler starts there. */
+    assert_int_equal(in.own_seed, 1);
+    assert_memory_equal(in.sc.cost_seed, good.theta, sizeof good.theta);
     f.sf_steps = SFL_SPREAD_MIN_STEPS;
     assert_int_equal(sfl_server_inst(&f, -1, &in, err, sizeof err), 0);
     assert_memory_equal(in.step.theta, sth, sizeof sth);
     assert_int_equal(in.noise_nq, 3);
     assert_memory_equal(in.noise_q, sq, sizeof sq);
     assert_true(in.noise_rho == 0.25 && fabs(in.noise_us - 99 * sqrt(M_PI / 2)) < 1e-9);
-    /* The simulated scheduler starts from the server's scheduling fit, not
-     * from the one the steps take: with no load it is still there at the
-     * end; without own_seed it would start from the step model. */
+    /* Steps drawn around step_fit: the simulated scheduler starts where the
+     * server's did, from its seed, or sched_config_default's where the
+     * server does not say; with no load it is still there at the end;
+     * without own_seed it would start from the step model. */
+    sched_config dc;
+    sched_config_default(&dc);
     assert_int_equal(in.own_seed, 1);
-    assert_memory_equal(in.sc.cost_seed, good.theta, sizeof good.theta);
+    assert_memory_equal(in.sc.cost_seed, dc.cost_seed, sizeof dc.cost_seed);
+    const double seed[4] = {1500, 60, 400, 0.03};
+    memcpy(f.seed, seed, sizeof seed);
+    f.has_seed = 1;
+    assert_int_equal(sfl_server_inst(&f, -1, &in, err, sizeof err), 0);
+    assert_memory_equal(in.sc.cost_seed, seed, sizeof seed);
     for (int own = 1; own >= 0; own--) {
         sim_tenant t;
         tenant(&t, "a", 0);
@@ -726,16 +737,20 @@ static void test_server_inst(void **state) {
         assert_int_equal(sfl_single(&TIER, 1, &t, 1, &in, &fl), 0);
         sim_result r;
         assert_int_equal(run(&fl.f, NULL, 0, 1.0, 0.0, SIM_ROUTE_LEAST, 0, &r), 0);
-        for (int k = 0; k < 4; k++) assert_true(fabs(r.inst[0].theta[k] - (own ? good.theta : sth)[k]) < 1e-9);
+        for (int k = 0; k < 4; k++) assert_true(fabs(r.inst[0].theta[k] - (own ? seed : sth)[k]) < 1e-9);
         sim_result_free(&r);
         sfl_free(&fl);
     }
-    /* Both fits are checked: the one the steps take and the one the
-     * scheduler starts from. */
+    /* Both fits are checked, and the seed: the fit the steps take, the one
+     * the scheduler would start from without step_fit, and its seed. */
     f.sf_theta[2] = NAN;
     assert_int_equal(sfl_server_inst(&f, -1, &in, err, sizeof err), TS_ERR_INVAL);
     if (!strstr(err, "step_fit.c_us_per_decode_seq")) fail_msg("message: %s", err);
     f.sf_theta[2] = 450;
+    f.seed[3] = -1;
+    assert_int_equal(sfl_server_inst(&f, -1, &in, err, sizeof err), TS_ERR_INVAL);
+    if (!strstr(err, "cost_model.seed.d_us_per_attended_position")) fail_msg("message: %s", err);
+    f.seed[3] = 0.03;
     f.theta[0] = INFINITY;
     assert_int_equal(sfl_server_inst(&f, -1, &in, err, sizeof err), TS_ERR_INVAL);
     if (!strstr(err, "cost_model.a_us")) fail_msg("message: %s", err);

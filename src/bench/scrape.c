@@ -238,6 +238,20 @@ static int get_fit(const where *in, const cJSON *f, double theta[4], double *err
     return 0;
 }
 
+/* The optional seed object of cost_model: its four coefficients. */
+static int parse_seed(const where *w, const cJSON *f, scr_model *m) {
+    m->has_seed = 0;
+    const cJSON *s = cJSON_GetObjectItemCaseSensitive(f, "seed");
+    if (!s) return 0; /* servers before it did not say */
+    if (!cJSON_IsObject(s)) return bad(w, "seed", "an object");
+    where in = *w;
+    in.in = "cost_model.seed.";
+    for (int k = 0; k < 4; k++)
+        if (get_num(&in, s, scr_coef_names[k], 0, 0, &m->seed[k])) return TS_ERR_INVAL;
+    m->has_seed = 1;
+    return 0;
+}
+
 /* The cost_model object of a model entry. */
 static int parse_fit(const where *w, const cJSON *o, scr_model *m) {
     const cJSON *f = field(w, o, "cost_model");
@@ -246,7 +260,7 @@ static int parse_fit(const where *w, const cJSON *o, scr_model *m) {
     where in = *w;
     in.in = "cost_model.";
     if (get_fit(&in, f, m->theta, &m->err_us, &m->err_autocorr) || get_count(&in, f, "steps", &m->fit_steps) ||
-        get_num(&in, f, "copy_bytes_per_us", 0, 0, &m->copy_bytes_per_us))
+        get_num(&in, f, "copy_bytes_per_us", 0, 0, &m->copy_bytes_per_us) || parse_seed(&in, f, m))
         return TS_ERR_INVAL;
     return 0;
 }

@@ -73,6 +73,8 @@ typedef struct scr_model {
     double err_autocorr;            /* lag-1 autocorrelation of the residuals, -1..1;
                                        0 when the server does not say */
     uint64_t fit_steps;             /* step times the fit used (0: the seed) */
+    double seed[4];                 /* as theta: where the fit started (has_seed) */
+    int has_seed;                   /* 0: the server does not say */
     double copy_bytes_per_us;       /* host<->device copy bandwidth */
     double price_per_hour;          /* currency units per hour; -1 unknown */
     /* "step_ratio": measured / predicted step time at n_ratio levels

@@ -633,6 +633,7 @@ void sched_stats_get(const sched *s, sched_stats *o) {
     o->kv_evicted = s->kv.n_evicted;
     o->steps = s->steps;
     cost_theta(&s->cost, o->cost_theta);
+    memcpy(o->cost_seed, s->cfg.cost_seed, sizeof o->cost_seed);
     o->cost_err_us = cost_err_us(&s->cost);
     o->cost_err_ac = cost_err_autocorr(&s->cost);
     o->cost_steps = s->cost.n_obs;  /* cost.h has no accessor for it */

@@ -1495,40 +1495,55 @@ static void put_step_ratio(strbuf *b, wk_worker *w) {
     strbuf_puts(b, "}}");
 }
 
+/* A step-time fit's four coefficients (cost.h's a, b, c, d in raw units),
+ * by the names every fit object of /admin/models gives them. */
+static void put_coefs(strbuf *b, const double th[4]) {
+    strbuf_printf(b, "\"a_us\":%.9g,\"b_us_per_prefill_token\":%.9g,\"c_us_per_decode_seq\":%.9g,"
+                  "\"d_us_per_attended_position\":%.9g", th[0], th[1], th[2], th[3]);
+}
+
 /* step_fit: the describing fit (wk_step_fit) and the spread of the step
  * times around it, at step_ratio's levels. */
 static void put_step_fit(strbuf *b, wk_worker *w) {
     double th[4], err, ac, q[COST_RATIO_NQ];
     uint64_t n;
     wk_step_fit(w, th, &err, &ac, q, &n);
-    strbuf_printf(b, ",\"step_fit\":{\"a_us\":%.9g,\"b_us_per_prefill_token\":%.9g,\"c_us_per_decode_seq\":%.9g,"
-                  "\"d_us_per_attended_position\":%.9g,\"err_us\":%.9g,\"err_autocorr\":%.6f,\"steps\":%llu,",
-                  th[0], th[1], th[2], th[3], err, ac, (unsigned long long)n);
+    strbuf_puts(b, ",\"step_fit\":{");
+    put_coefs(b, th);
+    strbuf_printf(b, ",\"err_us\":%.9g,\"err_autocorr\":%.6f,\"steps\":%llu,", err, ac, (unsigned long long)n);
     put_quantiles(b, q);
     strbuf_puts(b, "}");
+}
+
+/* cost_model: the scheduler's step-time fit, err_us its running residual
+ * scale, steps the step times it has used (0: still the seed), and seed
+ * where it started, so that a simulator's scheduler can start there too
+ * and learn as this one did. */
+static void put_cost_model(strbuf *b, const sched_stats *p) {
+    strbuf_puts(b, ",\"cost_model\":{");
+    put_coefs(b, p->cost_theta);
+    strbuf_printf(b, ",\"err_us\":%.9g,\"err_autocorr\":%.6f,\"steps\":%llu,\"copy_bytes_per_us\":%.9g,\"seed\":{",
+                  p->cost_err_us, p->cost_err_ac, (unsigned long long)p->cost_steps, p->copy_bytes_per_us);
+    put_coefs(b, p->cost_seed);
+    strbuf_puts(b, "}}");
 }
 
 /* One model's entry of /admin/models: what a simulator needs to run the
  * same scheduler on a modelled device (README, "GET /admin/models"). The
  * geometry is the scheduler's own (sched_stats), not the config's: n_blocks
- * is what the KV bytes made, max_seqs the seats. cost_model is the step-time
- * fit of cost.h in raw units, err_us its running residual scale and steps
- * the step times it has used (0: still the seed). */
+ * is what the KV bytes made, max_seqs the seats. */
 static void put_model_entry(strbuf *b, const srv *s, int m, const sched_stats *p) {
     const cfg_model *cm = &s->c->models[m];
     strbuf_printf(b,
         "%s{\"model\":\"%s\",\"kind\":\"%s\",\"policy\":\"%s\",\"context_length\":%d,\"kv_cache_dtype\":\"%s\","
         "\"n_blocks\":%d,\"block_size\":%d,\"block_bytes\":%.0f,\"swap_blocks\":%d,\"max_seqs\":%d,"
-        "\"budget_min\":%d,\"budget_max\":%d,\"kv_high\":%.15g,\"kv_low\":%.15g,\"kv_used\":%d,\"steps\":%llu,"
-        "\"cost_model\":{\"a_us\":%.9g,\"b_us_per_prefill_token\":%.9g,\"c_us_per_decode_seq\":%.9g,"
-        "\"d_us_per_attended_position\":%.9g,\"err_us\":%.9g,\"err_autocorr\":%.6f,\"steps\":%llu,"
-        "\"copy_bytes_per_us\":%.9g}",
+        "\"budget_min\":%d,\"budget_max\":%d,\"kv_high\":%.15g,\"kv_low\":%.15g,\"kv_used\":%d,\"steps\":%llu",
         m ? "," : "", cm->name, s->models[m].embed ? "embedding" : "chat",
         p->policy == SCHED_POLICY_FCFS ? "fcfs" : "fair", wk_ctx_len(s->models[m].w), wk_kv_dtype(s->models[m].w),
         p->kv_total, p->block_size,
         p->block_bytes, p->swap_total, p->max_running, p->budget_min, p->budget_max, p->kv_high, p->kv_low,
-        p->kv_used, (unsigned long long)p->steps, p->cost_theta[0], p->cost_theta[1], p->cost_theta[2],
-        p->cost_theta[3], p->cost_err_us, p->cost_err_ac, (unsigned long long)p->cost_steps, p->copy_bytes_per_us);
+        p->kv_used, (unsigned long long)p->steps);
+    put_cost_model(b, p);
     put_num(b, "price_per_hour", 15, cm->price_per_hour > 0 ? cm->price_per_hour : NAN);
     put_step_ratio(b, s->models[m].w);
     put_step_fit(b, s->models[m].w);

@@ -62,13 +62,14 @@ int sfl_single(const sched_tier *tiers, int n_tiers, const sim_tenant *tenants, 
  * SFL_SPREAD_MIN_STEPS steps or more, else from its scheduler's fit; the
  * spread of its steps around that fit as the step noise (measured
  * quantiles where it gives them over SFL_SPREAD_MIN_STEPS steps or more,
- * else a normal of the fit's residual scale); its scheduler seeded with
- * the server's scheduler's fit (own_seed); its KV geometry, budgets and
- * sequences. policy: SCHED_POLICY_*, or -1 for the server's own. A fit or
- * geometry no server has is refused (TS_ERR_INVAL, err names the model and
- * the field): a coefficient or error scale of either fit used (cost_model
- * always, step_fit when the steps take it) not finite, negative, or above
- * SST_MAX_US; a
+ * else a normal of the fit's residual scale); its scheduler seeded
+ * (own_seed) where the server's started when the steps take step_fit, else
+ * with the server's scheduler's fit (fleet.c, pick_fit); its KV geometry,
+ * budgets and sequences. policy: SCHED_POLICY_*, or -1 for the server's
+ * own. A fit or geometry no server has is refused (TS_ERR_INVAL, err names
+ * the model and the field): a coefficient or error scale of either fit used
+ * (cost_model always, step_fit when the steps take it) or a coefficient of
+ * the seed not finite, negative, or above SST_MAX_US; a
  * block_size, max_seqs, budget or context beyond the server's limits
  * (SCHED_MAX_* in sched.h), or more sequences than its budget takes. */
 int sfl_server_inst(const scr_model *m, int policy, sim_inst *out, char *err, size_t errlen);

@@ -168,6 +168,10 @@ class Cost(unittest.TestCase):
             self.assertGreater(fit["steps"], 0, fit)
             self.assertLessEqual(fit["steps"], d["steps"], d)
             self.assertGreater(fit["a_us"] + fit["b_us_per_prefill_token"] + fit["c_us_per_decode_seq"], 0, fit)
+            # Where the fit started: sched_config_default's seed (src/core/sched.c),
+            # which no config changes, so a simulator's scheduler can start there too.
+            self.assertEqual(fit["seed"], {"a_us": 2000, "b_us_per_prefill_token": 50, "c_us_per_decode_seq": 500,
+                                           "d_us_per_attended_position": 0.02}, fit)
             # The spread of step times around the fit: every step with work
             # counted, quantiles of measured / predicted at ascending levels.
             sr = d["step_ratio"]
