@@ -166,15 +166,16 @@ int sfl_single(const sched_tier *tiers, int n_tiers, const sim_tenant *tenants, 
  * With the steps from step_fit, the scheduler starts where the server's
  * did (its seed; a server that does not report it started from
  * sched_config_default's, as every server did) and learns from the
- * simulated steps as the server's learnt from real ones. Over two runs of
- * bench/sim_real.sh that put 39 and 39 of 44 figures within tolerance
- * (mean error 6.0% and 6.3%), against 39 and 38 (6.3%, 6.7%) seeded with
- * the fit the server's reached by the calibration's end, whose tight prior
- * then held the simulated one near it all run.
+ * simulated steps as the server's learnt from real ones, rather than from
+ * the fit the server's had reached by the calibration's end, which its
+ * tight prior would hold all run. Over three runs of bench/sim_real.sh the
+ * two are close, the seed a little ahead: 42, 42 and 39 of 47 figures
+ * within tolerance against 41, 42 and 40, mean error of the latencies
+ * 6.3, 6.0 and 6.9% against 6.7, 6.3 and 7.3%.
  *
  * With the steps from the scheduler's fit, it starts from that fit: the
  * steps are drawn around it, and over two runs of that kind the seed
- * gave 38 and 38 of 44 against 40 and 38 from the fit. */
+ * gave 41 and 41 of 47 against 43 and 41 from the fit. */
 typedef struct fit_of {
     const char *name;               /* its object in the answer */
     const double *theta;
