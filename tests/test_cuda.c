@@ -496,6 +496,14 @@ static void check_forward_ov(const char *arch, uint32_t type, const mkmodel_over
     cpu_blocks_as_cuda(kr, kc, 8, &m->cfg);
     snprintf(what, sizeof what, "%s %s%s KV cache", arch ? arch : "llama", gguf_type_name(type), n_ov ? " mix" : "");
     expect_close(what, kg, kr, kvb / 4, tol);
+    /* The GPU engine's own account: the pool the CPU's holds too (f32
+     * blocks of the same size), within what it allocated, within the
+     * device; every step's kernels timed. */
+    eng_dev_stats dc, dg;
+    eng_dev_stats_get(c, &dc);
+    eng_dev_stats_get(g, &dg);
+    assert_true(dg.kv_bytes == dc.kv_bytes && dg.held_bytes > dg.kv_bytes && dg.device_bytes > dg.held_bytes);
+    assert_true(dg.forwards == 7 && dg.compute_s > 0 && dc.forwards == 7 && dc.device_bytes == 0);
     free(lc); free(lg); free(kc); free(kg); free(kr);
     eng_free(c);
     eng_free(g);

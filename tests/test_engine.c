@@ -429,7 +429,17 @@ static void test_bad_batches_change_nothing(void **state) {
     float *logits = malloc((size_t)64 * f->vocab * sizeof(float));
     eng_seq q = {r->ids, 20, 0, table, 16, ENG_LOGITS_LAST};
     eng_batch b = {&q, 1};
+    /* What the engine holds, from the start: the pool and its run state;
+     * no device memory on the CPU, no time before a forward pass. */
+    eng_dev_stats ds;
+    eng_dev_stats_get(e, &ds);
+    assert_true(ds.kv_bytes == 16 * eng_kv_block_bytes(e) && ds.held_bytes > ds.kv_bytes);
+    assert_true(ds.device_bytes == 0 && ds.forwards == 0 && ds.compute_s == 0);
+    const uint64_t held = ds.held_bytes;
     assert_int_equal(eng_forward(e, &b, logits), 0);
+    eng_dev_stats_get(e, &ds);
+    assert_true(ds.forwards == 1 && ds.compute_s > 0 && ds.held_bytes == held);
+    const double one = ds.compute_s;
 
     int32_t bad_ids[2] = {r->ids[20], f->vocab}; /* second id out of range */
     eng_seq bq = {bad_ids, 2, 20, table, 16, ENG_LOGITS_LAST};
@@ -454,6 +464,8 @@ static void test_bad_batches_change_nothing(void **state) {
                       {r->ids, 1, 0, table + 5, 11, ENG_LOGITS_LAST}}; /* both write block 10 */
     eng_batch tb = {two, 2};
     assert_int_equal(eng_forward(e, &tb, logits), TS_ERR_KV_BLOCK);
+    eng_dev_stats_get(e, &ds);
+    assert_true(ds.forwards == 1 && ds.compute_s == one); /* refused batches never ran */
 
     q = (eng_seq){r->ids + 20, r->len - 20, 20, table, 16, ENG_LOGITS_ALL};
     assert_int_equal(eng_forward(e, &b, logits), 0);

@@ -27,6 +27,8 @@ typedef struct eng_backend {
     int (*forward)(void *state, const eng_batch *b, float *logits);
     int (*kv_copy_out)(void *state, const int32_t *blocks, int n, void *host);
     int (*kv_copy_in)(void *state, const int32_t *blocks, int n, const void *host);
+    /* Fill out (zeroed by the caller) as eng_dev_stats says. */
+    void (*stats)(const void *state, eng_dev_stats *out);
 } eng_backend;
 
 extern const eng_backend eng_backend_cpu;

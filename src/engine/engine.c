@@ -207,3 +207,8 @@ eng_kv_dtype eng_kv_dtype_of(const eng *e) { return e->opts.kv_dtype; }
 int eng_vocab(const eng *e) { return e->m->cfg.vocab; }
 const char *eng_backend_name(const eng *e) { return e->be->name; }
 int eng_threads(const eng *e) { return e->opts.n_threads; }
+
+void eng_dev_stats_get(const eng *e, eng_dev_stats *out) {
+    memset(out, 0, sizeof *out);
+    e->be->stats(e->state, out);
+}

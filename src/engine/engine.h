@@ -101,6 +101,26 @@ int eng_vocab(const eng *e);
 const char *eng_backend_name(const eng *e);
 int eng_threads(const eng *e);
 
+/* What an engine holds on its device and how long the device has worked
+ * for it: an operator's view of a GPU shared between models (or of the
+ * CPU). The memory figures are fixed once the engine is made. */
+typedef struct eng_dev_stats {
+    uint64_t held_bytes;        /* what the backend allocated for this engine: the KV
+                                   pool, activations and scratch, and on a GPU the
+                                   weights (the CPU reads them in place from the file) */
+    uint64_t kv_bytes;          /* of which the KV pool */
+    uint64_t device_bytes;      /* memory of the device as its runtime reports it (a
+                                   MIG slice reports its own); 0 on the CPU */
+    double compute_s;           /* time the device has spent on this engine's forward
+                                   passes: on a GPU its kernels (events around each
+                                   step's work), on the CPU the forward pass itself; a
+                                   step's time less this is the host's part */
+    uint64_t forwards;          /* forward passes run */
+} eng_dev_stats;
+
+/* Fill out. Call from the thread that runs eng_forward. */
+void eng_dev_stats_get(const eng *e, eng_dev_stats *out);
+
 /* Copy n blocks to host (n * eng_kv_block_bytes bytes, in table order) and
  * back. The block ids on the way in need not be the ones on the way out. */
 int eng_kv_copy_out(eng *e, const int32_t *blocks, int n, void *host);

@@ -48,6 +48,7 @@ typedef struct obs_model {
     obs *o;
     int index;
     met_series *step, *tokens, *kv_util, *busy, *busy_seconds, *jain, *resident;
+    met_series *compute_seconds, *mem_held, *mem_kv, *mem_device; /* eng_dev_stats */
     met_series *pfx_blocks; /* blocks in the prefix cache */
     /* Server-wide load of the model (all tenants), under tessera's names
      * and vLLM's: the GIE endpoint picker reads the latter */
@@ -153,7 +154,18 @@ static int setup_models(obs *o, const char *const *names) {
     met_family *jain = met_gauge(o->reg, "tessera_fairness_jain", "Jain's index of weighted service among backlogged tenants, last minute", ml, 1);
     met_family *res = met_gauge(o->reg, "tessera_model_weights_resident_bytes",
                                 "Bytes of the model's GGUF file resident in the page cache, plus its norms made f32 (the weights are read in place)", ml, 1);
-    if (!step || !toks || !kv || !busy || !busy_s || !jain || !res) return -1;
+    met_family *comp = met_counter(o->reg, "tessera_engine_compute_seconds_total",
+                                   "Of the engine's step time, the device's part: a GPU's kernels, the CPU's forward pass "
+                                   "(tessera_engine_busy_seconds_total less this is the host's part)", ml, 1);
+    met_family *held = met_gauge(o->reg, "tessera_engine_memory_bytes",
+                                 "Memory the engine allocated for the model: KV pool, activations, scratch, and on a GPU "
+                                 "the weights (0 for an embedding model)", ml, 1);
+    met_family *kvb = met_gauge(o->reg, "tessera_kv_pool_bytes", "Bytes of the model's KV pool (0 for an embedding model)",
+                                ml, 1);
+    met_family *devb = met_gauge(o->reg, "tessera_device_memory_bytes",
+                                 "Memory of the device the model runs on, as its runtime reports it (a MIG slice its own); "
+                                 "0 on the CPU", ml, 1);
+    if (!step || !toks || !kv || !busy || !busy_s || !jain || !res || !comp || !held || !kvb || !devb) return -1;
     for (int m = 0; m < o->n_models; m++) {
         obs_model *om = &o->models[m];
         const char *v[] = {names[m]};
@@ -166,6 +178,10 @@ static int setup_models(obs *o, const char *const *names) {
         om->busy_seconds = met_series_get(busy_s, v);
         om->jain = met_series_get(jain, v);
         om->resident = met_series_get(res, v);
+        om->compute_seconds = met_series_get(comp, v);
+        om->mem_held = met_series_get(held, v);
+        om->mem_kv = met_series_get(kvb, v);
+        om->mem_device = met_series_get(devb, v);
         met_set(om->jain, 1.0);
         om->window = met_window_new(o->n_tenants);
         om->tenant_state = calloc((size_t)o->n_tenants + 1, sizeof(obs_tenant));
@@ -484,6 +500,13 @@ void obs_model_weights(obs *o, int m, const gguf_ctx *g, uint64_t owned_bytes) {
     o->models[m].owned_bytes = owned_bytes;
 }
 
+void obs_model_engine(obs *o, int m, const eng_dev_stats *d) {
+    obs_model *om = &o->models[m];
+    met_set(om->mem_held, (double)d->held_bytes);
+    met_set(om->mem_kv, (double)d->kv_bytes);
+    met_set(om->mem_device, (double)d->device_bytes);
+}
+
 /* ---- worker hooks (engine thread of one model) ------------------------------ */
 
 static void on_token(void *ctx, const wk_req *r, int64_t now_us, int first) {
@@ -516,6 +539,7 @@ static void on_step(void *ctx, const wk_step_info *s) {
         met_observe(m->step, s->step_us / 1e6);
         met_observe(m->tokens, s->tokens);
         met_inc(m->busy_seconds, s->step_us / 1e6);
+        if (s->compute_us > 0) met_inc(m->compute_seconds, s->compute_us / 1e6);
         double wall = s->step_us + s->idle_us;
         double share = wall > 0 ? s->step_us / wall : 1;
         m->busy_ewma += 0.05 * (share - m->busy_ewma);

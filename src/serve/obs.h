@@ -120,5 +120,8 @@ int obs_render_pool(obs *o, char **buf, size_t *len);
  * owned_bytes (what the loader converted beside the mapping) each render
  * reports; the file must outlive o's renders. */
 void obs_model_weights(obs *o, int m, const gguf_ctx *g, uint64_t owned_bytes);
+/* What model m's engine holds in memory (wk_dev_stats): its gauges, set
+ * once at start-up, since they do not change after. */
+void obs_model_engine(obs *o, int m, const eng_dev_stats *d);
 
 #endif

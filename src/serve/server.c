@@ -2270,6 +2270,9 @@ static int start_workers(srv *s, char *err, size_t errlen) {
             const enc_model *em = wk_encoder(s->models[m].w);
             if (dm) obs_model_weights(s->obs, m, dm->gguf, dm->f32_owned_bytes);
             else obs_model_weights(s->obs, m, em->gguf, em->f32_owned_n * sizeof(float));
+            eng_dev_stats ds;
+            wk_dev_stats(s->models[m].w, &ds);
+            obs_model_engine(s->obs, m, &ds);
         }
     }
     free(tc);

@@ -90,6 +90,8 @@ struct wk_worker {
     cost_model fit;         /* the step-time fit that only describes (wk_step_fit),
                                under snap_mu */
     cost_ratio_hist fit_ratio; /* measured / its predicted step time, under snap_mu */
+    eng_dev_stats dev;      /* the engine's, as of the latest step (wk_dev_stats), under
+                               snap_mu; zero for an encoder */
     uint64_t *remote;       /* (n_tenants) the fleet's figures (wk_fleet_remote), under snap_mu */
     uint8_t *fleet_queued;  /* (n_tenants) ... queued on another replica */
     uint64_t *fleet_key;    /* (n_tenants) ... and its least key there */
@@ -358,6 +360,7 @@ static int load_decoder(wk_worker *w, gguf_ctx *g, char *err, size_t errlen) {
                    .max_batch_tokens = 2 * w->o.budget_max + w->o.max_seqs,
                    .max_seqs = w->o.max_seqs, .n_threads = w->o.threads};
     if ((rc = eng_new(w->m, &eo, &w->e, err, errlen))) return rc;
+    eng_dev_stats_get(w->e, &w->dev);
     w->block_bytes = eng_kv_block_bytes(w->e);
     w->n_blocks = eng_kv_n_blocks(w->e);
     w->block_size = eng_block_size(w->e);
@@ -603,6 +606,12 @@ void wk_step_fit(wk_worker *w, double theta[4], double *err_us, double *err_ac, 
     pthread_mutex_unlock(&w->snap_mu);
     for (int i = 0; i < COST_RATIO_NQ; i++) q[i] = cost_ratio_quantile(&h, cost_ratio_levels[i]);
     *n = h.n;
+}
+
+void wk_dev_stats(wk_worker *w, eng_dev_stats *out) {
+    pthread_mutex_lock(&w->snap_mu);
+    *out = w->dev;
+    pthread_mutex_unlock(&w->snap_mu);
 }
 
 void wk_step_ratio(wk_worker *w, int kind, double q[COST_RATIO_NQ], uint64_t *n) {
@@ -1081,7 +1090,11 @@ static void publish(wk_worker *w, const sched_plan *p, int failed, int64_t now, 
     int32_t prefill = 0;
     for (int32_t i = 0; p && i < p->n_items; i++)
         if (p->items[i].is_prefill) prefill += p->items[i].n_tokens;
+    eng_dev_stats dev = w->dev;
+    if (w->e) eng_dev_stats_get(w->e, &dev);
+    const double compute_us = (dev.compute_s - w->dev.compute_s) * 1e6;
     pthread_mutex_lock(&w->snap_mu);
+    w->dev = dev;
     if (p) cost_ratio_add(&w->ratio[prefill > 0], step_us, p->predicted_us);
     if (p && !failed && p->n_items && step_us > 0) {
         cost_ratio_add(&w->fit_ratio, step_us, cost_predict_us(&w->fit, &p->feat));
@@ -1099,6 +1112,7 @@ static void publish(wk_worker *w, const sched_plan *p, int failed, int64_t now, 
         .now_us = now,
         .step_us = step_us,
         .idle_us = idle_us,
+        .compute_us = compute_us,
         .n_items = p ? p->n_items : 0,
         .tokens = p ? p->n_tokens : 0,
         .prefill_tokens = prefill,

@@ -173,6 +173,7 @@ typedef struct wk_step_info {
     int64_t now_us;
     double step_us;         /* forward pass and copies */
     double idle_us;         /* time since the previous step ended */
+    double compute_us;      /* of step_us, the device's part (eng_dev_stats.compute_s) */
     int32_t n_items, tokens, prefill_tokens;
     int32_t kv_used, kv_total;
     int32_t kv_cached;      /* blocks in the prefix cache (sched_stats) */
@@ -235,6 +236,9 @@ int wk_prefix_cache(const wk_worker *w);         /* 1: the model caches prompt b
  * context length. A request longer than this is refused at admission. */
 int32_t wk_kv_tokens(const wk_worker *w, int32_t tenant);
 int32_t wk_embed_dim(const wk_worker *w);        /* 0 for a decoder */
+/* The engine's memory and device time (engine.h), as of the latest step;
+ * all zero for an encoder. Any thread. */
+void wk_dev_stats(wk_worker *w, eng_dev_stats *out);
 
 /* Hand a request in; the worker takes its own reference. TS_ERR_SHUTDOWN
  * once draining. */

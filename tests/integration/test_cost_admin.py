@@ -199,6 +199,24 @@ class Cost(unittest.TestCase):
             self.assertEqual(len(sf["quantiles"]), 17, sf)
             self.assertTrue(all(0 < a <= b for a, b in zip(sf["quantiles"], sf["quantiles"][1:])), sf)
 
+    def test_3b_engine_metrics(self):
+        # What each model's engine holds and the device's part of its steps:
+        # the pool /admin/models describes, within what the engine allocated;
+        # no device memory on the CPU; the forward passes' time within the
+        # steps' (the rest is the host's: scheduling, sampling, streaming).
+        settled_rows()
+        data = admin("/admin/models")
+        m = get_metrics(S.port, S.admin_key)
+        for d in data:
+            name = d["model"]
+            kv = metric_value(m, "tessera_kv_pool_bytes", model=name)
+            self.assertEqual(kv, d["n_blocks"] * d["block_bytes"], d)
+            self.assertGreater(metric_value(m, "tessera_engine_memory_bytes", model=name), kv)
+            self.assertEqual(metric_value(m, "tessera_device_memory_bytes", model=name), 0)
+            busy = metric_value(m, "tessera_engine_busy_seconds_total", model=name)
+            comp = metric_value(m, "tessera_engine_compute_seconds_total", model=name)
+            self.assertTrue(0 < comp <= busy, (name, comp, busy))
+
     def test_4_admin_models_needs_the_admin_key(self):
         self.assertEqual(request(S.port, "GET", "/admin/models").status, 401)
         self.assertEqual(request(S.port, "GET", "/admin/models", key=S.key("a")).status, 401)

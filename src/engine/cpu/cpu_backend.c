@@ -38,6 +38,7 @@
 #include <omp.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "backend.h"
 #include "err.h"
@@ -71,11 +72,15 @@ typedef struct cpu_state {
     int32_t *tok_pos;       /* (max_T) position of each flattened token */
     int32_t *out_tok;       /* (max_T) flattened token of each logits row */
     ops_scratch *mm;
+    uint64_t held;          /* bytes allocated above (xalloc) and in mm */
+    double compute_s;       /* wall time of the forward passes */
+    uint64_t forwards;
 } cpu_state;
 
-static void *xalloc(size_t n) {
+static void *xalloc(cpu_state *s, size_t n) {
     void *p = NULL;
     if (posix_memalign(&p, 64, n ? n : 64)) return NULL;
+    s->held += n;
     return p;
 }
 
@@ -123,31 +128,32 @@ static int cpu_create(const model *m, eng_opts *o, int n_blocks, void **out, cha
     s->n_rope = c->swa_window > 0 ? MODEL_ROPE_N : 1;
     s->block_elems = (size_t)c->n_layers * 2 * (size_t)s->bs * kvd;
     s->esz = o->kv_dtype == ENG_KV_F16 ? sizeof(uint16_t) : sizeof(float);
-    s->kv = xalloc((size_t)n_blocks * s->block_elems * s->esz);
-    s->x = xalloc(T * c->dim * sizeof(float));
-    s->xb = xalloc(T * (qd > (size_t)c->dim ? qd : (size_t)c->dim) * sizeof(float));
-    s->q = xalloc(T * qd * sizeof(float));
-    s->k = xalloc(T * kvd * sizeof(float));
-    s->v = xalloc(T * kvd * sizeof(float));
-    s->att = xalloc(T * qd * sizeof(float));
+    s->kv = xalloc(s, (size_t)n_blocks * s->block_elems * s->esz);
+    s->x = xalloc(s, T * c->dim * sizeof(float));
+    s->xb = xalloc(s, T * (qd > (size_t)c->dim ? qd : (size_t)c->dim) * sizeof(float));
+    s->q = xalloc(s, T * qd * sizeof(float));
+    s->k = xalloc(s, T * kvd * sizeof(float));
+    s->v = xalloc(s, T * kvd * sizeof(float));
+    s->att = xalloc(s, T * qd * sizeof(float));
     /* hb also takes the final norms of the logits rows: (max_T, dim). */
-    s->hb = xalloc(T * (size_t)(c->ffn_dim > c->dim ? c->ffn_dim : c->dim) * sizeof(float));
-    s->hb2 = xalloc(T * c->ffn_dim * sizeof(float));
-    s->rope_cos = xalloc((size_t)s->n_rope * T * half * sizeof(float));
-    s->rope_sin = xalloc((size_t)s->n_rope * T * half * sizeof(float));
-    s->inv_freq = xalloc((size_t)s->n_rope * half * sizeof(double));
+    s->hb = xalloc(s, T * (size_t)(c->ffn_dim > c->dim ? c->ffn_dim : c->dim) * sizeof(float));
+    s->hb2 = xalloc(s, T * c->ffn_dim * sizeof(float));
+    s->rope_cos = xalloc(s, (size_t)s->n_rope * T * half * sizeof(float));
+    s->rope_sin = xalloc(s, (size_t)s->n_rope * T * half * sizeof(float));
+    s->inv_freq = xalloc(s, (size_t)s->n_rope * half * sizeof(double));
     const int group = c->n_heads / c->n_kv_heads;
     s->att_kv_max = (int)(ATT_SCORES_BYTES / sizeof(float) / (size_t)s->max_ctx / (size_t)group);
     if (s->att_kv_max < 1) s->att_kv_max = 1;
     if (s->att_kv_max > c->n_kv_heads) s->att_kv_max = c->n_kv_heads;
-    s->scores = xalloc((size_t)s->n_threads * (size_t)s->att_kv_max * (size_t)group * (size_t)s->max_ctx *
+    s->scores = xalloc(s, (size_t)s->n_threads * (size_t)s->att_kv_max * (size_t)group * (size_t)s->max_ctx *
                        sizeof(float));
-    s->tok_seq = xalloc(T * sizeof(int32_t));
-    s->tok_pos = xalloc(T * sizeof(int32_t));
-    s->out_tok = xalloc(T * sizeof(int32_t));
+    s->tok_seq = xalloc(s, T * sizeof(int32_t));
+    s->tok_pos = xalloc(s, T * sizeof(int32_t));
+    s->out_tok = xalloc(s, T * sizeof(int32_t));
     int64_t widest = c->dim > c->ffn_dim ? c->dim : c->ffn_dim;
     if ((int64_t)qd > widest) widest = (int64_t)qd;
     s->mm = ops_scratch_new(s->max_T, widest, s->n_threads);
+    if (s->mm) s->held += ops_scratch_bytes(s->mm);
     if (!s->kv || !s->x || !s->xb || !s->q || !s->k || !s->v || !s->att || !s->hb || !s->hb2 ||
         !s->rope_cos || !s->rope_sin || !s->inv_freq || !s->scores || !s->tok_seq || !s->tok_pos || !s->out_tok ||
         !s->mm)
@@ -440,8 +446,15 @@ static void output_logits(cpu_state *s, int T, int rows, float *logits) {
 /* The whole step is one parallel region: the kernels share out each phase
  * among the team (ops.h), so threads meet at one barrier per phase rather
  * than forking and joining around every product. */
+static double mono_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
 static int cpu_forward(void *st, const eng_batch *b, float *logits) {
     cpu_state *s = st;
+    const double t0 = mono_s();
     int rows, T = flatten(s, b, &rows);
     #pragma omp parallel num_threads(s->n_threads)
     {
@@ -450,6 +463,8 @@ static int cpu_forward(void *st, const eng_batch *b, float *logits) {
         for (int l = 0; l < s->m->cfg.n_layers; l++) layer_forward(s, b, l, T);
         output_logits(s, T, rows, logits);
     }
+    s->compute_s += mono_s() - t0;
+    s->forwards++;
     return 0;
 }
 
@@ -469,6 +484,14 @@ static int cpu_kv_copy_in(void *st, const int32_t *blocks, int n, const void *ho
     return 0;
 }
 
+static void cpu_stats(const void *st, eng_dev_stats *out) {
+    const cpu_state *s = st;
+    out->held_bytes = s->held;
+    out->kv_bytes = (uint64_t)s->n_blocks * s->block_elems * s->esz;
+    out->compute_s = s->compute_s;
+    out->forwards = s->forwards;
+}
+
 const eng_backend eng_backend_cpu = {
     .name = "cpu",
     .kv_default = ENG_KV_F16,
@@ -478,4 +501,5 @@ const eng_backend eng_backend_cpu = {
     .forward = cpu_forward,
     .kv_copy_out = cpu_kv_copy_out,
     .kv_copy_in = cpu_kv_copy_in,
+    .stats = cpu_stats,
 };

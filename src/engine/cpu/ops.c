@@ -592,6 +592,7 @@ struct ops_scratch {
     int max_T;
     int64_t max_n_in;
     int n_threads;
+    size_t bytes;           /* allocated by alloc64 */
     int8_t *xq;             /* (max_T, max_n_in) activation quants, Q8_0 path */
     float *xd;              /* (max_T, max_n_in / 32) activation scales, f16-rounded */
     int8_t *xt;             /* (max_T rounded up to 4, max_n_in): quants regrouped for tile_q8w */
@@ -615,8 +616,10 @@ struct ops_scratch {
 };
 
 /* 64-byte aligned allocation; aligned_alloc wants a multiple of the alignment. */
-static void *alloc64(size_t bytes) {
-    return aligned_alloc(64, bytes ? (bytes + 63) / 64 * 64 : 64);
+static void *alloc64(ops_scratch *s, size_t bytes) {
+    const size_t n = bytes ? (bytes + 63) / 64 * 64 : 64;
+    s->bytes += n;
+    return aligned_alloc(64, n);
 }
 
 /* Debian 12's OpenBLAS (0.3.21) picks its kernels from a table of CPU
@@ -696,18 +699,18 @@ ops_scratch *ops_scratch_new(int max_T, int64_t max_n_in, int n_threads) {
     s->wtile_floats = ((size_t)OPS_TILE_ROWS * (size_t)max_n_in + 15) / 16 * 16;
     s->q8rows_bytes = (Q8_GROUP_BYTES * nb + 63) / 64 * 64;
     s->xt_f32_floats = 16 * (size_t)max_n_in;
-    s->xq = alloc64((size_t)max_T * (size_t)max_n_in);
-    s->xd = alloc64((size_t)max_T * nb * sizeof(float));
+    s->xq = alloc64(s, (size_t)max_T * (size_t)max_n_in);
+    s->xd = alloc64(s, (size_t)max_T * nb * sizeof(float));
     const size_t t4 = ((size_t)max_T + OPS_Q8_TT - 1) / OPS_Q8_TT * OPS_Q8_TT;
-    s->xt = alloc64(t4 * (size_t)max_n_in);
-    s->xdt = alloc64(t4 * nb * sizeof(float));
-    s->xq_own = alloc64(own * (size_t)max_n_in);
-    s->xd_own = alloc64(own * nb * sizeof(float));
-    s->xs = alloc64((size_t)max_T * (size_t)(max_n_in / 16) * sizeof(int16_t));
-    s->xs_own = alloc64(own * (size_t)(max_n_in / 16) * sizeof(int16_t));
-    s->wtile = alloc64(s->wtile_floats * (size_t)n_threads * sizeof(float));
-    s->q8rows = alloc64(s->q8rows_bytes * (size_t)n_threads);
-    s->xt_f32 = alloc64(s->xt_f32_floats * (size_t)n_threads * sizeof(float));
+    s->xt = alloc64(s, t4 * (size_t)max_n_in);
+    s->xdt = alloc64(s, t4 * nb * sizeof(float));
+    s->xq_own = alloc64(s, own * (size_t)max_n_in);
+    s->xd_own = alloc64(s, own * nb * sizeof(float));
+    s->xs = alloc64(s, (size_t)max_T * (size_t)(max_n_in / 16) * sizeof(int16_t));
+    s->xs_own = alloc64(s, own * (size_t)(max_n_in / 16) * sizeof(int16_t));
+    s->wtile = alloc64(s, s->wtile_floats * (size_t)n_threads * sizeof(float));
+    s->q8rows = alloc64(s, s->q8rows_bytes * (size_t)n_threads);
+    s->xt_f32 = alloc64(s, s->xt_f32_floats * (size_t)n_threads * sizeof(float));
     if (!s->xq || !s->xd || !s->xt || !s->xdt || !s->xq_own || !s->xd_own || !s->xs || !s->xs_own || !s->wtile ||
         !s->q8rows || !s->xt_f32)
         goto err;
@@ -732,6 +735,8 @@ static float *thread_xt_f32(const ops_scratch *s) {
     return s->xt_f32 + (size_t)omp_get_thread_num() * s->xt_f32_floats;
 }
 #endif
+
+size_t ops_scratch_bytes(const ops_scratch *s) { return s->bytes; }
 
 void ops_scratch_free(ops_scratch *s) {
     if (!s)

@@ -65,6 +65,7 @@ typedef struct ops_scratch ops_scratch;
  * elements, with n_threads OpenMP threads. NULL on out of memory. */
 ops_scratch *ops_scratch_new(int max_T, int64_t max_n_in, int n_threads);
 void ops_scratch_free(ops_scratch *s);
+size_t ops_scratch_bytes(const ops_scratch *s); /* what it allocated */
 
 /* Set the OpenMP thread count used by the kernels (and pin OpenBLAS to one
  * thread). n <= 0 means all cores. Returns the count in force. OpenMP keeps

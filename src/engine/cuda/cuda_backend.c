@@ -94,6 +94,11 @@ typedef struct cu_state {
     int pin_blocks;
     cudaEvent_t pin_ev[2];  /* last copy through each half */
     uint64_t dev_bytes;     /* bytes this engine allocated on the device */
+    uint64_t kv_bytes;      /* ... of which the KV pool */
+    uint64_t total_bytes;   /* the device's memory (a MIG slice's own), as the runtime says */
+    cudaEvent_t work_ev[2]; /* around each step's kernels, timed (eng_dev_stats) */
+    double compute_s;       /* their elapsed times, summed */
+    uint64_t forwards;
     /* A decode step of the 1B shape is ~180 launches of a few us each,
      * about what its weights take to read at HBM speed: so steps of fewer
      * than CU_GRAPH_T tokens (no cuBLAS in them) run as a CUDA graph, one
@@ -258,6 +263,8 @@ static void cu_destroy(void *st) {
     if (s->pin) (void)cudaFreeHost(s->pin);
     for (int i = 0; i < 2; i++)
         if (s->pin_ev[i]) (void)cudaEventDestroy(s->pin_ev[i]);
+    for (int i = 0; i < 2; i++)
+        if (s->work_ev[i]) (void)cudaEventDestroy(s->work_ev[i]);
     for (int t = 0; t < CU_GRAPH_T; t++)
         for (int r = 0; r <= CU_GRAPH_T; r++)
             if (s->graphs[t][r]) (void)cudaGraphExecDestroy(s->graphs[t][r]);
@@ -327,6 +334,7 @@ static int alloc_scratch(cu_state *s) {
     if ((size_t)s->pin_blocks > (size_t)s->n_blocks) s->pin_blocks = s->n_blocks;
     CU(cudaHostAlloc((void **)&s->pin, 2 * (size_t)s->pin_blocks * bb, cudaHostAllocDefault));
     for (int i = 0; i < 2; i++) CU(cudaEventCreateWithFlags(&s->pin_ev[i], cudaEventDisableTiming));
+    for (int i = 0; i < 2; i++) CU(cudaEventCreate(&s->work_ev[i]));
     return 0;
 }
 
@@ -364,6 +372,8 @@ static int alloc_kv(cu_state *s) {
         return TS_ERR_NOMEM;
     }
     if ((rc = dalloc(s, (void **)&s->kv, want))) return rc;
+    s->kv_bytes = want;
+    s->total_bytes = total_b;
     /* As on the CPU: a block read before it is written (which validation
      * prevents) gives zeros, not garbage. */
     CU(cudaMemset(s->kv, 0, want));
@@ -554,14 +564,20 @@ static int step(cu_state *s, const eng_batch *b, float *logits) {
     CU(cudaSetDevice(s->dev));
     if ((rc = pack_step(s, b, &T, &rows, &tk))) return rc;
     if (T < CU_GRAPH_T && !s->graphs_off && !s->graphs[T][rows]) make_graph(s, T, rows, tk);
+    CU(cudaEventRecord(s->work_ev[0], s->st));
     if (T < CU_GRAPH_T && s->graphs[T][rows]) CU(cudaGraphLaunch(s->graphs[T][rows], s->st));
     else if ((rc = device_work(s, T, rows, tk))) return rc;
+    CU(cudaEventRecord(s->work_ev[1], s->st));
     if (rows)
         CU(cudaMemcpyAsync(logits, s->logits, (size_t)rows * (size_t)c->vocab * sizeof(float), cudaMemcpyDeviceToHost,
                            s->st));
     /* The step ends here: the caller samples from logits, and a swap that
      * follows reads the cache this step wrote. */
     CU(cudaStreamSynchronize(s->st));
+    float ms = 0;
+    CU(cudaEventElapsedTime(&ms, s->work_ev[0], s->work_ev[1]));
+    s->compute_s += ms / 1e3;
+    s->forwards++;
     return 0;
 }
 
@@ -632,6 +648,15 @@ static int cu_kv_copy_in(void *st, const int32_t *blocks, int n, const void *hos
     return rc;
 }
 
+static void cu_stats(const void *st, eng_dev_stats *out) {
+    const cu_state *s = st;
+    out->held_bytes = s->dev_bytes;
+    out->kv_bytes = s->kv_bytes;
+    out->device_bytes = s->total_bytes;
+    out->compute_s = s->compute_s;
+    out->forwards = s->forwards;
+}
+
 const eng_backend eng_backend_cuda = {
     .name = "cuda",
     .kv_default = ENG_KV_F32,
@@ -641,4 +666,5 @@ const eng_backend eng_backend_cuda = {
     .forward = cu_forward,
     .kv_copy_out = cu_kv_copy_out,
     .kv_copy_in = cu_kv_copy_in,
+    .stats = cu_stats,
 };
