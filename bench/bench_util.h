@@ -1,5 +1,5 @@
 /*
- * bench_util.h - the clock and the median every benchmark program uses.
+ * bench_util.h - the median every benchmark program uses (and the clock, util/clock.h).
  *
  * Each bench/NAME.c is its own program (CMake builds one per file), so the
  * shared helpers are static inline here rather than a module of their own.
@@ -8,14 +8,8 @@
 #define TS_BENCH_UTIL_H
 
 #include <stdlib.h>
-#include <time.h>
 
-/* Monotonic seconds. */
-static inline double bu_now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
+#include "clock.h"
 
 static inline int bu_cmp_double(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;

@@ -107,7 +107,7 @@ static double read_bandwidth(const float *buf, size_t n, int passes) {
     double best = 0;
     volatile float sink = 0;
     for (int rep = 0; rep < passes; rep++) {
-        double t0 = bu_now_s(), total = 0;
+        double t0 = clk_mono_s(), total = 0;
         size_t bytes = 0;
         #pragma omp parallel reduction(+ : total, bytes)
         {
@@ -115,7 +115,7 @@ static double read_bandwidth(const float *buf, size_t n, int passes) {
             total += sum_streams(buf + (size_t)omp_get_thread_num() * slice, slice);
             bytes += slice * sizeof(float);
         }
-        double dt = bu_now_s() - t0;
+        double dt = clk_mono_s() - t0;
         sink += (float)total;
         if (bytes / dt > best) best = bytes / dt;
     }
@@ -131,9 +131,9 @@ static double copy_bandwidth(void) {
     memset(b, 2, n);
     double best = 0;
     for (int rep = 0; rep < 3; rep++) {
-        double t0 = bu_now_s();
+        double t0 = clk_mono_s();
         memcpy(b, a, n);
-        double dt = bu_now_s() - t0;
+        double dt = clk_mono_s() - t0;
         if (n / dt > best) best = n / dt;
     }
     free(a);
@@ -153,7 +153,7 @@ static double sgemm_gflops(int n) {
     if (a && b && c) {
         for (size_t i = 0; i < (size_t)n * n; i++) a[i] = b[i] = (float)(i % 97) * 0.01f;
         for (int rep = 0; rep < 4; rep++) {
-            double t0 = bu_now_s();
+            double t0 = clk_mono_s();
             #pragma omp parallel
             {
                 int nt = omp_get_num_threads(), id = omp_get_thread_num();
@@ -161,7 +161,7 @@ static double sgemm_gflops(int n) {
                 cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, c1 - c0, n, 1.0f, a, n, b + c0, n,
                             0.0f, c + c0, n);
             }
-            double dt = bu_now_s() - t0;
+            double dt = clk_mono_s() - t0;
             if (2.0 * n * n * n / dt > best) best = 2.0 * n * n * n / dt;
         }
     }
@@ -237,9 +237,9 @@ static double ceil_sec_per_mac(const ceil_buf *cb, const ops_mat *w, int T) {
     #pragma omp parallel num_threads(cb->threads)
     for (int rep = 0; rep <= CEIL_REPS; rep++) {
         #pragma omp barrier
-        const double t0 = bu_now_s();
+        const double t0 = clk_mono_s();
         ops_matmul(cb->y, sl.n_out, cb->x, T, &sl, cb->mm); /* every thread: ends with a barrier */
-        if (omp_get_thread_num() == 0 && rep > 0) t[rep - 1] = bu_now_s() - t0; /* the first pass loads the slice */
+        if (omp_get_thread_num() == 0 && rep > 0) t[rep - 1] = clk_mono_s() - t0; /* the first pass loads the slice */
     }
     return bu_median(t, CEIL_REPS) / ((double)T * (double)sl.n_out * (double)sl.n_in);
 }
@@ -337,9 +337,9 @@ static double time_decode(eng *e, int B, int32_t *ids, int32_t (*tables)[16], fl
             qs[s] = (eng_seq){ids + CTX + st, 1, CTX + st, tables[s], 16, ENG_LOGITS_LAST};
         eng_batch b = {qs, B};
         if (pr && pr->bwbuf) bw[reps] = read_bandwidth(pr->bwbuf, pr->bwn, 1);
-        double t0 = bu_now_s();
+        double t0 = clk_mono_s();
         if (eng_forward(e, &b, logits)) return 0;
-        t[reps] = bu_now_s() - t0;
+        t[reps] = clk_mono_s() - t0;
         if (!pr) continue;
         ceil[reps] = pr->cb ? ceil_tokens(pr->cb, pr->m, B, &gm[reps]) : 0;
         roof[reps] = pr->bwbuf ? bw[reps] / (double)pr->m->weight_bytes : 0;
@@ -408,9 +408,9 @@ static int bench_model(const char *preset, uint32_t type, const float *bwbuf, si
     res->n = rounds;
     for (int i = 0; i < rounds; i++) {
         sample *r = &res->r[i];
-        double t0 = bu_now_s();
+        double t0 = clk_mono_s();
         prefill(e, ids, tables[0], PROMPT, logits); /* same ids: sequence 0's context is rewritten as it was */
-        r->prefill = PROMPT / (bu_now_s() - t0);
+        r->prefill = PROMPT / (clk_mono_s() - t0);
         /* batch 1 between its bounds, measured just before and after it */
         if (!cold) r->bw = read_bandwidth(bwbuf, bwn, 3);
         paired p1 = {.m = m, .bwbuf = bwbuf, .bwn = bwn}, p16 = {.cb = &cb, .m = m};

@@ -101,9 +101,9 @@ static void table(int32_t *t, int s, int per) {
 }
 
 static double time_step(eng *e, const eng_batch *b, float *logits) {
-    double t0 = bu_now_s();
+    double t0 = clk_mono_s();
     if (eng_forward(e, b, logits)) return -1;
-    return bu_now_s() - t0;
+    return clk_mono_s() - t0;
 }
 
 /* Prefill tokens/s of one PROMPT-token prompt (the median of 3). */
@@ -167,12 +167,12 @@ static void swap_rate(eng *e, double *out_gbs, double *in_gbs) {
     if (!host) return;
     for (int i = 0; i < SWAP_BLOCKS; i++) blk[i] = i;
     for (int r = 0; r < 3; r++) {
-        double t0 = bu_now_s();
+        double t0 = clk_mono_s();
         if (eng_kv_copy_out(e, blk, SWAP_BLOCKS, host)) goto out;
-        double t1 = bu_now_s();
+        double t1 = clk_mono_s();
         if (eng_kv_copy_in(e, blk, SWAP_BLOCKS, host)) goto out;
         to[r] = t1 - t0;
-        ti[r] = bu_now_s() - t1;
+        ti[r] = clk_mono_s() - t1;
     }
     *out_gbs = bytes / bu_median(to, 3) / 1e9;
     *in_gbs = bytes / bu_median(ti, 3) / 1e9;
@@ -189,7 +189,7 @@ static int run_one(const args *a, const char *name, const char *tname, FILE *js)
         return 1;
     }
     snprintf(path, sizeof path, "%s/bench_gpu_%d_%s_%s.gguf", a->tmp, (int)getpid(), name, tname);
-    double t0 = bu_now_s();
+    double t0 = clk_mono_s();
     if (mkmodel_write(&spec, path, err, sizeof err)) {
         fprintf(stderr, "bench_gpu: %s\n", err);
         return 1;
@@ -201,20 +201,20 @@ static int run_one(const args *a, const char *name, const char *tname, FILE *js)
         fprintf(stderr, "bench_gpu: %s\n", err);
         return 1;
     }
-    const double made = bu_now_s() - t0;
+    const double made = clk_mono_s() - t0;
     const int per = (CTX + a->steps + 1 + BS - 1) / BS;
     eng_opts o = {.backend = a->device, .block_size = BS, .max_batch_tokens = PROMPT > 2 * CTX ? PROMPT : 2 * CTX,
                   .max_seqs = MAX_B};
     const size_t kvt = eng_kv_token_bytes(m, &o);
     o.kv_pool_bytes = kvt * BS * (size_t)(MAX_B * per);
     eng *e;
-    t0 = bu_now_s();
+    t0 = clk_mono_s();
     if (eng_new(m, &o, &e, err, sizeof err)) {
         fprintf(stderr, "bench_gpu: %s %s: %s\n", name, tname, err);
         model_free(m);
         return 1;
     }
-    const double load = bu_now_s() - t0;
+    const double load = clk_mono_s() - t0;
     int failed = 0;
     float *logits = malloc((size_t)MAX_B * m->cfg.vocab * sizeof(float));
     const double wb = (double)m->weight_bytes;

@@ -93,10 +93,10 @@ static void fill_logits(float *lg, int n, uint64_t *seed) {
 
 static int per_token(const tok *t, int tokens) {
     gr_vocab *v = NULL;
-    double t0 = bu_now_s();
+    double t0 = clk_mono_s();
     if (gr_vocab_new(t, &v)) return 1;
     int n = tok_n_vocab(t);
-    printf("vocabulary: %d tokens, trie built in %.1f ms\n\n", n, (bu_now_s() - t0) * 1e3);
+    printf("vocabulary: %d tokens, trie built in %.1f ms\n\n", n, (clk_mono_s() - t0) * 1e3);
     float *lg = malloc((size_t)n * sizeof *lg), *row = malloc((size_t)n * sizeof *row);
     smp sp;
     smp_params pp = {.temperature = 1.0f, .top_k = 0, .top_p = 1.0f, .seed = 1};
@@ -171,7 +171,7 @@ static double decode(eng *e, const tok *t, const gr_grammar *g, int tokens, doub
     if (!lg || smp_init(&sp, n, &pp)) return -1;
     gr_state *s = NULL;
     if (g && gr_state_new(g, &s)) return -1;
-    double tmask = 0, t0 = bu_now_s();
+    double tmask = 0, t0 = clk_mono_s();
     int pos = 0;
     ids[0] = tok_bos(t);
     for (int i = 0; i < tokens; i++) {
@@ -179,24 +179,24 @@ static double decode(eng *e, const tok *t, const gr_grammar *g, int tokens, doub
         eng_batch b = {&q, 1};
         if (eng_forward(e, &b, lg)) return -1;
         if (s) {
-            double a = bu_now_s();
+            double a = clk_mono_s();
             if (gr_state_done(s) || gr_state_mask(s, lg) <= 0) {
                 gr_state_free(s);
                 if (gr_state_new(g, &s)) return -1;
                 gr_state_mask(s, lg);
             }
-            tmask += bu_now_s() - a;
+            tmask += clk_mono_s() - a;
         }
         int32_t id = smp_sample(&sp, lg);
         if (s) {
-            double a = bu_now_s();
+            double a = clk_mono_s();
             if (gr_state_accept(s, id)) return -1;
-            tmask += bu_now_s() - a;
+            tmask += clk_mono_s() - a;
         }
         ids[++pos] = id;
         if (pos >= 1000) pos = 0; /* rewrite the same positions */
     }
-    double dt = bu_now_s() - t0;
+    double dt = clk_mono_s() - t0;
     if (mask_share) *mask_share = tmask / dt;
     gr_state_free(s);
     smp_deinit(&sp);

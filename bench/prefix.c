@@ -106,7 +106,7 @@ static int new_sched(bench *b, int cache) {
 static int submit(bench *b, breq *r) {
     sched_prompt p = {r->tokens, r->n_prompt, 0, 0};
     sched_reason why;
-    r->submit_s = bu_now_s();
+    r->submit_s = clk_mono_s();
     if (sched_submit_prompt(b->s, 0, 0, &p, OUTPUT, &r->id, &why)) {
         fprintf(stderr, "rejected: %s\n", sched_reason_str(why));
         return -1;
@@ -127,9 +127,9 @@ static int step(bench *b) {
                                it->sample ? ENG_LOGITS_LAST : ENG_LOGITS_NONE};
         b->res[i].finished = 0;
     }
-    double t0 = bu_now_s();
+    double t0 = clk_mono_s();
     if (p.n_items && eng_forward(b->e, &(eng_batch){b->seqs, p.n_items}, b->logits)) return -1;
-    double t1 = bu_now_s();
+    double t1 = clk_mono_s();
     for (int32_t i = 0; i < p.n_items; i++) {
         if (!p.items[i].sample) continue;
         breq *r = b->by_slot[(uint32_t)p.items[i].id];
@@ -171,13 +171,13 @@ static double one_request(bench *b, breq *r, int q) {
 /* n_conc requests at once on b: requests/s and tokens/s into out. */
 static int concurrent(bench *b, int n_conc, mode_result *out) {
     static breq conc[MAX_REQ];
-    double t0 = bu_now_s();
+    double t0 = clk_mono_s();
     for (int q = 0; q < n_conc; q++) {
         make_req(&conc[q], 1000 + q, b->m->cfg.vocab);
         if (submit(b, &conc[q])) return -1;
     }
     if (drain(b, n_conc)) return -1;
-    double dt = bu_now_s() - t0;
+    double dt = clk_mono_s() - t0;
     out->req_per_s = n_conc / dt;
     out->tok_per_s = n_conc * (double)OUTPUT / dt;
     return 0;

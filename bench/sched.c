@@ -55,7 +55,7 @@ static uint64_t rng_next(uint64_t *s) {     /* splitmix64 */
 static double rng_unif(uint64_t *s) { return (double)(rng_next(s) >> 11) / 9007199254740992.0; }
 static int rng_in(uint64_t *s, int lo, int hi) { return lo + (int)(rng_next(s) % (uint64_t)(hi - lo + 1)); }
 
-static double now_us(void) { return bu_now_s() * 1e6; }
+static double now_us(void) { return clk_mono_s() * 1e6; }
 
 /* One arrival from the trace. A rejected one (bronze's predicted wait with
  * --tiers) is counted and retried from another random tenant, so that the

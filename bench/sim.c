@@ -81,13 +81,13 @@ int main(int argc, char **argv) {
     char err[1024] = "";
     sfl f;
     scn load, rs;
-    double t0 = bu_now_s();
+    double t0 = clk_mono_s();
     if (plan_build(&in, &p) || sfl_from_plan(&p, SCHED_POLICY_FAIR, &f, err, sizeof err) ||
         sfl_load_scn(&in, 1.0, 0, duration, &load) || sfl_report_scn(&f, &rs)) {
         fprintf(stderr, "bench_sim: set-up failed: %s\n", err);
         return 1;
     }
-    double t_plan = bu_now_s() - t0;
+    double t_plan = clk_mono_s() - t0;
     feed fd;
     if (arr_stream_open(&fd.st, &load, 1, duration, 0, err, sizeof err)) {
         fprintf(stderr, "bench_sim: arrivals: %s\n", err);
@@ -101,12 +101,12 @@ int main(int argc, char **argv) {
     sim_opts o = {.until_s = duration, .drain_s = 60, .bounded = 1, .route_refresh_s = SIM_ROUTE_REFRESH_S,
                   .threads = threads, .window_s = window};
     sim_result r;
-    t0 = bu_now_s();
+    t0 = clk_mono_s();
     if (sim_run(&f.f, &rs, &src, &o, &r, err, sizeof err)) {
         fprintf(stderr, "bench_sim: %s\n", err);
         return 1;
     }
-    double wall = bu_now_s() - t0;
+    double wall = clk_mono_s() - t0;
     char th[32] = "threads: one per CPU";
     if (threads) snprintf(th, sizeof th, "threads: %d", threads);
     printf("simulated %.0f s in %.1f s wall (%s): %llu requests, %llu events\n", r.run_s, wall, th,

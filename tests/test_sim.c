@@ -707,9 +707,16 @@ static void test_server_inst(void **state) {
     assert_int_equal(sfl_server_inst(&f, -1, &in, err, sizeof err), 0);
     assert_memory_equal(in.step.theta, good.theta, sizeof in.step.theta);
     assert_memory_equal(in.noise_q, q, sizeof q);
-    /* Steps drawn around the scheduler's fit: its scheduler starts there. */
+    /* Steps drawn around the scheduler's fit: its scheduler starts there,
+     * whatever seed the server reports. */
     assert_int_equal(in.own_seed, 1);
     assert_memory_equal(in.sc.cost_seed, good.theta, sizeof good.theta);
+    const double seed[4] = {1500, 60, 400, 0.03};
+    memcpy(f.seed, seed, sizeof seed);
+    f.has_seed = 1;
+    assert_int_equal(sfl_server_inst(&f, -1, &in, err, sizeof err), 0);
+    assert_memory_equal(in.sc.cost_seed, good.theta, sizeof good.theta);
+    f.has_seed = 0;
     f.sf_steps = SFL_SPREAD_MIN_STEPS;
     assert_int_equal(sfl_server_inst(&f, -1, &in, err, sizeof err), 0);
     assert_memory_equal(in.step.theta, sth, sizeof sth);
@@ -724,8 +731,6 @@ static void test_server_inst(void **state) {
     sched_config_default(&dc);
     assert_int_equal(in.own_seed, 1);
     assert_memory_equal(in.sc.cost_seed, dc.cost_seed, sizeof dc.cost_seed);
-    const double seed[4] = {1500, 60, 400, 0.03};
-    memcpy(f.seed, seed, sizeof seed);
     f.has_seed = 1;
     assert_int_equal(sfl_server_inst(&f, -1, &in, err, sizeof err), 0);
     assert_memory_equal(in.sc.cost_seed, seed, sizeof seed);

@@ -23,7 +23,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include <time.h>
 
 #include <cjson/cJSON.h>
 
@@ -35,6 +34,7 @@
 #include "cluster/emit.h"
 #include "cluster/planio.h"
 #include "cluster/planjson.h"
+#include "clock.h"
 #include "cmd.h"
 #include "err.h"
 #include "file.h"
@@ -896,12 +896,6 @@ static int fix_loop(const args *a, world *w, sim_result *r, double *wall_s) {
 
 /* ---- main ----------------------------------------------------------------------- */
 
-static double wall_now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec / 1e9;
-}
-
 static int simulate(const args *a, world *w, sim_result *r, double *wall_s) {
     char err[1024] = "";
     double window = send_window(a, &w->load);
@@ -918,9 +912,9 @@ static int simulate(const args *a, world *w, sim_result *r, double *wall_s) {
         return -1;
     }
     sim_source src = {feed_next, &fd};
-    double t0 = wall_now();
+    double t0 = clk_mono_s();
     rc = sim_run(&w->fleet.f, &w->rs, &src, &o, r, err, sizeof err);
-    *wall_s = wall_now() - t0;
+    *wall_s = clk_mono_s() - t0;
     if (rc && fd.err[0]) fprintf(stderr, "sim: %s\n", fd.err);
     else if (rc) fprintf(stderr, "sim: %s\n", err[0] ? err : err_str(rc));
     arr_stream_close(fd.st);

@@ -442,7 +442,7 @@ typedef struct sched_stats {
     uint64_t kv_evicted;    /* cache-only blocks evicted by allocations */
     uint64_t steps;
     double cost_theta[4];   /* current fit (a, b, c, d), raw units as cost_theta() */
-    double cost_seed[4];    /* where the fit started (sched_config.cost_seed) */
+    double cost_seed[4];    /* where the fit started (sched_config.cost_seed), raw units as cost_theta */
     double cost_err_us;     /* us; the fit's running |residual| scale (cost_err_us) */
     double cost_err_ac;     /* lag-1 autocorrelation of its residuals (cost_err_autocorr) */
     uint64_t cost_steps;    /* step times the fit has used (cost_model.n_obs) */

@@ -111,14 +111,16 @@ typedef struct eng_dev_stats {
     uint64_t kv_bytes;          /* of which the KV pool */
     uint64_t device_bytes;      /* memory of the device as its runtime reports it (a
                                    MIG slice reports its own); 0 on the CPU */
-    double compute_s;           /* time the device has spent on this engine's forward
-                                   passes: on a GPU its kernels (events around each
-                                   step's work), on the CPU the forward pass itself; a
-                                   step's time less this is the host's part */
+    double compute_s;           /* the device's part of this engine's forward passes:
+                                   on a GPU the time between two events around each
+                                   step's kernels (launch gaps, and another engine's
+                                   kernels on the same GPU in between, included), on
+                                   the CPU the forward pass itself; a step's time less
+                                   this is the host's work and the copies */
     uint64_t forwards;          /* forward passes run */
 } eng_dev_stats;
 
-/* Fill out. Call from the thread that runs eng_forward. */
+/* Fill out. Not concurrently with eng_forward or the KV copies. */
 void eng_dev_stats_get(const eng *e, eng_dev_stats *out);
 
 /* Copy n blocks to host (n * eng_kv_block_bytes bytes, in table order) and

@@ -155,8 +155,9 @@ static int setup_models(obs *o, const char *const *names) {
     met_family *res = met_gauge(o->reg, "tessera_model_weights_resident_bytes",
                                 "Bytes of the model's GGUF file resident in the page cache, plus its norms made f32 (the weights are read in place)", ml, 1);
     met_family *comp = met_counter(o->reg, "tessera_engine_compute_seconds_total",
-                                   "Of the engine's step time, the device's part: a GPU's kernels, the CPU's forward pass "
-                                   "(tessera_engine_busy_seconds_total less this is the host's part)", ml, 1);
+                                   "Of the engine's step time, the device's part: a GPU's kernels (from the step's first "
+                                   "to its last), the CPU's forward pass; tessera_engine_busy_seconds_total less this is "
+                                   "host work and copies (0 for an embedding model)", ml, 1);
     met_family *held = met_gauge(o->reg, "tessera_engine_memory_bytes",
                                  "Memory the engine allocated for the model: KV pool, activations, scratch, and on a GPU "
                                  "the weights (0 for an embedding model)", ml, 1);

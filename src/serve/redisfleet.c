@@ -24,6 +24,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "err.h"
 #include "fq.h"
 
@@ -300,12 +301,6 @@ struct rfleet {
     int n_workers;
 };
 
-static int64_t mono_us(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
-}
-
 static struct timeval tv_of_ms(uint32_t ms) {
     return (struct timeval){.tv_sec = ms / 1000, .tv_usec = (suseconds_t)(ms % 1000) * 1000};
 }
@@ -324,7 +319,7 @@ static void mark_down(rfleet *f, const char *why) {
     atomic_store(&f->up, 0);
     f->backoff_us = f->backoff_us ? f->backoff_us * 2 : BACKOFF_MIN_US;
     if (f->backoff_us > BACKOFF_MAX_US) f->backoff_us = BACKOFF_MAX_US;
-    f->retry_at_us = mono_us() + f->backoff_us;
+    f->retry_at_us = clk_mono_us() + f->backoff_us;
 }
 
 static void mark_up(rfleet *f) {
@@ -412,7 +407,7 @@ err:
  * Redis up. */
 static void reconnect_if_due(rfleet *f) {
     pthread_mutex_lock(&f->mu);
-    int due = !f->rc && mono_us() >= f->retry_at_us;
+    int due = !f->rc && clk_mono_us() >= f->retry_at_us;
     pthread_mutex_unlock(&f->mu);
     if (!due) return;
     char why[256], sha[N_SCRIPTS][41];
@@ -447,7 +442,7 @@ static int server_unavailable(const char *msg) {
 static void refused(rfleet *f, int script, const char *msg) {
     atomic_fetch_add(&f->errors, 1);
     atomic_fetch_add(&f->refusals[script], 1);
-    int64_t now = mono_us();
+    int64_t now = clk_mono_us();
     if (now < f->refusal_log_at) {
         f->refusals_quiet++;
         return;
@@ -763,7 +758,7 @@ static void make_replica_id(char *out, size_t cap) {
             *p = '-';
     unsigned char rnd[6] = {0};
     if (RAND_bytes(rnd, sizeof rnd) != 1) {
-        uint64_t t = (uint64_t)mono_us() ^ ((uint64_t)getpid() << 32);
+        uint64_t t = (uint64_t)clk_mono_us() ^ ((uint64_t)getpid() << 32);
         memcpy(rnd, &t, sizeof rnd);
     }
     snprintf(out, cap, "%s-%ld-%02x%02x%02x%02x%02x%02x", host, (long)getpid(), rnd[0], rnd[1], rnd[2], rnd[3],

@@ -24,6 +24,7 @@
 #include <omp.h>
 #endif
 
+#include "clock.h"
 #include "err.h"
 #include "tokspecial.h"
 
@@ -98,11 +99,7 @@ struct wk_worker {
     int remote_new;         /* ... not yet handed to the scheduler */
 };
 
-int64_t wk_now_us(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
-}
+int64_t wk_now_us(void) { return clk_mono_us(); }
 
 /* ---- requests -------------------------------------------------------------- */
 

@@ -168,14 +168,18 @@ int sfl_single(const sched_tier *tiers, int n_tiers, const sim_tenant *tenants, 
  * sched_config_default's, as every server did) and learns from the
  * simulated steps as the server's learnt from real ones, rather than from
  * the fit the server's had reached by the calibration's end, which its
- * tight prior would hold all run. Over three runs of bench/sim_real.sh the
- * two are close, the seed a little ahead: 42, 42 and 39 of 47 figures
- * within tolerance against 41, 42 and 40, mean error of the latencies
- * 6.3, 6.0 and 6.9% against 6.7, 6.3 and 7.3%.
+ * tight prior would hold all run. Over three runs of bench/sim_real.sh
+ * (2026-12-04) the two tie on figures within tolerance, 42, 42 and 39 of
+ * 47 against 41, 42 and 40, and the seed is a little ahead on the mean
+ * error of the latencies: 6.3, 6.0 and 6.9% against 6.7, 6.3 and 7.3%.
  *
  * With the steps from the scheduler's fit, it starts from that fit: the
- * steps are drawn around it, and over two runs of that kind the seed
- * gave 41 and 41 of 47 against 43 and 41 from the fit. */
+ * steps are drawn around it, and on the two pinned runs before step_fit
+ * existed (2026-12-03) the seed gave 41 and 41 of 47 against 43 and 41
+ * from the fit.
+ *
+ * The copy bandwidth is the server's measured one either way: a
+ * measurement of its host link, not something its scheduler learns by. */
 typedef struct fit_of {
     const char *name;               /* its object in the answer */
     const double *theta;

@@ -38,9 +38,9 @@
 #include <omp.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "backend.h"
+#include "clock.h"
 #include "err.h"
 #include "ops.h"
 
@@ -80,7 +80,7 @@ typedef struct cpu_state {
 static void *xalloc(cpu_state *s, size_t n) {
     void *p = NULL;
     if (posix_memalign(&p, 64, n ? n : 64)) return NULL;
-    s->held += n;
+    s->held += n ? n : 64;
     return p;
 }
 
@@ -446,15 +446,9 @@ static void output_logits(cpu_state *s, int T, int rows, float *logits) {
 /* The whole step is one parallel region: the kernels share out each phase
  * among the team (ops.h), so threads meet at one barrier per phase rather
  * than forking and joining around every product. */
-static double mono_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 static int cpu_forward(void *st, const eng_batch *b, float *logits) {
     cpu_state *s = st;
-    const double t0 = mono_s();
+    const double t0 = clk_mono_s();
     int rows, T = flatten(s, b, &rows);
     #pragma omp parallel num_threads(s->n_threads)
     {
@@ -463,7 +457,7 @@ static int cpu_forward(void *st, const eng_batch *b, float *logits) {
         for (int l = 0; l < s->m->cfg.n_layers; l++) layer_forward(s, b, l, T);
         output_logits(s, T, rows, logits);
     }
-    s->compute_s += mono_s() - t0;
+    s->compute_s += clk_mono_s() - t0;
     s->forwards++;
     return 0;
 }
