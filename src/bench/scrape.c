@@ -238,14 +238,25 @@ static int get_fit(const where *in, const cJSON *f, double theta[4], double *err
     return 0;
 }
 
+/* An object that servers before it did not give: *out NULL when o has no
+ * key, refused when it is not an object; in names where its fields are
+ * (prefix, as "step_fit."). */
+static int optional_object(const where *w, const cJSON *o, const char *key, const char *prefix, const cJSON **out,
+                           where *in) {
+    *out = cJSON_GetObjectItemCaseSensitive(o, key);
+    if (*out && !cJSON_IsObject(*out)) return bad(w, key, "an object");
+    *in = *w;
+    in->in = prefix;
+    return 0;
+}
+
 /* The optional seed object of cost_model: its four coefficients. */
 static int parse_seed(const where *w, const cJSON *f, scr_model *m) {
     m->has_seed = 0;
-    const cJSON *s = cJSON_GetObjectItemCaseSensitive(f, "seed");
-    if (!s) return 0; /* servers before it did not say */
-    if (!cJSON_IsObject(s)) return bad(w, "seed", "an object");
-    where in = *w;
-    in.in = "cost_model.seed.";
+    const cJSON *s;
+    where in;
+    if (optional_object(w, f, "seed", "cost_model.seed.", &s, &in)) return TS_ERR_INVAL;
+    if (!s) return 0;
     for (int k = 0; k < 4; k++)
         if (get_num(&in, s, scr_coef_names[k], 0, 0, &m->seed[k])) return TS_ERR_INVAL;
     m->has_seed = 1;
@@ -293,11 +304,10 @@ static int ratio_list(const where *w, const cJSON *o, const char *key, double lo
 static int parse_ratio(const where *w, const cJSON *o, scr_model *m) {
     m->n_ratio = 0;
     m->ratio_steps = 0;
-    const cJSON *r = cJSON_GetObjectItemCaseSensitive(o, "step_ratio");
-    if (!r) return 0; /* servers before it did not say */
-    if (!cJSON_IsObject(r)) return bad(w, "step_ratio", "an object");
-    where in = *w;
-    in.in = "step_ratio.";
+    const cJSON *r;
+    where in;
+    if (optional_object(w, o, "step_ratio", "step_ratio.", &r, &in)) return TS_ERR_INVAL;
+    if (!r) return 0;
     int n = 0;
     if (get_count(&in, r, "steps", &m->ratio_steps) || ratio_list(&in, r, "levels", 0, 1, 1, m->ratio_level, &n) ||
         ratio_list(&in, r, "quantiles", 0, INFINITY, 0, m->ratio_q, &n))
@@ -310,12 +320,11 @@ static int parse_ratio(const where *w, const cJSON *o, scr_model *m) {
  * quantiles are at step_ratio's levels). */
 static int parse_step_fit(const where *w, const cJSON *o, scr_model *m) {
     m->sf_steps = 0;
-    const cJSON *f = cJSON_GetObjectItemCaseSensitive(o, "step_fit");
-    if (!f) return 0; /* servers before it did not say */
-    if (!cJSON_IsObject(f)) return bad(w, "step_fit", "an object");
+    const cJSON *f;
+    where in;
+    if (optional_object(w, o, "step_fit", "step_fit.", &f, &in)) return TS_ERR_INVAL;
+    if (!f) return 0;
     if (m->n_ratio == 0) return bad(w, "step_fit", "step_ratio beside it (its quantiles are at those levels)");
-    where in = *w;
-    in.in = "step_fit.";
     int n = m->n_ratio;
     if (get_fit(&in, f, m->sf_theta, &m->sf_err_us, &m->sf_err_autocorr) ||
         get_count(&in, f, "steps", &m->sf_steps) || ratio_list(&in, f, "quantiles", 0, INFINITY, 0, m->sf_q, &n))
