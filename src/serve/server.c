@@ -38,6 +38,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/epoll.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -126,8 +127,9 @@ struct srv {
     pthread_t watcher;
     int watching;
     pthread_mutex_t watch_mu;
-    struct conn *watched;   /* list of connections with a request in flight */
-    int32_t n_watched;
+    int watch_ep;           /* epoll set of the connections with a request in flight,
+                               for hang-ups; -1 if none could be made */
+    struct conn *watched;   /* ... and a list of those epoll would not take */
     int stop_watch;
 };
 
@@ -180,7 +182,7 @@ typedef struct conn {
     int lim_fleet;          /* ... in the fleet's (Redis), not this replica's */
     int fd;                 /* the client's socket */
     struct conn *wprev, *wnext; /* watch list */
-    int in_watch;
+    int in_watch;           /* WATCH_* */
     /* streaming */
     size_t sent_text;
     int sent_first, final_sent;
@@ -498,29 +500,40 @@ static int tokenize(conn *c, const oai_request *q, tks_ids *ids, char *err, size
 
 /* ---- the hang-up watcher ----------------------------------------------------- */
 
+/* Where a watched connection is: in the epoll set, or on the list (when
+ * epoll would not take it), each polled for hang-ups. */
+enum { WATCH_NONE, WATCH_LIST, WATCH_EPOLL };
+
 static void watch_add(conn *c) {
     const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c->mc, MHD_CONNECTION_INFO_CONNECTION_FD);
     if (!ci) return;
     c->fd = ci->connect_fd;
-    pthread_mutex_lock(&c->s->watch_mu);
-    c->wprev = NULL;
-    c->wnext = c->s->watched;
-    if (c->wnext) c->wnext->wprev = c;
-    c->s->watched = c;
-    c->s->n_watched++;
-    c->in_watch = 1;
-    pthread_mutex_unlock(&c->s->watch_mu);
+    srv *s = c->s;
+    pthread_mutex_lock(&s->watch_mu);
+    struct epoll_event ev = {.events = EPOLLRDHUP, .data.ptr = c};
+    if (s->watch_ep >= 0 && epoll_ctl(s->watch_ep, EPOLL_CTL_ADD, c->fd, &ev) == 0) {
+        c->in_watch = WATCH_EPOLL;
+    } else {
+        c->wprev = NULL;
+        c->wnext = s->watched;
+        if (c->wnext) c->wnext->wprev = c;
+        s->watched = c;
+        c->in_watch = WATCH_LIST;
+    }
+    pthread_mutex_unlock(&s->watch_mu);
 }
 
 static void watch_remove(conn *c) {
-    pthread_mutex_lock(&c->s->watch_mu);
-    if (c->in_watch) {
-        if (c->wprev) c->wprev->wnext = c->wnext; else c->s->watched = c->wnext;
+    srv *s = c->s;
+    pthread_mutex_lock(&s->watch_mu);
+    if (c->in_watch == WATCH_EPOLL) {
+        (void)epoll_ctl(s->watch_ep, EPOLL_CTL_DEL, c->fd, NULL);
+    } else if (c->in_watch == WATCH_LIST) {
+        if (c->wprev) c->wprev->wnext = c->wnext; else s->watched = c->wnext;
         if (c->wnext) c->wnext->wprev = c->wprev;
-        c->s->n_watched--;
-        c->in_watch = 0;
     }
-    pthread_mutex_unlock(&c->s->watch_mu);
+    c->in_watch = WATCH_NONE;
+    pthread_mutex_unlock(&s->watch_mu);
 }
 
 /* The client left: cancel what the connection has in flight. */
@@ -530,20 +543,18 @@ static void conn_cancel(conn *c) {
     for (int i = 0; i < c->n_ereqs; i++) wk_cancel(w, c->ereqs[i]);
 }
 
-static int hung_up(short revents) { return (revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0; }
+#define WATCH_EVENTS 256    /* hang-ups taken per look; the rest stay ready for the next */
 
 /* Every WATCH_PERIOD_NS, close connections past their read deadline (so a
- * deadline is kept to within that period) and look for peers that hung
- * up: one poll over all watched
- * sockets (a flood queues thousands; a syscall each cost a core's share).
- * The socket stays open until on_completed has taken the connection off
- * the list (under the same lock), so the fd polled is always this
- * connection's. The arrays belong to this thread. */
+ * deadline is kept to within that period) and cancel the requests of
+ * peers that hung up. A flood queues thousands of connections: the epoll
+ * set answers with the hung-up ones alone, where one poll over them all
+ * took 4% of a CPU at 3,000. The socket stays open until on_completed has
+ * taken the connection out of the set (under the same lock), so an event
+ * is always this connection's. */
 static void *watch_loop(void *arg) {
     srv *s = arg;
-    struct pollfd *pfd = NULL;
-    conn **pc = NULL;
-    int32_t cap = 0;
+    struct epoll_event ev[WATCH_EVENTS];
     for (;;) {
         struct timespec ts = {.tv_nsec = WATCH_PERIOD_NS};
         nanosleep(&ts, NULL);
@@ -552,34 +563,16 @@ static void *watch_loop(void *arg) {
             pthread_mutex_unlock(&s->watch_mu);
             break;
         }
-        if (s->n_watched > cap) {
-            int32_t want = s->n_watched + s->n_watched / 2 + 16;
-            struct pollfd *np = realloc(pfd, (size_t)want * sizeof(*np));
-            if (np) pfd = np;
-            conn **nc = np ? realloc(pc, (size_t)want * sizeof(*nc)) : NULL;
-            if (nc) pc = nc, cap = want;
-        }
-        if (s->n_watched <= cap) {
-            int32_t n = 0;
-            for (conn *c = s->watched; c; c = c->wnext, n++) {
-                pfd[n] = (struct pollfd){c->fd, POLLRDHUP, 0};
-                pc[n] = c;
-            }
-            if (n && poll(pfd, (nfds_t)n, 0) > 0)
-                for (int32_t i = 0; i < n; i++)
-                    if (hung_up(pfd[i].revents)) conn_cancel(pc[i]);
-        } else {
-            /* Out of memory for the arrays: one socket at a time. */
-            for (conn *c = s->watched; c; c = c->wnext) {
-                struct pollfd p = {c->fd, POLLRDHUP, 0};
-                if (poll(&p, 1, 0) > 0 && hung_up(p.revents)) conn_cancel(c);
-            }
+        int n = s->watch_ep >= 0 ? epoll_wait(s->watch_ep, ev, WATCH_EVENTS, 0) : 0;
+        for (int i = 0; i < n; i++)
+            if (ev[i].events & (EPOLLRDHUP | EPOLLHUP | EPOLLERR)) conn_cancel(ev[i].data.ptr);
+        for (conn *c = s->watched; c; c = c->wnext) {
+            struct pollfd p = {c->fd, POLLRDHUP, 0};
+            if (poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR))) conn_cancel(c);
         }
         pthread_mutex_unlock(&s->watch_mu);
         reap_expired(s);
     }
-    free(pfd);
-    free(pc);
     return NULL;
 }
 
@@ -2314,6 +2307,7 @@ int srv_new(const cfg *c, srv **out, char *err, size_t errlen) {
     s->n_models = (int)c->n_models;
     pthread_mutex_init(&s->lim_mu, NULL);
     pthread_mutex_init(&s->watch_mu, NULL);
+    s->watch_ep = epoll_create1(EPOLL_CLOEXEC);
     pthread_mutex_init(&s->gate_mu, NULL);
     s->beat_real_us = s->beat_gate_us = wk_now_us();
     /* Anonymous connections may hold all but the reserve (config.h). */
@@ -2454,6 +2448,7 @@ void srv_free(srv *s) {
     free(s->lims);
     pthread_mutex_destroy(&s->lim_mu);
     pthread_mutex_destroy(&s->watch_mu);
+    if (s->watch_ep >= 0) close(s->watch_ep);
     pthread_mutex_destroy(&s->gate_mu);
     free(s);
 }
