@@ -168,11 +168,11 @@ int sfl_single(const sched_tier *tiers, int n_tiers, const sim_tenant *tenants, 
  * sched_config_default's, as every server did) and learns from the
  * simulated steps as the server's learnt from real ones, rather than from
  * the fit the server's had reached by the calibration's end, which its
- * tight prior would hold all run. Over four runs of bench/sim_real.sh
- * (2026-12-04) the seed put 42, 42, 39 and 44 of 47 figures within
- * tolerance against 41, 42, 40 and 41, and its mean error of the
- * latencies was lower in each: 6.3, 6.0, 6.9 and 5.1% against 6.7, 6.3,
- * 7.3 and 6.7%.
+ * tight prior would hold all run. Over five runs of bench/sim_real.sh
+ * (2026-12-04) the two are close, the seed a little ahead: 42, 42, 39,
+ * 44 and 43 of 47 figures within tolerance against 41, 42, 40, 41 and 44,
+ * and a lower mean error of the latencies in four runs of five (6.3, 6.0,
+ * 6.9, 5.1 and 4.8% against 6.7, 6.3, 7.3, 6.7 and 4.0%).
  *
  * With the steps from the scheduler's fit, it starts from that fit: the
  * steps are drawn around it, and on the two pinned runs before step_fit
