@@ -176,7 +176,7 @@ int sfl_single(const sched_tier *tiers, int n_tiers, const sim_tenant *tenants, 
  *
  * With the steps from the scheduler's fit, it starts from that fit: the
  * steps are drawn around it, and on the two pinned runs before step_fit
- * existed (2026-12-03) the seed gave 41 and 41 of 47 against 43 and 41
+ * existed (2026-12-04) the seed gave 41 and 41 of 47 against 43 and 41
  * from the fit.
  *
  * The copy bandwidth is the server's measured one either way: a
