@@ -203,7 +203,8 @@ class Cost(unittest.TestCase):
         # What each model's engine holds and the device's part of its steps:
         # the pool /admin/models describes, within what the engine allocated;
         # no device memory on the CPU; the forward passes' time within the
-        # steps' (the rest is the host's: scheduling, sampling, streaming).
+        # steps' (the rest is host work and copies: scheduling, sampling,
+        # streaming, swaps).
         settled_rows()
         data = admin("/admin/models")
         m = get_metrics(S.port, S.admin_key)
