@@ -53,7 +53,8 @@ static const char MODELS[] =
     "\"d_us_per_attended_position\":0.02}},"
     "\"price_per_hour\":2.5,\"step_ratio\":{\"steps\":70,\"levels\":[0.1,0.5,0.99],\"quantiles\":[0.8,1,2.5]},"
     "\"step_fit\":{\"a_us\":1200,\"b_us_per_prefill_token\":30,\"c_us_per_decode_seq\":310,"
-    "\"d_us_per_attended_position\":0.5,\"err_us\":40,\"err_autocorr\":0.5,\"steps\":69,\"quantiles\":[0.9,1,1.5]}},"
+    "\"d_us_per_attended_position\":0.5,\"err_us\":40,\"err_autocorr\":0.5,\"steps\":69,"
+    "\"quantiles\":[0.9,1,1.5],\"acf\":{\"lags\":[1,4,16],\"values\":[0.5,-0.25,1]}}},"
     "{\"model\":\"e\",\"kind\":\"embedding\",\"policy\":\"fair\",\"context_length\":512,"
     "\"n_blocks\":64,\"block_size\":16,\"block_bytes\":0,\"swap_blocks\":0,\"max_seqs\":8,"
     "\"budget_min\":64,\"budget_max\":512,\"kv_high\":0.85,\"kv_low\":0.7,\"kv_used\":0,\"steps\":0,"
@@ -134,7 +135,11 @@ static void test_models_good(void **st) {
     assert_true(m[0].sf_err_us == 40 && m[0].sf_err_autocorr == 0.5);
     assert_int_equal(m[0].sf_steps, 69);
     assert_true(m[0].sf_q[0] == 0.9 && m[0].sf_q[2] == 1.5);
+    assert_int_equal(m[0].sf_n_acf, 3);
+    assert_true(m[0].sf_acf_lag[0] == 1 && m[0].sf_acf_lag[2] == 16);
+    assert_true(m[0].sf_acf[0] == 0.5 && m[0].sf_acf[1] == -0.25 && m[0].sf_acf[2] == 1);
     assert_int_equal(m[1].sf_steps, 0);  /* absent too */
+    assert_int_equal(m[1].sf_n_acf, 0);
     assert_true(m[0].has_seed && m[0].seed[0] == 2000 && m[0].seed[1] == 50 && m[0].seed[2] == 500 &&
                 m[0].seed[3] == 0.02);
     assert_int_equal(m[1].has_seed, 0);  /* absent too */
@@ -221,6 +226,17 @@ static const bad_case BAD[] = {
     {1, "\"err_autocorr\":0.5", "\"err_autocorr\":2", "/admin/models: data[0].step_fit.err_autocorr: expected a number from -1 to 1"},
     {1, "\"err_autocorr\":0.5", "\"err_autocorr\":-2", "/admin/models: data[0].step_fit.err_autocorr: expected a number from -1 to 1"},
     {1, "\"err_us\":40,", "", "/admin/models: data[0].step_fit.err_us: missing"},
+    {1, "\"acf\":{", "\"acf\":[],\"x\":{", "/admin/models: data[0].step_fit.acf: expected an object"},
+    {1, "[1,4,16]", "[1,16,4]", "/admin/models: data[0].step_fit.acf.lags: expected ascending whole numbers in 1..1e6"},
+    {1, "[1,4,16]", "[0,4,16]", "/admin/models: data[0].step_fit.acf.lags: expected ascending whole numbers in 1..1e6"},
+    {1, "[1,4,16]", "[1,4.5,16]", "/admin/models: data[0].step_fit.acf.lags: expected ascending whole numbers in 1..1e6"},
+    {1, "[1,4,16]", "[1,4,16,64,256,1024,4096,16384,65536,262144,1048576,2e6,3e6,4e6,5e6,6e6,7e6]",
+     "/admin/models: data[0].step_fit.acf.lags: expected a list of 1..16 numbers"},
+    {1, "[0.5,-0.25,1]", "[0.5,-0.25]",
+     "/admin/models: data[0].step_fit.acf.values: expected a list of 3 numbers, as many as lags"},
+    {1, "[0.5,-0.25,1]", "[0.5,-1.25,1]", "/admin/models: data[0].step_fit.acf.values: expected numbers from -1 to 1"},
+    {1, "[0.5,-0.25,1]", "[0.5,\"x\",1]", "/admin/models: data[0].step_fit.acf.values: expected numbers from -1 to 1"},
+    {1, "\"lags\":[1,4,16],", "", "/admin/models: data[0].step_fit.acf.lags: missing"},
 };
 
 /* The good answer with one replacement. */

@@ -591,6 +591,57 @@ static void test_residual_autocorr(void **state) {
     assert_true(cost_err_autocorr(&m) == 0); /* nothing seen yet */
 }
 
+/* The autocorrelation at cost_acf_lags. Exact on a series that alternates
+ * e^0.5 and e^-0.5 times its prediction: -1 at lag 1, 1 at the even lags,
+ * nothing at a lag the count has not passed; a stall of 100x counts as
+ * e^COST_ACF_CLIP; what cost_ratio_add ignores, this ignores too. */
+static void test_acf_hand(void **state) {
+    (void)state;
+    static cost_ratio_acf a;
+    double o[COST_ACF_NLAGS];
+    cost_acf_get(&a, o);
+    for (int k = 0; k < COST_ACF_NLAGS; k++) assert_true(o[k] == 0);
+    for (int i = 0; i < 10; i++) cost_acf_add(&a, 1000 * exp(i % 2 ? -0.5 : 0.5), 1000);
+    cost_acf_get(&a, o);
+    assert_true(fabs(o[0] + 1) < 1e-12 && fabs(o[1] - 1) < 1e-12);
+    assert_true(o[2] == 0 && o[3] == 0 && o[4] == 0);
+    for (int i = 10; i < 1000; i++) cost_acf_add(&a, 1000 * exp(i % 2 ? -0.5 : 0.5), 1000);
+    cost_acf_add(&a, NAN, 1000);
+    cost_acf_add(&a, 1000, 0);
+    assert_int_equal(a.n, 1000);
+    cost_acf_get(&a, o);
+    assert_true(fabs(o[0] + 1) < 1e-12);
+    for (int k = 1; k < COST_ACF_NLAGS; k++) assert_true(fabs(o[k] - 1) < 1e-12);
+    static cost_ratio_acf b;
+    cost_acf_add(&b, 100000, 1000);
+    assert_true(b.sum == COST_ACF_CLIP && b.sum_sq == COST_ACF_CLIP * COST_ACF_CLIP);
+}
+
+/* The describing fit's residuals over the recorded steps fall off slowly
+ * (the figures cost.h quotes): far above what one AR(1) of their lag-1
+ * correlation gives at 16 and 64, and still there at 256. */
+static void test_acf_recorded(void **state) {
+    (void)state;
+    FILE *f = open_steps("isolation_steps.txt");
+    sched_config c;
+    sched_config_default(&c);
+    cost_model m;
+    assert_int_equal(cost_init(&m, c.cost_seed, COST_DESCRIBE_LAMBDA, COST_DESCRIBE_PRIOR, c.copy_bytes_per_us), 0);
+    static cost_ratio_acf a;
+    cost_features x;
+    double y, o[COST_ACF_NLAGS];
+    while (read_step(f, &x, &y)) {
+        cost_acf_add(&a, y, cost_predict_us(&m, &x));
+        assert_int_equal(cost_observe(&m, &x, y), 0);
+    }
+    fclose(f);
+    cost_acf_get(&a, o);
+    print_message("recorded steps, residual autocorrelation at lags 1, 4, 16, 64, 256: %.3f %.3f %.3f %.3f %.3f\n",
+                  o[0], o[1], o[2], o[3], o[4]);
+    assert_true(fabs(o[0] - 0.65) < 0.01 && fabs(o[2] - 0.46) < 0.01 && fabs(o[3] - 0.36) < 0.01);
+    assert_true(o[2] > 100 * pow(o[0], 16) && o[4] > 0.1);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_attended_hand),
@@ -609,6 +660,8 @@ int main(void) {
         cmocka_unit_test(test_recorded_prefill),
         cmocka_unit_test(test_recorded_describe),
         cmocka_unit_test(test_residual_autocorr),
+        cmocka_unit_test(test_acf_hand),
+        cmocka_unit_test(test_acf_recorded),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

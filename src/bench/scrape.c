@@ -9,6 +9,7 @@
 
 #include <curl/curl.h>
 #include <cjson/cJSON.h>
+#include <float.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -276,24 +277,38 @@ static int parse_fit(const where *w, const cJSON *o, scr_model *m) {
     return 0;
 }
 
-/* One list of step_ratio: n numbers, each > lo and < hi, ascending
- * (strictly when strict); *n the first list's length, which the second
- * must have too. */
-static int ratio_list(const where *w, const cJSON *o, const char *key, double lo, double hi, int strict,
-                      double *out, int *n) {
+/* What a list of numbers must be: each in [lo, hi] (and a whole number
+ * with whole), ascending strictly, non-decreasing or in any order, what
+ * naming that in the message; per names what fixes its length. */
+enum { ORDER_ANY, ORDER_NONDEC, ORDER_ASC };
+typedef struct list_rule {
+    double lo, hi;
+    int order, whole;
+    const char *what, *per;
+} list_rule;
+
+static const list_rule LEVELS = {0x1p-60, 1 - 0x1p-53, ORDER_ASC, 0, "ascending numbers in (0, 1)", "levels"};
+static const list_rule QUANTILES = {0x1p-1074, DBL_MAX, ORDER_NONDEC, 0, "non-decreasing numbers > 0", "levels"};
+static const list_rule ACF_LAGS = {1, 1e6, ORDER_ASC, 1, "ascending whole numbers in 1..1e6", "lags"};
+static const list_rule ACF_VALUES = {-1, 1, ORDER_ANY, 0, "numbers from -1 to 1", "lags"};
+
+/* One list: 1..max numbers by rule r; *n the length a list before it fixed
+ * (0: none, and then it is this one's). */
+static int num_list(const where *w, const cJSON *o, const char *key, const list_rule *r, int max, double *out,
+                    int *n) {
     const cJSON *v = field(w, o, key), *x;
     if (!v) return TS_ERR_INVAL;
     int k = 0, len = cJSON_IsArray(v) ? cJSON_GetArraySize(v) : -1;
-    if (len < 1 || len > SCR_RATIO_MAX || (*n && len != *n)) {
+    if (len < 1 || len > max || (*n && len != *n)) {
         char what[64];
-        if (*n) snprintf(what, sizeof what, "a list of %d numbers, as many as levels", *n);
-        else snprintf(what, sizeof what, "a list of 1..%d numbers", SCR_RATIO_MAX);
+        if (*n) snprintf(what, sizeof what, "a list of %d numbers, as many as %s", *n, r->per);
+        else snprintf(what, sizeof what, "a list of 1..%d numbers", max);
         return bad(w, key, what);
     }
     cJSON_ArrayForEach(x, v) {
         double d = cJSON_IsNumber(x) ? x->valuedouble : NAN;
-        if (!(d > lo && d < hi) || (k && (strict ? d <= out[k - 1] : d < out[k - 1])))
-            return bad(w, key, strict ? "ascending numbers in (0, 1)" : "non-decreasing numbers > 0");
+        int order_ok = !k || r->order == ORDER_ANY || (r->order == ORDER_ASC ? d > out[k - 1] : d >= out[k - 1]);
+        if (!(d >= r->lo && d <= r->hi) || (r->whole && d != floor(d)) || !order_ok) return bad(w, key, r->what);
         out[k++] = d;
     }
     *n = len;
@@ -309,10 +324,25 @@ static int parse_ratio(const where *w, const cJSON *o, scr_model *m) {
     if (optional_object(w, o, "step_ratio", "step_ratio.", &r, &in)) return TS_ERR_INVAL;
     if (!r) return 0;
     int n = 0;
-    if (get_count(&in, r, "steps", &m->ratio_steps) || ratio_list(&in, r, "levels", 0, 1, 1, m->ratio_level, &n) ||
-        ratio_list(&in, r, "quantiles", 0, INFINITY, 0, m->ratio_q, &n))
+    if (get_count(&in, r, "steps", &m->ratio_steps) ||
+        num_list(&in, r, "levels", &LEVELS, SCR_RATIO_MAX, m->ratio_level, &n) ||
+        num_list(&in, r, "quantiles", &QUANTILES, SCR_RATIO_MAX, m->ratio_q, &n))
         return TS_ERR_INVAL;
     m->n_ratio = n;
+    return 0;
+}
+
+/* step_fit's optional acf object (servers before it have none: sf_n_acf 0). */
+static int parse_acf(const where *w, const cJSON *f, scr_model *m) {
+    const cJSON *a;
+    where in;
+    if (optional_object(w, f, "acf", "step_fit.acf.", &a, &in)) return TS_ERR_INVAL;
+    if (!a) return 0;
+    int n = 0;
+    if (num_list(&in, a, "lags", &ACF_LAGS, SCR_ACF_MAX, m->sf_acf_lag, &n) ||
+        num_list(&in, a, "values", &ACF_VALUES, SCR_ACF_MAX, m->sf_acf, &n))
+        return TS_ERR_INVAL;
+    m->sf_n_acf = n;
     return 0;
 }
 
@@ -320,6 +350,7 @@ static int parse_ratio(const where *w, const cJSON *o, scr_model *m) {
  * quantiles are at step_ratio's levels). */
 static int parse_step_fit(const where *w, const cJSON *o, scr_model *m) {
     m->sf_steps = 0;
+    m->sf_n_acf = 0;
     const cJSON *f;
     where in;
     if (optional_object(w, o, "step_fit", "step_fit.", &f, &in)) return TS_ERR_INVAL;
@@ -327,7 +358,8 @@ static int parse_step_fit(const where *w, const cJSON *o, scr_model *m) {
     if (m->n_ratio == 0) return bad(w, "step_fit", "step_ratio beside it (its quantiles are at those levels)");
     int n = m->n_ratio;
     if (get_fit(&in, f, m->sf_theta, &m->sf_err_us, &m->sf_err_autocorr) ||
-        get_count(&in, f, "steps", &m->sf_steps) || ratio_list(&in, f, "quantiles", 0, INFINITY, 0, m->sf_q, &n))
+        get_count(&in, f, "steps", &m->sf_steps) ||
+        num_list(&in, f, "quantiles", &QUANTILES, SCR_RATIO_MAX, m->sf_q, &n) || parse_acf(&in, f, m))
         return TS_ERR_INVAL;
     return 0;
 }

@@ -34,6 +34,7 @@
 
 #define SCR_BODY_MAX (16u << 20) /* bytes of an admin answer at most */
 #define SCR_RATIO_MAX 32         /* step_ratio levels at most */
+#define SCR_ACF_MAX   16         /* step_fit.acf lags at most */
 
 /* One row of /admin/tenants: a tenant's use of one model. */
 typedef struct scr_tenant {
@@ -90,6 +91,10 @@ typedef struct scr_model {
     double sf_err_us, sf_err_autocorr; /* as err_us, err_autocorr */
     uint64_t sf_steps;              /* step times it has used */
     double sf_q[SCR_RATIO_MAX];     /* measured / its predicted step time (n_ratio of them) */
+    int sf_n_acf;                   /* "acf": the autocorrelation of log(measured / its
+                                       predicted) at sf_n_acf lags; 0 when not said */
+    double sf_acf_lag[SCR_ACF_MAX];     /* steps, ascending whole numbers */
+    double sf_acf[SCR_ACF_MAX];         /* -1..1 */
 } scr_model;
 
 /* The step-time fits' coefficients as the server names them, in theta's

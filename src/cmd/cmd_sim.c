@@ -397,7 +397,7 @@ static int server_fleet(const args *a, world *w) {
         ts[t].tok_per_min = c.tenants[t].tokens_per_minute;
         ts[t].max_concurrent = c.tenants[t].max_concurrent;
     }
-    if (a->no_noise) inst.noise_us = inst.noise_rho = 0, inst.noise_nq = 0;
+    if (a->no_noise) inst.noise_us = inst.noise_rho = 0, inst.noise_nq = inst.noise_nc = 0;
     rc = sfl_single(c.tiers, (int)c.n_tiers, ts, (int)c.n_tenants, &inst, &w->fleet);
     free(ts);
     cfg_free(&c);

@@ -284,4 +284,47 @@ double cost_ratio_quantile(const cost_ratio_hist *h, double q);
  * from 0.001 to 0.999, denser in the upper tail. */
 extern const double cost_ratio_levels[COST_RATIO_NQ];
 
+/*
+ * How the spread is laid out in time: the autocorrelation of
+ * r = log(measured / predicted) at a few lags (cost_acf_lags), over every
+ * step counted. The quantiles above say how slow a slow step is; this says
+ * how long the slow spells last, and a request's TPOT, the mean of a few
+ * hundred steps, depends on it: spells shorter than a request average out
+ * within it, longer ones move the whole request. A lag-1 figure
+ * (cost_err_autocorr) cannot tell them apart, and on a shared machine they
+ * are not one exponential: over tests/data/cost/isolation_steps.txt the
+ * describing fit's residuals correlate 0.65 at lag 1, 0.46 at 16, 0.36 at
+ * 64 and 0.12 at 256 (an AR(1) of 0.65 would be at 0.001 by lag 16), and
+ * the mean of 128 steps spreads about 7 times what independent steps
+ * would give.
+ *
+ * Each lag L is estimated as sum (r_t - m)(r_(t-L) - m) / (n - L) over the
+ * variance of r, m the mean of all: a cumulative estimate, as the
+ * histogram's. r is clipped to +-COST_ACF_CLIP first, so that one stall of
+ * a hundred times its prediction does not make the variance its own.
+ * Plain struct, no heap (a ring of the last COST_ACF_MAXLAG values).
+ */
+#define COST_ACF_NLAGS  5
+#define COST_ACF_MAXLAG 256
+#define COST_ACF_CLIP   1.0     /* log ratio; e^1 = 2.7x either way */
+
+typedef struct cost_ratio_acf {
+    double ring[COST_ACF_MAXLAG];       /* the last values, the newest at (n - 1) % MAXLAG */
+    double sum, sum_sq;                 /* of every value */
+    double lag_sum[COST_ACF_NLAGS];     /* of r_t r_(t-L), L = cost_acf_lags[k] */
+    uint64_t n;                         /* values counted */
+} cost_ratio_acf;
+
+/* Count one step, as cost_ratio_add does (ignored unless both are finite
+ * and > 0). */
+void cost_acf_add(cost_ratio_acf *a, double measured_us, double predicted_us);
+
+/* OUT the autocorrelation at each of cost_acf_lags, in [-1, 1]; 0 at a lag
+ * not yet exceeded by the count, and everywhere while the values have no
+ * spread. */
+void cost_acf_get(const cost_ratio_acf *a, double out[COST_ACF_NLAGS]);
+
+/* The lags, in steps, ascending, four times apart: 1, 4, 16, 64, 256. */
+extern const int cost_acf_lags[COST_ACF_NLAGS];
+
 #endif

@@ -1506,17 +1506,22 @@ static void put_coefs(strbuf *b, const double th[4]) {
                   "\"d_us_per_attended_position\":%.9g", th[0], th[1], th[2], th[3]);
 }
 
-/* step_fit: the describing fit (wk_step_fit) and the spread of the step
- * times around it, at step_ratio's levels. */
+/* step_fit: the describing fit (wk_step_fit), the spread of the step times
+ * around it at step_ratio's levels, and how long its spells last (acf: the
+ * autocorrelation of log(measured / predicted) at lags in steps). */
 static void put_step_fit(strbuf *b, wk_worker *w) {
-    double th[4], err, ac, q[COST_RATIO_NQ];
-    uint64_t n;
-    wk_step_fit(w, th, &err, &ac, q, &n);
+    wk_fit f;
+    wk_step_fit(w, &f);
     strbuf_puts(b, ",\"step_fit\":{");
-    put_coefs(b, th);
-    strbuf_printf(b, ",\"err_us\":%.9g,\"err_autocorr\":%.6f,\"steps\":%llu,", err, ac, (unsigned long long)n);
-    put_quantiles(b, q);
-    strbuf_puts(b, "}");
+    put_coefs(b, f.theta);
+    strbuf_printf(b, ",\"err_us\":%.9g,\"err_autocorr\":%.6f,\"steps\":%llu,", f.err_us, f.err_ac,
+                  (unsigned long long)f.n);
+    put_quantiles(b, f.q);
+    strbuf_puts(b, ",\"acf\":{\"lags\":[");
+    for (int k = 0; k < COST_ACF_NLAGS; k++) strbuf_printf(b, "%s%d", k ? "," : "", cost_acf_lags[k]);
+    strbuf_puts(b, "],\"values\":[");
+    for (int k = 0; k < COST_ACF_NLAGS; k++) strbuf_printf(b, "%s%.6f", k ? "," : "", f.acf[k]);
+    strbuf_puts(b, "]}}");
 }
 
 /* cost_model: the scheduler's step-time fit, err_us its running residual

@@ -91,6 +91,7 @@ struct wk_worker {
     cost_model fit;         /* the step-time fit that only describes (wk_step_fit),
                                under snap_mu */
     cost_ratio_hist fit_ratio; /* measured / its predicted step time, under snap_mu */
+    cost_ratio_acf fit_acf; /* ... and how it is laid out in time, under snap_mu */
     eng_dev_stats dev;      /* the engine's, as of the latest step (wk_dev_stats), under
                                snap_mu; zero for an encoder */
     uint64_t *remote;       /* (n_tenants) the fleet's figures (wk_fleet_remote), under snap_mu */
@@ -593,16 +594,16 @@ void wk_snapshot(wk_worker *w, sched_tenant_stats *tenants, sched_stats *pool) {
     pthread_mutex_unlock(&w->snap_mu);
 }
 
-void wk_step_fit(wk_worker *w, double theta[4], double *err_us, double *err_ac, double q[COST_RATIO_NQ],
-                 uint64_t *n) {
+void wk_step_fit(wk_worker *w, wk_fit *out) {
     pthread_mutex_lock(&w->snap_mu);
-    cost_theta(&w->fit, theta);
-    *err_us = cost_err_us(&w->fit);
-    *err_ac = cost_err_autocorr(&w->fit);
+    cost_theta(&w->fit, out->theta);
+    out->err_us = cost_err_us(&w->fit);
+    out->err_ac = cost_err_autocorr(&w->fit);
     cost_ratio_hist h = w->fit_ratio;
+    cost_acf_get(&w->fit_acf, out->acf);
     pthread_mutex_unlock(&w->snap_mu);
-    for (int i = 0; i < COST_RATIO_NQ; i++) q[i] = cost_ratio_quantile(&h, cost_ratio_levels[i]);
-    *n = h.n;
+    for (int i = 0; i < COST_RATIO_NQ; i++) out->q[i] = cost_ratio_quantile(&h, cost_ratio_levels[i]);
+    out->n = h.n;
 }
 
 void wk_dev_stats(wk_worker *w, eng_dev_stats *out) {
@@ -1094,7 +1095,9 @@ static void publish(wk_worker *w, const sched_plan *p, int failed, int64_t now, 
     w->dev = dev;
     if (p) cost_ratio_add(&w->ratio[prefill > 0], step_us, p->predicted_us);
     if (p && !failed && p->n_items && step_us > 0) {
-        cost_ratio_add(&w->fit_ratio, step_us, cost_predict_us(&w->fit, &p->feat));
+        double pred = cost_predict_us(&w->fit, &p->feat);
+        cost_ratio_add(&w->fit_ratio, step_us, pred);
+        cost_acf_add(&w->fit_acf, step_us, pred);
         cost_observe(&w->fit, &p->feat, step_us);
     }
     for (int32_t i = 0; i < w->o.n_tenants; i++) sched_tenant_stats_get(w->s, i, &w->snap[i]);

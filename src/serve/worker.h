@@ -276,13 +276,20 @@ void wk_step_ratio(wk_worker *w, int kind, double q[COST_RATIO_NQ], uint64_t *n)
  * and does not learn the steps holding a prefill chunk; this one is fitted
  * with COST_DESCRIBE_LAMBDA and COST_DESCRIBE_PRIOR (cost.h says how much
  * closer that comes), and not fed the steps the executor failed. tessera
- * sim takes a server's step times from it. OUT theta (a, b, c, d: us,
- * us/prefill token, us/decode sequence, us/attended position), the scale of
- * its residuals and their lag-1 autocorrelation (as cost.h's), and q the
- * quantiles of measured / its predicted step time at cost_ratio_levels over
- * the n steps it has seen (all 1 when n is 0). Any thread. */
-void wk_step_fit(wk_worker *w, double theta[4], double *err_us, double *err_ac, double q[COST_RATIO_NQ],
-                 uint64_t *n);
+ * sim takes a server's step times from it. */
+typedef struct wk_fit {
+    double theta[4];            /* a, b, c, d: us, us/prefill token, us/decode
+                                   sequence, us/attended position */
+    double err_us, err_ac;      /* its residuals' scale and lag-1 autocorrelation (cost.h) */
+    double q[COST_RATIO_NQ];    /* quantiles of measured / its predicted step time at
+                                   cost_ratio_levels (all 1 when n is 0) */
+    uint64_t n;                 /* steps it has seen */
+    double acf[COST_ACF_NLAGS]; /* autocorrelation of log(measured / predicted) at
+                                   cost_acf_lags over them (cost_acf_get) */
+} wk_fit;
+
+/* OUT the describing fit, now. Any thread. */
+void wk_step_fit(wk_worker *w, wk_fit *out);
 
 /* How long the engine loop's current turn has run at now_us (us), 0
  * while the loop sleeps waiting for work. A turn is one scheduler step

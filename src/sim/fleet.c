@@ -209,6 +209,34 @@ static int fit_ok(const char *who, const char *obj, const double theta[4], doubl
     return 0;
 }
 
+/* The noise's spells (sim_inst.noise_nc) from the autocorrelation the
+ * server measured at its lags L_1 < ... < L_n (step_fit.acf): one AR(1)
+ * component per lag, with time constant L_j, so that it correlates e^-1
+ * at its own lag, and a weight w_j such that the components together give
+ * the measured figure there. Taken from the longest lag down:
+ *
+ *     w_j = (acf(L_j) - sum over k > j of w_k exp(-L_j / L_k)) / e^-1,
+ *
+ * floored at 0; the shorter components' share at L_j is left out (at
+ * lags four times their own, e^-4 = 2% of their weight). Weights summing
+ * past 1 are scaled to 1; what they leave is independent noise. An
+ * autocorrelation that falls off as one exponential, e^(-L / T), gives
+ * mostly the component nearest T; one that falls off slowly, as a
+ * shared machine's does (cost.h), weight at every length. */
+static void spells_of(const scr_model *m, sim_inst *o) {
+    int n = m->sf_n_acf < SIM_NOISE_MAXC ? m->sf_n_acf : SIM_NOISE_MAXC;
+    double sum = 0;
+    for (int j = n - 1; j >= 0; j--) {
+        double lag = m->sf_acf_lag[j], rest = m->sf_acf[j];
+        for (int k = j + 1; k < n; k++) rest -= o->noise_w[k] * exp(-lag / o->noise_tau[k]);
+        o->noise_tau[j] = lag;
+        o->noise_w[j] = rest > 0 ? rest * M_E : 0;
+        sum += o->noise_w[j];
+    }
+    for (int j = 0; j < n && sum > 1; j++) o->noise_w[j] /= sum;
+    o->noise_nc = n;
+}
+
 /* A calibration's geometry and fits: a server's (sfl_server_inst). Both
  * fits are checked, and the seed: the steps take one fit, the scheduler
  * starts from the other or from the seed. */
@@ -253,6 +281,7 @@ int sfl_server_inst(const scr_model *m, int policy, sim_inst *o, char *err, size
      * steps, that spread instead (its tails are not normal). */
     o->noise_us = fit.err_us * sqrt(M_PI / 2.0);
     o->noise_rho = fit.err_autocorr > 0 ? fit.err_autocorr : 0; /* runs of slow steps; never alternation */
+    if (fit.theta == m->sf_theta && m->sf_n_acf > 0) spells_of(m, o);
     if (fit.q && m->n_ratio <= SIM_NOISE_MAXQ) {
         o->noise_nq = m->n_ratio;
         memcpy(o->noise_level, m->ratio_level, (size_t)m->n_ratio * sizeof(double));

@@ -35,6 +35,8 @@ typedef struct inst {
     live *live;                 /* (max_requests) by slot */
     rng noise;                  /* step-time noise */
     double noise_x;             /* its AR(1) state, in standard deviations */
+    double noise_xs[SIM_NOISE_MAXC]; /* ... or its components' (sim_inst.noise_nc) */
+    double noise_rho[SIM_NOISE_MAXC]; /* the components' lag-1 correlations */
     int32_t cluster;            /* which cluster it is in (run.cl) */
     sim_inst_stats st;
 } inst;
@@ -260,6 +262,8 @@ static int make_workers(run *r, char *err, size_t errlen) {
     return 0;
 }
 
+static double ar1_next(rng *g, double *x, double rho);
+
 /* One scheduler, with the fleet's tiers and its worker's tenants. */
 static int make_sched(run *r, int i, char *err, size_t errlen) {
     const sim_inst *si = &r->f->insts[i];
@@ -290,6 +294,14 @@ static int make_sched(run *r, int i, char *err, size_t errlen) {
     r->in[i].n_blocks = c.n_blocks;
     r->in[i].last_end = -1;
     rng_seed_stream(&r->in[i].noise, r->o->seed, (uint64_t)i);
+    /* Each spell starts where it would stand at any step (a draw of its
+     * stationary normal), not at 0: a 256-step spell would otherwise take
+     * hundreds of steps to come into its own. */
+    for (int k = 0; k < si->noise_nc; k++) {
+        double any = 0;
+        r->in[i].noise_rho[k] = exp(-1.0 / si->noise_tau[k]);
+        if (si->noise_w[k] > 0) r->in[i].noise_xs[k] = ar1_next(&r->in[i].noise, &any, 0);
+    }
     if (!(r->in[i].live = calloc((size_t)c.max_requests, sizeof(live)))) return TS_ERR_NOMEM;
     return 0;
 }
@@ -646,10 +658,24 @@ static double ar1_next(rng *g, double *x, double rho) {
     return *x = rho * *x + sqrt(1.0 - rho * rho) * z;
 }
 
-/* Model time t with si's noise (sim_inst): normal of deviation noise_us,
- * kept >= t / 2, or t times the measured spread at Phi(x). */
-static double noisy(rng *g, double *x, double rho, double t, const sim_inst *si) {
-    double z = ar1_next(g, x, rho);
+/* The next x of instance n's noise (sim_inst): one AR(1) of lag-1
+ * correlation rho, or the weighted sum of its components and independent
+ * noise. Of deviation 1 either way. */
+static double noise_next(inst *n, const sim_inst *si, double rho) {
+    if (si->noise_nc <= 0) return ar1_next(&n->noise, &n->noise_x, rho);
+    double z = 0, w_all = 0, white = 0;
+    for (int k = 0; k < si->noise_nc; k++) {
+        if (!(si->noise_w[k] > 0)) continue;
+        z += sqrt(si->noise_w[k]) * ar1_next(&n->noise, &n->noise_xs[k], n->noise_rho[k]);
+        w_all += si->noise_w[k];
+    }
+    if (w_all < 1) z += sqrt(1 - w_all) * ar1_next(&n->noise, &white, 0);
+    return z;
+}
+
+/* Model time t with si's noise (sim_inst) at z: normal of deviation
+ * noise_us, kept >= t / 2, or t times the measured spread at Phi(z). */
+static double noisy(double z, double t, const sim_inst *si) {
     if (si->noise_nq <= 0) {
         double y = t + si->noise_us * z;
         return y > 0.5 * t ? y : 0.5 * t;
@@ -692,7 +718,7 @@ static void start_step(lane *ln, int i) {
     n->step_us = sst_step_us(&si->step, &b, k, busy_share, si->sc.block_bytes);
     if (si->noise_us > 0 || si->noise_nq > 0) {
         double rho = si->noise_rho > 0 ? (si->noise_rho < 1 ? si->noise_rho : 0.999) : 0;
-        n->step_us = noisy(&n->noise, &n->noise_x, rho, n->step_us, si);
+        n->step_us = noisy(noise_next(n, si, rho), n->step_us, si);
     }
     if (!(n->step_us <= SST_MAX_US)) n->step_us = SST_MAX_US;
     n->busy = 1;
@@ -1193,6 +1219,17 @@ static int make_lanes(run *r) {
     return 0;
 }
 
+/* Noise components noise_next can draw (sim_inst), or none. */
+static int spells_ok(const sim_inst *si) {
+    if (si->noise_nc < 0 || si->noise_nc > SIM_NOISE_MAXC) return 0;
+    double sum = 0;
+    for (int k = 0; k < si->noise_nc; k++) {
+        if (!(si->noise_w[k] >= 0 && si->noise_tau[k] > 0 && isfinite(si->noise_tau[k]))) return 0;
+        sum += si->noise_w[k];
+    }
+    return sum <= 1 + 1e-9;
+}
+
 /* A measured step-time spread noisy can interpolate (sim_inst), or none. */
 static int spread_ok(const sim_inst *si) {
     if (si->noise_nq == 0) return 1;
@@ -1227,6 +1264,10 @@ int sim_run(const sim_fleet *f, const scn *rs, sim_source *src, const sim_opts *
         if (!spread_ok(&f->insts[i])) {
             snprintf(err, errlen, "instance %s: its step-time spread needs 1..%d levels ascending in (0, 1) "
                      "and non-decreasing quantiles > 0", f->insts[i].name, SIM_NOISE_MAXQ);
+            return TS_ERR_INVAL;
+        } else if (!spells_ok(&f->insts[i])) {
+            snprintf(err, errlen, "instance %s: its noise needs 0..%d spell lengths > 0 with weights >= 0 "
+                     "summing to at most 1", f->insts[i].name, SIM_NOISE_MAXC);
             return TS_ERR_INVAL;
         }
     run r = {.f = f, .rs = rs, .o = o, .out = out};

@@ -78,6 +78,7 @@
 #define SIM_AFFINITY_SLACK 0.25
 #define SIM_IDLE_RETRY_US 20000
 #define SIM_NOISE_MAXQ 32               /* levels of a measured step-time spread */
+#define SIM_NOISE_MAXC 16               /* spell lengths of the noise (noise_nc) */
 #define SIM_ROUTE_REFRESH_S 0.05       /* the endpoint picker's --refresh-metrics-interval */
 #define SIM_MAX_RUN_S (2.0 * 86400)    /* longest run: the report keeps one-second slots */
 /* Arrivals taken at a time, simulated s (sim.c's run): each cluster then
@@ -130,6 +131,16 @@ typedef struct sim_inst {
      * x, so runs of slow steps keep noise_rho. noise_us is then unused. */
     int noise_nq;
     double noise_level[SIM_NOISE_MAXQ], noise_q[SIM_NOISE_MAXQ];
+    /* With noise_nc > 0, x is instead the sum of noise_nc AR(1) processes
+     * (each of deviation 1, lag-1 correlation exp(-1 / noise_tau[k]) for
+     * a time constant of noise_tau[k] steps) weighted sqrt(noise_w[k]),
+     * and independent normal noise weighted sqrt(1 - sum of noise_w):
+     * still of deviation 1, so the spread is the same, but with slow
+     * spells of every length the server measured (cost.h, "how the spread
+     * is laid out in time"), which one AR(1) cannot give. noise_rho is
+     * then unused. noise_w >= 0, summing to at most 1; noise_tau > 0. */
+    int noise_nc;
+    double noise_w[SIM_NOISE_MAXC], noise_tau[SIM_NOISE_MAXC];
 } sim_inst;
 
 /* What to simulate. The caller owns every array. */
