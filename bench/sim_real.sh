@@ -11,7 +11,12 @@
 #      TTFT less the server's own count of it (overhead_ms below);
 #   2. measure: a fresh server, the scenario with seed SEED, whole;
 #   3. simulate: tessera sim of the same scenario and seed on the calibrated
-#      instance, with --compare against the measured report;
+#      instance, with --compare against the measured report: REPLICAS runs,
+#      each with its own step-time noise, whose median is laid beside each
+#      measured figure (one run's p99 of a hundred requests is one draw of
+#      its noise: eight runs from one calibration put the victim's p99 TTFT
+#      anywhere in 16.1-23.0 ms, and tiers.yaml's bronze p50 TTFT in
+#      1.45-1.66 s);
 #   4. replay: the same simulation on the measured server's own fit (bench
 #      reads it as the send window closes) and overhead, which leaves out how far the
 #      machine's speed moved between the calibration run and the measured
@@ -37,7 +42,8 @@
 # (default 15), SCENARIOS (default "isolation fairness tiers"), FCFS (1:
 # isolation under FCFS too; default 1), DURATION (the measured and simulated
 # send window; default the scenario's), REPEAT (1: measure twice; default 1),
-# PIN (default 1; 0: server and load generator share every CPU).
+# PIN (default 1; 0: server and load generator share every CPU), REPLICAS
+# (simulated runs per comparison, default 8).
 set -euo pipefail
 export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}   # see bench/isolation.sh
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -48,6 +54,7 @@ CAL_S=${CAL_S:-15}
 SCENARIOS=${SCENARIOS:-isolation fairness tiers}
 FCFS=${FCFS:-1}
 REPEAT=${REPEAT:-1}
+REPLICAS=${REPLICAS:-8}
 DURATION=${DURATION:-}
 DUR_ARGS=()
 [ -n "$DURATION" ] && DUR_ARGS=(--duration "$DURATION")
@@ -158,13 +165,13 @@ run_one() {   # NAME POLICY
     fi
     "$TESSERA" sim --serve-config "$cfg" --calibration "$dir/cal/calibration.json" --policy "$policy" \
         --trace "$scn" --seed "$SEED" ${DUR_ARGS[@]+"${DUR_ARGS[@]}"} --overhead-ms "$oh" --out "$dir/sim" \
-        --compare "$dir/measured/report.json" >"$dir/sim.txt" || true
+        --compare "$dir/measured/report.json" --replicas "$REPLICAS" >"$dir/sim.txt" || true
     sed -n '/simulated beside/,$p' "$dir/sim.txt"
     [ -f "$dir/measured/calibration.json" ] || return 0
     local moh; moh=$(overhead_ms "$dir/measured/report.json"); moh=${moh:-$oh}
     "$TESSERA" sim --serve-config "$cfg" --calibration "$dir/measured/calibration.json" --policy "$policy" \
         --trace "$scn" --seed "$SEED" ${DUR_ARGS[@]+"${DUR_ARGS[@]}"} --overhead-ms "$moh" --out "$dir/replay" \
-        --compare "$dir/measured/report.json" >"$dir/replay.txt" || true
+        --compare "$dir/measured/report.json" --replicas "$REPLICAS" >"$dir/replay.txt" || true
     echo "   replayed on the measured server's own fit (overhead ${moh} ms):"
     sed -n '/simulated beside/,$p' "$dir/replay.txt" | grep -E "OUTSIDE|outside tolerance" | sed 's/^/   /'
 }

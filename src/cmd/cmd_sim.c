@@ -52,6 +52,7 @@
 #define TOL_P99 0.20
 #define TOL_JAIN 0.02
 #define FIX_ROUNDS 8            /* --fix: re-plans at most */
+#define REPLICAS_MAX 64         /* --replicas: runs at most */
 #define FIX_MIN 1.25            /* --fix: a missing tenant's headroom grows by at least, */
 #define FIX_MAX 2.0             /* and at most, this factor a round */
 #define FIX_HEADROOM_MAX 100.0  /* the largest headroom an input may give (planio.h) */
@@ -64,7 +65,7 @@ static void usage(FILE *f) {
             "                   [--load X] [--time-scale X] [--tenant-map M] [--assign A] [--stream]\n"
             "                   [--length-cv X] [--route R] [--route-refresh MS] [--policy fair|fcfs]\n"
             "                   [--seed N] [--bounded | --exact] [--out DIR] [--compare REPORT.json]\n"
-            "                   [--threads N] [--quiet]\n"
+            "                   [--replicas N] [--threads N] [--quiet]\n"
             "Simulates every instance of a plan, each running tessera's own scheduler on a\n"
             "modelled GPU slice (MIG, MPS share, time-slice), under a scenario's traffic, and\n"
             "reports per tenant what `tessera bench` measures, per instance its utilisation,\n"
@@ -112,15 +113,21 @@ static void usage(FILE *f) {
             "  --compare REPORT.json  lay the simulation beside a measured run (tessera bench's\n"
             "                         report.json of the same scenario): per tenant p50/p99 TTFT\n"
             "                         and TPOT and Jain's index, with their errors (compare.txt)\n"
+            "  --replicas N           with --compare: simulate N times, the step-time noise seeded\n"
+            "                         --seed, --seed + 1, ... (the arrivals are --seed's in every\n"
+            "                         run), and lay each figure's median over the runs, with their\n"
+            "                         range, beside the measured one; report.* are the first\n"
+            "                         run's (default 1, at most %d)\n"
             "Exit status: 0 every served tenant met its targets at p99 with nothing rejected\n"
             "(with --compare: the simulation is within %.0f%% (p50), %.0f%% (p99) and %.2f (Jain) of\n"
             "the measurement), 1 it did not (or the run failed), 2 bad usage or input.\n",
-            SIM_ROUTE_REFRESH_S * 1e3, BOUNDED_AUTO, FIX_ROUNDS, 100 * TOL_P50, 100 * TOL_P99, TOL_JAIN);
+            SIM_ROUTE_REFRESH_S * 1e3, BOUNDED_AUTO, FIX_ROUNDS, REPLICAS_MAX, 100 * TOL_P50, 100 * TOL_P99,
+            TOL_JAIN);
 }
 
 typedef struct args {
     const char *input, *plan_json, *serve_cfg, *calibrate, *calibration, *model, *trace, *out, *compare;
-    double duration_s, drain_s, length_cv, overhead_ms, refresh_ms, threads;
+    double duration_s, drain_s, length_cv, overhead_ms, refresh_ms, threads, replicas;
     int no_noise, fix;
     int route, policy, bounded, quiet;
     uint64_t seed;
@@ -174,6 +181,11 @@ static int parse_opt(args *a, int c, const char *v) {
         if (parse_num("--threads", v, 0, &a->threads)) return -1;
         if (a->threads <= SIM_MAX_THREADS && a->threads == floor(a->threads)) return 0;
         fprintf(stderr, "sim: --threads wants an integer 0 .. %d (0: one per CPU), got '%s'\n", SIM_MAX_THREADS, v);
+        return -1;
+    case 'K':
+        if (parse_num("--replicas", v, 1, &a->replicas)) return -1;
+        if (a->replicas <= REPLICAS_MAX && a->replicas == floor(a->replicas)) return 0;
+        fprintf(stderr, "sim: --replicas wants an integer 1 .. %d, got '%s'\n", REPLICAS_MAX, v);
         return -1;
     case 'N': a->no_noise = 1; return 0;
     case 'X': a->fix = 1; return 0;
@@ -232,12 +244,14 @@ static int parse_args(int argc, char **argv, args *a) {
         {"stream", no_argument, 0, 'R'},           {"overhead-ms", required_argument, 0, 'O'},
         {"no-noise", no_argument, 0, 'N'},         {"fix", no_argument, 0, 'X'},
         {"route-refresh", required_argument, 0, 'E'}, {"threads", required_argument, 0, 'H'},
+        {"replicas", required_argument, 0, 'K'},
         {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0}};
     memset(a, 0, sizeof(*a));
     a->bounded = -1;
     a->policy = -1;
     a->seed = 1;
+    a->replicas = 1;
     a->out = "sim-out";
     a->refresh_ms = SIM_ROUTE_REFRESH_S * 1e3;
     int c;
@@ -269,6 +283,10 @@ static int parse_args(int argc, char **argv, args *a) {
     }
     if (a->fix && a->serve_cfg) {
         fprintf(stderr, "sim: --fix re-plans: it needs --input or --plan\n");
+        return -1;
+    }
+    if (a->replicas > 1 && !a->compare) {
+        fprintf(stderr, "sim: --replicas only gives --compare its medians: the report is one run's\n");
         return -1;
     }
     if (a->serve_cfg && !a->trace) {
@@ -731,31 +749,75 @@ static double jnum(const cJSON *o, const char *a, const char *b) {
     return cJSON_IsNumber(x) ? x->valuedouble : -1;
 }
 
-/* One figure: measured m, simulated s, relative tolerance tol (absolute
- * when abs_tol). Returns 1 when outside. */
-static int cmp_line(strbuf *b, const char *tenant, const char *what, double m, double s, double tol, int abs_tol) {
-    if (m < 0) return 0;
-    double e = abs_tol ? fabs(s - m) : m > 0 ? fabs(s - m) / m : (s > 0 ? 1 : 0);
+/* The figures --compare lays beside a measured run, per tenant (in the
+ * report's order) TTFT and TPOT at p50 and p99 (s), then Jain's index;
+ * -1 where a run has none (a tenant that completed nothing, fewer than two
+ * backlogged). */
+enum { FIG_TTFT50, FIG_TTFT99, FIG_TPOT50, FIG_TPOT99, FIG_PER_TENANT };
+
+static void run_figures(const world *w, const sim_result *r, double *out) {
+    for (int k = 0; k < w->rs.n_tenants; k++) {
+        const rpt_tenant *t = &r->report.t[k];
+        double *o = out + FIG_PER_TENANT * k;
+        int done = t->completed > 0;
+        o[FIG_TTFT50] = done ? t->ttft.p50 : -1;
+        o[FIG_TTFT99] = done ? t->ttft.p99 : -1;
+        o[FIG_TPOT50] = done ? t->tpot.p50 : -1;
+        o[FIG_TPOT99] = done ? t->tpot.p99 : -1;
+    }
+    out[FIG_PER_TENANT * w->rs.n_tenants] = r->report.n_jain >= 2 ? r->report.jain : -1;
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* The simulation's side of each figure over n runs (runs[k * n_fig + i]):
+ * the median of those that have it (of an even count, the mean of the two
+ * middle ones) and their range; -1 where none has it. scratch: n doubles. */
+typedef struct fig_sum { double med, lo, hi; } fig_sum;
+
+static fig_sum fig_of(const double *runs, int n, int n_fig, int i, double *scratch) {
+    int m = 0;
+    for (int k = 0; k < n; k++)
+        if (runs[(size_t)k * n_fig + i] >= 0) scratch[m++] = runs[(size_t)k * n_fig + i];
+    if (!m) return (fig_sum){-1, -1, -1};
+    qsort(scratch, (size_t)m, sizeof(double), cmp_double);
+    return (fig_sum){(scratch[(m - 1) / 2] + scratch[m / 2]) / 2, scratch[0], scratch[m - 1]};
+}
+
+/* One figure: measured m, simulated s (with the range of n runs when
+ * n > 1), relative tolerance tol (absolute when abs_tol), in units of
+ * scale. Returns 1 when outside. */
+static int cmp_line(strbuf *b, const char *tenant, const char *what, double m, fig_sum s, int n, double scale,
+                    double tol, int abs_tol) {
+    if (m < 0 || s.med < 0) return 0;
+    m *= scale;
+    double e = abs_tol ? fabs(s.med * scale - m) : m > 0 ? fabs(s.med * scale - m) / m : (s.med > 0 ? 1 : 0);
     int bad = e > tol;
-    strbuf_printf(b, "%-20s %-10s %12.4g %12.4g %8.3f%s %8.3g%s  %s\n", tenant, what, m, s, abs_tol ? e : 100 * e,
-                  abs_tol ? "" : "%", abs_tol ? tol : 100 * tol, abs_tol ? "" : "%", bad ? "OUTSIDE" : "ok");
+    strbuf_printf(b, "%-20s %-10s %12.4g %12.4g", tenant, what, m, s.med * scale);
+    if (n > 1) strbuf_printf(b, " %10.4g..%-10.4g", s.lo * scale, s.hi * scale);
+    strbuf_printf(b, " %8.3f%s %8.3g%s  %s\n", abs_tol ? e : 100 * e, abs_tol ? "" : "%", abs_tol ? tol : 100 * tol,
+                  abs_tol ? "" : "%", bad ? "OUTSIDE" : "ok");
     return bad;
 }
 
-static int cmp_tenant(strbuf *b, const cJSON *mt, const rpt_tenant *st, const char *name) {
+static int cmp_tenant(strbuf *b, const cJSON *mt, const fig_sum *f, int n, const char *name) {
     int bad = 0;
-    bad += cmp_line(b, name, "ttft_p50", jnum(mt, "ttft", "p50_s") * 1e3, st->ttft.p50 * 1e3, TOL_P50, 0);
-    bad += cmp_line(b, name, "ttft_p99", jnum(mt, "ttft", "p99_s") * 1e3, st->ttft.p99 * 1e3, TOL_P99, 0);
+    bad += cmp_line(b, name, "ttft_p50", jnum(mt, "ttft", "p50_s"), f[FIG_TTFT50], n, 1e3, TOL_P50, 0);
+    bad += cmp_line(b, name, "ttft_p99", jnum(mt, "ttft", "p99_s"), f[FIG_TTFT99], n, 1e3, TOL_P99, 0);
     if (jnum(mt, "tpot", "n") > 0) {
-        bad += cmp_line(b, name, "tpot_p50", jnum(mt, "tpot", "p50_s") * 1e3, st->tpot.p50 * 1e3, TOL_P50, 0);
-        bad += cmp_line(b, name, "tpot_p99", jnum(mt, "tpot", "p99_s") * 1e3, st->tpot.p99 * 1e3, TOL_P99, 0);
+        bad += cmp_line(b, name, "tpot_p50", jnum(mt, "tpot", "p50_s"), f[FIG_TPOT50], n, 1e3, TOL_P50, 0);
+        bad += cmp_line(b, name, "tpot_p99", jnum(mt, "tpot", "p99_s"), f[FIG_TPOT99], n, 1e3, TOL_P99, 0);
     }
     return bad;
 }
 
-/* The simulation beside measured report path (milliseconds); the number
- * of figures outside their tolerance, or -1 when path is unreadable. */
-static int compare(const args *a, const world *w, const sim_result *r) {
+/* The simulation beside the measured report a->compare (milliseconds),
+ * over n runs' figures (run_figures; n_fig each); the number of figures
+ * outside their tolerance, or -1 when the report is unreadable. */
+static int compare(const args *a, const world *w, const double *runs, int n) {
     char *text;
     size_t len;
     if (read_text(a->compare, &text, &len)) return -1;
@@ -767,22 +829,39 @@ static int compare(const args *a, const world *w, const sim_result *r) {
         cJSON_Delete(root);
         return -1;
     }
+    int n_fig = FIG_PER_TENANT * w->rs.n_tenants + 1;
+    fig_sum *f = calloc((size_t)n_fig, sizeof(fig_sum));
+    double *scratch = calloc((size_t)n, sizeof(double));
+    if (!f || !scratch) {
+        free(f);
+        free(scratch);
+        cJSON_Delete(root);
+        fprintf(stderr, "sim: out of memory\n");
+        return -1;
+    }
+    for (int i = 0; i < n_fig; i++) f[i] = fig_of(runs, n, n_fig, i, scratch);
     strbuf b = STRBUF_INIT;
-    strbuf_printf(&b, "%-20s %-10s %12s %12s %9s %9s\n", "tenant", "figure", "measured", "simulated", "error",
-                  "tolerance");
+    strbuf_printf(&b, "%-20s %-10s %12s %12s", "tenant", "figure", "measured", "simulated");
+    if (n > 1) strbuf_printf(&b, " %-22s", "range");
+    strbuf_printf(&b, " %9s %9s\n", "error", "tolerance");
     int bad = 0;
     cJSON_ArrayForEach(t, ts) {
         const cJSON *nm = cJSON_GetObjectItemCaseSensitive(t, "name");
         if (!cJSON_IsString(nm) || jnum(t, "completed", NULL) <= 0) continue;
         for (int k = 0; k < w->rs.n_tenants; k++)
-            if (!strcmp(w->rs.tenants[k].name, nm->valuestring) && r->report.t[k].completed > 0)
-                bad += cmp_tenant(&b, t, &r->report.t[k], nm->valuestring);
+            if (!strcmp(w->rs.tenants[k].name, nm->valuestring))
+                bad += cmp_tenant(&b, t, f + FIG_PER_TENANT * k, n, nm->valuestring);
     }
     double mj = jnum(root, "jain", "index"), mn = jnum(root, "jain", "backlogged_tenants");
-    if (mn >= 2 && r->report.n_jain >= 2) bad += cmp_line(&b, "(all)", "jain", mj, r->report.jain, TOL_JAIN, 1);
+    if (mn >= 2) bad += cmp_line(&b, "(all)", "jain", mj, f[n_fig - 1], n, 1, TOL_JAIN, 1);
     strbuf_printf(&b, "%d figure%s outside tolerance (p50 %.0f%%, p99 %.0f%%, Jain %.2f)\n", bad, bad == 1 ? "" : "s",
                   100 * TOL_P50, 100 * TOL_P99, TOL_JAIN);
+    if (n > 1)
+        strbuf_printf(&b, "simulated: the median of %d runs, each with its own step-time noise (range: theirs)\n",
+                      n);
     cJSON_Delete(root);
+    free(f);
+    free(scratch);
     if (!strbuf_failed(&b)) {
         printf("\nsimulated beside measured (%s; latencies in ms)\n%s", a->compare, b.p);
         if (file_write(a->out, "compare.txt", b.p)) fprintf(stderr, "sim: cannot write compare.txt\n");
@@ -791,7 +870,34 @@ static int compare(const args *a, const world *w, const sim_result *r) {
     return bad;
 }
 
-static int simulate(const args *a, world *w, sim_result *r, double *wall_s);
+static int simulate(const args *a, world *w, uint64_t noise_seed, sim_result *r, double *wall_s);
+
+/* --compare: the first run's figures (r) and, with --replicas, those of
+ * the other runs, each with the next noise seed, laid beside the measured
+ * report. Returns compare's answer. */
+static int compare_runs(const args *a, world *w, const sim_result *r) {
+    int n = (int)a->replicas, n_fig = FIG_PER_TENANT * w->rs.n_tenants + 1;
+    double *runs = malloc((size_t)n * (size_t)n_fig * sizeof(double));
+    if (!runs) {
+        fprintf(stderr, "sim: out of memory\n");
+        return -1;
+    }
+    run_figures(w, r, runs);
+    int rc = 0;
+    for (int k = 1; k < n && !rc; k++) {
+        sim_result rk;
+        double wall_s;
+        if ((rc = simulate(a, w, a->seed + (uint64_t)k, &rk, &wall_s)) == 0) {
+            run_figures(w, &rk, runs + (size_t)k * n_fig);
+            sim_result_free(&rk);
+        }
+    }
+    if (!rc) rc = compare(a, w, runs, n);
+    free(runs);
+    return rc;
+}
+
+
 
 /* ---- --fix ---------------------------------------------------------------------- */
 
@@ -866,7 +972,7 @@ static int fix_loop(const args *a, world *w, sim_result *r, double *wall_s) {
     }
     int rc = 0, best_miss = -1, best_round = 0, round = 1;
     for (;; round++) {
-        if ((rc = simulate(a, w, r, wall_s))) break;
+        if ((rc = simulate(a, w, a->seed, r, wall_s))) break;
         int m = misses(w, r);
         if (best_miss < 0 || m < best_miss) { /* the round to keep: its headroom */
             best_miss = m;
@@ -881,7 +987,7 @@ static int fix_loop(const args *a, world *w, sim_result *r, double *wall_s) {
         for (size_t t = 0; t < w->in.n_tenants; t++) w->in.tenants[t].headroom = best[t];
         sim_result_free(r);
         rc = replan(a, w);
-        if (!rc) rc = simulate(a, w, r, wall_s);
+        if (!rc) rc = simulate(a, w, a->seed, r, wall_s);
     }
     if (!rc) {
         if (best_miss == 0) fprintf(log, "after %d round%s: every tenant holds\n", best_round, best_round == 1 ? "" : "s");
@@ -896,12 +1002,13 @@ static int fix_loop(const args *a, world *w, sim_result *r, double *wall_s) {
 
 /* ---- main ----------------------------------------------------------------------- */
 
-static int simulate(const args *a, world *w, sim_result *r, double *wall_s) {
+/* One run: the arrivals of a->seed, the step-time noise of noise_seed. */
+static int simulate(const args *a, world *w, uint64_t noise_seed, sim_result *r, double *wall_s) {
     char err[1024] = "";
     double window = send_window(a, &w->load);
     double drain = a->drain_s > 0 ? a->drain_s : w->load.drain_s > 0 ? w->load.drain_s : DEFAULT_DRAIN_S;
     sim_opts o = {.route = a->route, .until_s = window, .drain_s = drain, .overhead_s = a->overhead_ms / 1e3,
-                  .seed = a->seed, .route_refresh_s = a->refresh_ms / 1e3, .threads = (int)a->threads};
+                  .seed = noise_seed, .route_refresh_s = a->refresh_ms / 1e3, .threads = (int)a->threads};
     /* A streamed trace's size is not known: bounded, unless asked. */
     o.bounded = a->bounded >= 0 ? a->bounded
                                 : w->load.feed.stream || expected_requests(&w->load, window) > BOUNDED_AUTO;
@@ -943,10 +1050,10 @@ int cmd_sim(int argc, char **argv) {
         sim_result r;
         double wall_s = 0;
         status = 1;
-        if ((a.fix ? fix_loop(&a, &w, &r, &wall_s) : simulate(&a, &w, &r, &wall_s)) == 0) {
+        if ((a.fix ? fix_loop(&a, &w, &r, &wall_s) : simulate(&a, &w, a.seed, &r, &wall_s)) == 0) {
             int bad = 0;
             if (write_outputs(&a, &w, &r, wall_s, &bad) == 0) status = bad ? 1 : 0;
-            if (a.compare) status = compare(&a, &w, &r) == 0 ? 0 : 1;
+            if (a.compare) status = compare_runs(&a, &w, &r) == 0 ? 0 : 1;
             sim_result_free(&r);
         }
     }
