@@ -435,7 +435,8 @@ int sched_tenant_stats_get(const sched *s, int32_t tenant, sched_tenant_stats *o
 typedef struct sched_stats {
     int32_t n_tenants, n_tiers;
     int32_t kv_free, kv_used, kv_total, swap_used, swap_total;
-    int32_t queued, running, swapped;
+    int32_t queued, running, swapped;   /* a request still prefilling its prompt counts
+                                           in both queued and running */
     int admitting;          /* watermark state */
     int32_t kv_cached;      /* blocks in the prefix cache, referenced or not */
     int32_t kv_cache_only;  /* ... of which cache-only (free, evictable; in kv_free) */
