@@ -43,7 +43,9 @@
 # isolation under FCFS too; default 1), DURATION (the measured and simulated
 # send window; default the scenario's), REPEAT (1: measure twice; default 1),
 # PIN (default 1; 0: server and load generator share every CPU), REPLICAS
-# (simulated runs per comparison, default 8).
+# (simulated runs per comparison, default 8), RESIM (1: no server; simulate
+# the calibration and measured runs already in OUT_DIR again, as this
+# tessera sim does, and summarise).
 set -euo pipefail
 export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}   # see bench/isolation.sh
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -55,6 +57,7 @@ SCENARIOS=${SCENARIOS:-isolation fairness tiers}
 FCFS=${FCFS:-1}
 REPEAT=${REPEAT:-1}
 REPLICAS=${REPLICAS:-8}
+RESIM=${RESIM:-0}
 DURATION=${DURATION:-}
 DUR_ARGS=()
 [ -n "$DURATION" ] && DUR_ARGS=(--duration "$DURATION")
@@ -138,19 +141,17 @@ print("%d of %d figures within tolerance of the first run; furthest: %s" %
 PYEOF
 }
 
-run_one() {   # NAME POLICY
-    local name=$1 policy=$2 dir="$OUT/$1-$2" cfg scn
-    cfg=$(config_of "$name"); scn="$ROOT/scenarios/$name.yaml"
+# The calibration run, the measured run and (REPEAT=1) its repeat, each
+# against a fresh server, into dir.
+measure() {   # DIR CFG SCN POLICY NAME
+    local dir=$1 cfg=$2 scn=$3 policy=$4 name=$5
     rm -rf "$dir"   # nothing of an earlier run may be summed as this one's
     mkdir -p "$dir"
     echo "== $name ($policy): calibrating (${CAL_S} s, seed 7)"
     start_server "$cfg" "$policy" "$dir/server-cal.log"
     ${CLIENT_PIN[@]+"${CLIENT_PIN[@]}"} "$TESSERA" bench --scenario "$scn" --url "$URL" --seed 7 --duration "${CAL_S}s" --out "$dir/cal" --quiet >"$dir/cal.txt"
     stop_server
-    "$TESSERA" sim --serve-config "$cfg" --calibration "$dir/cal/calibration.json" --policy "$policy" \
-        --trace "$scn" --seed 7 --duration "${CAL_S}s" --out "$dir/cal-sim" >/dev/null || true
-    local oh; oh=$(overhead_ms "$dir/cal/report.json" "$dir/cal-sim/report.json")
-    echo "   overhead ${oh} ms; measuring (seed $SEED)"
+    echo "   measuring (seed $SEED)"
     start_server "$cfg" "$policy" "$dir/server.log"
     ${CLIENT_PIN[@]+"${CLIENT_PIN[@]}"} "$TESSERA" bench --scenario "$scn" --url "$URL" --seed "$SEED" ${DUR_ARGS[@]+"${DUR_ARGS[@]}"} --out "$dir/measured" --quiet \
         >"$dir/measured.txt"
@@ -163,6 +164,21 @@ run_one() {   # NAME POLICY
         repeat_ok "$dir/measured/report.json" "$dir/repeat/report.json" >"$dir/noise-floor.txt"
         echo "   measured again (the noise floor): $(cat "$dir/noise-floor.txt")"
     fi
+}
+
+run_one() {   # NAME POLICY
+    local name=$1 policy=$2 dir="$OUT/$1-$2" cfg scn
+    cfg=$(config_of "$name"); scn="$ROOT/scenarios/$name.yaml"
+    if [ "$RESIM" = 1 ]; then
+        [ -f "$dir/measured/report.json" ] || { echo "sim_real: RESIM=1: no measured run in $dir" >&2; return 1; }
+        echo "== $name ($policy): simulating the runs in $dir again"
+    else
+        measure "$dir" "$cfg" "$scn" "$policy" "$name"
+    fi
+    "$TESSERA" sim --serve-config "$cfg" --calibration "$dir/cal/calibration.json" --policy "$policy" \
+        --trace "$scn" --seed 7 --duration "${CAL_S}s" --out "$dir/cal-sim" >/dev/null || true
+    local oh; oh=$(overhead_ms "$dir/cal/report.json" "$dir/cal-sim/report.json")
+    echo "   overhead ${oh} ms"
     "$TESSERA" sim --serve-config "$cfg" --calibration "$dir/cal/calibration.json" --policy "$policy" \
         --trace "$scn" --seed "$SEED" ${DUR_ARGS[@]+"${DUR_ARGS[@]}"} --overhead-ms "$oh" --out "$dir/sim" \
         --compare "$dir/measured/report.json" --replicas "$REPLICAS" >"$dir/sim.txt" || true

@@ -7,7 +7,8 @@
 # TTFT is the same measured and simulated. Step times of a few ms are at
 # the mercy of whatever else the machine runs during a 6 s calibration, so
 # TPOT is printed, not checked; the full table (README) comes from the
-# script's default, longer runs.
+# script's default, longer runs. Then RESIM=1 on the same folder must give
+# the same comparisons.
 #
 # Environment: TS_TESSERA (binary), TS_TMPDIR (scratch), TS_SRC (repo root).
 set -euo pipefail
@@ -42,4 +43,12 @@ print("victim p99 TTFT fair %.0f / %.0f ms, fcfs %.0f / %.0f ms (measured / simu
       % (fair[0] * 1e3, fair[1] * 1e3, fcfs[0] * 1e3, fcfs[1] * 1e3))
 assert fair[0] < fcfs[0] and fair[1] < fcfs[1]
 PYEOF
+# RESIM=1 simulates the same measurements again, without a server: with the
+# same tessera, the same comparisons, to the byte.
+for d in isolation-fair isolation-fcfs; do cp "$W/$d/sim/compare.txt" "$W/$d.first.txt"; done
+TESSERA=$TS_TESSERA SCENARIOS=isolation FCFS=1 REPEAT=0 CAL_S=6 DURATION=12s RESIM=1 \
+    bash "$TS_SRC/bench/sim_real.sh" "$W" >"$W.resim.log" 2>&1 || { cat "$W.resim.log" >&2; fail "RESIM=1 failed"; }
+for d in isolation-fair isolation-fcfs; do
+    cmp -s "$W/$d.first.txt" "$W/$d/sim/compare.txt" || fail "RESIM=1 compared $d otherwise"
+done
 echo "sim_real: ok"
