@@ -58,6 +58,7 @@ FCFS=${FCFS:-1}
 REPEAT=${REPEAT:-1}
 REPLICAS=${REPLICAS:-8}
 RESIM=${RESIM:-0}
+case $REPLICAS in ''|*[!0-9]*) echo "sim_real: REPLICAS wants a whole number 1..64, got '$REPLICAS'" >&2; exit 2;; esac
 DURATION=${DURATION:-}
 DUR_ARGS=()
 [ -n "$DURATION" ] && DUR_ARGS=(--duration "$DURATION")
@@ -171,6 +172,10 @@ run_one() {   # NAME POLICY
     cfg=$(config_of "$name"); scn="$ROOT/scenarios/$name.yaml"
     if [ "$RESIM" = 1 ]; then
         [ -f "$dir/measured/report.json" ] || { echo "sim_real: RESIM=1: no measured run in $dir" >&2; return 1; }
+        local was; was=$("$PY" -c 'import json, sys; print(json.load(open(sys.argv[1])).get("seed"))' "$dir/measured/report.json")
+        [ "$was" = "$SEED" ] || { echo "sim_real: RESIM=1: $dir was measured with seed $was, not SEED=$SEED" >&2; return 1; }
+        # What an earlier simulation left must not pass for this one's.
+        rm -rf "$dir/cal-sim" "$dir/sim" "$dir/replay" "$dir/sim.txt" "$dir/replay.txt"
         echo "== $name ($policy): simulating the runs in $dir again"
     else
         measure "$dir" "$cfg" "$scn" "$policy" "$name"
@@ -205,7 +210,7 @@ def p99(path):
         if t["name"] == "victim": return t["ttft"]["p99_s"] * 1e3
 m = {p: p99(f"{o}/isolation-{p}/measured/report.json") for p in ("fair", "fcfs")}
 s = {p: p99(f"{o}/isolation-{p}/sim/report.json") for p in ("fair", "fcfs")}
-print("victim p99 TTFT, ms: measured fair %.0f fcfs %.0f; simulated fair %.0f fcfs %.0f; ordering %s"
+print("victim p99 TTFT, ms: measured fair %.0f fcfs %.0f; simulated (the first run) fair %.0f fcfs %.0f; ordering %s"
       % (m["fair"], m["fcfs"], s["fair"], s["fcfs"],
          "preserved" if (m["fair"] < m["fcfs"]) == (s["fair"] < s["fcfs"]) else "NOT preserved"))
 PYEOF

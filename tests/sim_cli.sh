@@ -93,17 +93,20 @@ grep -q "OUTSIDE" "$W/h/compare.txt" || fail "compare.txt marks nothing outside"
 # --replicas: the report is the first run's, to the byte; the comparison
 # lays the median of the runs, and their range, beside the measured figure.
 rc=$(status "$T" sim --serve-config "$SRV" --calibration "$CAL" --trace "$SCN" --duration 5s --out "$W/k" \
-    --compare "$W/f/report.json" --replicas 3)
-[ "$rc" -le 1 ] || fail "--replicas 3 exited $rc: $(cat "$W/err.txt")"
+    --compare "$W/f/report.json" --replicas 4)
+[ "$rc" -le 1 ] || fail "--replicas 4 exited $rc: $(cat "$W/err.txt")"
 cmp -s "$W/f/report.json" "$W/k/report.json" || fail "--replicas changed the first run's report"
-grep -q "the median of 3 runs" "$W/k/compare.txt" || fail "compare.txt: $(cat "$W/k/compare.txt")"
-"$PY" - "$W/k/compare.txt" <<'EOF' || fail "a median outside its range: $(cat "$W/k/compare.txt")"
+grep -q "the median of 4 runs" "$W/k/compare.txt" || fail "compare.txt: $(cat "$W/k/compare.txt")"
+"$PY" - "$W/k/compare.txt" <<'EOF' || fail "medians and ranges: $(cat "$W/k/compare.txt")"
 import re, sys
 rows = [l.split() for l in open(sys.argv[1]) if re.search(r"\s(ok|OUTSIDE)$", l)]
 assert rows
+spread = 0
 for r in rows:
     med = float(r[3]); lo, hi = (float(x) for x in r[4].split(".."))
     assert lo <= med <= hi, r
+    spread += lo < hi
+assert spread, "every run drew the same noise"
 EOF
 
 # 6. Bursty traffic the planner did not plan for (gamma arrivals, CV 4, at
@@ -144,6 +147,8 @@ expect2 "exactly one of" --duration 5s
 expect2 "only gives --compare" --serve-config "$SRV" --calibration "$CAL" --trace "$SCN" --replicas 2
 expect2 "wants an integer 1 .. 64" --serve-config "$SRV" --calibration "$CAL" --trace "$SCN" --replicas 65
 expect2 "wants a number >= 1" --serve-config "$SRV" --calibration "$CAL" --trace "$SCN" --replicas 0
+expect2 "with --no-noise every run is the same" --serve-config "$SRV" --calibration "$CAL" --trace "$SCN" \
+    --compare "$W/f/report.json" --replicas 2 --no-noise
 expect2 "exactly one of" --input "$FLEET" --plan "$W/plan.json"
 expect2 "needs one of --calibrate" --serve-config "$SRV" --trace "$SCN"
 expect2 "--route" --input "$FLEET" --route sideways

@@ -19,7 +19,7 @@ W="$TS_TMPDIR/sim_real"
 rm -rf "$W"
 mkdir -p "$TS_TMPDIR"
 fail() { echo "sim_real: FAIL: $*" >&2; exit 1; }
-TESSERA=$TS_TESSERA SCENARIOS=isolation FCFS=1 REPEAT=0 CAL_S=6 DURATION=12s \
+TESSERA=$TS_TESSERA SCENARIOS=isolation FCFS=1 REPEAT=0 CAL_S=6 DURATION=12s REPLICAS=2 \
     bash "$TS_SRC/bench/sim_real.sh" "$W" >"$W.log" 2>&1 || { cat "$W.log" >&2; fail "bench/sim_real.sh failed"; }
 cat "$W.log"
 /usr/bin/python3 - "$W" <<'PYEOF' || fail "the simulation does not follow the server (above)"
@@ -45,8 +45,8 @@ assert fair[0] < fcfs[0] and fair[1] < fcfs[1]
 PYEOF
 # RESIM=1 simulates the same measurements again, without a server: with the
 # same tessera, the same comparisons, to the byte.
-for d in isolation-fair isolation-fcfs; do cp "$W/$d/sim/compare.txt" "$W/$d.first.txt"; done
-TESSERA=$TS_TESSERA SCENARIOS=isolation FCFS=1 REPEAT=0 CAL_S=6 DURATION=12s RESIM=1 \
+for d in isolation-fair isolation-fcfs; do mv "$W/$d/sim/compare.txt" "$W/$d.first.txt"; done
+TESSERA=$TS_TESSERA SCENARIOS=isolation FCFS=1 REPEAT=0 CAL_S=6 DURATION=12s REPLICAS=2 RESIM=1 \
     bash "$TS_SRC/bench/sim_real.sh" "$W" >"$W.resim.log" 2>&1 || { cat "$W.resim.log" >&2; fail "RESIM=1 failed"; }
 for d in isolation-fair isolation-fcfs; do
     cmp -s "$W/$d.first.txt" "$W/$d/sim/compare.txt" || fail "RESIM=1 compared $d otherwise"

@@ -591,29 +591,35 @@ static void test_residual_autocorr(void **state) {
     assert_true(cost_err_autocorr(&m) == 0); /* nothing seen yet */
 }
 
-/* The autocorrelation at cost_acf_lags. Exact on a series that alternates
- * e^0.5 and e^-0.5 times its prediction: -1 at lag 1, 1 at the even lags,
- * nothing at a lag the count has not passed; a stall of 100x counts as
- * e^COST_ACF_CLIP; what cost_ratio_add ignores, this ignores too. */
+/* The autocorrelation at cost_ratio_acf_lags (ascending, none past the
+ * ring). Exact on a series that alternates e^0.5 and e^-0.5 times its
+ * prediction: -1 at lag 1, 1 at the even lags, each once it has
+ * COST_ACF_MIN_SPAN lags' worth of pairs and 0 before; a stall of 100x
+ * counts as e^COST_ACF_CLIP; what cost_ratio_add ignores, this ignores
+ * too. */
 static void test_acf_hand(void **state) {
     (void)state;
+    for (int k = 0; k < COST_ACF_NLAGS; k++) {
+        assert_true(cost_ratio_acf_lags[k] <= COST_ACF_MAXLAG);
+        assert_true(!k || cost_ratio_acf_lags[k] > cost_ratio_acf_lags[k - 1]);
+    }
     static cost_ratio_acf a;
     double o[COST_ACF_NLAGS];
-    cost_acf_get(&a, o);
+    cost_ratio_acf_get(&a, o);
     for (int k = 0; k < COST_ACF_NLAGS; k++) assert_true(o[k] == 0);
-    for (int i = 0; i < 10; i++) cost_acf_add(&a, 1000 * exp(i % 2 ? -0.5 : 0.5), 1000);
-    cost_acf_get(&a, o);
-    assert_true(fabs(o[0] + 1) < 1e-12 && fabs(o[1] - 1) < 1e-12);
+    for (int i = 0; i < 20; i++) cost_ratio_acf_add(&a, 1000 * exp(i % 2 ? -0.5 : 0.5), 1000);
+    cost_ratio_acf_get(&a, o);
+    assert_true(fabs(o[0] + 1) < 1e-12 && fabs(o[1] - 1) < 1e-12); /* 20 = 4 (1 + 4) */
     assert_true(o[2] == 0 && o[3] == 0 && o[4] == 0);
-    for (int i = 10; i < 1000; i++) cost_acf_add(&a, 1000 * exp(i % 2 ? -0.5 : 0.5), 1000);
-    cost_acf_add(&a, NAN, 1000);
-    cost_acf_add(&a, 1000, 0);
-    assert_int_equal(a.n, 1000);
-    cost_acf_get(&a, o);
+    for (int i = 20; i < 2000; i++) cost_ratio_acf_add(&a, 1000 * exp(i % 2 ? -0.5 : 0.5), 1000);
+    cost_ratio_acf_add(&a, NAN, 1000);
+    cost_ratio_acf_add(&a, 1000, 0);
+    assert_int_equal(a.n, 2000);
+    cost_ratio_acf_get(&a, o);
     assert_true(fabs(o[0] + 1) < 1e-12);
     for (int k = 1; k < COST_ACF_NLAGS; k++) assert_true(fabs(o[k] - 1) < 1e-12);
     static cost_ratio_acf b;
-    cost_acf_add(&b, 100000, 1000);
+    cost_ratio_acf_add(&b, 100000, 1000);
     assert_true(b.sum == COST_ACF_CLIP && b.sum_sq == COST_ACF_CLIP * COST_ACF_CLIP);
 }
 
@@ -631,11 +637,11 @@ static void test_acf_recorded(void **state) {
     cost_features x;
     double y, o[COST_ACF_NLAGS];
     while (read_step(f, &x, &y)) {
-        cost_acf_add(&a, y, cost_predict_us(&m, &x));
+        cost_ratio_acf_add(&a, y, cost_predict_us(&m, &x));
         assert_int_equal(cost_observe(&m, &x, y), 0);
     }
     fclose(f);
-    cost_acf_get(&a, o);
+    cost_ratio_acf_get(&a, o);
     print_message("recorded steps, residual autocorrelation at lags 1, 4, 16, 64, 256: %.3f %.3f %.3f %.3f %.3f\n",
                   o[0], o[1], o[2], o[3], o[4]);
     assert_true(fabs(o[0] - 0.65) < 0.01 && fabs(o[2] - 0.46) < 0.01 && fabs(o[3] - 0.36) < 0.01);

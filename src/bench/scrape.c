@@ -287,7 +287,8 @@ typedef struct list_rule {
     const char *what, *per;
 } list_rule;
 
-static const list_rule LEVELS = {0x1p-60, 1 - 0x1p-53, ORDER_ASC, 0, "ascending numbers in (0, 1)", "levels"};
+/* The open ranges as closed ones: (0, 1) is [the least double > 0, the greatest < 1]. */
+static const list_rule LEVELS = {0x1p-1074, 1 - 0x1p-53, ORDER_ASC, 0, "ascending numbers in (0, 1)", "levels"};
 static const list_rule QUANTILES = {0x1p-1074, DBL_MAX, ORDER_NONDEC, 0, "non-decreasing numbers > 0", "levels"};
 static const list_rule ACF_LAGS = {1, 1e6, ORDER_ASC, 1, "ascending whole numbers in 1..1e6", "lags"};
 static const list_rule ACF_VALUES = {-1, 1, ORDER_ANY, 0, "numbers from -1 to 1", "lags"};

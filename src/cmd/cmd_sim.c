@@ -289,6 +289,10 @@ static int parse_args(int argc, char **argv, args *a) {
         fprintf(stderr, "sim: --replicas only gives --compare its medians: the report is one run's\n");
         return -1;
     }
+    if (a->replicas > 1 && a->no_noise) {
+        fprintf(stderr, "sim: --replicas draws the noise anew for each run: with --no-noise every run is the same\n");
+        return -1;
+    }
     if (a->serve_cfg && !a->trace) {
         fprintf(stderr, "sim: --serve-config needs --trace: a server config has no load\n");
         return -1;
@@ -768,23 +772,20 @@ static void run_figures(const world *w, const sim_result *r, double *out) {
     out[FIG_PER_TENANT * w->rs.n_tenants] = r->report.n_jain >= 2 ? r->report.jain : -1;
 }
 
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-/* The simulation's side of each figure over n runs (runs[k * n_fig + i]):
- * the median of those that have it (of an even count, the mean of the two
- * middle ones) and their range; -1 where none has it. scratch: n doubles. */
+/* The simulation's side of one figure over the runs. */
 typedef struct fig_sum { double med, lo, hi; } fig_sum;
 
+/* Figure i over n runs (runs[k * n_fig + i]): the median of those that
+ * have it (of an even count, the mean of the two middle ones) and their
+ * range; -1 where none has it. scratch: n doubles. */
 static fig_sum fig_of(const double *runs, int n, int n_fig, int i, double *scratch) {
     int m = 0;
     for (int k = 0; k < n; k++)
         if (runs[(size_t)k * n_fig + i] >= 0) scratch[m++] = runs[(size_t)k * n_fig + i];
     if (!m) return (fig_sum){-1, -1, -1};
-    qsort(scratch, (size_t)m, sizeof(double), cmp_double);
-    return (fig_sum){(scratch[(m - 1) / 2] + scratch[m / 2]) / 2, scratch[0], scratch[m - 1]};
+    rpt_dist d;
+    rpt_dist_of(scratch, (size_t)m, &d);   /* sorts scratch */
+    return (fig_sum){d.p50, scratch[0], d.max};
 }
 
 /* One figure: measured m, simulated s (with the range of n runs when
@@ -896,8 +897,6 @@ static int compare_runs(const args *a, world *w, const sim_result *r) {
     free(runs);
     return rc;
 }
-
-
 
 /* ---- --fix ---------------------------------------------------------------------- */
 

@@ -307,14 +307,14 @@ double cost_ratio_quantile(const cost_ratio_hist *h, double q) {
 
 /* ---- the spread in time ---------------------------------------------------------- */
 
-const int cost_acf_lags[COST_ACF_NLAGS] = {1, 4, 16, 64, 256};
+const int cost_ratio_acf_lags[COST_ACF_NLAGS] = {1, 4, 16, 64, 256};
 
-void cost_acf_add(cost_ratio_acf *a, double measured_us, double predicted_us) {
+void cost_ratio_acf_add(cost_ratio_acf *a, double measured_us, double predicted_us) {
     if (!(measured_us > 0.0 && predicted_us > 0.0 && isfinite(measured_us) && isfinite(predicted_us))) return;
     double r = log(measured_us / predicted_us);
     r = r > COST_ACF_CLIP ? COST_ACF_CLIP : r < -COST_ACF_CLIP ? -COST_ACF_CLIP : r;
     for (int k = 0; k < COST_ACF_NLAGS; k++) {
-        uint64_t lag = (uint64_t)cost_acf_lags[k];
+        uint64_t lag = (uint64_t)cost_ratio_acf_lags[k];
         if (a->n >= lag) a->lag_sum[k] += r * a->ring[(a->n - lag) % COST_ACF_MAXLAG];
     }
     a->ring[a->n % COST_ACF_MAXLAG] = r;
@@ -323,11 +323,12 @@ void cost_acf_add(cost_ratio_acf *a, double measured_us, double predicted_us) {
     a->n++;
 }
 
-void cost_acf_get(const cost_ratio_acf *a, double out[COST_ACF_NLAGS]) {
+void cost_ratio_acf_get(const cost_ratio_acf *a, double out[COST_ACF_NLAGS]) {
     double n = (double)a->n, m = n > 0 ? a->sum / n : 0.0, var = n > 0 ? a->sum_sq / n - m * m : 0.0;
     for (int k = 0; k < COST_ACF_NLAGS; k++) {
-        uint64_t lag = (uint64_t)cost_acf_lags[k];
-        double c = a->n > lag && var > 1e-12 ? (a->lag_sum[k] / (double)(a->n - lag) - m * m) / var : 0.0;
+        uint64_t lag = (uint64_t)cost_ratio_acf_lags[k];
+        int enough = a->n >= lag * (COST_ACF_MIN_SPAN + 1) && var > 1e-12;
+        double c = enough ? (a->lag_sum[k] / (double)(a->n - lag) - m * m) / var : 0.0;
         out[k] = c > 1.0 ? 1.0 : c < -1.0 ? -1.0 : c;
     }
 }

@@ -286,7 +286,7 @@ extern const double cost_ratio_levels[COST_RATIO_NQ];
 
 /*
  * How the spread is laid out in time: the autocorrelation of
- * r = log(measured / predicted) at a few lags (cost_acf_lags), over every
+ * r = log(measured / predicted) at a few lags (cost_ratio_acf_lags), over every
  * step counted. The quantiles above say how slow a slow step is; this says
  * how long the slow spells last, and a request's TPOT, the mean of a few
  * hundred steps, depends on it: spells shorter than a request average out
@@ -298,33 +298,39 @@ extern const double cost_ratio_levels[COST_RATIO_NQ];
  * the mean of 128 steps spreads about 7 times what independent steps
  * would give.
  *
- * Each lag L is estimated as sum (r_t - m)(r_(t-L) - m) / (n - L) over the
- * variance of r, m the mean of all: a cumulative estimate, as the
- * histogram's. r is clipped to +-COST_ACF_CLIP first, so that one stall of
- * a hundred times its prediction does not make the variance its own.
- * Plain struct, no heap (a ring of the last COST_ACF_MAXLAG values).
+ * Each lag L is estimated as the mean of r_t r_(t-L) over the n - L pairs,
+ * less m^2, over the variance of r (m the mean of all): a cumulative
+ * estimate, as the histogram's, reported once there are COST_ACF_MIN_SPAN
+ * lags' worth of pairs (fewer say little of a spell that long). r is
+ * clipped to +-COST_ACF_CLIP first, so that one stall of a hundred times
+ * its prediction does not make the variance its own. Being cumulative
+ * from the first step, it also counts the fit's early convergence (its
+ * half-life is ~700 steps) as a slow spell, which inflates the long lags
+ * of a short run a little. Plain struct, no heap (a ring of the last
+ * COST_ACF_MAXLAG values; every lag is at most that).
  */
-#define COST_ACF_NLAGS  5
-#define COST_ACF_MAXLAG 256
-#define COST_ACF_CLIP   1.0     /* log ratio; e^1 = 2.7x either way */
+#define COST_ACF_NLAGS    5
+#define COST_ACF_MAXLAG   256
+#define COST_ACF_CLIP     1.0   /* log ratio; e^1 = 2.7x either way */
+#define COST_ACF_MIN_SPAN 4     /* pairs before a lag L is reported, in L */
 
 typedef struct cost_ratio_acf {
     double ring[COST_ACF_MAXLAG];       /* the last values, the newest at (n - 1) % MAXLAG */
     double sum, sum_sq;                 /* of every value */
-    double lag_sum[COST_ACF_NLAGS];     /* of r_t r_(t-L), L = cost_acf_lags[k] */
+    double lag_sum[COST_ACF_NLAGS];     /* of r_t r_(t-L), L = cost_ratio_acf_lags[k] */
     uint64_t n;                         /* values counted */
 } cost_ratio_acf;
 
 /* Count one step, as cost_ratio_add does (ignored unless both are finite
  * and > 0). */
-void cost_acf_add(cost_ratio_acf *a, double measured_us, double predicted_us);
+void cost_ratio_acf_add(cost_ratio_acf *a, double measured_us, double predicted_us);
 
-/* OUT the autocorrelation at each of cost_acf_lags, in [-1, 1]; 0 at a lag
- * not yet exceeded by the count, and everywhere while the values have no
- * spread. */
-void cost_acf_get(const cost_ratio_acf *a, double out[COST_ACF_NLAGS]);
+/* OUT the autocorrelation at each of cost_ratio_acf_lags, in [-1, 1]; 0 at a
+ * lag with fewer than COST_ACF_MIN_SPAN x L pairs counted, and everywhere
+ * while the values have no spread. */
+void cost_ratio_acf_get(const cost_ratio_acf *a, double out[COST_ACF_NLAGS]);
 
 /* The lags, in steps, ascending, four times apart: 1, 4, 16, 64, 256. */
-extern const int cost_acf_lags[COST_ACF_NLAGS];
+extern const int cost_ratio_acf_lags[COST_ACF_NLAGS];
 
 #endif

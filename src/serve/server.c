@@ -1518,7 +1518,7 @@ static void put_step_fit(strbuf *b, wk_worker *w) {
                   (unsigned long long)f.n);
     put_quantiles(b, f.q);
     strbuf_puts(b, ",\"acf\":{\"lags\":[");
-    for (int k = 0; k < COST_ACF_NLAGS; k++) strbuf_printf(b, "%s%d", k ? "," : "", cost_acf_lags[k]);
+    for (int k = 0; k < COST_ACF_NLAGS; k++) strbuf_printf(b, "%s%d", k ? "," : "", cost_ratio_acf_lags[k]);
     strbuf_puts(b, "],\"values\":[");
     for (int k = 0; k < COST_ACF_NLAGS; k++) strbuf_printf(b, "%s%.6f", k ? "," : "", f.acf[k]);
     strbuf_puts(b, "]}}");

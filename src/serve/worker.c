@@ -600,7 +600,7 @@ void wk_step_fit(wk_worker *w, wk_fit *out) {
     out->err_us = cost_err_us(&w->fit);
     out->err_ac = cost_err_autocorr(&w->fit);
     cost_ratio_hist h = w->fit_ratio;
-    cost_acf_get(&w->fit_acf, out->acf);
+    cost_ratio_acf_get(&w->fit_acf, out->acf);
     pthread_mutex_unlock(&w->snap_mu);
     for (int i = 0; i < COST_RATIO_NQ; i++) out->q[i] = cost_ratio_quantile(&h, cost_ratio_levels[i]);
     out->n = h.n;
@@ -1097,7 +1097,7 @@ static void publish(wk_worker *w, const sched_plan *p, int failed, int64_t now, 
     if (p && !failed && p->n_items && step_us > 0) {
         double pred = cost_predict_us(&w->fit, &p->feat);
         cost_ratio_add(&w->fit_ratio, step_us, pred);
-        cost_acf_add(&w->fit_acf, step_us, pred);
+        cost_ratio_acf_add(&w->fit_acf, step_us, pred);
         cost_observe(&w->fit, &p->feat, step_us);
     }
     for (int32_t i = 0; i < w->o.n_tenants; i++) sched_tenant_stats_get(w->s, i, &w->snap[i]);

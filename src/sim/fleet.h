@@ -62,7 +62,10 @@ int sfl_single(const sched_tier *tiers, int n_tiers, const sim_tenant *tenants, 
  * SFL_SPREAD_MIN_STEPS steps or more, else from its scheduler's fit; the
  * spread of its steps around that fit as the step noise (measured
  * quantiles where it gives them over SFL_SPREAD_MIN_STEPS steps or more,
- * else a normal of the fit's residual scale); its scheduler seeded
+ * else a normal of the fit's residual scale), in spells of the lengths
+ * step_fit.acf measured when the steps take step_fit and it gives them
+ * (fleet.c, spells_of; else one AR(1) of the fit's err_autocorr); its
+ * scheduler seeded
  * (own_seed) where the server's started when the steps take step_fit, else
  * with the server's scheduler's fit (fleet.c, pick_fit); its KV geometry,
  * budgets and sequences. policy: SCHED_POLICY_*, or -1 for the server's

@@ -262,7 +262,14 @@ static int make_workers(run *r, char *err, size_t errlen) {
     return 0;
 }
 
-static double ar1_next(rng *g, double *x, double rho);
+/* The next x of the AR(1) process x' = rho x + sqrt(1 - rho^2) z, z
+ * standard normal (Box-Muller), whose stationary deviation is 1 whatever
+ * rho. */
+static double ar1_next(rng *g, double *x, double rho) {
+    double u = rng_uniform_open(g), v = rng_uniform(g);
+    double z = sqrt(-2.0 * log(u)) * cos(2.0 * M_PI * v);
+    return *x = rho * *x + sqrt(1.0 - rho * rho) * z;
+}
 
 /* One scheduler, with the fleet's tiers and its worker's tenants. */
 static int make_sched(run *r, int i, char *err, size_t errlen) {
@@ -647,15 +654,6 @@ static void drain_ends(lane *ln, int i) {
         l->prompt = 0; /* the slot is free */
         n->st.engine_s += e.engine_us / 1e6;
     }
-}
-
-/* The next x of the AR(1) process x' = rho x + sqrt(1 - rho^2) z, z
- * standard normal (Box-Muller), whose stationary deviation is 1 whatever
- * rho. */
-static double ar1_next(rng *g, double *x, double rho) {
-    double u = rng_uniform_open(g), v = rng_uniform(g);
-    double z = sqrt(-2.0 * log(u)) * cos(2.0 * M_PI * v);
-    return *x = rho * *x + sqrt(1.0 - rho * rho) * z;
 }
 
 /* The next x of instance n's noise (sim_inst): one AR(1) of lag-1

@@ -198,6 +198,15 @@ class Cost(unittest.TestCase):
             self.assertGreater(sf["a_us"] + sf["b_us_per_prefill_token"] + sf["c_us_per_decode_seq"], 0, sf)
             self.assertEqual(len(sf["quantiles"]), 17, sf)
             self.assertTrue(all(0 < a <= b for a, b in zip(sf["quantiles"], sf["quantiles"][1:])), sf)
+            # How long its slow spells last: the autocorrelation at five lags,
+            # each 0 until four lags' worth of steps were seen.
+            acf = sf["acf"]
+            self.assertEqual(acf["lags"], [1, 4, 16, 64, 256], acf)
+            self.assertEqual(len(acf["values"]), 5, acf)
+            self.assertTrue(all(isinstance(v, (int, float)) and -1 <= v <= 1 for v in acf["values"]), acf)
+            for lag, v in zip(acf["lags"], acf["values"]):
+                if sf["steps"] < 5 * lag:
+                    self.assertEqual(v, 0, (lag, sf["steps"], acf))
 
     def test_3b_engine_metrics(self):
         # What each model's engine holds and the device's part of its steps:
