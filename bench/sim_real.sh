@@ -58,7 +58,11 @@ FCFS=${FCFS:-1}
 REPEAT=${REPEAT:-1}
 REPLICAS=${REPLICAS:-8}
 RESIM=${RESIM:-0}
-case $REPLICAS in ''|*[!0-9]*) echo "sim_real: REPLICAS wants a whole number 1..64, got '$REPLICAS'" >&2; exit 2;; esac
+case $REPLICAS in
+    ''|*[!0-9]*) REPLICAS_OK=0 ;;
+    *) REPLICAS_OK=$(( 10#$REPLICAS >= 1 && 10#$REPLICAS <= 64 )) ;;
+esac
+[ "$REPLICAS_OK" = 1 ] || { echo "sim_real: REPLICAS wants a whole number 1..64, got '$REPLICAS'" >&2; exit 2; }
 DURATION=${DURATION:-}
 DUR_ARGS=()
 [ -n "$DURATION" ] && DUR_ARGS=(--duration "$DURATION")
@@ -172,8 +176,13 @@ run_one() {   # NAME POLICY
     cfg=$(config_of "$name"); scn="$ROOT/scenarios/$name.yaml"
     if [ "$RESIM" = 1 ]; then
         [ -f "$dir/measured/report.json" ] || { echo "sim_real: RESIM=1: no measured run in $dir" >&2; return 1; }
-        local was; was=$("$PY" -c 'import json, sys; print(json.load(open(sys.argv[1])).get("seed"))' "$dir/measured/report.json")
-        [ "$was" = "$SEED" ] || { echo "sim_real: RESIM=1: $dir was measured with seed $was, not SEED=$SEED" >&2; return 1; }
+        local was
+        was=$("$PY" -c 'import json, sys; print(json.load(open(sys.argv[1])).get("seed"))' \
+            "$dir/measured/report.json")
+        if [ "$was" != "$SEED" ]; then
+            echo "sim_real: RESIM=1: $dir was measured with seed $was, not SEED=$SEED" >&2
+            return 1
+        fi
         # What an earlier simulation left must not pass for this one's.
         rm -rf "$dir/cal-sim" "$dir/sim" "$dir/replay" "$dir/sim.txt" "$dir/replay.txt"
         echo "== $name ($policy): simulating the runs in $dir again"
