@@ -286,11 +286,11 @@ extern const double cost_ratio_levels[COST_RATIO_NQ];
 
 /*
  * How the spread is laid out in time: the autocorrelation of
- * r = log(measured / predicted) at a few lags (cost_ratio_acf_lags), over every
- * step counted. The quantiles above say how slow a slow step is; this says
- * how long the slow spells last, and a request's TPOT, the mean of a few
- * hundred steps, depends on it: spells shorter than a request average out
- * within it, longer ones move the whole request. A lag-1 figure
+ * r = log(measured / predicted) at a few lags (cost_ratio_acf_lags), over
+ * every step counted. The quantiles above say how slow a slow step is;
+ * this says how long the slow spells last, and a request's TPOT, the mean
+ * of a few hundred steps, depends on it: spells shorter than a request
+ * average out within it, longer ones move the whole request. A lag-1 figure
  * (cost_err_autocorr) cannot tell them apart, and on a shared machine they
  * are not one exponential: over tests/data/cost/isolation_steps.txt the
  * describing fit's residuals correlate 0.65 at lag 1, 0.46 at 16, 0.36 at
@@ -325,9 +325,9 @@ typedef struct cost_ratio_acf {
  * and > 0). */
 void cost_ratio_acf_add(cost_ratio_acf *a, double measured_us, double predicted_us);
 
-/* OUT the autocorrelation at each of cost_ratio_acf_lags, in [-1, 1]; 0 at a
- * lag with fewer than COST_ACF_MIN_SPAN x L pairs counted, and everywhere
- * while the values have no spread. */
+/* OUT the autocorrelation at each of cost_ratio_acf_lags, in [-1, 1]; 0 at
+ * a lag L with fewer than COST_ACF_MIN_SPAN x L pairs counted, and
+ * everywhere while the values have no spread. */
 void cost_ratio_acf_get(const cost_ratio_acf *a, double out[COST_ACF_NLAGS]);
 
 /* The lags, in steps, ascending, four times apart: 1, 4, 16, 64, 256. */
