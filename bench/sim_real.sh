@@ -4,11 +4,13 @@
 # simulated with `tessera sim` from a calibration, side by side.
 #
 # For each scenario (isolation, fairness, tiers; isolation also under FCFS):
-#   1. calibrate: a fresh server, the scenario for CAL_S seconds with another
-#      seed (7); bench saves the server's step-time fit and KV geometry
-#      (/admin/models) as calibration.json, and the client-to-engine
-#      overhead (HTTP, tokenizing, streaming) is the run's measured mean
-#      TTFT less the server's own count of it (overhead_ms below);
+#   1. calibrate: a fresh server, the scenario with another seed (7), for
+#      as long as the measured run sends (or CAL_S seconds: a shorter run
+#      sees only the scenario's first phase, as a queue fills); bench saves
+#      the server's step-time fit and KV geometry (/admin/models) as
+#      calibration.json, and the client-to-engine overhead (HTTP,
+#      tokenizing, streaming) is the run's measured mean TTFT less the
+#      server's own count of it (overhead_ms below);
 #   2. measure: a fresh server, the scenario with seed SEED, whole;
 #   3. simulate: tessera sim of the same scenario and seed on the calibrated
 #      instance, with --compare against the measured report: REPLICAS runs,
@@ -27,8 +29,8 @@
 #      the server does not repeat within them cannot be judged by them.
 # Prints each comparison (compare.txt) and a summary table; the folders keep
 # everything. Every server listens on 127.0.0.1, is started fresh and stopped
-# by this script; every run is bounded by its scenario. About 6 minutes, 10
-# with REPEAT=1.
+# by this script; every run is bounded by its scenario. About 9 minutes (6
+# with REPEAT=0).
 #
 #     bench/sim_real.sh [OUT_DIR]        (default bench-out/sim_real)
 #
@@ -39,7 +41,7 @@
 # simulation from calibration went from 15-27 to 41-43.
 #
 # Environment: TESSERA (default build/tessera), SEED (default 1), CAL_S
-# (default 15), SCENARIOS (default "isolation fairness tiers"), FCFS (1:
+# (the calibration's send window in seconds; default the scenario's), SCENARIOS (default "isolation fairness tiers"), FCFS (1:
 # isolation under FCFS too; default 1), DURATION (the measured and simulated
 # send window; default the scenario's), REPEAT (1: measure twice; default 1),
 # PIN (default 1; 0: server and load generator share every CPU), REPLICAS
@@ -52,7 +54,7 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd)
 TESSERA=${TESSERA:-$ROOT/build/tessera}
 OUT=${1:-bench-out/sim_real}
 SEED=${SEED:-1}
-CAL_S=${CAL_S:-15}
+CAL_S=${CAL_S:-}
 SCENARIOS=${SCENARIOS:-isolation fairness tiers}
 FCFS=${FCFS:-1}
 REPEAT=${REPEAT:-1}
@@ -152,9 +154,11 @@ measure() {   # DIR CFG SCN POLICY NAME
     local dir=$1 cfg=$2 scn=$3 policy=$4 name=$5
     rm -rf "$dir"   # nothing of an earlier run may be summed as this one's
     mkdir -p "$dir"
-    echo "== $name ($policy): calibrating (${CAL_S} s, seed 7)"
+    echo "== $name ($policy): calibrating (${CAL_S:+$CAL_S s, }seed 7)"
+    echo "$CAL_S" >"$dir/cal-s"   # for RESIM: the calibration's window ('' the scenario's)
     start_server "$cfg" "$policy" "$dir/server-cal.log"
-    ${CLIENT_PIN[@]+"${CLIENT_PIN[@]}"} "$TESSERA" bench --scenario "$scn" --url "$URL" --seed 7 --duration "${CAL_S}s" --out "$dir/cal" --quiet >"$dir/cal.txt"
+    ${CLIENT_PIN[@]+"${CLIENT_PIN[@]}"} "$TESSERA" bench --scenario "$scn" --url "$URL" --seed 7 ${CAL_S:+--duration "${CAL_S}s"} \
+        --out "$dir/cal" --quiet >"$dir/cal.txt"
     stop_server
     echo "   measuring (seed $SEED)"
     start_server "$cfg" "$policy" "$dir/server.log"
@@ -189,8 +193,9 @@ run_one() {   # NAME POLICY
     else
         measure "$dir" "$cfg" "$scn" "$policy" "$name"
     fi
+    local cal_s; cal_s=$(cat "$dir/cal-s" 2>/dev/null || echo 15)   # 15: runs from before cal-s
     "$TESSERA" sim --serve-config "$cfg" --calibration "$dir/cal/calibration.json" --policy "$policy" \
-        --trace "$scn" --seed 7 --duration "${CAL_S}s" --out "$dir/cal-sim" >/dev/null || true
+        --trace "$scn" --seed 7 ${cal_s:+--duration "${cal_s}s"} --out "$dir/cal-sim" >/dev/null || true
     local oh; oh=$(overhead_ms "$dir/cal/report.json" "$dir/cal-sim/report.json")
     echo "   overhead ${oh} ms"
     "$TESSERA" sim --serve-config "$cfg" --calibration "$dir/cal/calibration.json" --policy "$policy" \
