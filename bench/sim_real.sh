@@ -41,9 +41,10 @@
 # simulation from calibration went from 15-27 to 41-43.
 #
 # Environment: TESSERA (default build/tessera), SEED (default 1), CAL_S
-# (the calibration's send window in seconds; default the scenario's), SCENARIOS (default "isolation fairness tiers"), FCFS (1:
-# isolation under FCFS too; default 1), DURATION (the measured and simulated
-# send window; default the scenario's), REPEAT (1: measure twice; default 1),
+# (the calibration's send window in seconds; default the measured run's),
+# SCENARIOS (default "isolation fairness tiers"), FCFS (1: isolation under
+# FCFS too; default 1), DURATION (the measured and simulated send window;
+# default the scenario's), REPEAT (1: measure twice; default 1),
 # PIN (default 1; 0: server and load generator share every CPU), REPLICAS
 # (simulated runs per comparison, default 8), RESIM (1: no server; simulate
 # the calibration and measured runs already in OUT_DIR again, as this
@@ -68,6 +69,8 @@ esac
 DURATION=${DURATION:-}
 DUR_ARGS=()
 [ -n "$DURATION" ] && DUR_ARGS=(--duration "$DURATION")
+CAL_DUR=${CAL_S:+${CAL_S}s}
+CAL_DUR=${CAL_DUR:-$DURATION}   # '': the scenario's window, as the measured run
 MODEL=$ROOT/models/demo-15m.gguf
 PY=/usr/bin/python3
 export TESSERA_ADMIN_KEY=tsk-demo-admin   # the demo configs' admin key
@@ -154,10 +157,10 @@ measure() {   # DIR CFG SCN POLICY NAME
     local dir=$1 cfg=$2 scn=$3 policy=$4 name=$5
     rm -rf "$dir"   # nothing of an earlier run may be summed as this one's
     mkdir -p "$dir"
-    echo "== $name ($policy): calibrating (${CAL_S:+$CAL_S s, }seed 7)"
-    echo "$CAL_S" >"$dir/cal-s"   # for RESIM: the calibration's window ('' the scenario's)
+    echo "== $name ($policy): calibrating (${CAL_DUR:+$CAL_DUR, }seed 7)"
+    echo "$CAL_DUR" >"$dir/cal-duration"   # for RESIM ('': the scenario's window)
     start_server "$cfg" "$policy" "$dir/server-cal.log"
-    ${CLIENT_PIN[@]+"${CLIENT_PIN[@]}"} "$TESSERA" bench --scenario "$scn" --url "$URL" --seed 7 ${CAL_S:+--duration "${CAL_S}s"} \
+    ${CLIENT_PIN[@]+"${CLIENT_PIN[@]}"} "$TESSERA" bench --scenario "$scn" --url "$URL" --seed 7 ${CAL_DUR:+--duration "$CAL_DUR"} \
         --out "$dir/cal" --quiet >"$dir/cal.txt"
     stop_server
     echo "   measuring (seed $SEED)"
@@ -193,9 +196,10 @@ run_one() {   # NAME POLICY
     else
         measure "$dir" "$cfg" "$scn" "$policy" "$name"
     fi
-    local cal_s; cal_s=$(cat "$dir/cal-s" 2>/dev/null || echo 15)   # 15: runs from before cal-s
+    local cal_dur   # runs from before cal-duration calibrated for 15 s
+    cal_dur=$(cat "$dir/cal-duration" 2>/dev/null || echo 15s)
     "$TESSERA" sim --serve-config "$cfg" --calibration "$dir/cal/calibration.json" --policy "$policy" \
-        --trace "$scn" --seed 7 ${cal_s:+--duration "${cal_s}s"} --out "$dir/cal-sim" >/dev/null || true
+        --trace "$scn" --seed 7 ${cal_dur:+--duration "$cal_dur"} --out "$dir/cal-sim" >/dev/null || true
     local oh; oh=$(overhead_ms "$dir/cal/report.json" "$dir/cal-sim/report.json")
     echo "   overhead ${oh} ms"
     "$TESSERA" sim --serve-config "$cfg" --calibration "$dir/cal/calibration.json" --policy "$policy" \
