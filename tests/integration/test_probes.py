@@ -116,13 +116,15 @@ class Probes(unittest.TestCase):
         def busy():
             g = gauges(get_metrics(S.port, S.metrics_key))
             seen.append(g)
-            return g if g["vllm:num_requests_running"] == 1 and g["vllm:num_requests_waiting"] >= 1 else None
+            return g if g["vllm:num_requests_running"] == 1 and g["vllm:num_requests_waiting"] == 2 else None
+        # Both others waiting, not just one: under a sanitizer and a loaded
+        # machine the third request's HTTP thread may not have handed it to
+        # the engine yet when the first runs and the second waits.
         try:
-            g = wait_until(busy, 10, what="running == 1 and waiting >= 1 behind a max_seqs: 1 model")
+            g = wait_until(busy, 10, what="running == 1 and waiting == 2 behind a max_seqs: 1 model")
         except AssertionError:
             log("gauges seen: %r" % (seen[:3] + seen[-3:]))
             raise
-        self.assertEqual(g["vllm:num_requests_waiting"], 2, g)
         self.assertGreater(g["vllm:kv_cache_usage_perc"], 0, g)
         self.assertLessEqual(g["vllm:kv_cache_usage_perc"], 1, g)
         self.assertEqual(g["vllm:gpu_cache_usage_perc"], g["vllm:kv_cache_usage_perc"], g)
