@@ -28,7 +28,8 @@
 #      same seed, held against the first with the same tolerances. A figure
 #      the server does not repeat within them cannot be judged by them.
 # Prints each comparison (compare.txt) and a summary table; the folders keep
-# everything. Every server listens on 127.0.0.1, is started fresh and stopped
+# everything. With RUNS=N, N whole runs (OUT_DIR/run-1..N) and, figure by
+# figure, the median error over them (across.txt). Every server listens on 127.0.0.1, is started fresh and stopped
 # by this script; every run is bounded by its scenario. About 9 minutes (6
 # with REPEAT=0).
 #
@@ -48,7 +49,8 @@
 # PIN (default 1; 0: server and load generator share every CPU), REPLICAS
 # (simulated runs per comparison, default 8), RESIM (1: no server; simulate
 # the calibration and measured runs already in OUT_DIR again, as this
-# tessera sim does, and summarise).
+# tessera sim does, and summarise), RUNS (whole runs, default 1; more:
+# each into OUT_DIR/run-I, then the median error of each figure over them).
 set -euo pipefail
 export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}   # see bench/isolation.sh
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -66,6 +68,12 @@ case $REPLICAS in
     *) REPLICAS_OK=$(( 10#$REPLICAS >= 1 && 10#$REPLICAS <= 64 )) ;;
 esac
 [ "$REPLICAS_OK" = 1 ] || { echo "sim_real: REPLICAS wants a whole number 1..64, got '$REPLICAS'" >&2; exit 2; }
+RUNS=${RUNS:-1}
+case $RUNS in
+    ''|*[!0-9]*) RUNS_OK=0 ;;
+    *) RUNS_OK=$(( 10#$RUNS >= 1 && 10#$RUNS <= 20 )) ;;
+esac
+[ "$RUNS_OK" = 1 ] || { echo "sim_real: RUNS wants a whole number 1..20, got '$RUNS'" >&2; exit 2; }
 DURATION=${DURATION:-}
 DUR_ARGS=()
 [ -n "$DURATION" ] && DUR_ARGS=(--duration "$DURATION")
@@ -120,14 +128,16 @@ PYEOF
 }
 
 # Measured run B against measured run A, figure by figure, with tessera
-# sim --compare's tolerances (p50 10%, p99 20%, Jain 0.02).
-repeat_ok() {
-    "$PY" - "$1" "$2" <<'PYEOF'
+# sim --compare's tolerances (p50 10%, p99 20%, Jain 0.02); each figure into
+# FILE in compare.txt's columns.
+repeat_ok() {   # A B FILE
+    "$PY" - "$1" "$2" "$3" <<'PYEOF'
 import json, sys
 a, b = (json.load(open(p)) for p in sys.argv[1:3])
 tb = {t["name"]: t for t in b["tenants"]}
 n = ok = 0
 worst = []
+lines = ["%-20s %-10s %12s %12s %10s %9s" % ("tenant", "figure", "first", "second", "error", "tolerance")]
 for t in a["tenants"]:
     u = tb.get(t["name"])
     if not u or t["completed"] <= 0 or u["completed"] <= 0:
@@ -141,10 +151,15 @@ for t in a["tenants"]:
             n += 1
             ok += e <= tol
             worst.append((e, "%s %s %s" % (t["name"], fig, q[:3])))
+            lines.append("%-20s %-10s %12.4g %12.4g %9.3f%% %8.0f%%  %s" % (
+                t["name"], fig + "_" + q[:3], x * 1e3, y * 1e3, 100 * e, 100 * tol, "ok" if e <= tol else "OUTSIDE"))
 ja, jb = a.get("jain", {}).get("index"), b.get("jain", {}).get("index")
 if ja is not None and jb is not None and a["jain"].get("backlogged_tenants", 0) >= 2:
     n += 1
     ok += abs(ja - jb) <= 0.02
+    lines.append("%-20s %-10s %12.4g %12.4g %10.3f %9s  %s" % (
+        "(all)", "jain", ja, jb, abs(ja - jb), "0.02", "ok" if abs(ja - jb) <= 0.02 else "OUTSIDE"))
+open(sys.argv[3], "w").write("\n".join(lines) + "\n")
 worst.sort(reverse=True)
 print("%d of %d figures within tolerance of the first run; furthest: %s" %
       (ok, n, ", ".join("%s %.0f%%" % (w, 100 * e) for e, w in worst[:3])))
@@ -173,7 +188,8 @@ measure() {   # DIR CFG SCN POLICY NAME
         ${CLIENT_PIN[@]+"${CLIENT_PIN[@]}"} "$TESSERA" bench --scenario "$scn" --url "$URL" --seed "$SEED" ${DUR_ARGS[@]+"${DUR_ARGS[@]}"} --out "$dir/repeat" \
             --quiet >"$dir/repeat.txt"
         stop_server
-        repeat_ok "$dir/measured/report.json" "$dir/repeat/report.json" >"$dir/noise-floor.txt"
+        repeat_ok "$dir/measured/report.json" "$dir/repeat/report.json" "$dir/repeat-compare.txt" \
+            >"$dir/noise-floor.txt"
         echo "   measured again (the noise floor): $(cat "$dir/noise-floor.txt")"
     fi
 }
@@ -192,6 +208,9 @@ run_one() {   # NAME POLICY
         fi
         # What an earlier simulation left must not pass for this one's.
         rm -rf "$dir/cal-sim" "$dir/sim" "$dir/replay" "$dir/sim.txt" "$dir/replay.txt"
+        [ ! -f "$dir/repeat/report.json" ] ||
+            repeat_ok "$dir/measured/report.json" "$dir/repeat/report.json" "$dir/repeat-compare.txt" \
+                >"$dir/noise-floor.txt"
         echo "== $name ($policy): simulating the runs in $dir again"
     else
         measure "$dir" "$cfg" "$scn" "$policy" "$name"
@@ -214,6 +233,66 @@ run_one() {   # NAME POLICY
     echo "   replayed on the measured server's own fit (overhead ${moh} ms):"
     sed -n '/simulated beside/,$p' "$dir/replay.txt" | grep -E "OUTSIDE|outside tolerance" | sed 's/^/   /'
 }
+
+# Figure by figure over several whole runs (RUNS > 1): the median error and
+# the largest, for the server against itself, the simulation from
+# calibration and the replay. One run's figure is one draw of the machine's
+# noise (the server against itself misses some in most runs); the median
+# over runs is the error a figure typically has.
+across() {   # RUN_DIR...
+    "$PY" - "$SCENARIOS" "$FCFS" "$@" <<'PYEOF'
+import os, statistics, sys
+scenarios, fcfs, runs = sys.argv[1].split(), sys.argv[2] == "1", sys.argv[3:]
+dirs = [s + "-fair" for s in scenarios] + (["isolation-fcfs"] if fcfs and "isolation" in scenarios else [])
+kinds = (("server against itself", "repeat-compare.txt"), ("simulated from calibration", "sim/compare.txt"),
+         ("replayed on the run's fit", "replay/compare.txt"))
+def figures(path):
+    got = {}
+    if os.path.exists(path):
+        for line in open(path):
+            f = line.split()
+            if len(f) >= 7 and f[-1] in ("ok", "OUTSIDE"):
+                got[(f[0], f[1])] = (float(f[-3].rstrip("%")), float(f[-2].rstrip("%")), f[-3].endswith("%"))
+    return got
+print("median error over %d runs (the largest in brackets)" % len(runs))
+print("%-32s %6s  %s" % ("figure", "tol", "  ".join("%-20s" % k[:20] for k, _ in kinds)))
+within = {k: [0, 0] for k, _ in kinds}
+for d in dirs:
+    per = {k: [figures(os.path.join(r, d, f)) for r in runs] for k, f in kinds}
+    keys = []
+    for k, _ in kinds:
+        for run in per[k]:
+            keys += [x for x in run if x not in keys]
+    print("== %s" % d)
+    for key in keys:
+        cells, tol, pct = [], None, True
+        for k, _ in kinds:
+            errs = [run[key][0] for run in per[k] if key in run]
+            if not errs:
+                cells.append("%-20s" % "-")
+                continue
+            tol, pct = next(run[key][1:] for run in per[k] if key in run)
+            m = statistics.median(errs)
+            within[k][0] += m <= tol
+            within[k][1] += 1
+            u = "%" if pct else ""
+            cells.append("%-20s" % ("%.3g%s (%.3g%s)%s" % (m, u, max(errs), u, "" if m <= tol else " OUT")))
+        print("%-32s %6s  %s" % (" ".join(key), "%g%s" % (tol, "%" if pct else ""), "  ".join(cells)))
+print("figures whose median error is within tolerance: " +
+      ", ".join("%s %d/%d" % (k, w[0], w[1]) for k, w in within.items()))
+PYEOF
+}
+
+if [ "$RUNS" -gt 1 ]; then
+    run_dirs=()
+    for i in $(seq 1 "$RUNS"); do
+        echo "=== run $i of $RUNS"
+        RUNS=1 "$0" "$OUT/run-$i"
+        run_dirs+=("$OUT/run-$i")
+    done
+    across "${run_dirs[@]}" | tee "$OUT/across.txt"
+    exit 0
+fi
 
 for s in $SCENARIOS; do run_one "$s" fair; done
 [ "$FCFS" = 1 ] && run_one isolation fcfs
