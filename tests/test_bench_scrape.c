@@ -54,7 +54,10 @@ static const char MODELS[] =
     "\"price_per_hour\":2.5,\"step_ratio\":{\"steps\":70,\"levels\":[0.1,0.5,0.99],\"quantiles\":[0.8,1,2.5]},"
     "\"step_fit\":{\"a_us\":1200,\"b_us_per_prefill_token\":30,\"c_us_per_decode_seq\":310,"
     "\"d_us_per_attended_position\":0.5,\"err_us\":40,\"err_autocorr\":0.5,\"steps\":69,"
-    "\"quantiles\":[0.9,1,1.5],\"acf\":{\"lags\":[1,4,16],\"values\":[0.5,-0.25,1]}}},"
+    "\"quantiles\":[0.9,1,1.5],\"acf\":{\"lags\":[1,4,16],\"values\":[0.5,-0.25,1]},"
+    "\"shape\":{\"rows_max\":[1,2,4,8,16,32,64,128,256,512],"
+    "\"decode\":{\"factor\":[1,1.04,1.01,1,1,1,1,1,1,1,1],\"steps\":[0,9000,800,0,0,0,0,0,0,0,0]},"
+    "\"prefill\":{\"factor\":[1,1.2,1.15,1.1,0.9,1.3,0.98,1,1,1,2],\"steps\":[0,10,200,300,90,90,50,5,0,0,3]}}}},"
     "{\"model\":\"e\",\"kind\":\"embedding\",\"policy\":\"fair\",\"context_length\":512,"
     "\"n_blocks\":64,\"block_size\":16,\"block_bytes\":0,\"swap_blocks\":0,\"max_seqs\":8,"
     "\"budget_min\":64,\"budget_max\":512,\"kv_high\":0.85,\"kv_low\":0.7,\"kv_used\":0,\"steps\":0,"
@@ -140,6 +143,12 @@ static void test_models_good(void **st) {
     assert_true(m[0].sf_acf[0] == 0.5 && m[0].sf_acf[1] == -0.25 && m[0].sf_acf[2] == 1);
     assert_int_equal(m[1].sf_steps, 0);  /* absent too */
     assert_int_equal(m[1].sf_n_acf, 0);
+    assert_int_equal(m[0].sf_has_shape, 1);
+    assert_true(m[0].sf_shape.n[0][1] == 9000 && m[0].sf_shape.n[1][10] == 3 && m[0].sf_shape.n[0][3] == 0);
+    assert_true(fabs(cost_shape_factor(&m[0].sf_shape, 0, 2) - 1.04) < 1e-12);   /* 2 rows, decode */
+    assert_true(fabs(cost_shape_factor(&m[0].sf_shape, 20, 3) - 1.3) < 1e-12);   /* 23 rows, a chunk */
+    assert_true(cost_shape_factor(&m[0].sf_shape, 700, 0) == 1.0);               /* 3 steps: too few */
+    assert_int_equal(m[1].sf_has_shape, 0); /* absent too */
     assert_true(m[0].has_seed && m[0].seed[0] == 2000 && m[0].seed[1] == 50 && m[0].seed[2] == 500 &&
                 m[0].seed[3] == 0.02);
     assert_int_equal(m[1].has_seed, 0);  /* absent too */
@@ -237,6 +246,22 @@ static const bad_case BAD[] = {
     {1, "[0.5,-0.25,1]", "[0.5,-1.25,1]", "/admin/models: data[0].step_fit.acf.values: expected numbers from -1 to 1"},
     {1, "[0.5,-0.25,1]", "[0.5,\"x\",1]", "/admin/models: data[0].step_fit.acf.values: expected numbers from -1 to 1"},
     {1, "\"lags\":[1,4,16],", "", "/admin/models: data[0].step_fit.acf.lags: missing"},
+    {1, "\"shape\":{", "\"shape\":[],\"x\":{", "/admin/models: data[0].step_fit.shape: expected an object"},
+    {1, "[1,2,4,8,16,32,64,128,256,512]", "[1,2,4,8,16,32,64,128,256]",
+     "/admin/models: data[0].step_fit.shape.rows_max: expected 1, 2, 4, 8, 16, 32, 64, 128, 256, 512: this build's buckets"},
+    {1, "[1,2,4,8,16,32,64,128,256,512]", "[1,2,4,8,16,32,64,128,256,500]",
+     "/admin/models: data[0].step_fit.shape.rows_max: expected 1, 2, 4, 8, 16, 32, 64, 128, 256, 512: this build's buckets"},
+    {1, "[1,2,4,8,16,32,64,128,256,512]", "[1,2,4,8,16,32,64,128,256,512,1024]",
+     "/admin/models: data[0].step_fit.shape.rows_max: expected a list of 1..10 numbers"},
+    {1, "\"decode\":{", "\"x\":{", "/admin/models: data[0].step_fit.shape.decode: expected an object (factor, steps)"},
+    {1, "[1,1.04,1.01,1,1,1,1,1,1,1,1]", "[1,1.04,1.01,1,1,1,1,1,1,1]",
+     "/admin/models: data[0].step_fit.shape.decode.factor: expected a list of 11 numbers, as many as rows_max has, plus one"},
+    {1, "[1,1.2,1.15,", "[1,5,1.15,",
+     "/admin/models: data[0].step_fit.shape.prefill.factor: expected numbers from 0.25 to 4"},
+    {1, "[0,10,200,", "[0,-10,200,",
+     "/admin/models: data[0].step_fit.shape.prefill.steps: expected whole numbers in 0..2^53"},
+    {1, "[0,9000,800,0,0,0,0,0,0,0,0]", "[0,9000,800,0,0,0,0,0,0,0]",
+     "/admin/models: data[0].step_fit.shape.decode.steps: expected a list of 11 numbers, as many as rows_max has, plus one"},
 };
 
 /* The good answer with one replacement. */

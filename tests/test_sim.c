@@ -146,6 +146,15 @@ static void test_linear_and_batch(void **state) {
     double seed[4];
     sst_seed(&m, seed);
     assert_memory_equal(seed, m.theta, sizeof(seed));
+    /* The fit's shape (cost.h) scales the batch's bucket of rows, here 11
+     * rows with a prefill chunk (9-16), once it has enough steps; not the
+     * swaps' copies, nor another bucket. */
+    m.shape.log_f[1][4] = log(1.5);
+    m.shape.n[1][4] = COST_SHAPE_MIN_STEPS;
+    m.host_bytes_per_us = 10;
+    assert_float_equal(sst_step_us(&m, &b, 1, 0, 20), 1.5 * 153 + 3 * 20 / 10.0, 1e-9);
+    sst_batch d = {.decodes = 11};
+    assert_float_equal(sst_step_us(&m, &d, 1, 0, 20), 100 + 33, 1e-9);
 }
 
 /* ---- runs ---------------------------------------------------------------------- */
@@ -765,6 +774,22 @@ static void test_server_inst(void **state) {
     assert_memory_equal(in.noise_q, sq, sizeof sq);
     assert_true(in.noise_rho == 0.25 && fabs(in.noise_us - 99 * sqrt(M_PI / 2)) < 1e-9);
     assert_int_equal(in.noise_nc, 0); /* a server before step_fit.acf: one AR(1) */
+    /* The shape goes with step_fit (its spread is counted around it), not
+     * with the scheduler's fit. */
+    const double unshaped = in.step.theta[0] + in.step.theta[2];
+    sst_batch one = {.decodes = 1};
+    assert_float_equal(sst_step_us(&in.step, &one, 1, 0, 0), unshaped, 1e-9);
+    f.sf_has_shape = 1;
+    f.sf_shape.log_f[0][0] = log(1.25);
+    f.sf_shape.n[0][0] = COST_SHAPE_MIN_STEPS;
+    assert_int_equal(sfl_server_inst(&f, -1, &in, err, sizeof err), 0);
+    assert_float_equal(sst_step_us(&in.step, &one, 1, 0, 0), 1.25 * unshaped, 1e-9);
+    f.sf_steps = SFL_SPREAD_MIN_STEPS - 1;
+    assert_int_equal(sfl_server_inst(&f, -1, &in, err, sizeof err), 0);
+    assert_float_equal(sst_step_us(&in.step, &one, 1, 0, 0), good.theta[0] + good.theta[2], 1e-9);
+    f.sf_steps = SFL_SPREAD_MIN_STEPS;
+    f.sf_has_shape = 0;
+    memset(&f.sf_shape, 0, sizeof f.sf_shape);
     /* With the server's autocorrelation at its lags, the noise comes in
      * spells of those lengths: one that falls off as e^(-L / 16) puts most
      * weight on the 16-step spell, and the weights sum to at most 1; one

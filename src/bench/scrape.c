@@ -347,11 +347,58 @@ static int parse_acf(const where *w, const cJSON *f, scr_model *m) {
     return 0;
 }
 
+static const list_rule SHAPE_ROWS = {1, 1e9, ORDER_ASC, 1, "ascending whole numbers", "rows_max"};
+static const list_rule SHAPE_FACTORS = {0.25, 4, ORDER_ANY, 0, "numbers from 0.25 to 4", "rows_max has, plus one"};
+static const list_rule SHAPE_STEPS = {0, 9007199254740992.0, ORDER_ANY, 1, "whole numbers in 0..2^53",
+                                      "rows_max has, plus one"};
+
+/* step_fit's optional shape object (servers before it have none:
+ * sf_has_shape 0), in this build's buckets: rows_max 1, 2, 4, ...,
+ * 2^(COST_SHAPE_ROWS - 2), then a factor and a count of steps per bucket
+ * for steps without (decode) and with a prefill chunk (prefill). */
+static int parse_shape(const where *w, const cJSON *f, scr_model *m) {
+    memset(&m->sf_shape, 0, sizeof m->sf_shape);
+    m->sf_has_shape = 0;
+    const cJSON *sh;
+    where in;
+    if (optional_object(w, f, "shape", "step_fit.shape.", &sh, &in)) return TS_ERR_INVAL;
+    if (!sh) return 0;
+    double rows[COST_SHAPE_ROWS - 1];
+    int n = 0;
+    _Static_assert(COST_SHAPE_ROWS == 11, "the message below names the buckets");
+    if (num_list(&in, sh, "rows_max", &SHAPE_ROWS, COST_SHAPE_ROWS - 1, rows, &n)) return TS_ERR_INVAL;
+    for (int k = 0; k < COST_SHAPE_ROWS - 1; k++)
+        if (n != COST_SHAPE_ROWS - 1 || rows[k] != ldexp(1.0, k))
+            return bad(&in, "rows_max", "1, 2, 4, 8, 16, 32, 64, 128, 256, 512: this build's buckets");
+    static const char *const kinds[2] = {"decode", "prefill"};
+    for (int kind = 0; kind < 2; kind++) {
+        const cJSON *o;
+        where ink;
+        char prefix[32];
+        snprintf(prefix, sizeof prefix, "step_fit.shape.%s.", kinds[kind]);
+        double fac[COST_SHAPE_ROWS], steps[COST_SHAPE_ROWS];
+        int len = COST_SHAPE_ROWS;
+        if (optional_object(&in, sh, kinds[kind], prefix, &o, &ink)) return TS_ERR_INVAL;
+        if (!o) return bad(&in, kinds[kind], "an object (factor, steps)");
+        if (num_list(&ink, o, "factor", &SHAPE_FACTORS, COST_SHAPE_ROWS, fac, &len) ||
+            num_list(&ink, o, "steps", &SHAPE_STEPS, COST_SHAPE_ROWS, steps, &len))
+            return TS_ERR_INVAL;
+        for (int k = 0; k < COST_SHAPE_ROWS; k++) {
+            m->sf_shape.log_f[kind][k] = log(fac[k]);
+            m->sf_shape.n[kind][k] = (uint64_t)steps[k];
+        }
+    }
+    m->sf_has_shape = 1;
+    return 0;
+}
+
 /* The optional step_fit object of a model entry (after parse_ratio: its
  * quantiles are at step_ratio's levels). */
 static int parse_step_fit(const where *w, const cJSON *o, scr_model *m) {
     m->sf_steps = 0;
     m->sf_n_acf = 0;
+    m->sf_has_shape = 0;
+    memset(&m->sf_shape, 0, sizeof m->sf_shape);
     const cJSON *f;
     where in;
     if (optional_object(w, o, "step_fit", "step_fit.", &f, &in)) return TS_ERR_INVAL;
@@ -360,7 +407,8 @@ static int parse_step_fit(const where *w, const cJSON *o, scr_model *m) {
     int n = m->n_ratio;
     if (get_fit(&in, f, m->sf_theta, &m->sf_err_us, &m->sf_err_autocorr) ||
         get_count(&in, f, "steps", &m->sf_steps) ||
-        num_list(&in, f, "quantiles", &QUANTILES, SCR_RATIO_MAX, m->sf_q, &n) || parse_acf(&in, f, m))
+        num_list(&in, f, "quantiles", &QUANTILES, SCR_RATIO_MAX, m->sf_q, &n) || parse_acf(&in, f, m) ||
+        parse_shape(&in, f, m))
         return TS_ERR_INVAL;
     return 0;
 }

@@ -30,6 +30,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "cost.h"
 #include "sched.h"
 
 #define SCR_BODY_MAX (16u << 20) /* bytes of an admin answer at most */
@@ -95,6 +96,8 @@ typedef struct scr_model {
                                        predicted) at sf_n_acf lags; 0 when not said */
     double sf_acf_lag[SCR_ACF_MAX];     /* steps, ascending whole numbers */
     double sf_acf[SCR_ACF_MAX];         /* -1..1 */
+    int sf_has_shape;               /* "shape" said (cost.h): its factors by rows */
+    cost_shape sf_shape;            /* ... as log means and counts; zero when not said */
 } scr_model;
 
 /* The step-time fits' coefficients as the server names them, in theta's

@@ -332,3 +332,40 @@ void cost_ratio_acf_get(const cost_ratio_acf *a, double out[COST_ACF_NLAGS]) {
         out[k] = c > 1.0 ? 1.0 : c < -1.0 ? -1.0 : c;
     }
 }
+
+/* ---- the shape by rows ------------------------------------------------------------ */
+
+int cost_shape_bucket(double rows) {
+    if (!(rows > 1.0)) return 0;
+    int b = 0;
+    while (b < COST_SHAPE_ROWS - 1 && rows > ldexp(1.0, b)) b++;
+    return b;
+}
+
+/* The batch's row in s (with a prefill chunk or not) and bucket; -1 for a
+ * negative or non-finite batch. */
+static int shape_at(double prefill_tokens, double decode_seqs, int *kind) {
+    if (!(prefill_tokens >= 0.0 && decode_seqs >= 0.0 && isfinite(prefill_tokens) && isfinite(decode_seqs)))
+        return -1;
+    *kind = prefill_tokens > 0.0;
+    return cost_shape_bucket(prefill_tokens + decode_seqs);
+}
+
+void cost_shape_add(cost_shape *s, double prefill_tokens, double decode_seqs, double measured_us,
+                    double predicted_us) {
+    int kind, b = shape_at(prefill_tokens, decode_seqs, &kind);
+    if (b < 0 || !(measured_us > 0.0 && predicted_us > 0.0 && isfinite(measured_us) && isfinite(predicted_us)))
+        return;
+    double r = log(measured_us / predicted_us);
+    r = r > COST_ACF_CLIP ? COST_ACF_CLIP : r < -COST_ACF_CLIP ? -COST_ACF_CLIP : r;
+    uint64_t n = ++s->n[kind][b];
+    double w = 1.0 / (double)n;
+    if (w < COST_SHAPE_ALPHA) w = COST_SHAPE_ALPHA;
+    s->log_f[kind][b] += w * (r - s->log_f[kind][b]);
+}
+
+double cost_shape_factor(const cost_shape *s, double prefill_tokens, double decode_seqs) {
+    int kind, b = shape_at(prefill_tokens, decode_seqs, &kind);
+    if (b < 0 || s->n[kind][b] < COST_SHAPE_MIN_STEPS) return 1.0;
+    return exp(s->log_f[kind][b]);
+}

@@ -333,4 +333,49 @@ void cost_ratio_acf_get(const cost_ratio_acf *a, double out[COST_ACF_NLAGS]);
 /* The lags, in steps, ascending, four times apart: 1, 4, 16, 64, 256. */
 extern const int cost_ratio_acf_lags[COST_ACF_NLAGS];
 
+/*
+ * The shape of the step times around a fit: where measured / predicted
+ * sits by the batch's rows (prefill tokens + decode sequences, in
+ * doublings), apart for steps with a prefill chunk and without. Four
+ * linear terms miss how an engine's kernels change with the rows they
+ * multiply: the CPU engine's F32 matmul streams its weights up to 16 rows
+ * and calls sgemm above (ops.c). Over tests/data/cost/isolation_steps.txt
+ * the describing fit's steps with a prefill chunk of 5-8, 9-16 and 17-32
+ * rows take 1.15x, 1.11x and 1.32x its prediction on average, those of
+ * 33-64 (a lone 64-token prompt) 1.01x, decode-only steps 1.01-1.02x; with
+ * the shape, all within 2% (test_cost). A simulator that draws every step
+ * from one pooled spread gives each kind the pool's mean instead.
+ *
+ * Bucket b holds the steps of rows in (2^(b-1), 2^b] (bucket 0: at most
+ * one row), the last everything above 2^(COST_SHAPE_ROWS - 2). A bucket's
+ * factor is e to the mean of log(measured / predicted), each clipped to
+ * +-COST_ACF_CLIP so that a stall does not make the mean its own: a plain
+ * mean over its first 1 / COST_SHAPE_ALPHA steps, an EWMA of that weight
+ * after, so that it follows the fit as the fit moves; 1 until the bucket
+ * has COST_SHAPE_MIN_STEPS. Plain struct, no heap.
+ */
+#define COST_SHAPE_ROWS      11     /* buckets: up to 1, 2, 4, ..., 512 rows, and above */
+#define COST_SHAPE_ALPHA     0.01
+#define COST_SHAPE_MIN_STEPS 20
+
+typedef struct cost_shape {
+    double log_f[2][COST_SHAPE_ROWS];   /* [with a prefill chunk][bucket]: mean log ratio */
+    uint64_t n[2][COST_SHAPE_ROWS];     /* steps counted */
+} cost_shape;
+
+/* The bucket of a step of rows rows: 0..COST_SHAPE_ROWS - 1 (0 for NaN or
+ * rows <= 1). */
+int cost_shape_bucket(double rows);
+
+/* Count one step of that batch: measured_us over predicted_us, the fit's
+ * own prediction (not shaped). Ignored as cost_ratio_add ignores, and for
+ * a negative or non-finite batch. */
+void cost_shape_add(cost_shape *s, double prefill_tokens, double decode_seqs, double measured_us,
+                    double predicted_us);
+
+/* The factor of a step of that batch: its bucket's, or 1 while the bucket
+ * has fewer than COST_SHAPE_MIN_STEPS steps. In [e^-COST_ACF_CLIP,
+ * e^COST_ACF_CLIP] when the log means are (as cost_shape_add keeps them). */
+double cost_shape_factor(const cost_shape *s, double prefill_tokens, double decode_seqs);
+
 #endif

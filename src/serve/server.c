@@ -1506,9 +1506,28 @@ static void put_coefs(strbuf *b, const double th[4]) {
                   "\"d_us_per_attended_position\":%.9g", th[0], th[1], th[2], th[3]);
 }
 
+/* step_fit.shape (cost.h): per bucket of rows (rows_max: the most each
+ * holds but the last, which holds the rest), the factor of steps without
+ * and with a prefill chunk and the steps it is over. */
+static void put_shape(strbuf *b, const cost_shape *sh) {
+    strbuf_puts(b, ",\"shape\":{\"rows_max\":[");
+    for (int k = 0; k < COST_SHAPE_ROWS - 1; k++) strbuf_printf(b, "%s%d", k ? "," : "", 1 << k);
+    strbuf_puts(b, "]");
+    for (int kind = 0; kind < 2; kind++) {
+        strbuf_printf(b, ",\"%s\":{\"factor\":[", kind ? "prefill" : "decode");
+        for (int k = 0; k < COST_SHAPE_ROWS; k++) strbuf_printf(b, "%s%.6g", k ? "," : "", exp(sh->log_f[kind][k]));
+        strbuf_puts(b, "],\"steps\":[");
+        for (int k = 0; k < COST_SHAPE_ROWS; k++)
+            strbuf_printf(b, "%s%llu", k ? "," : "", (unsigned long long)sh->n[kind][k]);
+        strbuf_puts(b, "]}");
+    }
+    strbuf_puts(b, "}");
+}
+
 /* step_fit: the describing fit (wk_step_fit), the spread of the step times
- * around it at step_ratio's levels, and how long its spells last (acf: the
- * autocorrelation of log(measured / predicted) at lags in steps). */
+ * around it (times its shape) at step_ratio's levels, how long its spells
+ * last (acf: the autocorrelation of log(measured / predicted) at lags in
+ * steps), and its shape by rows. */
 static void put_step_fit(strbuf *b, wk_worker *w) {
     wk_fit f;
     wk_step_fit(w, &f);
@@ -1521,7 +1540,9 @@ static void put_step_fit(strbuf *b, wk_worker *w) {
     for (int k = 0; k < COST_ACF_NLAGS; k++) strbuf_printf(b, "%s%d", k ? "," : "", cost_ratio_acf_lags[k]);
     strbuf_puts(b, "],\"values\":[");
     for (int k = 0; k < COST_ACF_NLAGS; k++) strbuf_printf(b, "%s%.6f", k ? "," : "", f.acf[k]);
-    strbuf_puts(b, "]}}");
+    strbuf_puts(b, "]}");
+    put_shape(b, &f.shape);
+    strbuf_puts(b, "}");
 }
 
 /* cost_model: the scheduler's step-time fit, err_us its running residual

@@ -90,7 +90,8 @@ struct wk_worker {
                                  step's), under snap_mu (wk_step_ratio) */
     cost_model fit;         /* the step-time fit that only describes (wk_step_fit),
                                under snap_mu */
-    cost_ratio_hist fit_ratio; /* measured / its predicted step time, under snap_mu */
+    cost_shape fit_shape;   /* where its steps sit by rows (cost.h), under snap_mu */
+    cost_ratio_hist fit_ratio; /* measured / its predicted step time, shaped, under snap_mu */
     cost_ratio_acf fit_acf; /* ... and how it is laid out in time, under snap_mu */
     eng_dev_stats dev;      /* the engine's, as of the latest step (wk_dev_stats), under
                                snap_mu; zero for an encoder */
@@ -600,6 +601,7 @@ void wk_step_fit(wk_worker *w, wk_fit *out) {
     out->err_us = cost_err_us(&w->fit);
     out->err_ac = cost_err_autocorr(&w->fit);
     cost_ratio_hist h = w->fit_ratio;
+    out->shape = w->fit_shape;
     cost_ratio_acf_get(&w->fit_acf, out->acf);
     pthread_mutex_unlock(&w->snap_mu);
     for (int i = 0; i < COST_RATIO_NQ; i++) out->q[i] = cost_ratio_quantile(&h, cost_ratio_levels[i]);
@@ -1095,10 +1097,15 @@ static void publish(wk_worker *w, const sched_plan *p, int failed, int64_t now, 
     w->dev = dev;
     if (p) cost_ratio_add(&w->ratio[prefill > 0], step_us, p->predicted_us);
     if (p && !failed && p->n_items && step_us > 0) {
-        double pred = cost_predict_us(&w->fit, &p->feat);
-        cost_ratio_add(&w->fit_ratio, step_us, pred);
-        cost_ratio_acf_add(&w->fit_acf, step_us, pred);
-        cost_observe(&w->fit, &p->feat, step_us);
+        /* The spread is counted around the shaped prediction, as a
+         * simulator draws it: the fit's, times the shape of its rows. */
+        const cost_features *x = &p->feat;
+        double pred = cost_predict_us(&w->fit, x);
+        double shaped = pred * cost_shape_factor(&w->fit_shape, x->prefill_tokens, x->decode_seqs);
+        cost_ratio_add(&w->fit_ratio, step_us, shaped);
+        cost_ratio_acf_add(&w->fit_acf, step_us, shaped);
+        cost_shape_add(&w->fit_shape, x->prefill_tokens, x->decode_seqs, step_us, pred);
+        cost_observe(&w->fit, x, step_us);
     }
     for (int32_t i = 0; i < w->o.n_tenants; i++) sched_tenant_stats_get(w->s, i, &w->snap[i]);
     sched_stats_get(w->s, &w->snap_pool);

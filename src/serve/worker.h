@@ -281,8 +281,10 @@ typedef struct wk_fit {
     double theta[4];            /* a, b, c, d: us, us/prefill token, us/decode
                                    sequence, us/attended position */
     double err_us, err_ac;      /* its residuals' scale and lag-1 autocorrelation (cost.h) */
-    double q[COST_RATIO_NQ];    /* quantiles of measured / its predicted step time at
-                                   cost_ratio_levels (all 1 when n is 0) */
+    cost_shape shape;           /* where its steps sit by rows (cost.h) */
+    double q[COST_RATIO_NQ];    /* quantiles of measured / its predicted step time
+                                   times the shape, at cost_ratio_levels (all 1 when
+                                   n is 0) */
     uint64_t n;                 /* steps it has seen */
     double acf[COST_ACF_NLAGS]; /* autocorrelation of log(measured / predicted) at
                                    cost_ratio_acf_lags over them (cost_ratio_acf_get) */

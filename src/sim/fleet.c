@@ -273,6 +273,7 @@ int sfl_server_inst(const scr_model *m, int policy, sim_inst *o, char *err, size
     snprintf(o->model, sizeof(o->model), "%s", m->name);
     o->step.kind = SST_LINEAR;
     memcpy(o->step.theta, fit.theta, sizeof(o->step.theta));
+    if (fit.theta == m->sf_theta && m->sf_has_shape) o->step.shape = m->sf_shape; /* its spread is around it */
     o->step.host_bytes_per_us = m->copy_bytes_per_us;
     o->price_per_hour = m->price_per_hour > 0 ? m->price_per_hour : 0;
     /* The fit's err_us is a running mean of |residual|: for normal noise,

@@ -47,7 +47,8 @@ double sst_step_us(const sst_model *m, const sst_batch *b, int k, double busy_sh
     if (k < 1) k = 1;
     double t;
     if (m->kind == SST_LINEAR) {
-        t = m->theta[0] + m->theta[1] * b->prefill + m->theta[2] * b->decodes + m->theta[3] * b->attended;
+        t = (m->theta[0] + m->theta[1] * b->prefill + m->theta[2] * b->decodes + m->theta[3] * b->attended) *
+            cost_shape_factor(&m->shape, b->prefill, b->decodes);
     } else if (m->share_mode == SST_MPS) {
         double f = busy_share > m->share ? m->share / busy_share : 1.0;
         t = roof_us(m, b, m->gpu_bw * f);

@@ -39,8 +39,12 @@
  *
  * Linear (the CPU engine, for validation against the real server): the
  * scheduler's own step-time features with coefficients fitted on the real
- * server (its cost model, exposed on /admin/models, or a profiling run):
- *     t = a + b prefill + c decodes + d attended            (cost.h)
+ * server (its cost model, exposed on /admin/models, or a profiling run),
+ * times the fit's shape where the server measured one (step_fit.shape):
+ *     t = (a + b prefill + c decodes + d attended) s(prefill + decodes, prefill > 0)
+ * with s the factor of the batch's bucket of rows (cost_shape_factor; 1
+ * where none was measured), since kernels change with the rows they
+ * multiply and four linear terms do not.
  *
  * Swaps add their copies over the host link: blocks x block bytes / link
  * bandwidth, charged to the step that planned them.
@@ -52,6 +56,7 @@
 
 #include <stdint.h>
 
+#include "cost.h"
 #include "perf.h"
 #include "sched.h"
 
@@ -73,6 +78,7 @@ typedef struct sst_model {
     double gpu_bw;              /* MPS: bandwidth of the whole GPU (or GI) the clients share */
     double switch_us;           /* time-slicing: context-switch cost */
     /* linear */
+    cost_shape shape;           /* its factors by rows (cost.h); zero: 1 everywhere */
     double theta[4];            /* a us, b us/token, c us/sequence, d us/pair */
     /* both */
     double host_bytes_per_us;   /* swap copies; 0: free */

@@ -207,6 +207,17 @@ class Cost(unittest.TestCase):
             for lag, v in zip(acf["lags"], acf["values"]):
                 if sf["steps"] < 5 * lag:
                     self.assertEqual(v, 0, (lag, sf["steps"], acf))
+            # Its shape by rows: every step it saw counted once, in the
+            # bucket of its rows and kind, each factor within the clip.
+            sh = sf["shape"]
+            self.assertEqual(sh["rows_max"], [1, 2, 4, 8, 16, 32, 64, 128, 256, 512], sh)
+            self.assertEqual(sum(sh["decode"]["steps"]) + sum(sh["prefill"]["steps"]), sf["steps"], d)
+            self.assertGreater(sum(sh["prefill"]["steps"]), 0, sh)
+            for k in ("decode", "prefill"):
+                self.assertEqual(len(sh[k]["factor"]), 11, sh)
+                self.assertEqual(len(sh[k]["steps"]), 11, sh)
+                self.assertTrue(all(math.exp(-1) - 1e-6 <= f <= math.exp(1) + 1e-6 for f in sh[k]["factor"]), sh)
+                self.assertTrue(all(f == 1 for f, n in zip(sh[k]["factor"], sh[k]["steps"]) if n == 0), sh)
 
     def test_3b_engine_metrics(self):
         # What each model's engine holds and the device's part of its steps:
