@@ -623,16 +623,22 @@ static void test_acf_hand(void **state) {
     assert_true(b.sum == COST_ACF_CLIP && b.sum_sq == COST_ACF_CLIP * COST_ACF_CLIP);
 }
 
+/* m the describing fit (COST_DESCRIBE_*) from the scheduler's seed, and
+ * the recorded server's steps open to feed it. */
+static FILE *describe_recorded(cost_model *m) {
+    sched_config c;
+    sched_config_default(&c);
+    assert_int_equal(cost_init(m, c.cost_seed, COST_DESCRIBE_LAMBDA, COST_DESCRIBE_PRIOR, c.copy_bytes_per_us), 0);
+    return open_steps("isolation_steps.txt");
+}
+
 /* The describing fit's residuals over the recorded steps fall off slowly
  * (the figures cost.h quotes): far above what one AR(1) of their lag-1
  * correlation gives at 16 and 64, and still there at 256. */
 static void test_acf_recorded(void **state) {
     (void)state;
-    FILE *f = open_steps("isolation_steps.txt");
-    sched_config c;
-    sched_config_default(&c);
     cost_model m;
-    assert_int_equal(cost_init(&m, c.cost_seed, COST_DESCRIBE_LAMBDA, COST_DESCRIBE_PRIOR, c.copy_bytes_per_us), 0);
+    FILE *f = describe_recorded(&m);
     static cost_ratio_acf a;
     cost_features x;
     double y, o[COST_ACF_NLAGS];
@@ -688,11 +694,8 @@ static void test_shape_hand(void **state) {
  * within 5%, and it moves no bucket's mean more than 1% further from 1. */
 static void test_shape_recorded(void **state) {
     (void)state;
-    FILE *f = open_steps("isolation_steps.txt");
-    sched_config c;
-    sched_config_default(&c);
     cost_model m;
-    assert_int_equal(cost_init(&m, c.cost_seed, COST_DESCRIBE_LAMBDA, COST_DESCRIBE_PRIOR, c.copy_bytes_per_us), 0);
+    FILE *f = describe_recorded(&m);
     static cost_shape s;
     double raw[2][COST_SHAPE_ROWS] = {{0}}, shaped[2][COST_SHAPE_ROWS] = {{0}};
     int cnt[2][COST_SHAPE_ROWS] = {{0}}, n = 0, off = 0;
