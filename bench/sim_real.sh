@@ -255,7 +255,7 @@ def figures(path):
                 got[(f[0], f[1])] = (float(f[-3].rstrip("%")), float(f[-2].rstrip("%")), f[-3].endswith("%"))
     return got
 print("median error over %d runs (the largest in brackets)" % len(runs))
-print("%-32s %6s  %s" % ("figure", "tol", "  ".join("%-20s" % k[:20] for k, _ in kinds)))
+print("%-32s %6s  %s" % ("figure", "tol", "  ".join("%-26s" % k for k, _ in kinds)))
 within = {k: [0, 0] for k, _ in kinds}
 for d in dirs:
     per = {k: [figures(os.path.join(r, d, f)) for r in runs] for k, f in kinds}
@@ -269,14 +269,14 @@ for d in dirs:
         for k, _ in kinds:
             errs = [run[key][0] for run in per[k] if key in run]
             if not errs:
-                cells.append("%-20s" % "-")
+                cells.append("%-26s" % "-")
                 continue
             tol, pct = next(run[key][1:] for run in per[k] if key in run)
             m = statistics.median(errs)
             within[k][0] += m <= tol
             within[k][1] += 1
             u = "%" if pct else ""
-            cells.append("%-20s" % ("%.3g%s (%.3g%s)%s" % (m, u, max(errs), u, "" if m <= tol else " OUT")))
+            cells.append("%-26s" % ("%.3g%s (%.3g%s)%s" % (m, u, max(errs), u, "" if m <= tol else " OUT")))
         print("%-32s %6s  %s" % (" ".join(key), "%g%s" % (tol, "%" if pct else ""), "  ".join(cells)))
 print("figures whose median error is within tolerance: " +
       ", ".join("%s %d/%d" % (k, w[0], w[1]) for k, w in within.items()))

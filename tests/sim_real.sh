@@ -8,7 +8,7 @@
 # the mercy of whatever else the machine runs during a 6 s calibration, so
 # TPOT is printed, not checked; the full table (README) comes from the
 # script's default, longer runs. Then RESIM=1 on the same folder must give
-# the same comparisons.
+# the same comparisons, and RUNS=2 over two copies of it their own errors.
 #
 # Environment: TS_TESSERA (binary), TS_TMPDIR (scratch), TS_SRC (repo root).
 set -euo pipefail
@@ -16,7 +16,7 @@ set -euo pipefail
 : "${TS_TMPDIR:?TS_TMPDIR must name a scratch folder}"
 : "${TS_SRC:?TS_SRC must name the repository root}"
 W="$TS_TMPDIR/sim_real"
-rm -rf "$W"
+rm -rf "$W" "$W.runs" "$W.bad"
 mkdir -p "$TS_TMPDIR"
 fail() { echo "sim_real: FAIL: $*" >&2; exit 1; }
 TESSERA=$TS_TESSERA SCENARIOS=isolation FCFS=1 REPEAT=0 CAL_S=6 DURATION=12s REPLICAS=2 \
@@ -51,4 +51,29 @@ TESSERA=$TS_TESSERA SCENARIOS=isolation FCFS=1 REPEAT=0 CAL_S=6 DURATION=12s REP
 for d in isolation-fair isolation-fcfs; do
     cmp -s "$W/$d.first.txt" "$W/$d/sim/compare.txt" || fail "RESIM=1 compared $d otherwise"
 done
+# RUNS=N lays whole runs side by side (here the same run twice, simulated
+# again): each figure's median error over them is the run's own.
+mkdir -p "$W.runs"
+for i in 1 2; do cp -r "$W" "$W.runs/run-$i"; done
+TESSERA=$TS_TESSERA SCENARIOS=isolation FCFS=1 REPEAT=0 CAL_S=6 DURATION=12s REPLICAS=2 RESIM=1 RUNS=2 \
+    bash "$TS_SRC/bench/sim_real.sh" "$W.runs" >"$W.runs.log" 2>&1 || { cat "$W.runs.log" >&2; fail "RUNS=2 failed"; }
+/usr/bin/python3 - "$W" "$W.runs/across.txt" <<'PYEOF' || fail "RUNS=2: across.txt is not the run's own errors"
+import re, sys
+run, across = sys.argv[1], open(sys.argv[2]).read()
+for d in ("isolation-fair", "isolation-fcfs"):
+    block = across.split("== " + d + "\n")[1].split("== ")[0]
+    for line in open(f"{run}/{d}/sim/compare.txt"):
+        f = line.split()
+        if len(f) < 7 or f[-1] not in ("ok", "OUTSIDE"):
+            continue
+        e = float(f[-3].rstrip("%"))
+        row = re.search(r"^%s %s .*$" % (re.escape(f[0]), f[1]), block, re.M)
+        assert row, (d, f[0], f[1])
+        cells = row.group(0).split()
+        assert cells[3] == "-", row.group(0)   # REPEAT=0: no server against itself
+        assert abs(float(cells[4].rstrip("%")) - e) <= 0.0051 * max(1.0, e), (row.group(0), e)
+assert re.search(r"median error is within tolerance: .*simulated from calibration \d+/\d+", across), across
+PYEOF
+RUNS=0 bash "$TS_SRC/bench/sim_real.sh" "$W.bad" >"$W.bad.log" 2>&1 && fail "RUNS=0 was taken"
+grep -q "RUNS wants a whole number 1..20, got '0'" "$W.bad.log" || fail "RUNS=0: $(cat "$W.bad.log")"
 echo "sim_real: ok"

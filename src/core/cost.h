@@ -342,7 +342,7 @@ extern const int cost_ratio_acf_lags[COST_ACF_NLAGS];
  * and calls sgemm above (ops.c). Over tests/data/cost/isolation_steps.txt
  * the describing fit's steps with a prefill chunk of 5-8, 9-16 and 17-32
  * rows take 1.15x, 1.11x and 1.32x its prediction on average, those of
- * 33-64 (a lone 64-token prompt) 1.01x, decode-only steps 1.01-1.02x; with
+ * 33-64 rows 1.01x, decode-only steps 1.01-1.02x; with
  * the shape, all within 2% (test_cost). A simulator that draws every step
  * from one pooled spread gives each kind the pool's mean instead.
  *
