@@ -29,9 +29,9 @@
 #      the server does not repeat within them cannot be judged by them.
 # Prints each comparison (compare.txt) and a summary table; the folders keep
 # everything. With RUNS=N, N whole runs (OUT_DIR/run-1..N) and, figure by
-# figure, the median error over them (across.txt). Every server listens on 127.0.0.1, is started fresh and stopped
-# by this script; every run is bounded by its scenario. About 9 minutes (6
-# with REPEAT=0).
+# figure, the median error over them (across.txt). Every server listens on
+# 127.0.0.1, is started fresh and stopped by this script; every run is
+# bounded by its scenario. About 9 minutes a run (6 with REPEAT=0).
 #
 #     bench/sim_real.sh [OUT_DIR]        (default bench-out/sim_real)
 #
@@ -238,7 +238,9 @@ run_one() {   # NAME POLICY
 # the largest, for the server against itself, the simulation from
 # calibration and the replay. One run's figure is one draw of the machine's
 # noise (the server against itself misses some in most runs); the median
-# over runs is the error a figure typically has.
+# over runs is the error a figure typically has. A cell over fewer runs than
+# were given (a simulation that failed, a tenant with nothing done) says how
+# many.
 across() {   # RUN_DIR...
     "$PY" - "$SCENARIOS" "$FCFS" "$@" <<'PYEOF'
 import os, statistics, sys
@@ -256,7 +258,7 @@ def figures(path):
     return got
 print("median error over %d runs (the largest in brackets)" % len(runs))
 print("%-32s %6s  %s" % ("figure", "tol", "  ".join("%-26s" % k for k, _ in kinds)))
-within = {k: [0, 0] for k, _ in kinds}
+within = {k: [0, 0, 0] for k, _ in kinds}   # within, figures, figures over fewer runs
 for d in dirs:
     per = {k: [figures(os.path.join(r, d, f)) for r in runs] for k, f in kinds}
     keys = []
@@ -276,10 +278,13 @@ for d in dirs:
             within[k][0] += m <= tol
             within[k][1] += 1
             u = "%" if pct else ""
-            cells.append("%-26s" % ("%.3g%s (%.3g%s)%s" % (m, u, max(errs), u, "" if m <= tol else " OUT")))
+            few = "" if len(errs) == len(runs) else " %d/%d" % (len(errs), len(runs))
+            within[k][2] += few != ""
+            cells.append("%-26s" % ("%.3g%s (%.3g%s)%s%s" % (m, u, max(errs), u, few, "" if m <= tol else " OUT")))
         print("%-32s %6s  %s" % (" ".join(key), "%g%s" % (tol, "%" if pct else ""), "  ".join(cells)))
 print("figures whose median error is within tolerance: " +
-      ", ".join("%s %d/%d" % (k, w[0], w[1]) for k, w in within.items()))
+      ", ".join("%s %d/%d%s" % (k, w[0], w[1], " (%d over fewer runs)" % w[2] if w[2] else "")
+                for k, w in within.items()))
 PYEOF
 }
 
@@ -287,7 +292,7 @@ if [ "$RUNS" -gt 1 ]; then
     run_dirs=()
     for i in $(seq 1 "$RUNS"); do
         echo "=== run $i of $RUNS"
-        RUNS=1 "$0" "$OUT/run-$i"
+        RUNS=1 "$BASH" "$ROOT/bench/sim_real.sh" "$OUT/run-$i"
         run_dirs+=("$OUT/run-$i")
     done
     across "${run_dirs[@]}" | tee "$OUT/across.txt"

@@ -64,6 +64,13 @@ static void check_model(const scr_model *m) {
     }
     if (m->has_seed)
         for (int k = 0; k < 4; k++) FZ_CHECK(m->seed[k] >= 0 && isfinite(m->seed[k]));
+    /* A shape in this build's buckets, each factor within the clip. */
+    for (int kind = 0; kind < 2; kind++)
+        for (int k = 0; k < COST_SHAPE_ROWS; k++) {
+            double f = exp(m->sf_shape.log_f[kind][k]);
+            FZ_CHECK(m->sf_has_shape ? f >= 0.36787 && f <= 2.71829 : m->sf_shape.log_f[kind][k] == 0);
+            FZ_CHECK(m->sf_has_shape || m->sf_shape.n[kind][k] == 0);
+        }
     if (m->sf_steps == 0) return;
     /* A describing fit comes with its spread at step_ratio's levels. */
     FZ_CHECK(m->n_ratio > 0 && m->sf_err_autocorr >= -1 && m->sf_err_autocorr <= 1);

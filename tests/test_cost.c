@@ -689,9 +689,9 @@ static void test_shape_hand(void **state) {
 
 /* The describing fit over the recorded steps, each step's ratio counted
  * after its first 1000 around the fit's prediction and around that times
- * the shape so far (a priori both), by kind and bucket: where the fit
- * alone leaves a bucket off by 5% or more on average, the shape brings it
- * within 5%, and it moves no bucket's mean more than 1% further from 1. */
+ * the shape so far (a priori both), by kind and bucket of 50 steps or
+ * more: the fit alone leaves some off by 5% or more on average (by 32% at
+ * most), the shape none by 2.5%, what cost.h says of it. */
 static void test_shape_recorded(void **state) {
     (void)state;
     cost_model m;
@@ -719,11 +719,8 @@ static void test_shape_recorded(void **state) {
             double r = raw[kind][b] / cnt[kind][b], sh = shaped[kind][b] / cnt[kind][b];
             print_message("recorded steps, %s, bucket %d (%d steps): measured / predicted %.3f, shaped %.3f\n",
                           kind ? "with a prefill chunk" : "decode-only", b, cnt[kind][b], r, sh);
-            assert_true(fabs(sh - 1) <= fabs(r - 1) + 0.01);
-            if (fabs(r - 1) >= 0.05) {
-                assert_true(fabs(sh - 1) < 0.05);
-                off++;
-            }
+            assert_true(fabs(sh - 1) < 0.025);
+            off += fabs(r - 1) >= 0.05;
         }
     assert_true(off >= 1); /* the fit alone does leave some off */
 }

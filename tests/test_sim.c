@@ -148,7 +148,7 @@ static void test_linear_and_batch(void **state) {
     assert_memory_equal(seed, m.theta, sizeof(seed));
     /* The fit's shape (cost.h) scales the batch's bucket of rows, here 11
      * rows with a prefill chunk (9-16), once it has enough steps; not the
-     * swaps' copies, nor another bucket. */
+     * swaps' copies, nor steps of the other kind (decode-only). */
     m.shape.log_f[1][4] = log(1.5);
     m.shape.n[1][4] = COST_SHAPE_MIN_STEPS;
     m.host_bytes_per_us = 10;

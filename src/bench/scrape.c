@@ -348,17 +348,17 @@ static int parse_acf(const where *w, const cJSON *f, scr_model *m) {
 }
 
 static const list_rule SHAPE_ROWS = {1, 1e9, ORDER_ASC, 1, "ascending whole numbers", "rows_max"};
-static const list_rule SHAPE_FACTORS = {0.25, 4, ORDER_ANY, 0, "numbers from 0.25 to 4", "rows_max has, plus one"};
+/* e^-1 .. e^1 (cost.h: COST_ACF_CLIP), as the server prints them (%.6g) */
+static const list_rule SHAPE_FACTORS = {0.36787, 2.71829, ORDER_ANY, 0, "numbers from 0.36787 to 2.71829 (e^-1 to e^1)",
+                                        "rows_max has, plus one"};
 static const list_rule SHAPE_STEPS = {0, 9007199254740992.0, ORDER_ANY, 1, "whole numbers in 0..2^53",
                                       "rows_max has, plus one"};
 
 /* step_fit's optional shape object (servers before it have none:
- * sf_has_shape 0), in this build's buckets: rows_max 1, 2, 4, ...,
+ * sf_has_shape 0, sf_shape zero as the caller left it), in this build's buckets: rows_max 1, 2, 4, ...,
  * 2^(COST_SHAPE_ROWS - 2), then a factor and a count of steps per bucket
  * for steps without (decode) and with a prefill chunk (prefill). */
 static int parse_shape(const where *w, const cJSON *f, scr_model *m) {
-    memset(&m->sf_shape, 0, sizeof m->sf_shape);
-    m->sf_has_shape = 0;
     const cJSON *sh;
     where in;
     if (optional_object(w, f, "shape", "step_fit.shape.", &sh, &in)) return TS_ERR_INVAL;
@@ -367,9 +367,9 @@ static int parse_shape(const where *w, const cJSON *f, scr_model *m) {
     int n = 0;
     _Static_assert(COST_SHAPE_ROWS == 11, "the message below names the buckets");
     if (num_list(&in, sh, "rows_max", &SHAPE_ROWS, COST_SHAPE_ROWS - 1, rows, &n)) return TS_ERR_INVAL;
-    for (int k = 0; k < COST_SHAPE_ROWS - 1; k++)
-        if (n != COST_SHAPE_ROWS - 1 || rows[k] != ldexp(1.0, k))
-            return bad(&in, "rows_max", "1, 2, 4, 8, 16, 32, 64, 128, 256, 512: this build's buckets");
+    int same = n == COST_SHAPE_ROWS - 1;
+    for (int k = 0; same && k < COST_SHAPE_ROWS - 1; k++) same = rows[k] == ldexp(1.0, k);
+    if (!same) return bad(&in, "rows_max", "1, 2, 4, 8, 16, 32, 64, 128, 256, 512: this build's buckets");
     static const char *const kinds[2] = {"decode", "prefill"};
     for (int kind = 0; kind < 2; kind++) {
         const cJSON *o;

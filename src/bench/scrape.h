@@ -96,7 +96,9 @@ typedef struct scr_model {
                                        predicted) at sf_n_acf lags; 0 when not said */
     double sf_acf_lag[SCR_ACF_MAX];     /* steps, ascending whole numbers */
     double sf_acf[SCR_ACF_MAX];         /* -1..1 */
-    int sf_has_shape;               /* "shape" said (cost.h): its factors by rows */
+    int sf_has_shape;               /* "shape" said (cost.h): its factors by rows; in
+                                       other buckets than this build's, the answer is
+                                       refused whole (its geometry may differ too) */
     cost_shape sf_shape;            /* ... as log means and counts; zero when not said */
 } scr_model;
 

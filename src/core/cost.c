@@ -309,10 +309,18 @@ double cost_ratio_quantile(const cost_ratio_hist *h, double q) {
 
 const int cost_ratio_acf_lags[COST_ACF_NLAGS] = {1, 4, 16, 64, 256};
 
+/* log(measured / predicted) clipped to +-COST_ACF_CLIP into *r; 0 unless
+ * both are finite and > 0. */
+static int clipped_log_ratio(double measured_us, double predicted_us, double *r) {
+    if (!(measured_us > 0.0 && predicted_us > 0.0 && isfinite(measured_us) && isfinite(predicted_us))) return 0;
+    double x = log(measured_us / predicted_us);
+    *r = x > COST_ACF_CLIP ? COST_ACF_CLIP : x < -COST_ACF_CLIP ? -COST_ACF_CLIP : x;
+    return 1;
+}
+
 void cost_ratio_acf_add(cost_ratio_acf *a, double measured_us, double predicted_us) {
-    if (!(measured_us > 0.0 && predicted_us > 0.0 && isfinite(measured_us) && isfinite(predicted_us))) return;
-    double r = log(measured_us / predicted_us);
-    r = r > COST_ACF_CLIP ? COST_ACF_CLIP : r < -COST_ACF_CLIP ? -COST_ACF_CLIP : r;
+    double r;
+    if (!clipped_log_ratio(measured_us, predicted_us, &r)) return;
     for (int k = 0; k < COST_ACF_NLAGS; k++) {
         uint64_t lag = (uint64_t)cost_ratio_acf_lags[k];
         if (a->n >= lag) a->lag_sum[k] += r * a->ring[(a->n - lag) % COST_ACF_MAXLAG];
@@ -354,10 +362,8 @@ static int shape_at(double prefill_tokens, double decode_seqs, int *kind) {
 void cost_shape_add(cost_shape *s, double prefill_tokens, double decode_seqs, double measured_us,
                     double predicted_us) {
     int kind, b = shape_at(prefill_tokens, decode_seqs, &kind);
-    if (b < 0 || !(measured_us > 0.0 && predicted_us > 0.0 && isfinite(measured_us) && isfinite(predicted_us)))
-        return;
-    double r = log(measured_us / predicted_us);
-    r = r > COST_ACF_CLIP ? COST_ACF_CLIP : r < -COST_ACF_CLIP ? -COST_ACF_CLIP : r;
+    double r;
+    if (b < 0 || !clipped_log_ratio(measured_us, predicted_us, &r)) return;
     uint64_t n = ++s->n[kind][b];
     double w = 1.0 / (double)n;
     if (w < COST_SHAPE_ALPHA) w = COST_SHAPE_ALPHA;

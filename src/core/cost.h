@@ -342,9 +342,9 @@ extern const int cost_ratio_acf_lags[COST_ACF_NLAGS];
  * and calls sgemm above (ops.c). Over tests/data/cost/isolation_steps.txt
  * the describing fit's steps with a prefill chunk of 5-8, 9-16 and 17-32
  * rows take 1.15x, 1.11x and 1.32x its prediction on average, those of
- * 33-64 rows 1.01x, decode-only steps 1.01-1.02x; with
- * the shape, all within 2% (test_cost). A simulator that draws every step
- * from one pooled spread gives each kind the pool's mean instead.
+ * 33-64 rows 1.01x, decode-only steps of 3-4 and 5-8 rows 1.01x and 1.02x;
+ * with the shape, every one of them within 2.5% (test_cost). A simulator
+ * that draws every step from one pooled spread gives each the pool's mean.
  *
  * Bucket b holds the steps of rows in (2^(b-1), 2^b] (bucket 0: at most
  * one row), the last everything above 2^(COST_SHAPE_ROWS - 2). A bucket's
@@ -355,8 +355,8 @@ extern const int cost_ratio_acf_lags[COST_ACF_NLAGS];
  * has COST_SHAPE_MIN_STEPS. Plain struct, no heap.
  */
 #define COST_SHAPE_ROWS      11     /* buckets: up to 1, 2, 4, ..., 512 rows, and above */
-#define COST_SHAPE_ALPHA     0.01
-#define COST_SHAPE_MIN_STEPS 20
+#define COST_SHAPE_ALPHA     0.01   /* EWMA weight of a step, once the plain mean has 1 / it */
+#define COST_SHAPE_MIN_STEPS 20     /* steps in a bucket before its factor is used */
 
 typedef struct cost_shape {
     double log_f[2][COST_SHAPE_ROWS];   /* [with a prefill chunk][bucket]: mean log ratio */

@@ -1526,8 +1526,8 @@ static void put_shape(strbuf *b, const cost_shape *sh) {
 
 /* step_fit: the describing fit (wk_step_fit), the spread of the step times
  * around it (times its shape) at step_ratio's levels, how long its spells
- * last (acf: the autocorrelation of log(measured / predicted) at lags in
- * steps), and its shape by rows. */
+ * last (acf: the autocorrelation of log(measured / its shaped prediction)
+ * at lags in steps), and its shape by rows. */
 static void put_step_fit(strbuf *b, wk_worker *w) {
     wk_fit f;
     wk_step_fit(w, &f);

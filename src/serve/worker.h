@@ -286,8 +286,8 @@ typedef struct wk_fit {
                                    times the shape, at cost_ratio_levels (all 1 when
                                    n is 0) */
     uint64_t n;                 /* steps it has seen */
-    double acf[COST_ACF_NLAGS]; /* autocorrelation of log(measured / predicted) at
-                                   cost_ratio_acf_lags over them (cost_ratio_acf_get) */
+    double acf[COST_ACF_NLAGS]; /* autocorrelation of log(measured / (predicted x shape))
+                                   at cost_ratio_acf_lags over them (cost_ratio_acf_get) */
 } wk_fit;
 
 /* OUT the describing fit, now. Any thread. */

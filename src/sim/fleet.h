@@ -59,8 +59,8 @@ int sfl_single(const sched_tier *tiers, int n_tiers, const sim_tenant *tenants, 
 /* The instance a tessera server is, from its GET /admin/models entry m (a
  * calibration): a linear step model from its describing fit (step_fit,
  * which learns every kind of step) where it gives one over
- * SFL_SPREAD_MIN_STEPS steps or more, times that fit's shape by rows
- * where it gives one (step_fit.shape), else from its scheduler's fit; the
+ * SFL_SPREAD_MIN_STEPS steps or more (times that fit's shape by rows
+ * where it gives one, step_fit.shape), else from its scheduler's fit; the
  * spread of its steps around that fit as the step noise (measured
  * quantiles where it gives them over SFL_SPREAD_MIN_STEPS steps or more,
  * else a normal of the fit's residual scale), in spells of the lengths
