@@ -355,9 +355,10 @@ static const list_rule SHAPE_STEPS = {0, 9007199254740992.0, ORDER_ANY, 1, "whol
                                       "rows_max has, plus one"};
 
 /* step_fit's optional shape object (servers before it have none:
- * sf_has_shape 0, sf_shape zero as the caller left it), in this build's buckets: rows_max 1, 2, 4, ...,
- * 2^(COST_SHAPE_ROWS - 2), then a factor and a count of steps per bucket
- * for steps without (decode) and with a prefill chunk (prefill). */
+ * sf_has_shape 0, sf_shape zero as the caller left it), in this build's
+ * buckets: rows_max 1, 2, 4, ..., 2^(COST_SHAPE_ROWS - 2), then a factor
+ * and a count of steps per bucket for steps without (decode) and with a
+ * prefill chunk (prefill). */
 static int parse_shape(const where *w, const cJSON *f, scr_model *m) {
     const cJSON *sh;
     where in;

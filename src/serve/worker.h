@@ -282,9 +282,8 @@ typedef struct wk_fit {
                                    sequence, us/attended position */
     double err_us, err_ac;      /* its residuals' scale and lag-1 autocorrelation (cost.h) */
     cost_shape shape;           /* where its steps sit by rows (cost.h) */
-    double q[COST_RATIO_NQ];    /* quantiles of measured / its predicted step time
-                                   times the shape, at cost_ratio_levels (all 1 when
-                                   n is 0) */
+    double q[COST_RATIO_NQ];    /* quantiles of measured / (its predicted step time x
+                                   the shape) at cost_ratio_levels (all 1 when n is 0) */
     uint64_t n;                 /* steps it has seen */
     double acf[COST_ACF_NLAGS]; /* autocorrelation of log(measured / (predicted x shape))
                                    at cost_ratio_acf_lags over them (cost_ratio_acf_get) */
